@@ -1,0 +1,290 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestCreditsChargeRelease(t *testing.T) {
+	c := NewCredits(2)
+	ctx := context.Background()
+	if err := c.Charge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Charge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.TryCharge() {
+		t.Fatal("TryCharge succeeded with every credit in use")
+	}
+	got := make(chan error, 1)
+	go func() { got <- c.Charge(ctx) }()
+	creditsWaitFor(t, func() bool { return c.Pending() == 3 })
+	select {
+	case err := <-got:
+		t.Fatalf("third Charge returned %v with 2 credits in use", err)
+	default:
+	}
+	c.Release()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if c.Used() != 2 || c.Limit() != 2 {
+		t.Fatalf("used %d limit %d, want 2 2", c.Used(), c.Limit())
+	}
+}
+
+func TestCreditsFIFOAndUrgent(t *testing.T) {
+	c := NewCredits(1)
+	ctx := context.Background()
+	if err := c.Charge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 3)
+	var wg sync.WaitGroup
+	start := func(name string, urgent bool, n int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if urgent {
+				err = c.ChargeUrgent(ctx)
+			} else {
+				err = c.Charge(ctx)
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- name
+			c.Release()
+		}()
+		creditsWaitFor(t, func() bool { return c.Pending() == n })
+	}
+	start("a", false, 2)
+	start("b", false, 3)
+	start("urgent", true, 4)
+	c.Release()
+	wg.Wait()
+	close(order)
+	var got []string
+	for s := range order {
+		got = append(got, s)
+	}
+	want := []string{"urgent", "a", "b"}
+	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}
+
+func TestCreditsLoanWakesWaiters(t *testing.T) {
+	c := NewCredits(0)
+	got := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() { got <- c.Charge(context.Background()) }()
+	}
+	creditsWaitFor(t, func() bool { return c.Pending() == 2 })
+	c.Loan(2)
+	for i := 0; i < 2; i++ {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Used() != 2 || c.Limit() != 2 {
+		t.Fatalf("used %d limit %d", c.Used(), c.Limit())
+	}
+}
+
+func TestCreditsRetire(t *testing.T) {
+	c := NewCredits(3)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if err := c.Charge(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Retire()
+	c.Release()
+	if c.Limit() != 2 || c.Used() != 1 {
+		t.Fatalf("limit %d used %d, want 2 1", c.Limit(), c.Used())
+	}
+	if !c.TryCharge() || c.TryCharge() {
+		t.Fatal("after retiring one of 3 credits, exactly one more charge should fit")
+	}
+}
+
+func TestCreditsContextAndClose(t *testing.T) {
+	c := NewCredits(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() { got <- c.Charge(ctx) }()
+	creditsWaitFor(t, func() bool { return c.Pending() == 1 })
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Charge after cancel: %v", err)
+	}
+	if c.Pending() != 0 {
+		t.Fatalf("cancelled waiter still pending (%d)", c.Pending())
+	}
+	dead := errors.New("connection died")
+	go func() { got <- c.Charge(context.Background()) }()
+	creditsWaitFor(t, func() bool { return c.Pending() == 1 })
+	c.Close(dead)
+	if err := <-got; !errors.Is(err, dead) {
+		t.Fatalf("Charge after Close: %v", err)
+	}
+	if err := c.Charge(context.Background()); !errors.Is(err, dead) {
+		t.Fatalf("Charge on closed account: %v", err)
+	}
+}
+
+// A waiter whose context ends just as it is handed a credit must not leak it.
+func TestCreditsCancelRaceKeepsBalance(t *testing.T) {
+	c := NewCredits(1)
+	for i := 0; i < 200; i++ {
+		if err := c.Charge(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan error, 1)
+		go func() { got <- c.Charge(ctx) }()
+		creditsWaitFor(t, func() bool { return c.Pending() == 2 })
+		go cancel()
+		c.Release()
+		if err := <-got; err == nil {
+			c.Release()
+		}
+		cancel()
+		if c.Used() != 0 {
+			t.Fatalf("iteration %d: %d credits leaked", i, c.Used())
+		}
+	}
+}
+
+func TestCreditGrantViolation(t *testing.T) {
+	g := NewCreditGrant(2)
+	if err := g.Receive(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Receive(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Receive(); !errors.Is(err, ErrCreditViolation) {
+		t.Fatalf("third request on 2 credits: %v, want violation", err)
+	}
+	g.Complete()
+	if err := g.Receive(); err != nil {
+		t.Fatalf("request after a completion: %v", err)
+	}
+}
+
+// FIG. 10/11: +k, the client reports u unused; the grant shrinks by u.
+func TestCreditGrantPositive(t *testing.T) {
+	g := NewCreditGrant(4)
+	if !g.StartGrant(4) {
+		t.Fatal("StartGrant refused with no transaction open")
+	}
+	if g.StartGrant(1) || g.StartRetire(1) {
+		t.Fatal("second transaction started while one is open")
+	}
+	if g.Granted() != 8 {
+		t.Fatalf("granted %d, want 8", g.Granted())
+	}
+	creditsMust(t, g.Receive())
+	st, released, err := g.CreditMessage(3)
+	if err != nil || st != StatusSuccess || released != 3 {
+		t.Fatalf("CreditMessage(3) = %v %d %v", st, released, err)
+	}
+	g.Complete()
+	if g.Granted() != 5 || g.Open() {
+		t.Fatalf("granted %d open %v, want 5 false", g.Granted(), g.Open())
+	}
+	if _, _, err := g.CreditMessage(0); !errors.Is(err, ErrCreditViolation) {
+		t.Fatalf("credit message with no transaction: %v", err)
+	}
+}
+
+// FIG. 11B: −N is answered by N messages −N … −1, each retiring one credit.
+func TestCreditGrantRetire(t *testing.T) {
+	g := NewCreditGrant(5)
+	if g.StartRetire(5) {
+		t.Fatal("retiring every credit must be refused")
+	}
+	if !g.StartRetire(3) {
+		t.Fatal("StartRetire(3) refused")
+	}
+	for v := int32(-3); v <= -1; v++ {
+		creditsMust(t, g.Receive())
+		st, released, err := g.CreditMessage(v)
+		if err != nil || st != NotifyCredit || released != 1 {
+			t.Fatalf("CreditMessage(%d) = %v %d %v", v, st, released, err)
+		}
+		g.CompleteRetire()
+		if v != -1 && !g.Open() {
+			t.Fatalf("transaction closed after %d", v)
+		}
+	}
+	if g.Open() || g.Granted() != 2 || g.Outstanding() != 0 {
+		t.Fatalf("open %v granted %d outstanding %d", g.Open(), g.Granted(), g.Outstanding())
+	}
+	if !g.StartGrant(1) {
+		t.Fatal("new transaction refused after -1")
+	}
+}
+
+func TestCreditGrantRetireOutOfOrder(t *testing.T) {
+	g := NewCreditGrant(5)
+	g.StartRetire(2)
+	creditsMust(t, g.Receive())
+	if _, _, err := g.CreditMessage(-1); !errors.Is(err, ErrCreditViolation) {
+		t.Fatalf("-1 before -2: %v", err)
+	}
+	g2 := NewCreditGrant(5)
+	g2.StartGrant(2)
+	if _, _, err := g2.CreditMessage(3); !errors.Is(err, ErrCreditViolation) {
+		t.Fatalf("3 unused of 2 granted: %v", err)
+	}
+	g3 := NewCreditGrant(5)
+	g3.StartGrant(2)
+	if _, _, err := g3.CreditMessage(-1); !errors.Is(err, ErrCreditViolation) {
+		t.Fatalf("negative answer to a positive delta: %v", err)
+	}
+}
+
+func TestCreditPool(t *testing.T) {
+	p := NewCreditPool(10)
+	if got := p.Take(6); got != 6 {
+		t.Fatalf("Take(6) = %d", got)
+	}
+	if got := p.Take(6); got != 4 {
+		t.Fatalf("Take(6) on 4 free = %d", got)
+	}
+	if got := p.Take(1); got != 0 || p.Free() != 0 {
+		t.Fatalf("Take on empty pool = %d, free %d", got, p.Free())
+	}
+	p.Give(5)
+	if p.Free() != 5 || p.Used() != 5 {
+		t.Fatalf("free %d used %d", p.Free(), p.Used())
+	}
+}
+
+func creditsMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func creditsWaitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 5000; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("condition not reached")
+}
