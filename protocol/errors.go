@@ -1,0 +1,51 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+)
+
+// FieldError is a malformed LWIO or pipe message: a protocol error that ends
+// the connection (DESIGN.md, "Security model": a malformed message ends that
+// connection). It is a different kind from Status, which fails one request
+// and leaves the connection up. Every error a Decode function returns is a
+// *FieldError.
+type FieldError struct {
+	// Msg names the message or structure, e.g. "VEC_READ", "AUTH_PARAMS".
+	Msg string
+	// Field names the offending field, e.g. "Regions[3].Length".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error implements error.
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("lwio: malformed %s: %s: %s", e.Msg, e.Field, e.Reason)
+}
+
+// IsProtocolError reports whether err is, or wraps, a malformed-message error
+// that must end the connection.
+func IsProtocolError(err error) bool {
+	var fe *FieldError
+	return errors.As(err, &fe)
+}
+
+func fieldErr(msg, field, format string, args ...any) *FieldError {
+	return &FieldError{Msg: msg, Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+func truncated(msg, field string, need, have int) *FieldError {
+	return fieldErr(msg, field, "truncated: need %d bytes, have %d", need, have)
+}
+
+// exact checks that a fixed-size structure got exactly its size.
+func exact(msg string, size, have int) error {
+	if have < size {
+		return truncated(msg, msg, size, have)
+	}
+	if have > size {
+		return fieldErr(msg, msg, "%d unexpected trailing bytes", have-size)
+	}
+	return nil
+}
