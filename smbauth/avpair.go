@@ -153,19 +153,21 @@ func (p AVPairs) Timestamp() (uint64, bool) {
 	return le.Uint64(v), true
 }
 
-// filetimeEpochDelta is 1601-01-01 to 1970-01-01 in 100 ns intervals.
-const filetimeEpochDelta = 116444736000000000
+// filetimeEpochSeconds is 1601-01-01 to 1970-01-01 in seconds.
+const filetimeEpochSeconds = 11644473600
 
 // Filetime converts t to a FILETIME: 100 ns intervals since 1601-01-01 UTC,
-// the encoding of MsvAvTimestamp and of the NTLMv2 TimeStamp.
+// the encoding of MsvAvTimestamp and of the NTLMv2 TimeStamp. Seconds and
+// nanoseconds are converted apart so that times outside time.UnixNano's
+// 1678–2262 range (FILETIME 0 among them) still convert exactly.
 func Filetime(t time.Time) uint64 {
-	return uint64(t.UnixNano()/100 + filetimeEpochDelta)
+	return uint64((t.Unix()+filetimeEpochSeconds)*1e7 + int64(t.Nanosecond()/100))
 }
 
-// FiletimeTime converts a FILETIME back to a time.Time.
+// FiletimeTime converts a FILETIME back to a UTC time.Time.
 func FiletimeTime(ft uint64) time.Time {
-	d := int64(ft - filetimeEpochDelta)
-	return time.Unix(0, 0).Add(time.Duration(d) * 100).UTC()
+	secs := int64(ft/1e7) - filetimeEpochSeconds
+	return time.Unix(secs, int64(ft%1e7)*100).UTC()
 }
 
 func clone(b []byte) []byte {

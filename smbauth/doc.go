@@ -22,9 +22,11 @@
 // exchange key (§3.4.5.1). With NTLMSSP_NEGOTIATE_KEY_EXCH the client picks a
 // random exported session key and sends it RC4-encrypted under the key
 // exchange key (§3.1.5.1.2); without it the exported session key is the key
-// exchange key. Because the server always sends MsvAvTimestamp, the client
-// answers with a MIC, HMAC_MD5(ExportedSessionKey, NEGOTIATE ‖ CHALLENGE ‖
-// AUTHENTICATE), which the server requires and verifies.
+// exchange key. Because the server always sends MsvAvTimestamp, our client
+// (like Windows) answers with a MIC, HMAC_MD5(ExportedSessionKey, NEGOTIATE ‖
+// CHALLENGE ‖ AUTHENTICATE), announced in MsvAvFlags; the server verifies it
+// whenever it is announced and, with ServerConfig.RequireMIC, refuses
+// messages without one.
 //
 // # Server
 //

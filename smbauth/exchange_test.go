@@ -2,6 +2,7 @@ package smbauth
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
@@ -116,5 +117,113 @@ func TestStaleTimestamp(t *testing.T) {
 	now = now.Add(DefaultMaxClockSkew + time.Second)
 	if _, err := st.Authenticate(auth); err != ErrLogonFailure {
 		t.Fatalf("answer after the skew window: %v, want ErrLogonFailure", err)
+	}
+}
+
+// stateFor builds the server state that issued a recorded CHALLENGE in answer
+// to a recorded NEGOTIATE, so third-party AUTHENTICATE messages can be checked.
+func stateFor(t *testing.T, s *Server, negotiate, challenge []byte) *ServerState {
+	t.Helper()
+	m, err := ParseChallenge(challenge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ServerState{s: s, negotiate: negotiate, challenge: challenge, msg: *m}
+}
+
+func specServer() *Server {
+	return NewServer(ServerConfig{
+		MaxClockSkew: -1, // recorded messages carry their recording's time
+		Lookup: func(user, domain string) ([16]byte, bool) {
+			if user == specUser {
+				return NTHash(specPassword), true
+			}
+			return [16]byte{}, false
+		},
+	})
+}
+
+// The server accepts the AUTHENTICATE a standard client (Chromium) built for
+// the §4.2.4 CHALLENGE, MIC included, and derives the key the MIC proves.
+func TestServerAcceptsChromium(t *testing.T) {
+	st := stateFor(t, specServer(), unhex(t, chromiumNegotiate), unhex(t, specChallenge))
+	res, err := st.Authenticate(unhex(t, chromiumAuthenticate))
+	if err != nil {
+		t.Fatalf("Authenticate: %v", err)
+	}
+	if res.User != "User" || res.Domain != "Domain" || res.Workstation != "COMPUTER" {
+		t.Errorf("result = %+v", res)
+	}
+	// No KEY_EXCH in Chromium's flags: the exported key is the session base key.
+	// (It differs from §4.2.4.1.2's because the AV pairs, hence NTProofStr, differ.)
+	if len(res.SessionKey) != 16 {
+		t.Errorf("session key %x", res.SessionKey)
+	}
+}
+
+func TestServerRefusesTamperedChromium(t *testing.T) {
+	good := unhex(t, chromiumAuthenticate)
+	for _, tc := range []struct {
+		name string
+		at   int
+	}{
+		{"MIC", 72},
+		{"NTProofStr", int(le.Uint32(good[24:]))},
+		{"client challenge in the blob", int(le.Uint32(good[24:])) + 16 + 16},
+		{"flags", 60},
+		{"user name", int(le.Uint32(good[40:]))},
+	} {
+		bad := append([]byte(nil), good...)
+		bad[tc.at] ^= 0x01
+		st := stateFor(t, specServer(), unhex(t, chromiumNegotiate), unhex(t, specChallenge))
+		if _, err := st.Authenticate(bad); err != ErrLogonFailure {
+			t.Errorf("tampered %s: %v, want ErrLogonFailure", tc.name, err)
+		}
+	}
+	// The MIC also covers the NEGOTIATE and CHALLENGE the server saw.
+	neg := unhex(t, chromiumNegotiate)
+	neg[12] ^= 0x04
+	if _, err := stateFor(t, specServer(), neg, unhex(t, specChallenge)).Authenticate(good); err != ErrLogonFailure {
+		t.Errorf("MIC over a different NEGOTIATE: %v, want ErrLogonFailure", err)
+	}
+}
+
+// The client reproduces the §4.2.4 NTLMv2 response for the spec's CHALLENGE
+// (which has no MsvAvTimestamp: time is the client's, here 0).
+func TestClientSpecResponse(t *testing.T) {
+	rnd := bytes.NewReader(unhex(t, specClientChallenge+specRandomKey))
+	c := NewClient(ClientConfig{
+		User: specUser, Domain: specDomain, Workstation: "COMPUTER", Password: specPassword,
+		Now:  func() time.Time { return FiletimeTime(0) },
+		Rand: rnd,
+	})
+	if _, err := c.Negotiate(); err != nil {
+		t.Fatal(err)
+	}
+	auth, key, err := c.Authenticate(unhex(t, specChallenge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ParseAuthenticate(auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(m.NtChallengeResponse[:16]); got != specNTProofStr {
+		t.Errorf("NTProofStr = %s, want %s", got, specNTProofStr)
+	}
+	if got := hex.EncodeToString(m.LmChallengeResponse); got != specLMv2Response {
+		t.Errorf("LmChallengeResponse = %s, want %s", got, specLMv2Response)
+	}
+	if got := hex.EncodeToString(m.EncryptedRandomSessionKey); got != specEncryptedKey {
+		t.Errorf("EncryptedRandomSessionKey = %s, want %s", got, specEncryptedKey)
+	}
+	if got := hex.EncodeToString(key); got != specRandomKey {
+		t.Errorf("exported session key = %s, want the random key %s", got, specRandomKey)
+	}
+	if m.MIC != nil {
+		t.Errorf("MIC %x sent although the CHALLENGE had no MsvAvTimestamp", m.MIC)
+	}
+	if m.UserName != specUser || m.DomainName != specDomain || m.Workstation != "COMPUTER" {
+		t.Errorf("names = %q %q %q", m.UserName, m.DomainName, m.Workstation)
 	}
 }

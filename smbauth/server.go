@@ -35,6 +35,12 @@ type ServerConfig struct {
 	Now func() time.Time
 	// Rand supplies server challenges; nil means crypto/rand.
 	Rand io.Reader
+	// RequireMIC refuses an AUTHENTICATE without a MIC. The zero value
+	// follows MS-NLMP §3.2.5.1.2: a MIC is verified when the client's
+	// MsvAvFlags announce one, and clients that never send one (impacket,
+	// curl, older Samba) may still log on. Stripping a MIC the client did
+	// announce is impossible either way: MsvAvFlags is under NTProofStr.
+	RequireMIC bool
 	// MaxClockSkew bounds how far the NTLMv2 response's TimeStamp may be from
 	// Now when the Authenticate is checked. A client echoing our
 	// MsvAvTimestamp (as MS-NLMP §3.1.5.1.2 asks) sends the challenge's own
@@ -160,7 +166,8 @@ func (s *Server) Challenge(negotiate []byte) (challenge []byte, st *ServerState,
 // challenge (MS-NLMP §3.2.5.1.2) and returns who it is and the exported
 // session key. Malformed input yields an error wrapping ErrMalformed; every
 // authentication failure (unknown user, wrong password, replay, anonymous,
-// NTLMv1, bad MIC, stale timestamp) yields ErrLogonFailure. The state is
+// NTLMv1, bad or (with RequireMIC) missing MIC, stale timestamp) yields
+// ErrLogonFailure. The state is
 // spent by the first call whatever its outcome.
 func (st *ServerState) Authenticate(authenticate []byte) (Result, error) {
 	st.mu.Lock()
@@ -205,11 +212,14 @@ func (st *ServerState) Authenticate(authenticate []byte) (Result, error) {
 		}
 	}
 
-	// We always send MsvAvTimestamp, so §3.1.5.1.2 has the client send a
-	// MIC; a client that drops it is refused rather than trusted.
+	// The MIC is computed whether or not one was sent, so that its absence
+	// costs the same work as its presence.
 	hasMIC := v2.avPairs.Flags()&AvFlagMICPresent != 0 && len(m.MIC) == authMICSize
 	mic := computeMIC(exported, st.negotiate, st.challenge, micSource(authenticate, hasMIC))
-	if !hasMIC || subtle.ConstantTimeCompare(mic[:], m.MIC) != 1 {
+	if hasMIC && subtle.ConstantTimeCompare(mic[:], m.MIC) != 1 {
+		ok = false
+	}
+	if !hasMIC && cfg.RequireMIC {
 		ok = false
 	}
 
