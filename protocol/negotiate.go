@@ -1,0 +1,376 @@
+package protocol
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// Control-channel constants (FIG. 4A).
+const (
+	// ProtocolID is the control header's ProtocolId: the four ASCII bytes
+	// 'L','W','I','O' in that order.
+	ProtocolID = "LWIO"
+	// RevID is LWIO_REV_ID, carried in the control header (u32) and in
+	// LWIO_AUTH_PARAMS (u16).
+	RevID = 0x1001
+	// ControlOpNegotiate is LWIO_CONTROL_OPCODE_NEGOTIATE, the control
+	// header opcode of both the negotiate request and response.
+	ControlOpNegotiate = 0xfe
+
+	// MaxHostName is LWIO_MAX_HOST_NAME, the length in WCHARs of the
+	// ClientName and SrvName arrays. The seed leaves it open; 64 holds a
+	// Linux host name (HOST_NAME_MAX) and is zero-padded when shorter.
+	MaxHostName = 64
+	// MaxProviderName is LWIO_MAX_PROVIDER_NAME, the length in WCHARs of a
+	// provider's Name array (left open by the seed).
+	MaxProviderName = 32
+
+	// ControlHeaderSize is the size of LWIO_CONTROL_HEADER.
+	ControlHeaderSize = 12
+	// NegotiateRequestFixedSize is the negotiate request before its
+	// provider list: control header, ClientName, Key, ResponseLength,
+	// ProviderCount.
+	NegotiateRequestFixedSize = ControlHeaderSize + 2*MaxHostName + 16 + 2 + 2
+	// NegotiateResponseFixedSize is the negotiate response before its
+	// provider list: control header, SrvName, Key, ProviderCount.
+	NegotiateResponseFixedSize = ControlHeaderSize + 2*MaxHostName + 16 + 2
+	// ProviderFixedSize is LwioAddressBlk_t before its instance table:
+	// Name and InstanceCount.
+	ProviderFixedSize = 2*MaxProviderName + 2
+	// InstanceFixedSize is LWIO_NET_ADDRESS before its bytes:
+	// HostAddressLen and DiscriminatorLen.
+	InstanceFixedSize = 4
+	// MaxControlMessage is the largest control message: Length is a u16.
+	MaxControlMessage = 0xFFFF
+)
+
+// ControlHeader is LWIO_CONTROL_HEADER (FIG. 4A): ProtocolId [4]byte @0
+// ('LWIO'), RevId u32 @4, Opcode u16 @8, Length u16 @10 (the whole message).
+// ProtocolId is not stored: decoding rejects anything but 'LWIO'.
+type ControlHeader struct {
+	RevID  uint32
+	Opcode uint16
+	Length uint16
+}
+
+// Put writes the 12-byte control header into b. It panics if b is shorter.
+func (h *ControlHeader) Put(b []byte) {
+	_ = b[ControlHeaderSize-1]
+	copy(b, ProtocolID)
+	binary.LittleEndian.PutUint32(b[4:], h.RevID)
+	binary.LittleEndian.PutUint16(b[8:], h.Opcode)
+	binary.LittleEndian.PutUint16(b[10:], h.Length)
+}
+
+// decodeControlHeader reads and checks the control header at the start of a
+// whole control message b: 'LWIO', the negotiate opcode and a Length equal
+// to len(b). RevID is returned for the caller to judge.
+func decodeControlHeader(msg string, b []byte) (ControlHeader, error) {
+	if len(b) < ControlHeaderSize {
+		return ControlHeader{}, truncated(msg, "ControlHeader", ControlHeaderSize, len(b))
+	}
+	if string(b[:4]) != ProtocolID {
+		return ControlHeader{}, fieldErr(msg, "ProtocolId", "%q, want %q", b[:4], ProtocolID)
+	}
+	h := ControlHeader{
+		RevID:  binary.LittleEndian.Uint32(b[4:]),
+		Opcode: binary.LittleEndian.Uint16(b[8:]),
+		Length: binary.LittleEndian.Uint16(b[10:]),
+	}
+	if h.Opcode != ControlOpNegotiate {
+		return ControlHeader{}, fieldErr(msg, "Opcode", "0x%x, want 0x%x", h.Opcode, ControlOpNegotiate)
+	}
+	if int(h.Length) != len(b) {
+		return ControlHeader{}, fieldErr(msg, "Length", "%d, but the message is %d bytes", h.Length, len(b))
+	}
+	return h, nil
+}
+
+// Instance is LWIO_NET_ADDRESS (FIG. 4A): HostAddressLen u16 @0,
+// DiscriminatorLen u16 @2, then the host address bytes and the
+// discriminator bytes. What the bytes mean belongs to the provider (see
+// transport.Instance).
+type Instance struct {
+	HostAddress   []byte
+	Discriminator []byte
+}
+
+// ProviderInfo is LwioAddressBlk_t (FIG. 4A): Name WCHAR[MaxProviderName]
+// @0, InstanceCount u16 @64, then the instance table.
+type ProviderInfo struct {
+	Name      string
+	Instances []Instance
+}
+
+// TransportInstances converts the instance table to transport.Instance
+// values; the byte slices are shared, not copied.
+func (p *ProviderInfo) TransportInstances() []transport.Instance {
+	out := make([]transport.Instance, len(p.Instances))
+	for i, in := range p.Instances {
+		out[i] = transport.Instance{HostAddress: in.HostAddress, Discriminator: in.Discriminator}
+	}
+	return out
+}
+
+// ProviderFromTransport builds a ProviderInfo named name from transport
+// instances; the byte slices are shared, not copied.
+func ProviderFromTransport(name string, ins []transport.Instance) ProviderInfo {
+	p := ProviderInfo{Name: name, Instances: make([]Instance, len(ins))}
+	for i, in := range ins {
+		p.Instances[i] = Instance{HostAddress: in.HostAddress, Discriminator: in.Discriminator}
+	}
+	return p
+}
+
+func providersSize(ps []ProviderInfo) int {
+	n := 0
+	for i := range ps {
+		n += ProviderFixedSize
+		for _, in := range ps[i].Instances {
+			n += InstanceFixedSize + len(in.HostAddress) + len(in.Discriminator)
+		}
+	}
+	return n
+}
+
+// putProviders writes the provider list into w, which has exactly the
+// room providersSize says.
+func putProviders(msg string, w []byte, ps []ProviderInfo) error {
+	le := binary.LittleEndian
+	for i := range ps {
+		p := &ps[i]
+		if !putFixedName(w[:2*MaxProviderName], p.Name) {
+			return fieldErr(msg, fmt.Sprintf("Providers[%d].Name", i), "not encodable in %d WCHARs", MaxProviderName)
+		}
+		if len(p.Instances) > 0xFFFF {
+			return fieldErr(msg, fmt.Sprintf("Providers[%d].InstanceCount", i), "%d instances", len(p.Instances))
+		}
+		le.PutUint16(w[2*MaxProviderName:], uint16(len(p.Instances)))
+		w = w[ProviderFixedSize:]
+		for j, in := range p.Instances {
+			if len(in.HostAddress) > 0xFFFF || len(in.Discriminator) > 0xFFFF {
+				return fieldErr(msg, fmt.Sprintf("Providers[%d].Instances[%d]", i, j), "address longer than 65535 bytes")
+			}
+			le.PutUint16(w[0:], uint16(len(in.HostAddress)))
+			le.PutUint16(w[2:], uint16(len(in.Discriminator)))
+			w = w[InstanceFixedSize:]
+			w = w[copy(w, in.HostAddress):]
+			w = w[copy(w, in.Discriminator):]
+		}
+	}
+	return nil
+}
+
+// decodeProviders reads exactly count providers filling all of b. Counts
+// are checked against the bytes left before anything is allocated for them.
+func decodeProviders(msg string, b []byte, count int) ([]ProviderInfo, error) {
+	if count > len(b)/ProviderFixedSize {
+		return nil, fieldErr(msg, "ProviderCount", "%d providers cannot fit in %d bytes", count, len(b))
+	}
+	le := binary.LittleEndian
+	var ps []ProviderInfo
+	if count > 0 {
+		ps = make([]ProviderInfo, count)
+	}
+	for i := range ps {
+		if len(b) < ProviderFixedSize {
+			return nil, truncated(msg, fmt.Sprintf("Providers[%d]", i), ProviderFixedSize, len(b))
+		}
+		name, ok := getFixedName(b[:2*MaxProviderName])
+		if !ok {
+			return nil, fieldErr(msg, fmt.Sprintf("Providers[%d].Name", i), "not a zero-padded UTF-16LE name")
+		}
+		ps[i].Name = name
+		ic := int(le.Uint16(b[2*MaxProviderName:]))
+		b = b[ProviderFixedSize:]
+		if ic > len(b)/InstanceFixedSize {
+			return nil, fieldErr(msg, fmt.Sprintf("Providers[%d].InstanceCount", i), "%d instances cannot fit in %d bytes", ic, len(b))
+		}
+		if ic > 0 {
+			ps[i].Instances = make([]Instance, ic)
+		}
+		for j := range ps[i].Instances {
+			f := fmt.Sprintf("Providers[%d].Instances[%d]", i, j)
+			if len(b) < InstanceFixedSize {
+				return nil, truncated(msg, f, InstanceFixedSize, len(b))
+			}
+			hl, dl := int(le.Uint16(b[0:])), int(le.Uint16(b[2:]))
+			b = b[InstanceFixedSize:]
+			if hl+dl > len(b) {
+				return nil, fieldErr(msg, f+".HostAddressLen", "%d+%d address bytes run past the %d left", hl, dl, len(b))
+			}
+			ps[i].Instances[j] = Instance{
+				HostAddress:   append([]byte{}, b[:hl]...),
+				Discriminator: append([]byte{}, b[hl:hl+dl]...),
+			}
+			b = b[hl+dl:]
+		}
+	}
+	if len(b) != 0 {
+		return nil, fieldErr(msg, "ProviderList", "%d unexpected trailing bytes", len(b))
+	}
+	return ps, nil
+}
+
+// NegotiateRequest is LwioNegotiateRequest_t (FIG. 4A), sent by the client
+// over \PIPE\LWIO. Layout: control header @0, ClientName
+// WCHAR[MaxHostName] @12, Key [16]byte @140, ResponseLength u16 @156,
+// ProviderCount u16 @158, provider list @160.
+type NegotiateRequest struct {
+	// RevID is the control header's RevId; NewNegotiateRequest sets RevID.
+	RevID      uint32
+	ClientName string
+	// Key is the client's UUID (FIG. 4A "Key 237"), carried as 16 opaque
+	// bytes.
+	Key [16]byte
+	// ResponseLength is the size of the client's buffer for the response.
+	ResponseLength uint16
+	Providers      []ProviderInfo
+}
+
+// NewNegotiateRequest returns a negotiate request (FIG. 4A) with RevId set
+// to LWIO_REV_ID and ResponseLength to the largest control message.
+func NewNegotiateRequest(clientName string, key [16]byte, providers []ProviderInfo) NegotiateRequest {
+	return NegotiateRequest{RevID: RevID, ClientName: clientName, Key: key, ResponseLength: MaxControlMessage, Providers: providers}
+}
+
+// Size returns the encoded size.
+func (r *NegotiateRequest) Size() int { return NegotiateRequestFixedSize + providersSize(r.Providers) }
+
+// Append appends the encoded request to b. It fails if a name does not fit
+// its array, a count or length overflows its field, or the message exceeds
+// MaxControlMessage.
+func (r *NegotiateRequest) Append(b []byte) ([]byte, error) {
+	const msg = "NEGOTIATE_REQUEST"
+	size := r.Size()
+	if size > MaxControlMessage {
+		return b, fieldErr(msg, "Length", "message of %d bytes exceeds %d", size, MaxControlMessage)
+	}
+	if len(r.Providers) > 0xFFFF {
+		return b, fieldErr(msg, "ProviderCount", "%d providers", len(r.Providers))
+	}
+	n := len(b)
+	b = grow(b, size)
+	w := b[n:]
+	ch := ControlHeader{RevID: r.RevID, Opcode: ControlOpNegotiate, Length: uint16(size)}
+	ch.Put(w)
+	if !putFixedName(w[12:12+2*MaxHostName], r.ClientName) {
+		return b[:n], fieldErr(msg, "ClientName", "not encodable in %d WCHARs", MaxHostName)
+	}
+	copy(w[140:], r.Key[:])
+	binary.LittleEndian.PutUint16(w[156:], r.ResponseLength)
+	binary.LittleEndian.PutUint16(w[158:], uint16(len(r.Providers)))
+	if err := putProviders(msg, w[NegotiateRequestFixedSize:], r.Providers); err != nil {
+		return b[:n], err
+	}
+	return b, nil
+}
+
+// DecodeNegotiateRequest decodes exactly one negotiate request. The control
+// header's Length must equal len(b). Host addresses and discriminators are
+// copied out of b.
+func DecodeNegotiateRequest(b []byte) (NegotiateRequest, error) {
+	const msg = "NEGOTIATE_REQUEST"
+	ch, err := decodeControlHeader(msg, b)
+	if err != nil {
+		return NegotiateRequest{}, err
+	}
+	if len(b) < NegotiateRequestFixedSize {
+		return NegotiateRequest{}, truncated(msg, "ProviderCount", NegotiateRequestFixedSize, len(b))
+	}
+	r := NegotiateRequest{RevID: ch.RevID}
+	name, ok := getFixedName(b[12 : 12+2*MaxHostName])
+	if !ok {
+		return NegotiateRequest{}, fieldErr(msg, "ClientName", "not a zero-padded UTF-16LE name")
+	}
+	r.ClientName = name
+	copy(r.Key[:], b[140:156])
+	r.ResponseLength = binary.LittleEndian.Uint16(b[156:])
+	count := int(binary.LittleEndian.Uint16(b[158:]))
+	r.Providers, err = decodeProviders(msg, b[NegotiateRequestFixedSize:], count)
+	if err != nil {
+		return NegotiateRequest{}, err
+	}
+	return r, nil
+}
+
+// NegotiateResponse is the negotiate response (FIG. 4B). The seed gives it
+// in prose only; this implementation lays it out like the request without
+// ResponseLength: control header @0, SrvName WCHAR[MaxHostName] @12, Key
+// [16]byte @140, ProviderCount u16 @156, provider list @158
+// (docs/wire.md, "Negotiate response").
+type NegotiateResponse struct {
+	// RevID is the control header's RevId; NewNegotiateResponse sets RevID.
+	RevID   uint32
+	SrvName string
+	// Key is the server-generated GUID the client presents in its AUTH
+	// request (FIG. 6A), as 16 opaque bytes.
+	Key [16]byte
+	// Providers are the providers common to client and server.
+	Providers []ProviderInfo
+}
+
+// NewNegotiateResponse returns a negotiate response (FIG. 4B) with RevId
+// set to LWIO_REV_ID.
+func NewNegotiateResponse(srvName string, key [16]byte, providers []ProviderInfo) NegotiateResponse {
+	return NegotiateResponse{RevID: RevID, SrvName: srvName, Key: key, Providers: providers}
+}
+
+// Size returns the encoded size.
+func (r *NegotiateResponse) Size() int {
+	return NegotiateResponseFixedSize + providersSize(r.Providers)
+}
+
+// Append appends the encoded response to b, failing as
+// NegotiateRequest.Append does.
+func (r *NegotiateResponse) Append(b []byte) ([]byte, error) {
+	const msg = "NEGOTIATE_RESPONSE"
+	size := r.Size()
+	if size > MaxControlMessage {
+		return b, fieldErr(msg, "Length", "message of %d bytes exceeds %d", size, MaxControlMessage)
+	}
+	if len(r.Providers) > 0xFFFF {
+		return b, fieldErr(msg, "ProviderCount", "%d providers", len(r.Providers))
+	}
+	n := len(b)
+	b = grow(b, size)
+	w := b[n:]
+	ch := ControlHeader{RevID: r.RevID, Opcode: ControlOpNegotiate, Length: uint16(size)}
+	ch.Put(w)
+	if !putFixedName(w[12:12+2*MaxHostName], r.SrvName) {
+		return b[:n], fieldErr(msg, "SrvName", "not encodable in %d WCHARs", MaxHostName)
+	}
+	copy(w[140:], r.Key[:])
+	binary.LittleEndian.PutUint16(w[156:], uint16(len(r.Providers)))
+	if err := putProviders(msg, w[NegotiateResponseFixedSize:], r.Providers); err != nil {
+		return b[:n], err
+	}
+	return b, nil
+}
+
+// DecodeNegotiateResponse decodes exactly one negotiate response.
+func DecodeNegotiateResponse(b []byte) (NegotiateResponse, error) {
+	const msg = "NEGOTIATE_RESPONSE"
+	ch, err := decodeControlHeader(msg, b)
+	if err != nil {
+		return NegotiateResponse{}, err
+	}
+	if len(b) < NegotiateResponseFixedSize {
+		return NegotiateResponse{}, truncated(msg, "ProviderCount", NegotiateResponseFixedSize, len(b))
+	}
+	r := NegotiateResponse{RevID: ch.RevID}
+	name, ok := getFixedName(b[12 : 12+2*MaxHostName])
+	if !ok {
+		return NegotiateResponse{}, fieldErr(msg, "SrvName", "not a zero-padded UTF-16LE name")
+	}
+	r.SrvName = name
+	copy(r.Key[:], b[140:156])
+	count := int(binary.LittleEndian.Uint16(b[156:]))
+	r.Providers, err = decodeProviders(msg, b[NegotiateResponseFixedSize:], count)
+	if err != nil {
+		return NegotiateResponse{}, err
+	}
+	return r, nil
+}
