@@ -1,0 +1,384 @@
+package soft
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// state is where a connection is in its life. Transitions happen only in
+// fail (open → failing) and finish (failing → closed).
+type state uint8
+
+const (
+	// stateOpen: work is carried.
+	stateOpen state = iota
+	// stateFailing: the queue pair is in error; the reader and writer are
+	// winding down (a NAK may still be sent, the socket drained).
+	stateFailing
+	// stateClosed: both goroutines are gone, every work request has
+	// completed and the completion queue is closed.
+	stateClosed
+)
+
+func (s state) String() string {
+	switch s {
+	case stateOpen:
+		return "open"
+	case stateFailing:
+		return "failing"
+	case stateClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// drainTimeout bounds how long a side that sent a NAK keeps reading (and
+// discarding) so the NAK is not lost to a TCP reset, and how long its final
+// writes may block.
+const drainTimeout = 2 * time.Second
+
+// sendEntry is a send work request from Post until its completion.
+type sendEntry struct {
+	id     uint64
+	op     transport.Op
+	segs   []transport.Segment // copied from the WR; the slice is reused
+	length int
+	raddr  uint64
+	rkey   uint32
+	imm    uint32
+	hasImm bool
+}
+
+// failure describes why a connection goes to error.
+type failure struct {
+	why    string
+	err    error
+	seq    uint64           // with hasSeq: the send WR that gets status
+	status transport.Status // instead of StatusFlushed
+	hasSeq bool
+	nak    bool             // tell the peer its request nakSeq failed
+	nakSeq uint32           // with nakStatus, then drain the socket
+	nakSt  transport.Status //
+	reset  bool             // abort the TCP connection (RST)
+}
+
+// conn is a softrdma queue pair over one TCP connection. A reader
+// goroutine places incoming data and generates every completion; a writer
+// goroutine transmits requests and acknowledgements. Post and PostRecv
+// only queue work and wake them.
+type conn struct {
+	p       *Provider
+	nc      *net.TCPConn
+	log     logrus.FieldLogger
+	limits  transport.Limits
+	peerRNR time.Duration // how long the peer lets its SENDs wait for our receives
+	faults  *Faults       // nil unless this connection is faulted
+	cq      *cq
+	local   string
+	remote  string
+
+	kick     chan struct{} // wakes the writer (one slot)
+	recvKick chan struct{} // wakes a reader waiting for a receive (one slot)
+	closing  chan struct{} // closed when the connection leaves stateOpen
+
+	mu sync.Mutex
+	st state
+	// The send queue is a ring of SendQueueDepth entries; counters only
+	// grow: [sqHead, sqTx) are transmitted and await the peer's
+	// acknowledgement, [sqTx, sqTail) await transmission.
+	sq                   []sendEntry
+	sqHead, sqTx, sqTail uint64
+	rq                   []transport.RecvWR
+	rqHead, rqTail       uint64
+	fail1                failure // the first failure; valid once st != stateOpen
+	nakPending           bool
+	progressAt           time.Time // last acknowledgement progress (TransportTimeout)
+	timer                *time.Timer
+
+	placed  atomic.Uint32 // peer requests placed here: the Ack we owe
+	ackSent atomic.Uint32 // the last Ack the writer sent
+	ops     atomic.Int64  // operations carried, for Faults
+	dropped atomic.Bool   // Faults.DropAfterOps tripped: a black hole
+	running atomic.Int32  // reader and writer still running
+
+	rd      frameReader
+	wr      frameWriter
+	scratch []transport.Completion // reader's batch of send completions
+}
+
+var _ transport.Conn = (*conn)(nil)
+
+func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, faults *Faults) *conn {
+	cfg = cfg.WithDefaults()
+	maxMsg := cfg.MaxMessageSize
+	if int64(peer.MaxMessageSize) < int64(maxMsg) {
+		maxMsg = int(peer.MaxMessageSize)
+	}
+	c := &conn{
+		p:       p,
+		nc:      nc,
+		peerRNR: peer.RNRTimeout,
+		faults:  faults,
+		local:   nc.LocalAddr().String(),
+		remote:  nc.RemoteAddr().String(),
+		limits: transport.Limits{
+			SendQueueDepth: cfg.SendQueueDepth,
+			RecvQueueDepth: cfg.RecvQueueDepth,
+			MaxSGE:         cfg.MaxSGE,
+			MaxMessageSize: maxMsg,
+		},
+		kick:     make(chan struct{}, 1),
+		recvKick: make(chan struct{}, 1),
+		closing:  make(chan struct{}),
+		sq:       make([]sendEntry, cfg.SendQueueDepth),
+		rq:       make([]transport.RecvWR, cfg.RecvQueueDepth),
+	}
+	var delay time.Duration
+	if faults != nil {
+		delay = faults.DelayCompletions
+	}
+	c.cq = newCQ(delay)
+	c.log = p.log.WithFields(logrus.Fields{"provider": Name, "conn": c.local + "->" + c.remote})
+	c.rd.init(nc)
+	c.wr.init()
+	c.running.Store(2)
+	if t := p.opts.TransportTimeout; t > 0 {
+		c.timer = time.AfterFunc(checkPeriod(t), c.checkProgress)
+	}
+	go c.readLoop()
+	go c.writeLoop()
+	c.log.Debug("connected")
+	return c
+}
+
+func (c *conn) CQ() transport.CQ         { return c.cq }
+func (c *conn) Domain() transport.Domain { return c.p.pd }
+func (c *conn) Limits() transport.Limits { return c.limits }
+func (c *conn) LocalAddr() string        { return c.local }
+func (c *conn) RemoteAddr() string       { return c.remote }
+func (c *conn) Provider() string         { return Name }
+func (c *conn) String() string           { return Name + " " + c.local + "->" + c.remote }
+func (c *conn) wakeWriter()              { signal(c.kick) }
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+func checkPeriod(t time.Duration) time.Duration { return max(t/4, time.Millisecond) }
+
+// Post queues send work requests. Malformed requests (bad op, too many
+// segments, too long, memory that is not a live region of this domain)
+// fail the whole call before anything is queued.
+func (c *conn) Post(wrs ...transport.SendWR) error {
+	for i := range wrs {
+		if err := c.check(&wrs[i]); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	if c.st != stateOpen {
+		c.mu.Unlock()
+		return transport.ErrClosed
+	}
+	if c.sqTail-c.sqHead+uint64(len(wrs)) > uint64(len(c.sq)) {
+		c.mu.Unlock()
+		return transport.ErrQueueFull
+	}
+	for i := range wrs {
+		wr := &wrs[i]
+		e := &c.sq[c.sqTail%uint64(len(c.sq))]
+		e.id, e.op, e.raddr, e.rkey, e.imm, e.hasImm = wr.ID, wr.Op, wr.RemoteAddr, wr.RKey, wr.Imm, wr.HasImm
+		e.segs = append(e.segs[:0], wr.SGL...)
+		e.length = 0
+		for _, s := range wr.SGL {
+			e.length += s.Length
+		}
+		c.sqTail++
+	}
+	c.mu.Unlock()
+	c.wakeWriter()
+	return nil
+}
+
+func (c *conn) check(wr *transport.SendWR) error {
+	if wr.Op != transport.OpSend && wr.Op != transport.OpWrite {
+		return fmt.Errorf("softrdma: cannot post %v on the send queue", wr.Op)
+	}
+	if len(wr.SGL) > c.limits.MaxSGE {
+		return fmt.Errorf("softrdma: %d segments, the connection allows %d", len(wr.SGL), c.limits.MaxSGE)
+	}
+	n := 0
+	for _, s := range wr.SGL {
+		if _, err := c.p.pd.local(s); err != nil {
+			return err
+		}
+		n += s.Length
+	}
+	if n > c.limits.MaxMessageSize {
+		return fmt.Errorf("softrdma: %d-byte message, the connection allows %d", n, c.limits.MaxMessageSize)
+	}
+	return nil
+}
+
+// PostRecv queues receive buffers; they are consumed in order.
+func (c *conn) PostRecv(wrs ...transport.RecvWR) error {
+	for i := range wrs {
+		if _, err := c.p.pd.local(wrs[i].Buf); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	if c.st != stateOpen {
+		c.mu.Unlock()
+		return transport.ErrClosed
+	}
+	if c.rqTail-c.rqHead+uint64(len(wrs)) > uint64(len(c.rq)) {
+		c.mu.Unlock()
+		return transport.ErrQueueFull
+	}
+	for _, wr := range wrs {
+		c.rq[c.rqTail%uint64(len(c.rq))] = wr
+		c.rqTail++
+	}
+	c.mu.Unlock()
+	signal(c.recvKick)
+	return nil
+}
+
+// Close puts the connection in error and disconnects; every outstanding
+// work request completes with StatusFlushed shortly after. It does not
+// wait for the peer.
+func (c *conn) Close() error {
+	c.fail(failure{why: "closed locally"})
+	return nil
+}
+
+// fail moves the connection to error once; later calls do nothing.
+func (c *conn) fail(f failure) {
+	c.mu.Lock()
+	if c.st != stateOpen {
+		c.mu.Unlock()
+		return
+	}
+	c.st = stateFailing
+	c.fail1 = f
+	c.nakPending = f.nak
+	c.mu.Unlock()
+	close(c.closing)
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	log := c.log.WithField("why", f.why)
+	if f.err != nil {
+		log = log.WithError(f.err)
+	}
+	if f.hasSeq || f.nak || f.reset {
+		log.Warn("connection in error")
+	} else {
+		log.Debug("connection in error")
+	}
+	if f.nak {
+		// Keep reading so our NAK is not destroyed by a reset, but no
+		// longer than drainTimeout; the peer closes when it reads it.
+		_ = c.nc.SetDeadline(time.Now().Add(drainTimeout))
+		c.wakeWriter()
+		return
+	}
+	if f.reset {
+		_ = c.nc.SetLinger(0)
+	}
+	_ = c.nc.Close()
+}
+
+// exit is called by the reader and the writer as they return; the last
+// one completes everything still outstanding.
+func (c *conn) exit() {
+	if c.running.Add(-1) == 0 {
+		c.finish()
+	}
+}
+
+func (c *conn) finish() {
+	_ = c.nc.Close()
+	c.mu.Lock()
+	f := c.fail1
+	out := make([]transport.Completion, 0, (c.sqTail-c.sqHead)+(c.rqTail-c.rqHead))
+	for ; c.sqHead != c.sqTail; c.sqHead++ {
+		e := &c.sq[c.sqHead%uint64(len(c.sq))]
+		st := transport.StatusFlushed
+		if f.hasSeq && c.sqHead == f.seq {
+			st = f.status
+		}
+		out = append(out, transport.Completion{ID: e.id, Op: e.op, Status: st})
+		clear(e.segs)
+	}
+	c.sqTx = c.sqHead
+	for ; c.rqHead != c.rqTail; c.rqHead++ {
+		i := c.rqHead % uint64(len(c.rq))
+		out = append(out, transport.Completion{ID: c.rq[i].ID, Op: transport.OpRecv, Status: transport.StatusFlushed})
+		c.rq[i] = transport.RecvWR{}
+	}
+	c.st = stateClosed
+	c.mu.Unlock()
+	c.cq.push(out...)
+	c.cq.close()
+	c.log.WithField("flushed", len(out)).Debug("disconnected")
+}
+
+// checkProgress fails the connection when transmitted work has gone
+// unacknowledged for TransportTimeout beyond the peer's receiver-not-ready
+// wait, as a NIC's transport retry counter does.
+func (c *conn) checkProgress() {
+	limit := c.p.opts.TransportTimeout + c.p.opts.RNRTimeout
+	c.mu.Lock()
+	if c.st != stateOpen {
+		c.mu.Unlock()
+		return
+	}
+	stalled := c.sqHead != c.sqTx && time.Since(c.progressAt) > limit
+	seq := c.sqHead
+	c.mu.Unlock()
+	if stalled {
+		c.fail(failure{why: "transport retry exceeded", err: errors.New("no acknowledgement from the peer"),
+			seq: seq, status: transport.StatusTransportError, hasSeq: true})
+		return
+	}
+	c.timer.Reset(checkPeriod(c.p.opts.TransportTimeout))
+}
+
+// countOp counts one operation carried and reports whether a fault trips
+// instead of carrying it.
+func (c *conn) countOp() (reset, drop bool) {
+	if c.faults == nil {
+		return false, false
+	}
+	n := c.ops.Add(1)
+	if f := c.faults.ResetAfterOps; f > 0 && n > int64(f) {
+		return true, false
+	}
+	if f := c.faults.DropAfterOps; f > 0 && n > int64(f) {
+		return false, true
+	}
+	return false, false
+}
+
+// tripDrop turns the connection into a black hole (Faults.DropAfterOps):
+// nothing more is sent or placed, the socket stays open.
+func (c *conn) tripDrop() {
+	if !c.dropped.Swap(true) {
+		c.log.WithField("ops", c.ops.Load()-1).Warn("fault injected: dropping all traffic")
+	}
+}
+
+func (c *conn) tripReset() {
+	c.fail(failure{why: "fault injected: reset", reset: true})
+}

@@ -1,0 +1,301 @@
+package soft
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// readBufSize is the reader's buffer for headers and small payloads.
+// Payload bytes that arrived in the same read as their header are copied
+// from it once; the rest of a payload is read from the socket straight
+// into its destination (the target region or the posted receive buffer).
+const readBufSize = 32 << 10
+
+type frameReader struct {
+	nc   net.Conn
+	buf  []byte
+	r, w int
+}
+
+func (rd *frameReader) init(nc net.Conn) {
+	rd.nc = nc
+	rd.buf = make([]byte, readBufSize)
+}
+
+func (rd *frameReader) buffered() int { return rd.w - rd.r }
+
+// fill makes sure n bytes are buffered.
+func (rd *frameReader) fill(n int) error {
+	if rd.w-rd.r >= n {
+		return nil
+	}
+	if rd.r > 0 {
+		rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
+		rd.r = 0
+	}
+	for rd.w < n {
+		m, err := rd.nc.Read(rd.buf[rd.w:])
+		rd.w += m
+		if err != nil && rd.w < n {
+			if errors.Is(err, io.EOF) && rd.w > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// readInto places len(dst) payload bytes.
+func (rd *frameReader) readInto(dst []byte) error {
+	n := copy(dst, rd.buf[rd.r:rd.w])
+	rd.r += n
+	if n == len(dst) {
+		return nil
+	}
+	_, err := io.ReadFull(rd.nc, dst[n:])
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func (rd *frameReader) discard(n int) error {
+	for n > 0 {
+		if rd.r == rd.w {
+			if err := rd.fill(1); err != nil {
+				return err
+			}
+		}
+		m := min(n, rd.w-rd.r)
+		rd.r += m
+		n -= m
+	}
+	return nil
+}
+
+// readLoop is the connection's receive engine: the "NIC" that acknowledges
+// the peer's requests and places their data without the application.
+func (c *conn) readLoop() {
+	defer c.exit()
+	var h frameHeader
+	for {
+		if err := c.rd.fill(frameHeaderSize); err != nil {
+			c.readFailed(err)
+			return
+		}
+		err := h.decode(c.rd.buf[c.rd.r : c.rd.r+frameHeaderSize])
+		c.rd.r += frameHeaderSize
+		if err != nil {
+			c.fail(failure{why: "protocol violation", err: err})
+			return
+		}
+		if c.dropped.Load() {
+			if err := c.rd.discard(int(h.Length)); err != nil {
+				c.readFailed(err)
+				return
+			}
+			continue
+		}
+		if !c.onAck(h.Ack) {
+			return
+		}
+		switch h.Type {
+		case frameAck:
+		case frameNak:
+			c.onNak(&h)
+			return
+		case frameSend, frameWrite:
+			if reset, drop := c.countOp(); reset {
+				c.tripReset()
+				return
+			} else if drop {
+				c.tripDrop()
+				if err := c.rd.discard(int(h.Length)); err != nil {
+					c.readFailed(err)
+					return
+				}
+				continue
+			}
+			if !c.onRequest(&h) {
+				return
+			}
+		}
+		// Acknowledge when there is nothing more to read at once: a
+		// burst of requests gets one cumulative ACK, or none if the
+		// writer has traffic to carry it on.
+		if c.rd.buffered() == 0 && c.placed.Load() != c.ackSent.Load() {
+			c.wakeWriter()
+		}
+	}
+}
+
+func (c *conn) readFailed(err error) {
+	why := "peer disconnected"
+	if !errors.Is(err, io.EOF) {
+		why = "receive failed"
+	}
+	c.fail(failure{why: why, err: err})
+}
+
+// onAck completes the send work requests the peer has acknowledged.
+func (c *conn) onAck(ack uint32) bool {
+	c.mu.Lock()
+	n := uint64(ack - uint32(c.sqHead))
+	if n == 0 {
+		c.mu.Unlock()
+		return true
+	}
+	if n > c.sqTx-c.sqHead {
+		c.mu.Unlock()
+		c.fail(failure{why: "protocol violation", err: fmt.Errorf("peer acknowledges %d requests, %d are in flight", n, c.sqTx-c.sqHead)})
+		return false
+	}
+	out := c.scratch[:0]
+	for ; n > 0; n-- {
+		e := &c.sq[c.sqHead%uint64(len(c.sq))]
+		out = append(out, transport.Completion{ID: e.id, Op: e.op})
+		clear(e.segs)
+		c.sqHead++
+	}
+	if c.timer != nil {
+		c.progressAt = time.Now()
+	}
+	c.mu.Unlock()
+	c.cq.push(out...)
+	c.scratch = out[:0]
+	return true
+}
+
+// onNak fails the request the peer refused and, with it, the connection.
+func (c *conn) onNak(h *frameHeader) {
+	st := transport.Status(h.Status)
+	switch st {
+	case transport.StatusRemoteAccess, transport.StatusRemoteInvalidRequest, transport.StatusRNRRetryExceeded:
+	default:
+		c.fail(failure{why: "protocol violation", err: fmt.Errorf("NAK with status %v", st)})
+		return
+	}
+	c.mu.Lock()
+	seq, inFlight := c.sqHead, c.sqHead != c.sqTx
+	c.mu.Unlock()
+	if !inFlight {
+		c.fail(failure{why: "protocol violation", err: errors.New("NAK with no request in flight")})
+		return
+	}
+	c.fail(failure{why: "peer refused a request", err: &transport.CompletionError{Op: transport.OpSend, Status: st},
+		seq: seq, status: st, hasSeq: true})
+}
+
+// refuse fails the connection because the peer's request number placed
+// cannot be carried out, and tells the peer with a NAK.
+func (c *conn) refuse(st transport.Status, err error) {
+	c.fail(failure{why: "refused a peer request", err: err, nak: true, nakSeq: c.placed.Load(), nakSt: st})
+	// Drain until the peer closes on our NAK (or the deadline set by fail).
+	_, _ = io.Copy(io.Discard, c.nc)
+}
+
+// onRequest carries out one SEND or RDMA WRITE from the peer. It returns
+// false when the connection is done.
+func (c *conn) onRequest(h *frameHeader) bool {
+	n := int(h.Length)
+	if n > c.limits.MaxMessageSize {
+		c.refuse(transport.StatusRemoteInvalidRequest, fmt.Errorf("%d-byte request exceeds MaxMessageSize %d", n, c.limits.MaxMessageSize))
+		return false
+	}
+	imm := h.Flags&flagImm != 0
+	var dst []byte
+	if h.Type == frameWrite && n > 0 {
+		var ok bool
+		if dst, ok = c.p.pd.target(h.RKey, h.Addr, n); !ok {
+			c.refuse(transport.StatusRemoteAccess, fmt.Errorf("RDMA WRITE of %d bytes to %#x with handle %#x is outside every region open to remote write", n, h.Addr, h.RKey))
+			return false
+		}
+	}
+	if h.Type == frameWrite && !imm {
+		if err := c.rd.readInto(dst); err != nil {
+			c.readFailed(err)
+			return false
+		}
+		c.placed.Add(1)
+		return true
+	}
+	// SEND and WRITE WITH IMMEDIATE consume a receive.
+	wr, ok := c.takeRecv()
+	if !ok {
+		select {
+		case <-c.closing:
+		default:
+			c.refuse(transport.StatusRNRRetryExceeded, fmt.Errorf("no receive posted within %v", c.peerRNR))
+		}
+		return false
+	}
+	comp := transport.Completion{ID: wr.ID, Op: transport.OpRecv, Imm: h.Imm, HasImm: imm}
+	if h.Type == frameSend {
+		buf, err := c.p.pd.local(wr.Buf)
+		if err != nil {
+			comp.Status = transport.StatusLocalProtection
+			c.cq.push(comp)
+			c.refuse(transport.StatusRemoteInvalidRequest, err)
+			return false
+		}
+		if n > len(buf) {
+			comp.Status = transport.StatusLocalLength
+			c.cq.push(comp)
+			c.refuse(transport.StatusRemoteInvalidRequest, fmt.Errorf("%d-byte SEND into a %d-byte receive", n, len(buf)))
+			return false
+		}
+		dst, comp.Len = buf[:n], n
+	}
+	if err := c.rd.readInto(dst); err != nil {
+		comp.Status = transport.StatusFlushed
+		c.cq.push(comp)
+		c.readFailed(err)
+		return false
+	}
+	c.cq.push(comp)
+	c.placed.Add(1)
+	return true
+}
+
+// takeRecv pops the next posted receive, waiting up to the peer's RNR
+// timeout for one; false if none came or the connection failed.
+func (c *conn) takeRecv() (transport.RecvWR, bool) {
+	var timer *time.Timer
+	for {
+		c.mu.Lock()
+		if c.rqHead != c.rqTail {
+			i := c.rqHead % uint64(len(c.rq))
+			wr := c.rq[i]
+			c.rq[i] = transport.RecvWR{}
+			c.rqHead++
+			c.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+			return wr, true
+		}
+		c.mu.Unlock()
+		if timer == nil {
+			// Receiver not ready: the peer retries for its RNR timeout.
+			// Acknowledge what is placed so far while we wait.
+			if c.placed.Load() != c.ackSent.Load() {
+				c.wakeWriter()
+			}
+			timer = time.NewTimer(c.peerRNR)
+		}
+		select {
+		case <-c.recvKick:
+		case <-timer.C:
+			return transport.RecvWR{}, false
+		case <-c.closing:
+			timer.Stop()
+			return transport.RecvWR{}, false
+		}
+	}
+}

@@ -1,0 +1,280 @@
+// Package soft is the software RDMA provider "softrdma": the verbs-shaped
+// transport interface carried over TCP, on loopback or any network.
+//
+// It behaves like a NIC so protocol code cannot cheat (docs/transport.md):
+// remote writes land only inside regions registered for remote write, by
+// handle and bounds, or the initiator's work request fails with
+// StatusRemoteAccess and the connection goes to error on both sides; a SEND
+// that finds no posted receive waits the initiator's RNR timeout and then
+// fails; a SEND longer than the posted buffer fails with a length error;
+// send completions come only after the peer acknowledged placement; on
+// disconnect every outstanding work request is flushed. Incoming data is
+// placed by the connection's own reader goroutine, read from the socket
+// into the target memory, before the application hears of it.
+package soft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// Name is the provider's name in the negotiate.
+const Name = "softrdma"
+
+// Options configure a Provider; the zero value is the production default.
+type Options struct {
+	// Logger receives connection events (fields provider, conn, why);
+	// nil means quiet.
+	Logger logrus.FieldLogger
+	// Faults, when non-nil, injects faults into the provider's
+	// connections (tests). See ParseFaults and EnvFaults.
+	Faults *Faults
+	// RNRTimeout is how long a SEND or WRITE WITH IMMEDIATE this provider
+	// initiates may wait at the peer for a posted receive before it fails
+	// with StatusRNRRetryExceeded (the receiver-not-ready retry). The peer
+	// learns it in the connection's hello. Zero means 2 s.
+	RNRTimeout time.Duration
+	// TransportTimeout is how long transmitted work may go
+	// unacknowledged, beyond RNRTimeout, before the connection fails with
+	// StatusTransportError (a NIC's transport retry counter). Zero means
+	// 10 s; negative disables the check.
+	TransportTimeout time.Duration
+	// HandshakeTimeout bounds the hello exchange of an accepted
+	// connection. Zero means 10 s.
+	HandshakeTimeout time.Duration
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF. Zero leaves the kernel's
+	// autotuning, which on Linux grows larger than a fixed size may.
+	SocketBuffer int
+}
+
+func (o Options) withDefaults() Options {
+	if o.RNRTimeout == 0 {
+		o.RNRTimeout = 2 * time.Second
+	}
+	if o.TransportTimeout == 0 {
+		o.TransportTimeout = 10 * time.Second
+	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = 10 * time.Second
+	}
+	return o
+}
+
+// Provider is the softrdma provider. It has one protection domain, which
+// every connection it makes reports as its Domain.
+type Provider struct {
+	opts   Options
+	log    logrus.FieldLogger
+	pd     *domain
+	nconns atomic.Int64 // connections made, for Faults.Conns
+}
+
+var _ transport.Provider = (*Provider)(nil)
+
+// New returns a provider with opts.
+func New(opts Options) *Provider {
+	opts = opts.withDefaults()
+	log := opts.Logger
+	if log == nil {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		log = l
+	}
+	return &Provider{opts: opts, log: log, pd: newDomain()}
+}
+
+// Name returns "softrdma".
+func (p *Provider) Name() string { return Name }
+
+// Available always reports nil: the provider needs only TCP.
+func (p *Provider) Available() error { return nil }
+
+// Domain returns the provider's protection domain, so memory can be
+// registered before any connection exists.
+func (p *Provider) Domain() transport.Domain { return p.pd }
+
+// Dial connects to a softrdma listener at addr.
+func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) (transport.Conn, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
+	}
+	tc := nc.(*net.TCPConn)
+	stop := context.AfterFunc(ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
+	peer, err := p.handshake(tc, cfg)
+	if !stop() {
+		err = errors.Join(err, ctx.Err())
+	}
+	if err != nil {
+		_ = tc.Close()
+		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
+	}
+	return p.newConn(tc, cfg, peer), nil
+}
+
+// Listen listens on addr ("ip:port"; port 0 picks one).
+func (p *Provider) Listen(addr string, cfg transport.Config) (transport.Listener, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("softrdma: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &listener{p: p, ln: ln.(*net.TCPListener), cfg: cfg,
+		ready: make(chan *conn), ctx: ctx, cancel: cancel, closed: ctx.Done()}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+func checkConfig(cfg transport.Config) error {
+	cfg = cfg.WithDefaults()
+	if cfg.SendQueueDepth < 0 || cfg.RecvQueueDepth < 0 || cfg.MaxSGE < 0 ||
+		cfg.MaxMessageSize < 0 || int64(cfg.MaxMessageSize) > 1<<32-1 {
+		return fmt.Errorf("softrdma: config out of range: %+v", cfg)
+	}
+	return nil
+}
+
+// handshake exchanges hellos; the deadline must be set by the caller.
+func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config) (hello, error) {
+	_ = tc.SetNoDelay(true)
+	if n := p.opts.SocketBuffer; n > 0 {
+		_ = tc.SetReadBuffer(n)
+		_ = tc.SetWriteBuffer(n)
+	}
+	var b [helloSize]byte
+	(&hello{RNRTimeout: p.opts.RNRTimeout, MaxMessageSize: uint32(cfg.WithDefaults().MaxMessageSize)}).encode(b[:])
+	if _, err := tc.Write(b[:]); err != nil {
+		return hello{}, err
+	}
+	if _, err := io.ReadFull(tc, b[:]); err != nil {
+		return hello{}, err
+	}
+	var peer hello
+	if err := peer.decode(b[:]); err != nil {
+		return hello{}, err
+	}
+	return peer, tc.SetDeadline(time.Time{})
+}
+
+func (p *Provider) newConn(tc *net.TCPConn, cfg transport.Config, peer hello) *conn {
+	var f *Faults
+	if p.opts.Faults != nil {
+		if n := p.nconns.Add(1); p.opts.Faults.Conns <= 0 || n <= int64(p.opts.Faults.Conns) {
+			f = p.opts.Faults
+		}
+	}
+	return newConn(p, tc, cfg, peer, f)
+}
+
+// listener accepts TCP connections and runs each hello in its own
+// goroutine, so a silent client cannot hold up the others.
+type listener struct {
+	p     *Provider
+	ln    *net.TCPListener
+	cfg   transport.Config
+	ready chan *conn
+	// ctx ends (closed is ctx.Done()) at Close: the accept loop and the
+	// pending handshakes stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed <-chan struct{}
+	wg     sync.WaitGroup
+}
+
+// maxHandshakes bounds hellos in progress at once.
+const maxHandshakes = 64
+
+func (l *listener) acceptLoop() {
+	defer l.wg.Done()
+	sem := make(chan struct{}, maxHandshakes)
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			select {
+			case <-l.closed:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			l.p.log.WithError(err).Warn("softrdma: accept failed")
+			select {
+			case <-l.closed:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-l.closed:
+			_ = nc.Close()
+			return
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() { <-sem }()
+			l.admit(nc.(*net.TCPConn))
+		}()
+	}
+}
+
+func (l *listener) admit(tc *net.TCPConn) {
+	_ = tc.SetDeadline(time.Now().Add(l.p.opts.HandshakeTimeout))
+	stop := context.AfterFunc(l.ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
+	peer, err := l.p.handshake(tc, l.cfg)
+	stop()
+	if err != nil {
+		l.p.log.WithError(err).WithField("peer", tc.RemoteAddr().String()).Info("softrdma: handshake failed")
+		_ = tc.Close()
+		return
+	}
+	c := l.p.newConn(tc, l.cfg, peer)
+	select {
+	case l.ready <- c:
+	case <-l.closed:
+		_ = c.Close()
+	}
+}
+
+func (l *listener) Accept(ctx context.Context) (transport.Conn, error) {
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-l.closed:
+		return nil, transport.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *listener) Addr() string { return l.ln.Addr().String() }
+
+// Close stops accepting; connections already accepted stay up.
+func (l *listener) Close() error {
+	l.cancel()
+	_ = l.ln.Close()
+	l.wg.Wait()
+	return nil
+}

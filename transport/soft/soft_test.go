@@ -1,0 +1,127 @@
+package soft
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
+)
+
+// testRNR keeps the receiver-not-ready cases quick.
+const testRNR = 200 * time.Millisecond
+
+func TestConformance(t *testing.T) {
+	opts := Options{RNRTimeout: testRNR}
+	conformance.Run(t, conformance.Env{
+		Client:     New(opts),
+		Server:     New(opts),
+		RNRTimeout: testRNR,
+	})
+}
+
+// TestConformanceOneProvider runs the suite with both ends in one
+// provider, hence one protection domain, as a server talking to itself.
+func TestConformanceOneProvider(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the two-provider run covers -short")
+	}
+	p := New(Options{RNRTimeout: testRNR})
+	conformance.Run(t, conformance.Env{Client: p, Server: p, RNRTimeout: testRNR})
+}
+
+// pair connects two providers over loopback.
+func pair(t testing.TB, cp, sp *Provider, cfg transport.Config) (cli, srv transport.Conn) {
+	t.Helper()
+	ln, err := sp.Listen("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := make(chan transport.Conn, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- c
+	}()
+	cli, err = cp.Dial(ctx, ln.Addr(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = <-ch
+	if srv == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { _ = cli.Close(); _ = srv.Close() })
+	return cli, srv
+}
+
+func mustAlloc(t testing.TB, c transport.Conn, n int, acc transport.Access) transport.Region {
+	t.Helper()
+	r, err := c.Domain().Alloc(n, acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Deregister() })
+	return r
+}
+
+func waitOne(t testing.TB, c transport.Conn, d time.Duration) transport.Completion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var buf [1]transport.Completion
+	if _, err := c.CQ().Wait(ctx, buf[:]); err != nil {
+		t.Fatalf("CQ.Wait: %v", err)
+	}
+	return buf[0]
+}
+
+func TestDomainIsPerProvider(t *testing.T) {
+	p := New(Options{})
+	cli, srv := pair(t, New(Options{}), p, transport.Config{})
+	if srv.Domain() != p.Domain() {
+		t.Error("an accepted connection's Domain is not the provider's")
+	}
+	if cli.Domain() == srv.Domain() {
+		t.Error("two providers share a domain")
+	}
+	// Memory of another domain is refused at Post.
+	foreign := mustAlloc(t, srv, 64, transport.AccessLocal)
+	if err := cli.Post(transport.SendWR{Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(foreign)}}); err == nil {
+		t.Error("Post with another domain's memory succeeded")
+	}
+	if err := cli.PostRecv(transport.RecvWR{Buf: transport.Whole(foreign)}); err == nil {
+		t.Error("PostRecv with another domain's memory succeeded")
+	}
+	local := mustAlloc(t, cli, 64, transport.AccessLocal)
+	if err := cli.Post(transport.SendWR{Op: transport.OpSend, SGL: []transport.Segment{{Region: local, Offset: 60, Length: 8}}}); err == nil {
+		t.Error("Post with a segment past its region succeeded")
+	}
+	if err := cli.Post(transport.SendWR{Op: transport.OpRecv}); err == nil {
+		t.Error("Post of OpRecv succeeded")
+	}
+}
+
+// TestRNRTimeoutIsTheInitiators: the wait a SEND gets at the peer is the
+// sender's RNRTimeout, learnt in the hello, whatever the receiver's is.
+func TestRNRTimeoutIsTheInitiators(t *testing.T) {
+	cli, _ := pair(t, New(Options{RNRTimeout: 50 * time.Millisecond}), New(Options{RNRTimeout: time.Hour}), transport.Config{})
+	src := mustAlloc(t, cli, 8, transport.AccessLocal)
+	start := time.Now()
+	if err := cli.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
+		t.Fatal(err)
+	}
+	c := waitOne(t, cli, 10*time.Second)
+	if c.Status != transport.StatusRNRRetryExceeded {
+		t.Fatalf("completion %+v", c)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
+		t.Errorf("RNR failure after %v, want about 50ms", d)
+	}
+}
