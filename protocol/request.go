@@ -1,0 +1,152 @@
+package protocol
+
+// Request is one decoded client message (FIG. 6A-17C). Which fields beyond
+// Header mean anything depends on Header.Opcode:
+//
+//	OpAuth                  Auth
+//	OpRegister              Register
+//	OpVecRead               Regions (aliases the decoded buffer)
+//	OpWrite, OpVecWrite     Data (aliases the decoded buffer)
+//	others                  Header alone
+//
+// Regions and Data are not copied: they stay valid only as long as the
+// buffer given to DecodeRequest is not reused (e.g. until the receive
+// buffer is posted again).
+type Request struct {
+	Header   Header
+	Auth     AuthParams
+	Register FidParams
+	Regions  RegionList
+	Data     []byte
+}
+
+// knownFlags are the header flag bits the seed defines.
+const knownFlags = FlagInterrupt | FlagControl | FlagCollapse
+
+// DecodeRequest decodes and validates one whole client message; b is exactly
+// the bytes received. It never panics and allocates nothing for READ,
+// WRITE, VEC_READ and VEC_WRITE. Every error is a *FieldError, which ends
+// the connection (IsProtocolError). What it checks:
+//
+//   - the opcode is one of the ten and Flags has only the seed's bits,
+//     FlagCollapse only on VEC_WRITE;
+//   - Length against the bytes: READ and VEC_READ, bytes to read (the
+//     message is the header, plus regions for VEC_READ); WRITE and
+//     non-collapsed VEC_WRITE, the data after the header; collapsed
+//     VEC_WRITE, the range written, with min(Length, PageSize) data bytes;
+//     AUTH and REGISTER, the whole message; CLOSE, CANCEL, CREDIT and
+//     INTERRUPT, HeaderSize;
+//   - Marker is 0xFF on READ, WRITE, VEC_READ and VEC_WRITE;
+//   - the parameter blocks and region lists as their own decoders do.
+//
+// Semantic checks (is the Fid registered, is Length within the negotiated
+// window, is the header size the negotiated one) are the engine's.
+func DecodeRequest(b []byte) (Request, error) {
+	var r Request
+	h, err := DecodeHeader(b)
+	if err != nil {
+		return r, err
+	}
+	r.Header = h
+	msg := h.Opcode.String()
+	if !h.Opcode.Valid() {
+		return r, fieldErr("REQUEST", "Opcode", "unknown opcode 0x%02x", uint8(h.Opcode))
+	}
+	if h.Flags&^knownFlags != 0 {
+		return r, fieldErr(msg, "Flags", "unknown bits 0x%02x", h.Flags&^knownFlags)
+	}
+	if h.Flags&FlagCollapse != 0 && h.Opcode != OpVecWrite {
+		return r, fieldErr(msg, "Flags", "COLLAPSE_IO on a %s request", msg)
+	}
+	body := b[HeaderSize:]
+	switch h.Opcode {
+	case OpRead, OpWrite, OpVecRead, OpVecWrite:
+		if h.Marker != MarkerIO {
+			return r, fieldErr(msg, "Marker", "0x%02x, want 0x%02x", h.Marker, MarkerIO)
+		}
+	}
+	switch h.Opcode {
+	case OpRead:
+		if len(body) != 0 {
+			return r, fieldErr(msg, "Length", "%d unexpected bytes after the header", len(body))
+		}
+	case OpVecRead:
+		if err := checkVecRead(&h, body); err != nil {
+			return r, err
+		}
+		r.Regions = RegionList(body)
+	case OpWrite:
+		if uint64(len(body)) != uint64(h.Length) {
+			return r, fieldErr(msg, "Length", "%d, but %d data bytes follow the header", h.Length, len(body))
+		}
+		r.Data = body
+	case OpVecWrite:
+		if h.Flags&FlagCollapse != 0 {
+			if err := checkCollapsed(&h, len(body)); err != nil {
+				return r, err
+			}
+		} else if uint64(len(body)) != uint64(h.Length) {
+			return r, fieldErr(msg, "Length", "%d, but %d data bytes follow the header", h.Length, len(body))
+		}
+		r.Data = body
+	case OpAuth:
+		if uint64(h.Length) != uint64(len(b)) {
+			return r, fieldErr(msg, "Length", "%d, but the message is %d bytes", h.Length, len(b))
+		}
+		p, err := DecodeAuthParams(body)
+		if err != nil {
+			return r, err
+		}
+		r.Auth = p
+	case OpRegister:
+		if uint64(h.Length) != uint64(len(b)) {
+			return r, fieldErr(msg, "Length", "%d, but the message is %d bytes", h.Length, len(b))
+		}
+		p, err := DecodeFidParams(body)
+		if err != nil {
+			return r, err
+		}
+		r.Register = p
+	default: // CLOSE, CANCEL, CREDIT, INTERRUPT: the header alone.
+		if len(body) != 0 {
+			return r, fieldErr(msg, "Length", "%d unexpected bytes after the header", len(body))
+		}
+		if h.Length != HeaderSize {
+			return r, fieldErr(msg, "Length", "%d, want %d", h.Length, HeaderSize)
+		}
+	}
+	return r, nil
+}
+
+// Size returns the encoded size of r.
+func (r *Request) Size() int {
+	n := HeaderSize
+	switch r.Header.Opcode {
+	case OpAuth:
+		n += r.Auth.Size()
+	case OpRegister:
+		n += FidParamsSize
+	case OpVecRead:
+		n += len(r.Regions) - len(r.Regions)%RDMARegionSize
+	case OpWrite, OpVecWrite:
+		n += len(r.Data)
+	}
+	return n
+}
+
+// Append appends r encoded as its opcode says: the header, then the
+// opcode's body (see Request). It is the inverse of DecodeRequest.
+func (r *Request) Append(b []byte) []byte {
+	b = r.Header.Append(b)
+	switch r.Header.Opcode {
+	case OpAuth:
+		b = r.Auth.Append(b)
+	case OpRegister:
+		b = r.Register.Append(b)
+	case OpVecRead:
+		b = append(b, r.Regions[:len(r.Regions)-len(r.Regions)%RDMARegionSize]...)
+	case OpWrite, OpVecWrite:
+		b = append(b, r.Data...)
+	}
+	return b
+}
