@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -20,7 +21,7 @@ func testServer() *Server {
 		DNSDomain:       "lwio.test",
 		DNSComputer:     "filer.lwio.test",
 		Lookup: func(user, domain string) ([16]byte, bool) {
-			h, ok := testUsers[user]
+			h, ok := testUsers[strings.ToLower(user)]
 			return h, ok
 		},
 	})
