@@ -1,0 +1,323 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/smbauth"
+)
+
+// ErrClosed is returned by every call on a client whose connection is
+// closed or broken; ToErrno maps it to ENOTCONN.
+var ErrClosed = errors.New("session: connection closed")
+
+// ErrLogonFailure is returned by Dial when the server refuses the
+// credentials; it wraps protocol.StatusLogonFailure.
+var ErrLogonFailure = fmt.Errorf("logon failure: wrong user name or password (%w)", protocol.StatusLogonFailure)
+
+// ClientConfig configures Dial.
+type ClientConfig struct {
+	// User and Domain name the account; Domain may be empty.
+	User, Domain string
+	// Password is the plaintext password; when empty NTHash is used.
+	Password string
+	// NTHash is the password's NT hash (smbauth.NTHash), used when
+	// Password is empty.
+	NTHash *[16]byte
+	// Workstation is the NTLM workstation name; empty means os.Hostname().
+	Workstation string
+	// Logger receives connection events; nil means quiet.
+	Logger logrus.FieldLogger
+	// WriteTimeout bounds one request write; a server that does not read
+	// for that long breaks the connection. Zero means 30 seconds.
+	WriteTimeout time.Duration
+}
+
+// Client is an authenticated session over one TCP connection. All methods
+// are safe for concurrent use; requests are multiplexed by message id.
+type Client struct {
+	nc  net.Conn
+	log logrus.FieldLogger
+	cfg ClientConfig
+
+	writeMu sync.Mutex
+	nextID  uint64 // guarded by writeMu: ids go out in increasing order
+
+	mu      sync.Mutex
+	pending map[uint64]chan Frame // nil channel: the caller gave up
+	err     error                 // why the connection died
+
+	key        atomic.Pointer[[]byte] // session key, set during setup
+	signing    atomic.Bool            // every frame signed both ways
+	sessionID  uint64
+	serverName string
+
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// Dial connects to a session server at addr and runs session setup (the
+// NTLMv2 exchange). Wrong credentials give an error wrapping
+// ErrLogonFailure ("logon failure: wrong user name or password").
+func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(nc, cfg)
+	if err := c.setup(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func newClient(nc net.Conn, cfg ClientConfig) *Client {
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	if cfg.Workstation == "" {
+		cfg.Workstation, _ = os.Hostname()
+	}
+	c := &Client{
+		nc:      nc,
+		cfg:     cfg,
+		log:     orQuiet(cfg.Logger).WithField("server", nc.RemoteAddr().String()),
+		pending: map[uint64]chan Frame{},
+		done:    make(chan struct{}),
+	}
+	go c.readLoop()
+	return c
+}
+
+// setup runs SESSION_SETUP twice: NEGOTIATE → CHALLENGE, AUTHENTICATE →
+// success, whose response is the first signed frame.
+func (c *Client) setup(ctx context.Context) error {
+	// The exchange is bounded by ctx: a dead or silent server must not
+	// hang Dial.
+	stop := context.AfterFunc(ctx, func() { c.fail(ctx.Err()) })
+	defer stop()
+	nc := smbauth.NewClient(smbauth.ClientConfig{
+		User: c.cfg.User, Domain: c.cfg.Domain, Workstation: c.cfg.Workstation,
+		Password: c.cfg.Password, NTHash: c.cfg.NTHash,
+	})
+	neg, err := nc.Negotiate()
+	if err != nil {
+		return err
+	}
+	var chal tokenMsg
+	h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg}, &chal)
+	if err != nil {
+		return fmt.Errorf("session setup: %w", err)
+	}
+	if h.Status != protocol.StatusMoreProcessingReq {
+		return fmt.Errorf("session setup: server answered NEGOTIATE with %v", h.Status)
+	}
+	auth, key, err := nc.Authenticate(chal.Token)
+	if err != nil {
+		return fmt.Errorf("session setup: %w", err)
+	}
+	c.key.Store(&key)
+	var done sessionSetupDone
+	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, &done)
+	if err != nil {
+		return fmt.Errorf("session setup: %w", err)
+	}
+	switch h.Status {
+	case protocol.StatusSuccess:
+	case protocol.StatusLogonFailure, protocol.StatusAccessDenied:
+		return ErrLogonFailure
+	default:
+		return fmt.Errorf("session setup: %w", h.Status)
+	}
+	if h.Flags&FlagSigned == 0 {
+		return errors.New("session setup: final response not signed")
+	}
+	c.sessionID = h.SessionID
+	c.serverName = done.ServerName
+	c.signing.Store(true)
+	c.log = c.log.WithField("session", c.sessionID)
+	c.log.Debug("session established")
+	return nil
+}
+
+// SessionID is the server's id for this session (LWIO AUTH and REGISTER
+// carry it).
+func (c *Client) SessionID() uint64 { return c.sessionID }
+
+// SessionKey is the NTLM exported session key, which signs this channel
+// and the LWIO AUTH exchange.
+func (c *Client) SessionKey() []byte {
+	if k := c.key.Load(); k != nil {
+		return append([]byte(nil), (*k)...)
+	}
+	return nil
+}
+
+// ServerName is the name the server gave at session setup.
+func (c *Client) ServerName() string { return c.serverName }
+
+// Done is closed when the connection is gone; every call then fails with
+// ErrClosed (or the error that broke the connection).
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended, or nil while it is up.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close closes the connection; the server ends the session with it, and
+// with the session every open handle, resume key and LWIO key.
+func (c *Client) Close() error {
+	c.fail(ErrClosed)
+	return nil
+}
+
+// fail breaks the connection once, failing every pending call.
+func (c *Client) fail(err error) {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		if errors.Is(err, ErrClosed) {
+			c.err = err
+		} else {
+			c.err = fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		c.mu.Unlock()
+		c.nc.Close()
+		close(c.done)
+	})
+}
+
+func (c *Client) readLoop() {
+	for {
+		f, raw, err := ReadFrame(c.nc)
+		if err != nil {
+			select {
+			case <-c.done:
+			default:
+				c.log.WithError(err).Debug("connection lost")
+			}
+			c.fail(err)
+			return
+		}
+		if err := c.accept(f, raw); err != nil {
+			c.log.WithError(err).WithFields(logrus.Fields{"msgid": f.MessageID, "cmd": f.Command}).Warn("dropping connection")
+			c.fail(err)
+			return
+		}
+	}
+}
+
+// accept checks a response's signature and message id and delivers it.
+func (c *Client) accept(f Frame, raw []byte) error {
+	if f.Flags&FlagResponse == 0 {
+		return errors.New("session: server sent a request frame")
+	}
+	if f.Flags&FlagSigned != 0 {
+		k := c.key.Load()
+		if k == nil || !verifyFrame(*k, raw) {
+			return ErrBadSignature
+		}
+	} else if c.signing.Load() {
+		return ErrUnsigned
+	}
+	c.mu.Lock()
+	ch, ok := c.pending[f.MessageID]
+	delete(c.pending, f.MessageID)
+	c.mu.Unlock()
+	if !ok {
+		// Not a request in flight: a replay or a forgery.
+		return ErrReplay
+	}
+	if ch != nil {
+		ch <- f
+	}
+	return nil
+}
+
+// roundTrip sends one request and waits for its response, decoding the body
+// into resp when the status is success (or MORE_PROCESSING_REQUIRED). The
+// status is in the returned header, not the error.
+func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, resp message) (Header, error) {
+	if err := ctx.Err(); err != nil {
+		return Header{}, err
+	}
+	var e encoder
+	e.b = make([]byte, 0, HeaderSize+64)
+	e.b = AppendFrame(e.b, Header{Command: cmd, SessionID: c.sessionID, TreeID: tree}, nil)
+	if req != nil {
+		req.encode(&e)
+	}
+	raw := e.b
+	if len(raw) > MaxFrameSize {
+		return Header{}, protocol.StatusInvalidParameter
+	}
+	putLength(raw)
+	ch := make(chan Frame, 1)
+
+	c.writeMu.Lock()
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		c.writeMu.Unlock()
+		return Header{}, err
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = ch
+	c.mu.Unlock()
+	putMessageID(raw, id)
+	if c.signing.Load() {
+		signFrame(*c.key.Load(), raw)
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+	_, werr := c.nc.Write(raw)
+	c.writeMu.Unlock()
+	if werr != nil {
+		c.fail(werr)
+		return Header{}, c.Err()
+	}
+
+	select {
+	case f := <-ch:
+		if resp != nil && (f.Status == protocol.StatusSuccess || f.Status == protocol.StatusMoreProcessingReq) {
+			if err := unmarshal(f.Body, resp); err != nil {
+				c.log.WithError(err).WithField("cmd", cmd).Warn("dropping connection: malformed response")
+				c.fail(err)
+				return f.Header, err
+			}
+		}
+		return f.Header, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		if _, still := c.pending[id]; still {
+			c.pending[id] = nil // the response, when it comes, is dropped
+		}
+		c.mu.Unlock()
+		return Header{}, ctx.Err()
+	case <-c.done:
+		return Header{}, c.Err()
+	}
+}
+
+// call is roundTrip for an operation: a non-success status is the error.
+func (c *Client) call(ctx context.Context, cmd Command, tree uint32, req, resp message) error {
+	h, err := c.roundTrip(ctx, cmd, tree, req, resp)
+	if err != nil {
+		return err
+	}
+	return h.Status.Err()
+}

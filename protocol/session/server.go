@@ -1,0 +1,343 @@
+package session
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/smbauth"
+)
+
+// Share is a directory served under a name.
+type Share struct {
+	// Name is what clients tree-connect to; matched case-insensitively.
+	Name string
+	// Path is the directory on the server's disk. Nothing outside it is
+	// reachable through the share.
+	Path string
+	// ReadOnly refuses every modifying operation with
+	// STATUS_MEDIA_WRITE_PROTECTED.
+	ReadOnly bool
+	// Users may tree-connect; empty means every authenticated user.
+	Users []string
+}
+
+// ServerConfig configures a Server. Zero values are usable defaults except
+// for Shares and Users, which must be filled for the server to be useful.
+type ServerConfig struct {
+	// ServerName is the server's name in the resume key context
+	// (\\ServerName\share), the negotiate response and the NTLM target
+	// info. Empty means os.Hostname().
+	ServerName string
+	// Domain is the NTLM target (domain) name. Empty means "LWIO".
+	Domain string
+	// Shares are the shares served.
+	Shares []Share
+	// Users maps user names (matched case-insensitively, as NTLM does) to
+	// NT hashes (smbauth.NTHash). Passwords are never kept.
+	Users map[string][16]byte
+	// Providers is the server's local RDMA provider list, intersected with
+	// the client's in the \PIPE\LWIO negotiate. Nil means none in common.
+	Providers []ProviderInfo
+	// Logger receives connection-level events; nil means quiet.
+	Logger logrus.FieldLogger
+	// MaxInFlight bounds the requests one connection has in flight on the
+	// server; a reader blocks beyond it. Zero means 64.
+	MaxInFlight int
+	// SetupTimeout bounds how long a connection may take to complete
+	// session setup. Zero means 30 seconds.
+	SetupTimeout time.Duration
+	// WriteTimeout bounds one response write; a client that does not read
+	// for that long is dropped. Zero means 30 seconds.
+	WriteTimeout time.Duration
+	// DisableOpenat2 forces the component-walking resolver used where
+	// openat2(2) is missing. For tests and odd kernels; zero uses openat2.
+	DisableOpenat2 bool
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("session: server closed")
+
+// Server is the session channel's server side. It also implements the LWIO
+// engine's Authority (SessionByKey, OpenByResumeKey).
+type Server struct {
+	cfg    ServerConfig
+	log    logrus.FieldLogger
+	auth   *smbauth.Server
+	shares map[string]*share
+
+	mu         sync.Mutex
+	closing    bool
+	listeners  map[net.Listener]struct{}
+	conns      map[*serverConn]struct{}
+	sessions   map[uint64]*serverSession
+	lwioKeys   map[[16]byte]*serverSession
+	resumeKeys map[[24]byte]*openFile
+	connWG     sync.WaitGroup
+
+	nextSession atomic.Uint64
+	nextConn    atomic.Uint64
+}
+
+// share is a served share with its open root.
+type share struct {
+	Share
+	root  *shareRoot
+	users map[string]bool // lower-cased; nil = everyone
+}
+
+// NewServer opens every share's root and returns a server ready to Serve.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.ServerName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			h = "lwio"
+		}
+		cfg.ServerName = h
+	}
+	if cfg.Domain == "" {
+		cfg.Domain = "LWIO"
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 64
+	}
+	if cfg.SetupTimeout <= 0 {
+		cfg.SetupTimeout = 30 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	s := &Server{
+		cfg:        cfg,
+		log:        orQuiet(cfg.Logger),
+		shares:     map[string]*share{},
+		listeners:  map[net.Listener]struct{}{},
+		conns:      map[*serverConn]struct{}{},
+		sessions:   map[uint64]*serverSession{},
+		lwioKeys:   map[[16]byte]*serverSession{},
+		resumeKeys: map[[24]byte]*openFile{},
+	}
+	users := map[string][16]byte{}
+	for u, h := range cfg.Users {
+		users[strings.ToLower(u)] = h
+	}
+	s.auth = smbauth.NewServer(smbauth.ServerConfig{
+		TargetName:      cfg.Domain,
+		NetbiosComputer: strings.ToUpper(cfg.ServerName),
+		DNSDomain:       strings.ToLower(cfg.Domain),
+		DNSComputer:     strings.ToLower(cfg.ServerName),
+		Lookup: func(user, _ string) ([16]byte, bool) {
+			h, ok := users[strings.ToLower(user)]
+			return h, ok
+		},
+	})
+	for _, sh := range cfg.Shares {
+		key := strings.ToLower(sh.Name)
+		if key == "" || strings.ContainsAny(key, `\/`) {
+			s.closeShares()
+			return nil, fmt.Errorf("session: bad share name %q", sh.Name)
+		}
+		if _, dup := s.shares[key]; dup {
+			s.closeShares()
+			return nil, fmt.Errorf("session: share %q listed twice", sh.Name)
+		}
+		root, err := openShareRoot(sh.Path, cfg.DisableOpenat2)
+		if err != nil {
+			s.closeShares()
+			return nil, fmt.Errorf("session: share %q: %w", sh.Name, err)
+		}
+		ns := &share{Share: sh, root: root}
+		if len(sh.Users) > 0 {
+			ns.users = map[string]bool{}
+			for _, u := range sh.Users {
+				ns.users[strings.ToLower(u)] = true
+			}
+		}
+		s.shares[key] = ns
+		s.log.WithFields(logrus.Fields{"share": sh.Name, "path": sh.Path, "readonly": sh.ReadOnly, "openat2": !root.walk}).Debug("share ready")
+	}
+	var seed [8]byte
+	rand.Read(seed[:])
+	// Session ids start at a random point so that they say nothing about
+	// how many sessions the server has seen; they are never zero.
+	s.nextSession.Store(binary.LittleEndian.Uint64(seed[:]) >> 16)
+	return s, nil
+}
+
+func (s *Server) closeShares() {
+	for _, sh := range s.shares {
+		sh.root.close()
+	}
+}
+
+// Serve accepts connections on l until Close. It returns ErrServerClosed
+// after Close, or the accept error that stopped it.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		c := s.newConn(nc)
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.connWG.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// Close stops accepting, lets requests in flight finish and their answers
+// go out, then closes every connection (ending their sessions, their open
+// files, resume keys and LWIO keys) and the share roots.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.stopReading()
+	}
+	s.mu.Unlock()
+	s.connWG.Wait()
+	s.closeShares()
+	return nil
+}
+
+// SessionByKey returns the session a negotiate Key was issued to over
+// \PIPE\LWIO, with its signing key (the NTLM exported session key). It is
+// the LWIO server engine's way to authenticate an RDMA connection (FIG. 5,
+// step 605).
+func (s *Server) SessionByKey(key [16]byte) (id uint64, signingKey []byte, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss, ok := s.lwioKeys[key]
+	if !ok {
+		return 0, nil, false
+	}
+	return ss.id, append([]byte(nil), ss.key...), true
+}
+
+// File is an open file as the LWIO engine sees it through a resume key.
+type File interface {
+	ReadAt(p []byte, off int64) (int, error)
+	WriteAt(p []byte, off int64) (int, error)
+	Sync() error
+	ReadOnly() bool
+}
+
+// OpenByResumeKey resolves a resume key issued by FSCTL_SRV_REQUEST_RESUME_KEY
+// on session sessionID to its open file (FIG. 7A: registration names the
+// file by its resume key). A key from another session, or of a handle that
+// is closed, is STATUS_INVALID_HANDLE... reported as StatusAccessDenied for
+// another session's key so that keys cannot be probed across sessions.
+func (s *Server) OpenByResumeKey(sessionID uint64, key [24]byte) (File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	of, ok := s.resumeKeys[key]
+	if !ok || of.sess.id != sessionID {
+		return nil, protocol.StatusAccessDenied
+	}
+	if of.closed.Load() {
+		return nil, protocol.StatusFileClosed
+	}
+	return of, nil
+}
+
+// registerSession makes an authenticated session known.
+func (s *Server) registerSession(ss *serverSession) {
+	s.mu.Lock()
+	s.sessions[ss.id] = ss
+	s.mu.Unlock()
+}
+
+// endSession forgets a session with everything bound to it.
+func (s *Server) endSession(ss *serverSession) {
+	s.mu.Lock()
+	delete(s.sessions, ss.id)
+	for _, k := range ss.lwioKeys {
+		delete(s.lwioKeys, k)
+	}
+	s.mu.Unlock()
+	ss.mu.Lock()
+	opens := ss.handles
+	ss.handles = map[Handle]*openFile{}
+	ss.mu.Unlock()
+	for _, of := range opens {
+		s.closeOpen(of)
+	}
+}
+
+// closeOpen closes an open file and kills its resume key.
+func (s *Server) closeOpen(of *openFile) error {
+	if of.closed.Swap(true) {
+		return nil
+	}
+	s.mu.Lock()
+	if of.resumeKey != nil {
+		delete(s.resumeKeys, *of.resumeKey)
+	}
+	s.mu.Unlock()
+	if of.f != nil {
+		return of.f.Close()
+	}
+	return nil
+}
+
+// orQuiet returns l, or a logger that discards everything when l is nil.
+func orQuiet(l logrus.FieldLogger) logrus.FieldLogger {
+	if l != nil {
+		return l
+	}
+	q := logrus.New()
+	q.Out = io.Discard
+	q.Level = logrus.PanicLevel
+	return q
+}

@@ -1,0 +1,242 @@
+package session
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/smbauth"
+)
+
+// maxLogonFailures is how many failed AUTHENTICATEs one connection may
+// send before it is dropped.
+const maxLogonFailures = 3
+
+// serverConn is one client connection. Its reader goroutine decodes
+// frames, enforces the message-id window and signatures in arrival order,
+// runs session setup itself, and hands every other request to a goroutine
+// of its own (bounded by MaxInFlight).
+type serverConn struct {
+	s   *Server
+	nc  net.Conn
+	log logrus.FieldLogger
+
+	writeMu sync.Mutex
+
+	// Owned by the reader goroutine.
+	lastID    uint64
+	haveID    bool
+	pending   *smbauth.ServerState // a CHALLENGE was sent; used once
+	failures  int
+	loggedOff bool
+
+	sess     atomic.Pointer[serverSession]
+	inflight sync.WaitGroup
+	sem      chan struct{}
+	stopping atomic.Bool
+}
+
+func (s *Server) newConn(nc net.Conn) *serverConn {
+	id := s.nextConn.Add(1)
+	return &serverConn{
+		s:   s,
+		nc:  nc,
+		log: s.log.WithFields(logrus.Fields{"conn": id, "remote": nc.RemoteAddr().String()}),
+		sem: make(chan struct{}, s.cfg.MaxInFlight),
+	}
+}
+
+// stopReading makes the reader stop at the next frame boundary (Close's
+// graceful path): requests already read finish and are answered.
+func (c *serverConn) stopReading() {
+	c.stopping.Store(true)
+	c.nc.SetReadDeadline(time.Now())
+}
+
+func (c *serverConn) serve() {
+	defer c.s.connWG.Done()
+	c.log.Debug("connection open")
+	err := c.readLoop()
+	c.inflight.Wait()
+	c.nc.Close()
+	if ss := c.sess.Load(); ss != nil {
+		c.s.endSession(ss)
+	}
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+	switch {
+	case err == nil, errors.Is(err, io.EOF), c.stopping.Load():
+		c.log.Debug("connection closed")
+	default:
+		c.log.WithError(err).Warn("dropping connection")
+	}
+}
+
+func (c *serverConn) readLoop() error {
+	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.SetupTimeout))
+	for {
+		f, raw, err := ReadFrame(c.nc)
+		if err != nil {
+			return err
+		}
+		if f.Flags&FlagResponse != 0 {
+			return errors.New("session: client sent a response frame")
+		}
+		if c.haveID && f.MessageID <= c.lastID {
+			c.log.WithFields(logrus.Fields{"msgid": f.MessageID, "last": c.lastID}).Warn("replayed message id")
+			return ErrReplay
+		}
+		c.haveID, c.lastID = true, f.MessageID
+		ss := c.sess.Load()
+		if ss != nil {
+			if f.Flags&FlagSigned == 0 {
+				return ErrUnsigned
+			}
+			if !verifyFrame(ss.key, raw) {
+				c.log.WithFields(logrus.Fields{"msgid": f.MessageID, "cmd": f.Command}).Warn("bad signature")
+				return ErrBadSignature
+			}
+			if f.SessionID != ss.id {
+				return errors.New("session: frame names another session")
+			}
+		}
+		if f.Command == CmdSessionSetup {
+			if err := c.sessionSetup(f); err != nil {
+				return err
+			}
+			continue
+		}
+		if ss == nil {
+			// Nothing but session setup before a session exists.
+			c.respond(f.Header, protocol.StatusAccessDenied, nil)
+			continue
+		}
+		if c.loggedOff {
+			return nil
+		}
+		if f.Command == CmdLogoff {
+			c.loggedOff = true
+			c.respond(f.Header, protocol.StatusSuccess, nil)
+			return nil
+		}
+		c.sem <- struct{}{}
+		c.inflight.Add(1)
+		go func() {
+			defer func() { <-c.sem; c.inflight.Done() }()
+			if err := c.handle(ss, f); err != nil {
+				// A malformed body: the peer is broken or hostile.
+				c.log.WithError(err).WithField("cmd", f.Command).Warn("dropping connection: malformed request")
+				c.nc.Close()
+			}
+		}()
+	}
+}
+
+// sessionSetup runs one round of the NTLM exchange (MS-SMB2 3.3.5.5):
+// NEGOTIATE → MORE_PROCESSING_REQUIRED with the CHALLENGE, then
+// AUTHENTICATE → SUCCESS (signed with the new key) or LOGON_FAILURE.
+func (c *serverConn) sessionSetup(f Frame) error {
+	if c.sess.Load() != nil {
+		c.respond(f.Header, protocol.StatusRequestNotAccepted, nil)
+		return nil
+	}
+	var tok tokenMsg
+	if err := unmarshal(f.Body, &tok); err != nil {
+		return err
+	}
+	if c.pending == nil {
+		chal, st, err := c.s.auth.Challenge(tok.Token)
+		if err != nil {
+			c.log.WithError(err).Warn("bad NTLM NEGOTIATE")
+			c.respond(f.Header, protocol.StatusInvalidParameter, nil)
+			return nil
+		}
+		c.pending = st
+		c.respond(f.Header, protocol.StatusMoreProcessingReq, &tokenMsg{Token: chal})
+		return nil
+	}
+	st := c.pending
+	c.pending = nil // a challenge is answered once, right or wrong
+	res, err := st.Authenticate(tok.Token)
+	if err != nil {
+		c.failures++
+		c.log.WithError(err).WithField("failures", c.failures).Warn("logon failure")
+		c.respond(f.Header, protocol.StatusLogonFailure, nil)
+		if c.failures >= maxLogonFailures {
+			return errors.New("session: too many logon failures")
+		}
+		return nil
+	}
+	ss := &serverSession{
+		id:      c.s.nextSession.Add(1),
+		key:     res.SessionKey,
+		user:    strings.ToLower(res.User),
+		trees:   map[uint32]*share{},
+		handles: map[Handle]*openFile{},
+	}
+	c.s.registerSession(ss)
+	c.log = c.log.WithFields(logrus.Fields{"session": ss.id, "user": res.User})
+	c.log.WithFields(logrus.Fields{"domain": res.Domain, "workstation": res.Workstation}).Info("session established")
+	c.nc.SetReadDeadline(time.Time{})
+	h := f.Header
+	h.SessionID = ss.id
+	// The final response is the first signed frame; the session key is in
+	// force for every frame after it, both ways.
+	c.respondSigned(h, ss.key, protocol.StatusSuccess, &sessionSetupDone{ServerName: c.s.cfg.ServerName})
+	c.sess.Store(ss)
+	if c.stopping.Load() {
+		c.nc.SetReadDeadline(time.Now())
+	}
+	return nil
+}
+
+// respond writes a response to req, signed when a session is established.
+func (c *serverConn) respond(req Header, st protocol.Status, body message) {
+	var key []byte
+	if ss := c.sess.Load(); ss != nil {
+		key = ss.key
+		req.SessionID = ss.id
+	}
+	c.respondSigned(req, key, st, body)
+}
+
+func (c *serverConn) respondSigned(req Header, key []byte, st protocol.Status, body message) {
+	h := Header{
+		MessageID: req.MessageID,
+		Command:   req.Command,
+		Flags:     FlagResponse,
+		Status:    st,
+		SessionID: req.SessionID,
+		TreeID:    req.TreeID,
+	}
+	var e encoder
+	e.b = make([]byte, 0, HeaderSize+64)
+	e.b = AppendFrame(e.b, h, nil)
+	if body != nil && (st == protocol.StatusSuccess || st == protocol.StatusMoreProcessingReq) {
+		body.encode(&e)
+	}
+	raw := e.b
+	if len(raw) > MaxFrameSize {
+		raw = AppendFrame(raw[:0], Header{MessageID: h.MessageID, Command: h.Command, Flags: FlagResponse,
+			Status: protocol.StatusBufferOverflow, SessionID: h.SessionID, TreeID: h.TreeID}, nil)
+	}
+	putLength(raw)
+	if key != nil {
+		signFrame(key, raw)
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	if _, err := c.nc.Write(raw); err != nil {
+		c.log.WithError(err).Debug("response write failed")
+		c.nc.Close()
+	}
+}

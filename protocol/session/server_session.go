@@ -1,0 +1,178 @@
+package session
+
+import (
+	"crypto/rand"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lwiofs/lwiofs/protocol"
+)
+
+// StatusNetworkNameDeleted answers a request naming a TreeID the session
+// does not have (MS-SMB2 3.3.5.2.11).
+const StatusNetworkNameDeleted = protocol.Status(0xC00000C9)
+
+// serverSession is an authenticated session: its key, trees, open files
+// and the LWIO keys issued to it. It lives as long as its connection.
+type serverSession struct {
+	id   uint64
+	key  []byte
+	user string // lower-cased
+
+	mu       sync.Mutex
+	trees    map[uint32]*share
+	nextTree uint32
+	handles  map[Handle]*openFile
+	nextH    uint64
+	lwioKeys [][16]byte // guarded by Server.mu
+}
+
+// openFile is an open handle: a file, a directory or the \PIPE\LWIO pipe.
+// It is also the File the LWIO engine reaches through a resume key.
+type openFile struct {
+	sess     *serverSession
+	share    *share // nil for a pipe
+	f        *os.File
+	pipe     bool
+	readOnly bool // opened O_RDONLY or on a read-only share
+
+	resumeKey *[24]byte // guarded by Server.mu
+	closed    atomic.Bool
+}
+
+var _ File = (*openFile)(nil)
+
+// ReadAt reads from the open file (pread).
+func (of *openFile) ReadAt(p []byte, off int64) (int, error) {
+	if of.f == nil {
+		return 0, protocol.StatusInvalidDeviceRequest
+	}
+	return of.f.ReadAt(p, off)
+}
+
+// WriteAt writes to the open file (pwrite); a read-only open refuses.
+func (of *openFile) WriteAt(p []byte, off int64) (int, error) {
+	if of.f == nil {
+		return 0, protocol.StatusInvalidDeviceRequest
+	}
+	if of.readOnly {
+		if of.share != nil && of.share.ReadOnly {
+			return 0, protocol.StatusMediaWriteProtected
+		}
+		return 0, protocol.StatusAccessDenied
+	}
+	return of.f.WriteAt(p, off)
+}
+
+// Sync flushes the file to stable storage (fsync).
+func (of *openFile) Sync() error {
+	if of.f == nil {
+		return protocol.StatusInvalidDeviceRequest
+	}
+	return of.f.Sync()
+}
+
+// ReadOnly reports whether writes through this open are refused.
+func (of *openFile) ReadOnly() bool { return of.readOnly }
+
+// addHandle registers an open on the session and returns its handle.
+func (ss *serverSession) addHandle(of *openFile) Handle {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.nextH++
+	h := Handle(ss.nextH)
+	ss.handles[h] = of
+	return h
+}
+
+func (ss *serverSession) handle(h Handle) (*openFile, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	of, ok := ss.handles[h]
+	return of, ok
+}
+
+func (ss *serverSession) removeHandle(h Handle) (*openFile, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	of, ok := ss.handles[h]
+	delete(ss.handles, h)
+	return of, ok
+}
+
+func (ss *serverSession) tree(id uint32) (*share, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	sh, ok := ss.trees[id]
+	return sh, ok
+}
+
+// treeConnect checks the share and the user's right to it.
+func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share, error) {
+	name = strings.TrimPrefix(name, `\\`)
+	if i := strings.LastIndexAny(name, `\/`); i >= 0 {
+		name = name[i+1:] // accept \\server\share as well as share
+	}
+	sh, ok := s.shares[strings.ToLower(name)]
+	if !ok {
+		return 0, nil, protocol.StatusBadNetworkName
+	}
+	if sh.users != nil && !sh.users[ss.user] {
+		return 0, nil, protocol.StatusAccessDenied
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.nextTree++
+	ss.trees[ss.nextTree] = sh
+	return ss.nextTree, sh, nil
+}
+
+// newResumeKey issues a resume key for an open (FSCTL_SRV_REQUEST_RESUME_KEY).
+// The key is 24 bytes from crypto/rand (the seed's ResumeKey, Timestamp and
+// Pid fields are opaque to the client, so all 24 bytes are random), bound to
+// the open and so to its session; one key per open, issued again on request.
+func (s *Server) newResumeKey(of *openFile) ([24]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if of.closed.Load() {
+		return [24]byte{}, protocol.StatusFileClosed
+	}
+	if of.resumeKey != nil {
+		return *of.resumeKey, nil
+	}
+	var k [24]byte
+	for {
+		if _, err := rand.Read(k[:]); err != nil {
+			return k, err
+		}
+		if _, taken := s.resumeKeys[k]; !taken {
+			break
+		}
+	}
+	s.resumeKeys[k] = of
+	of.resumeKey = &k
+	return k, nil
+}
+
+// newLWIOKey issues a negotiate Key GUID bound to the session.
+func (s *Server) newLWIOKey(ss *serverSession) ([16]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, live := s.sessions[ss.id]; !live {
+		return [16]byte{}, protocol.StatusAccessDenied
+	}
+	var k [16]byte
+	for {
+		if _, err := rand.Read(k[:]); err != nil {
+			return k, err
+		}
+		if _, taken := s.lwioKeys[k]; !taken {
+			break
+		}
+	}
+	s.lwioKeys[k] = ss
+	ss.lwioKeys = append(ss.lwioKeys, k)
+	return k, nil
+}

@@ -1,0 +1,299 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/smbauth"
+)
+
+func TestSessionSetup(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	if c.SessionID() == 0 {
+		t.Error("SessionID is 0")
+	}
+	if len(c.SessionKey()) != 16 {
+		t.Errorf("SessionKey is %d bytes, want 16", len(c.SessionKey()))
+	}
+	if c.ServerName() != testServer {
+		t.Errorf("ServerName = %q, want %q", c.ServerName(), testServer)
+	}
+	// A second session gets another id and another key.
+	c2 := e.client()
+	if c2.SessionID() == c.SessionID() || string(c2.SessionKey()) == string(c.SessionKey()) {
+		t.Error("two sessions share an id or a key")
+	}
+	if !e.logged("session established") {
+		t.Error("no log line for the session")
+	}
+}
+
+func TestSessionSetupWithNTHash(t *testing.T) {
+	e := newEnv(t)
+	h := smbauth.NTHash(testPassword)
+	c, err := Dial(ctxT(t), e.addr, ClientConfig{User: testUser, NTHash: &h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
+
+func TestLogonFailure(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ name, user, password string }{
+		{"wrong password", testUser, "wrong"},
+		{"unknown user", "mallory", testPassword},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.hook.Reset()
+			_, err := e.dial(tc.user, tc.password)
+			if !errors.Is(err, ErrLogonFailure) || !errors.Is(err, protocol.StatusLogonFailure) {
+				t.Fatalf("Dial = %v, want ErrLogonFailure", err)
+			}
+			if !strings.Contains(err.Error(), "logon failure: wrong user name or password") {
+				t.Errorf("error text %q does not say what went wrong", err)
+			}
+			if !e.waitLogged("logon failure") {
+				t.Error("no log line for the failure")
+			}
+		})
+	}
+}
+
+// rawClient is a client that has not done session setup, for driving the
+// exchange by hand.
+func rawClient(t *testing.T, addr string) *Client {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(nc, ClientConfig{})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestChallengeUsedOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	c := rawClient(t, e.addr)
+	nl := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: testPassword})
+	neg, _ := nl.Negotiate()
+	var chal tokenMsg
+	h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg}, &chal)
+	if err != nil || h.Status != protocol.StatusMoreProcessingReq {
+		t.Fatalf("NEGOTIATE: %v %v", h.Status, err)
+	}
+	// A wrong answer to the challenge...
+	bad := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: "wrong"})
+	bad.Negotiate()
+	badAuth, _, _ := bad.Authenticate(chal.Token)
+	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: badAuth}, nil)
+	if err != nil || h.Status != protocol.StatusLogonFailure {
+		t.Fatalf("wrong AUTHENTICATE: %v %v", h.Status, err)
+	}
+	// ...uses the challenge up: the right answer to it is refused too.
+	auth, _, err := nl.Authenticate(chal.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, nil)
+	if err == nil && h.Status == protocol.StatusSuccess {
+		t.Fatal("AUTHENTICATE accepted against a used challenge")
+	}
+	// And an AUTHENTICATE replayed on a fresh connection (new challenge)
+	// fails as well.
+	c2 := rawClient(t, e.addr)
+	neg2, _ := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: testPassword}).Negotiate()
+	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg2}, &tokenMsg{})
+	if err != nil || h.Status != protocol.StatusMoreProcessingReq {
+		t.Fatalf("NEGOTIATE: %v %v", h.Status, err)
+	}
+	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, nil)
+	if err == nil && h.Status == protocol.StatusSuccess {
+		t.Fatal("replayed AUTHENTICATE accepted")
+	}
+}
+
+func TestNoRequestsBeforeSetup(t *testing.T) {
+	e := newEnv(t)
+	c := rawClient(t, e.addr)
+	err := c.call(ctxT(t), CmdTreeConnect, 0, &nameMsg{Name: "data"}, &treeConnectResp{})
+	if err != protocol.StatusAccessDenied {
+		t.Fatalf("TREE_CONNECT before setup = %v, want ACCESS_DENIED", err)
+	}
+}
+
+// sendRaw writes an encoded request on an established client's connection,
+// signed with key (nil: unsigned), bypassing the id counter.
+func sendRaw(t *testing.T, c *Client, h Header, body message, key []byte) {
+	t.Helper()
+	raw := AppendFrame(nil, h, marshal(body))
+	if key != nil {
+		signFrame(key, raw)
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if _, err := c.nc.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitDone(t *testing.T, c *Client) {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection not dropped")
+	}
+}
+
+func TestTamperedSignatureDropsConnection(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	key := c.SessionKey()
+	key[0] ^= 1
+	c.writeMu.Lock()
+	c.nextID++
+	id := c.nextID
+	c.writeMu.Unlock()
+	sendRaw(t, c, Header{MessageID: id, Command: CmdEcho, SessionID: c.SessionID()}, &empty{}, key)
+	waitDone(t, c)
+	if !e.waitLogged("bad signature") {
+		t.Error("no log line for the bad signature")
+	}
+	if _, err := c.TreeConnect(ctxT(t), "data"); !errors.Is(err, ErrClosed) {
+		t.Errorf("call after drop = %v, want ErrClosed", err)
+	}
+}
+
+func TestUnsignedFrameDropsConnection(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	c.writeMu.Lock()
+	c.nextID++
+	id := c.nextID
+	c.writeMu.Unlock()
+	sendRaw(t, c, Header{MessageID: id, Command: CmdEcho, SessionID: c.SessionID()}, &empty{}, nil)
+	waitDone(t, c)
+}
+
+func TestReplayedMessageIDDropsConnection(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx := ctxT(t)
+	if err := c.call(ctx, CmdEcho, 0, &empty{}, &empty{}); err != nil {
+		t.Fatal(err)
+	}
+	// A correctly signed frame with an id already used.
+	sendRaw(t, c, Header{MessageID: 1, Command: CmdEcho, SessionID: c.SessionID()}, &empty{}, c.SessionKey())
+	waitDone(t, c)
+	if !e.waitLogged("replayed message id") {
+		t.Error("no log line for the replay")
+	}
+}
+
+// TestClientRefusesUnsolicitedResponse: a response to no request in flight
+// (a replay or forgery) ends the connection on the client side too.
+func TestClientRefusesUnsolicitedResponse(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	c := newClient(a, ClientConfig{})
+	defer c.Close()
+	go b.Write(AppendFrame(nil, Header{MessageID: 99, Command: CmdEcho, Flags: FlagResponse}, nil))
+	waitDone(t, c)
+	if !errors.Is(c.Err(), ErrReplay) {
+		t.Errorf("Err = %v, want ErrReplay", c.Err())
+	}
+}
+
+func TestTreeConnect(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx := ctxT(t)
+	if _, err := c.TreeConnect(ctx, "nosuch"); err != protocol.StatusBadNetworkName {
+		t.Errorf("unknown share: %v, want BAD_NETWORK_NAME", err)
+	}
+	if _, err := c.TreeConnect(ctx, "bobs"); err != protocol.StatusAccessDenied {
+		t.Errorf("share of another user: %v, want ACCESS_DENIED", err)
+	}
+	tr, err := c.TreeConnect(ctx, `\\srv\DATA`)
+	if err != nil || tr.ReadOnly() {
+		t.Errorf(`\\srv\DATA: %v, read-only %v`, err, tr != nil && tr.ReadOnly())
+	}
+	ro, err := c.TreeConnect(ctx, "ro")
+	if err != nil || !ro.ReadOnly() {
+		t.Errorf("ro: %v, read-only %v", err, ro != nil && ro.ReadOnly())
+	}
+	bob, err := Dial(ctx, e.addr, ClientConfig{User: "BOB", Password: "bob's"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	if _, err := bob.TreeConnect(ctx, "bobs"); err != nil {
+		t.Errorf("bob on bobs: %v", err)
+	}
+	// A tree id the session does not have.
+	bad := &Tree{c: c, id: 777}
+	if _, err := bad.GetAttr(ctx, ""); err != StatusNetworkNameDeleted {
+		t.Errorf("unknown tree: %v", err)
+	}
+}
+
+func TestDeadServerFailsCallsPromptly(t *testing.T) {
+	e := newEnv(t)
+	tr := e.tree("data")
+	c := tr.c
+	e.srv.Close()
+	waitDone(t, c)
+	start := time.Now()
+	_, err := tr.GetAttr(context.Background(), "")
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("GetAttr after server close = %v, want ErrClosed", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Error("call on a dead connection was slow")
+	}
+}
+
+func TestSilentServerDialTimesOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		nc, err := l.Accept()
+		if err == nil {
+			defer nc.Close()
+			time.Sleep(3 * time.Second)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := Dial(ctx, l.Addr().String(), ClientConfig{User: "u", Password: "p"}); err == nil {
+		t.Fatal("Dial to a silent server succeeded")
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Error("Dial ignored its context")
+	}
+}
+
+func TestContextCancelLeavesConnectionUsable(t *testing.T) {
+	e := newEnv(t)
+	tr := e.tree("data")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tr.GetAttr(ctx, ""); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled call = %v", err)
+	}
+	if _, err := tr.GetAttr(ctxT(t), ""); err != nil {
+		t.Errorf("call after a cancelled one: %v", err)
+	}
+}
