@@ -122,8 +122,9 @@ func (p AVPairs) Get(id AvID) ([]byte, bool) {
 	return nil, false
 }
 
-// String returns the UTF-16LE string value of the first pair with that id.
-func (p AVPairs) String(id AvID) string {
+// StringValue returns the UTF-16LE string value of the first pair with that
+// id, "" when absent or not valid UTF-16.
+func (p AVPairs) StringValue(id AvID) string {
 	v, ok := p.Get(id)
 	if !ok {
 		return ""

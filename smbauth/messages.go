@@ -65,7 +65,9 @@ func parseVersion(b []byte) *Version {
 }
 
 // payload collects the variable-length fields of a message and writes their
-// Len/MaxLen/BufferOffset descriptors.
+// Len/MaxLen/BufferOffset descriptors. Len is 16 bits on the wire: a field
+// longer than 65535 bytes cannot be represented, and no field this package
+// builds comes near that.
 type payload struct {
 	header []byte // fixed part, descriptors patched in place
 	data   []byte

@@ -49,7 +49,7 @@ func TestParseSpecChallenge(t *testing.T) {
 	if got := hex.EncodeToString(m.TargetInfo.Marshal()); got != specAVPairs {
 		t.Errorf("TargetInfo = %s, want %s", got, specAVPairs)
 	}
-	if m.TargetInfo.String(AvNbDomainName) != "Domain" || m.TargetInfo.String(AvNbComputerName) != "Server" {
+	if m.TargetInfo.StringValue(AvNbDomainName) != "Domain" || m.TargetInfo.StringValue(AvNbComputerName) != "Server" {
 		t.Errorf("AV pairs = %+v", m.TargetInfo)
 	}
 	if got := m.Marshal(); !bytes.Equal(got, b) {
@@ -93,7 +93,7 @@ func TestParseChromiumAuthenticate(t *testing.T) {
 	if hex.EncodeToString(v2.clientChallenge[:]) != specClientChallenge {
 		t.Errorf("client challenge = %x", v2.clientChallenge)
 	}
-	if v2.avPairs.Flags() != AvFlagMICPresent || v2.avPairs.String(AvTargetName) != "HTTP/Server" {
+	if v2.avPairs.Flags() != AvFlagMICPresent || v2.avPairs.StringValue(AvTargetName) != "HTTP/Server" {
 		t.Errorf("AV pairs = %+v", v2.avPairs)
 	}
 }
@@ -201,17 +201,17 @@ func TestRoundTrip(t *testing.T) {
 func TestSizes(t *testing.T) {
 	neg, ch, auth := roundTripMessages(t)
 	for _, tc := range []struct {
-		name      string
-		b         []byte
-		at, fixed int
+		name  string
+		b     []byte
+		fixed int
 	}{
-		{"NEGOTIATE", (&NegotiateMessage{}).Marshal(), 0, 32},
-		{"NEGOTIATE+Version", (&NegotiateMessage{Version: neg.Version}).Marshal(), 0, 40},
-		{"CHALLENGE", (&ChallengeMessage{}).Marshal(), 0, 48},
-		{"CHALLENGE+Version", (&ChallengeMessage{Version: ch.Version}).Marshal(), 0, 56},
-		{"AUTHENTICATE", (&AuthenticateMessage{}).Marshal(), 0, 64},
-		{"AUTHENTICATE+Version", (&AuthenticateMessage{Version: auth.Version}).Marshal(), 0, 72},
-		{"AUTHENTICATE+MIC", (&AuthenticateMessage{MIC: auth.MIC}).Marshal(), 0, 88},
+		{"NEGOTIATE", (&NegotiateMessage{}).Marshal(), 32},
+		{"NEGOTIATE+Version", (&NegotiateMessage{Version: neg.Version}).Marshal(), 40},
+		{"CHALLENGE", (&ChallengeMessage{}).Marshal(), 48},
+		{"CHALLENGE+Version", (&ChallengeMessage{Version: ch.Version}).Marshal(), 56},
+		{"AUTHENTICATE", (&AuthenticateMessage{}).Marshal(), 64},
+		{"AUTHENTICATE+Version", (&AuthenticateMessage{Version: auth.Version}).Marshal(), 72},
+		{"AUTHENTICATE+MIC", (&AuthenticateMessage{MIC: auth.MIC}).Marshal(), 88},
 	} {
 		if len(tc.b) != tc.fixed {
 			t.Errorf("%s: %d bytes, want %d", tc.name, len(tc.b), tc.fixed)

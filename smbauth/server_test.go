@@ -219,7 +219,7 @@ func TestChallengeMessage(t *testing.T) {
 	want := map[AvID]string{AvNbDomainName: "LWIODOM", AvNbComputerName: "FILER",
 		AvDNSDomainName: "lwio.test", AvDNSComputerName: "filer.lwio.test"}
 	for id, v := range want {
-		if got := ch.TargetInfo.String(id); got != v {
+		if got := ch.TargetInfo.StringValue(id); got != v {
 			t.Errorf("%v = %q, want %q", id, got, v)
 		}
 	}
