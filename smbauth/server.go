@@ -28,7 +28,8 @@ type ServerConfig struct {
 	// Lookup returns the NT hash (see NTHash) of a user, given the user and
 	// domain names exactly as the client sent them; it decides itself
 	// whether names are case-sensitive and whether the domain matters.
-	// It must not be nil.
+	// It should take as long for an unknown user as for a known one (a map
+	// lookup does); everything after it does. It must not be nil.
 	Lookup func(user, domain string) (ntHash [16]byte, ok bool)
 	// Now is the clock for MsvAvTimestamp and the timestamp check; nil means
 	// time.Now.
@@ -167,8 +168,7 @@ func (s *Server) Challenge(negotiate []byte) (challenge []byte, st *ServerState,
 // session key. Malformed input yields an error wrapping ErrMalformed; every
 // authentication failure (unknown user, wrong password, replay, anonymous,
 // NTLMv1, bad or (with RequireMIC) missing MIC, stale timestamp) yields
-// ErrLogonFailure. The state is
-// spent by the first call whatever its outcome.
+// ErrLogonFailure. The state is spent by the first call whatever its outcome.
 func (st *ServerState) Authenticate(authenticate []byte) (Result, error) {
 	st.mu.Lock()
 	used := st.used
@@ -240,9 +240,10 @@ func (st *ServerState) Authenticate(authenticate []byte) (Result, error) {
 	}, nil
 }
 
-// micSource returns the message the MIC is computed over; without a MIC the
-// computation still runs (over a message of the right length) so that a
-// missing MIC costs the same as a wrong one.
+// micSource returns the message the MIC is computed over. Without a MIC the
+// computation still runs, so a missing MIC costs what a wrong one does; a
+// message too short to hold the MIC field is replaced by zeros of the
+// minimum length, which computeMIC can clear the field of.
 func micSource(authenticate []byte, hasMIC bool) []byte {
 	if hasMIC {
 		return authenticate
