@@ -92,6 +92,9 @@ func splitPath(p string) ([]string, error) {
 }
 
 func openat2(dirfd int, p string, flags int, mode uint32) (int, error) {
+	if flags&unix.O_CREAT == 0 {
+		mode = 0 // openat2 refuses a mode without O_CREAT (EINVAL)
+	}
 	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveHow}
 	for range 8 {
 		fd, err := unix.Openat2(dirfd, p, how)

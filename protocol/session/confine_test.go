@@ -1,0 +1,204 @@
+package session
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestEscapes tries every way out of the share we could think of. Each
+// must fail, and dir/outside must be left exactly as it was.
+func TestEscapes(t *testing.T) {
+	resolvers(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		sym := func(target, name string) {
+			if err := os.Symlink(target, filepath.Join(e.share, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Mkdir(filepath.Join(e.share, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.writeFile("file", "inside")
+		sym("/etc/passwd", "abs")                        // absolute symlink to a file outside
+		sym(e.outside, "absdir")                         // absolute symlink to a directory outside
+		sym("../outside", "reldir")                      // relative symlink out
+		sym("l2", "l1")                                  // a chain: l1 → l2 → sub/up → ../..
+		sym("sub/up/outside", "l2")                      //
+		sym("../..", "sub/up")                           //
+		sym("../outside/secret", "relfile")              // relative symlink to a file outside
+		sym("sub/../../outside/secret", "dotdotinside")  // ".." after a real directory
+		sym(filepath.Join(e.share, "file"), "absinside") // absolute even if it names the share
+
+		tr := e.tree("data")
+		refused := func(what string, err error) {
+			t.Helper()
+			switch ToErrno(err) {
+			case syscall.EACCES, syscall.ELOOP:
+			default:
+				t.Errorf("%s: %v, want refused (EACCES or ELOOP)", what, err)
+			}
+		}
+		open := func(p string, flags int) error {
+			h, _, err := tr.Open(ctx, p, flags, 0o644)
+			if err == nil {
+				tr.CloseHandle(ctx, h)
+			}
+			return err
+		}
+
+		// ".." and absolute paths.
+		for _, p := range []string{"..", "../outside/secret", "sub/../../outside/secret", "/etc/passwd", "sub/..", "a\x00b"} {
+			_, err := tr.GetAttr(ctx, p)
+			refused("GetAttr "+p, err)
+			refused("Open "+p, open(p, os.O_RDONLY))
+		}
+		// Following symlinks that lead out.
+		for _, p := range []string{"abs", "absdir/secret", "reldir/secret", "l1/secret", "sub/up/outside/secret",
+			"relfile", "dotdotinside", "absinside"} {
+			refused("Open "+p, open(p, os.O_RDONLY))
+			refused("Open O_RDWR "+p, open(p, os.O_RDWR))
+			refused("Open O_CREAT|O_TRUNC "+p, open(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC))
+			_, err := tr.GetAttr(ctx, p+"/x")
+			refused("GetAttr through "+p, err)
+		}
+		for _, p := range []string{"absdir", "reldir", "l1", "sub/up"} {
+			_, err := tr.ReadDir(ctx, p)
+			refused("ReadDir "+p, err)
+			_, err = tr.Mkdir(ctx, p+"/new", 0o755)
+			refused("Mkdir in "+p, err)
+			refused("Open O_CREAT in "+p, open(p+"/new", os.O_WRONLY|os.O_CREATE))
+			_, err = tr.Symlink(ctx, "x", p+"/newlink")
+			refused("Symlink in "+p, err)
+			refused("Unlink through "+p, tr.Unlink(ctx, p+"/secret"))
+			refused("Rename out through "+p, tr.Rename(ctx, "file", p+"/stolen", 0))
+			refused("Rename in through "+p, tr.Rename(ctx, p+"/secret", "got", 0))
+			_, err = tr.Link(ctx, p+"/secret", "hard")
+			refused("Link from "+p, err)
+			_, err = tr.Link(ctx, "file", p+"/hard")
+			refused("Link into "+p, err)
+			refused("SetXattr through "+p, tr.SetXattr(ctx, p+"/secret", "user.x", []byte("1"), 0))
+			_, err = tr.SetAttr(ctx, p+"/secret", 0, SetAttrIn{Valid: SetMode, Mode: 0o777})
+			refused("SetAttr through "+p, err)
+		}
+		// Renaming onto and out with ".." names.
+		refused("Rename ../", tr.Rename(ctx, "file", "../stolen", 0))
+		refused("Rename symlink out", tr.Rename(ctx, "abs", "../abs", 0))
+		// A final symlink is acted on itself, never followed out.
+		if a, err := tr.GetAttr(ctx, "relfile"); err != nil || a.Mode&unix.S_IFMT != unix.S_IFLNK {
+			t.Errorf("GetAttr of a symlink: %v mode %o", err, a.Mode)
+		}
+		if _, err := tr.SetAttr(ctx, "relfile", 0, SetAttrIn{Valid: SetMode, Mode: 0o777}); ToErrno(err) != syscall.EOPNOTSUPP {
+			t.Errorf("chmod of a symlink: %v", err)
+		}
+		tr.SetAttr(ctx, "relfile", 0, SetAttrIn{Valid: SetSize, Size: 0})
+		tr.SetAttr(ctx, "relfile", 0, SetAttrIn{Valid: SetUid | SetGid, Uid: 4242, Gid: 4242})
+		tr.SetXattr(ctx, "relfile", "user.x", []byte("1"), 0)
+		tr.SetXattr(ctx, "relfile", "trusted.x", []byte("1"), 0)
+		// Hard-linking a symlink links the symlink, which still resolves
+		// confined.
+		if _, err := tr.Link(ctx, "relfile", "hardlink"); err != nil {
+			t.Errorf("Link of a symlink: %v", err)
+		}
+		refused("Open a hard link of an escaping symlink", open("hardlink", os.O_RDONLY))
+		// Unlinking a symlink removes it, not its target.
+		if err := tr.Unlink(ctx, "relfile"); err != nil {
+			t.Errorf("Unlink of a symlink: %v", err)
+		}
+		if err := tr.Rename(ctx, "abs", "abs2", 0); err != nil {
+			t.Errorf("Rename of a symlink inside: %v", err)
+		}
+		// A symlink loop ends.
+		sym("loop1", "loop2")
+		sym("loop2", "loop1")
+		err := open("loop1", os.O_RDONLY)
+		wantErrno(t, "Open a symlink loop", err, syscall.ELOOP)
+
+		// Nothing outside changed.
+		b, err := os.ReadFile(filepath.Join(e.outside, "secret"))
+		if err != nil || string(b) != "secret" {
+			t.Errorf("outside/secret = %q, %v", b, err)
+		}
+		st, _ := os.Stat(filepath.Join(e.outside, "secret"))
+		if st.Mode().Perm() != 0o644 {
+			t.Errorf("outside/secret mode changed to %v", st.Mode())
+		}
+		var sys unix.Stat_t
+		unix.Stat(filepath.Join(e.outside, "secret"), &sys)
+		if sys.Uid == 4242 || sys.Nlink != 1 {
+			t.Errorf("outside/secret owner %d nlink %d", sys.Uid, sys.Nlink)
+		}
+		if ents, _ := os.ReadDir(e.outside); len(ents) != 1 {
+			t.Errorf("outside now holds %d entries", len(ents))
+		}
+		if sz, _ := unix.Getxattr(filepath.Join(e.outside, "secret"), "user.x", nil); sz > 0 {
+			t.Error("xattr set outside")
+		}
+		if _, err := os.Lstat(filepath.Join(e.dir, "stolen")); err == nil {
+			t.Error("a file was renamed out of the share")
+		}
+	})
+}
+
+// TestMagicLinks serves /proc/self, whose root, cwd and fd/N entries are
+// magic links: none may be followed.
+func TestMagicLinks(t *testing.T) {
+	for _, walk := range []bool{false, true} {
+		t.Run(map[bool]string{false: "openat2", true: "walk"}[walk], func(t *testing.T) {
+			e := newEnv(t, func(c *ServerConfig) {
+				c.Shares = append(c.Shares, Share{Name: "proc", Path: "/proc/self", ReadOnly: true})
+				c.DisableOpenat2 = walk
+			})
+			tr := e.tree("proc")
+			ctx := ctxT(t)
+			for _, p := range []string{"root/etc/passwd", "cwd", "root", "exe", "fd/0", "fd/1", "task/" + strconv.Itoa(os.Getpid()) + "/root/etc"} {
+				h, _, err := tr.Open(ctx, p, os.O_RDONLY, 0)
+				if err == nil {
+					tr.CloseHandle(ctx, h)
+					t.Errorf("Open %s through a magic link succeeded", p)
+				}
+			}
+			if _, err := tr.ReadDir(ctx, "root"); err == nil {
+				t.Error("ReadDir root (a magic link to /) succeeded")
+			}
+			if _, err := tr.GetAttr(ctx, "root/etc"); err == nil {
+				t.Error("GetAttr root/etc succeeded")
+			}
+			// The share itself still works.
+			if _, err := tr.GetAttr(ctx, "status"); err != nil {
+				t.Errorf("GetAttr status: %v", err)
+			}
+		})
+	}
+}
+
+func TestSplitPath(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string
+		err  error
+	}{
+		{"", "[]", nil},
+		{"a", "[a]", nil},
+		{"a/b/c", "[a b c]", nil},
+		{"..", "", errEscape},
+		{"a/../b", "", errEscape},
+		{"/a", "", errEscape},
+		{"a//b", "", unix.EINVAL},
+		{"a/", "", unix.EINVAL},
+		{".", "", unix.EINVAL},
+		{"a\x00", "", errEscape},
+		{strings.Repeat("x", 256), "", unix.ENAMETOOLONG},
+		{strings.Repeat("x/", 2049), "", unix.ENAMETOOLONG},
+	} {
+		got, err := splitPath(tc.in)
+		if err != tc.err || (err == nil && strings.Join(got, " ") != strings.Trim(tc.want, "[]")) {
+			t.Errorf("splitPath(%q) = %q, %v; want %s, %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}

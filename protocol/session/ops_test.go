@@ -1,0 +1,355 @@
+package session
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/protocol"
+)
+
+// resolvers runs a test with openat2 and with the walking fallback.
+func resolvers(t *testing.T, fn func(t *testing.T, e *env)) {
+	for _, walk := range []bool{false, true} {
+		name := "openat2"
+		if walk {
+			name = "walk"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, func(c *ServerConfig) { c.DisableOpenat2 = walk })
+			fn(t, e)
+		})
+	}
+}
+
+func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
+	t.Helper()
+	if got := ToErrno(err); got != want {
+		t.Errorf("%s: error %v → %v, want %v", what, err, got, want)
+	}
+}
+
+func TestNamespaceOps(t *testing.T) {
+	resolvers(t, func(t *testing.T, e *env) {
+		tr := e.tree("data")
+		ctx := ctxT(t)
+		a, err := tr.Mkdir(ctx, "d", 0o750)
+		if err != nil || a.Mode != unix.S_IFDIR|0o750 {
+			t.Fatalf("Mkdir: %v mode %o", err, a.Mode)
+		}
+		_, err = tr.Mkdir(ctx, "d", 0o750)
+		wantErrno(t, "Mkdir twice", err, syscall.EEXIST)
+
+		h, a, err := tr.Open(ctx, "d/f", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
+		if err != nil || a.Mode != unix.S_IFREG|0o640 || a.Size != 0 {
+			t.Fatalf("Open O_CREAT: %v %+v", err, a)
+		}
+		_, _, err = tr.Open(ctx, "d/f", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
+		wantErrno(t, "O_EXCL on existing", err, syscall.EEXIST)
+		data := bytes.Repeat([]byte("0123456789"), 300_000) // 3 MB: several pieces
+		if n, err := tr.WriteAt(ctx, h, data, 5); err != nil || n != len(data) {
+			t.Fatalf("WriteAt: %d %v", n, err)
+		}
+		if err := tr.Fsync(ctx, h, false); err != nil {
+			t.Errorf("Fsync: %v", err)
+		}
+		if err := tr.Fsync(ctx, h, true); err != nil {
+			t.Errorf("Fdatasync: %v", err)
+		}
+		got := make([]byte, len(data)+100)
+		n, err := tr.ReadAt(ctx, h, got, 5)
+		if err != io.EOF || n != len(data) || !bytes.Equal(got[:n], data) {
+			t.Fatalf("ReadAt: %d %v equal=%v", n, err, bytes.Equal(got[:n], data))
+		}
+		if n, err := tr.ReadAt(ctx, h, got[:10], 1<<40); n != 0 || err != io.EOF {
+			t.Errorf("ReadAt past EOF: %d %v", n, err)
+		}
+		a, err = tr.GetAttr(ctx, "d/f")
+		if err != nil || a.Size != uint64(len(data)+5) || a.Nlink != 1 {
+			t.Errorf("GetAttr: %v %+v", err, a)
+		}
+		onDisk, _ := os.ReadFile(filepath.Join(e.share, "d", "f"))
+		if !bytes.Equal(onDisk[5:], data) {
+			t.Error("file on disk differs")
+		}
+
+		// SetAttr by path and by handle.
+		mt := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
+		a, err = tr.SetAttr(ctx, "d/f", 0, SetAttrIn{Valid: SetMode | SetSize | SetMtime | SetAtime, Mode: 0o604, Size: 10, Mtime: mt, AtimeNow: true})
+		if err != nil || a.Mode != unix.S_IFREG|0o604 || a.Size != 10 || !a.Mtime.Equal(mt) || time.Since(a.Atime) > time.Minute {
+			t.Errorf("SetAttr by path: %v %+v", err, a)
+		}
+		a, err = tr.SetAttr(ctx, "", h, SetAttrIn{Valid: SetSize | SetUid | SetGid | SetMtime, Size: 3, Uid: 1234, Gid: 4321, MtimeNow: true})
+		if err != nil || a.Size != 3 || a.Uid != 1234 || a.Gid != 4321 || time.Since(a.Mtime) > time.Minute {
+			t.Errorf("SetAttr by handle: %v %+v", err, a)
+		}
+		if err := tr.CloseHandle(ctx, h); err != nil {
+			t.Errorf("CloseHandle: %v", err)
+		}
+		_, err = tr.ReadAt(ctx, h, got[:1], 0)
+		wantErrno(t, "ReadAt on closed handle", err, syscall.EBADF)
+		wantErrno(t, "CloseHandle twice", tr.CloseHandle(ctx, h), syscall.EBADF)
+
+		// Symlinks, hard links, readdir.
+		if a, err := tr.Symlink(ctx, "f", "d/l"); err != nil || a.Mode&unix.S_IFMT != unix.S_IFLNK {
+			t.Errorf("Symlink: %v %o", err, a.Mode)
+		}
+		if s, err := tr.Readlink(ctx, "d/l"); err != nil || s != "f" {
+			t.Errorf("Readlink: %q %v", s, err)
+		}
+		_, err = tr.Readlink(ctx, "d/f")
+		wantErrno(t, "Readlink of a file", err, syscall.EINVAL)
+		if a, err := tr.Link(ctx, "d/f", "d/hard"); err != nil || a.Nlink != 2 {
+			t.Errorf("Link: %v nlink %d", err, a.Nlink)
+		}
+		ents, err := tr.ReadDir(ctx, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, de := range ents {
+			names = append(names, fmt.Sprintf("%s:%o", de.Name, de.Attr.Mode&unix.S_IFMT))
+		}
+		if want := fmt.Sprintf("[f:%o hard:%o l:%o]", unix.S_IFREG, unix.S_IFREG, unix.S_IFLNK); fmt.Sprint(names) != want {
+			t.Errorf("ReadDir = %v, want %s", names, want)
+		}
+
+		// Rename and its flags.
+		if err := tr.Rename(ctx, "d/hard", "d/h2", 0); err != nil {
+			t.Errorf("Rename: %v", err)
+		}
+		wantErrno(t, "RENAME_NOREPLACE onto existing", tr.Rename(ctx, "d/h2", "d/f", unix.RENAME_NOREPLACE), syscall.EEXIST)
+		e.writeFile("x", "X")
+		e.writeFile("y", "Y")
+		if err := tr.Rename(ctx, "x", "y", unix.RENAME_EXCHANGE); err != nil {
+			t.Errorf("RENAME_EXCHANGE: %v", err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(e.share, "x")); string(b) != "Y" {
+			t.Errorf("after exchange x = %q", b)
+		}
+		wantErrno(t, "Rename with bad flags", tr.Rename(ctx, "x", "y", 1<<7), syscall.EINVAL)
+
+		// Removal.
+		wantErrno(t, "Rmdir non-empty", tr.Rmdir(ctx, "d"), syscall.ENOTEMPTY)
+		wantErrno(t, "Unlink a dir", tr.Unlink(ctx, "d"), syscall.EISDIR)
+		wantErrno(t, "Rmdir a file", tr.Rmdir(ctx, "x"), syscall.ENOTDIR)
+		for _, p := range []string{"d/f", "d/h2", "d/l"} {
+			if err := tr.Unlink(ctx, p); err != nil {
+				t.Errorf("Unlink %s: %v", p, err)
+			}
+		}
+		if err := tr.Rmdir(ctx, "d"); err != nil {
+			t.Errorf("Rmdir: %v", err)
+		}
+		_, err = tr.GetAttr(ctx, "d")
+		wantErrno(t, "GetAttr removed", err, syscall.ENOENT)
+		_, err = tr.GetAttr(ctx, "x/y")
+		wantErrno(t, "GetAttr through a file", err, syscall.ENOTDIR)
+		wantErrno(t, "Rmdir root", tr.Rmdir(ctx, ""), syscall.EACCES)
+
+		// Paths that are not canonical.
+		for _, p := range []string{"a//b", "./x", "x/", "x/."} {
+			_, err := tr.GetAttr(ctx, p)
+			wantErrno(t, "GetAttr "+p, err, syscall.EINVAL)
+		}
+
+		st, err := tr.StatFS(ctx)
+		if err != nil || st.Blocks == 0 || st.Bsize == 0 || st.NameLen == 0 {
+			t.Errorf("StatFS: %v %+v", err, st)
+		}
+	})
+}
+
+func TestXattrs(t *testing.T) {
+	resolvers(t, func(t *testing.T, e *env) {
+		tr := e.tree("data")
+		ctx := ctxT(t)
+		e.writeFile("f", "")
+		if err := tr.SetXattr(ctx, "f", "user.k", []byte("v1"), 0); err != nil {
+			if ToErrno(err) == syscall.EOPNOTSUPP {
+				t.Skip("no user xattrs on this filesystem")
+			}
+			t.Fatal(err)
+		}
+		wantErrno(t, "XATTR_CREATE on existing", tr.SetXattr(ctx, "f", "user.k", []byte("v2"), unix.XATTR_CREATE), syscall.EEXIST)
+		if v, err := tr.GetXattr(ctx, "f", "user.k"); err != nil || string(v) != "v1" {
+			t.Errorf("GetXattr: %q %v", v, err)
+		}
+		_, err := tr.GetXattr(ctx, "f", "user.none")
+		wantErrno(t, "GetXattr missing", err, syscall.ENODATA)
+		if names, err := tr.ListXattr(ctx, "f"); err != nil || fmt.Sprint(names) != "[user.k]" {
+			t.Errorf("ListXattr: %v %v", names, err)
+		}
+		if err := tr.RemoveXattr(ctx, "f", "user.k"); err != nil {
+			t.Errorf("RemoveXattr: %v", err)
+		}
+		wantErrno(t, "RemoveXattr missing", tr.RemoveXattr(ctx, "f", "user.k"), syscall.ENODATA)
+		// On the root, too.
+		if err := tr.SetXattr(ctx, "", "user.root", []byte("r"), 0); err != nil {
+			t.Errorf("SetXattr on root: %v", err)
+		}
+	})
+}
+
+func TestConcurrentRequests(t *testing.T) {
+	e := newEnv(t)
+	tr := e.tree("data")
+	ctx := ctxT(t)
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("f%02d", i)
+			want := bytes.Repeat([]byte{byte(i)}, 1000+i*37)
+			h, _, err := tr.Open(ctx, name, os.O_RDWR|os.O_CREATE, 0o600)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if _, err := tr.WriteAt(ctx, h, want, 0); err != nil {
+				errs <- err
+				return
+			}
+			got := make([]byte, len(want))
+			if _, err := tr.ReadAt(ctx, h, got, 0); err != nil || !bytes.Equal(got, want) {
+				errs <- fmt.Errorf("%s: read back %v, equal %v", name, err, bytes.Equal(got, want))
+				return
+			}
+			a, err := tr.GetAttr(ctx, name)
+			if err != nil || a.Size != uint64(len(want)) {
+				errs <- fmt.Errorf("%s: GetAttr %v size %d want %d", name, err, a.Size, len(want))
+				return
+			}
+			errs <- tr.CloseHandle(ctx, h)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestReadDirLarge(t *testing.T) {
+	e := newEnv(t)
+	const n = 10_000
+	dir := filepath.Join(e.share, "big")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]string, n)
+	for i := range n {
+		want[i] = fmt.Sprintf("entry-with-a-longish-name-%05d", i)
+		f, err := os.Create(filepath.Join(dir, want[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	sort.Strings(want)
+	tr := e.tree("data")
+	ents, err := tr.ReadDir(ctxT(t), "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != n {
+		t.Fatalf("ReadDir returned %d entries, want %d", len(ents), n)
+	}
+	for i, de := range ents {
+		if de.Name != want[i] || de.Attr.Mode&unix.S_IFMT != unix.S_IFREG {
+			t.Fatalf("entry %d = %q mode %o, want %q", i, de.Name, de.Attr.Mode, want[i])
+		}
+	}
+	// It took several pages: one page cannot hold 10,000 entries.
+	if n*(2+attrWireSize) <= readDirPage {
+		t.Fatal("test does not exercise paging")
+	}
+}
+
+func TestReadOnlyShare(t *testing.T) {
+	e := newEnv(t)
+	tr := e.tree("ro")
+	ctx := ctxT(t)
+	if !tr.ReadOnly() {
+		t.Fatal("tree not read-only")
+	}
+	wp := func(what string, err error) {
+		t.Helper()
+		if err != protocol.StatusMediaWriteProtected {
+			t.Errorf("%s on a read-only share: %v, want MEDIA_WRITE_PROTECTED", what, err)
+		}
+		wantErrno(t, what, err, syscall.EROFS)
+	}
+	_, _, err := tr.Open(ctx, "file", os.O_WRONLY, 0)
+	wp("Open O_WRONLY", err)
+	_, _, err = tr.Open(ctx, "new", os.O_RDONLY|os.O_CREATE, 0o644)
+	wp("Open O_CREAT", err)
+	_, _, err = tr.Open(ctx, "file", os.O_RDONLY|os.O_TRUNC, 0)
+	wp("Open O_TRUNC", err)
+	_, err = tr.Mkdir(ctx, "d", 0o755)
+	wp("Mkdir", err)
+	wp("Unlink", tr.Unlink(ctx, "file"))
+	wp("Rename", tr.Rename(ctx, "file", "g", 0))
+	_, err = tr.SetAttr(ctx, "file", 0, SetAttrIn{Valid: SetMode, Mode: 0o777})
+	wp("SetAttr", err)
+	wp("SetXattr", tr.SetXattr(ctx, "file", "user.x", []byte("1"), 0))
+	_, err = tr.Symlink(ctx, "file", "l")
+	wp("Symlink", err)
+	_, err = tr.Link(ctx, "file", "l")
+	wp("Link", err)
+
+	h, _, err := tr.Open(ctx, "file", os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 100)
+	if n, _ := tr.ReadAt(ctx, h, buf, 0); string(buf[:n]) != "read only" {
+		t.Errorf("read %q", buf[:n])
+	}
+	_, err = tr.WriteAt(ctx, h, []byte("x"), 0)
+	wp("WriteAt", err)
+	_, err = tr.SetAttr(ctx, "", h, SetAttrIn{Valid: SetSize})
+	wp("SetAttr by handle", err)
+	rk, err := tr.RequestResumeKey(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := e.srv.OpenByResumeKey(tr.c.SessionID(), rk.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.ReadOnly() {
+		t.Error("resume-key file on a read-only share is writable")
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); err == nil {
+		t.Error("WriteAt through the resume key succeeded")
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.dir, "ro", "file")); string(b) != "read only" {
+		t.Errorf("read-only file changed: %q", b)
+	}
+}
+
+func TestOpenRefusesSpecialFiles(t *testing.T) {
+	e := newEnv(t)
+	if err := unix.Mkfifo(filepath.Join(e.share, "fifo"), 0o644); err != nil {
+		t.Skip(err)
+	}
+	tr := e.tree("data")
+	_, _, err := tr.Open(ctxT(t), "fifo", os.O_RDONLY|unix.O_NONBLOCK, 0)
+	wantErrno(t, "Open a FIFO", err, syscall.EACCES)
+}
+
