@@ -352,4 +352,3 @@ func TestOpenRefusesSpecialFiles(t *testing.T) {
 	_, _, err := tr.Open(ctxT(t), "fifo", os.O_RDONLY|unix.O_NONBLOCK, 0)
 	wantErrno(t, "Open a FIFO", err, syscall.EACCES)
 }
-
