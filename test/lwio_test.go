@@ -1,0 +1,245 @@
+package test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// completionModes are the LWIO completion modes every suite runs in.
+var completionModes = []string{"interrupt", "polling"}
+
+// TestPOSIX runs the named POSIX suite on a real mount in each completion
+// mode.
+func TestPOSIX(t *testing.T) {
+	for _, mode := range completionModes {
+		t.Run(mode, func(t *testing.T) {
+			s := startServer(t, ServerConfig{})
+			m := mountShare(t, s, MountConfig{Completion: mode})
+			runPOSIXSuite(t, m.Dir, m.Backing)
+		})
+	}
+}
+
+// TestIntegrity checks data against a model, in both modes, and runs fio
+// with crc32c verification: the full matrix in interrupt mode, and the
+// O_DIRECT half of it in polling mode.
+func TestIntegrity(t *testing.T) {
+	for _, mode := range completionModes {
+		t.Run(mode, func(t *testing.T) {
+			s := startServer(t, ServerConfig{})
+			m := mountShare(t, s, MountConfig{Completion: mode})
+			t.Run("RandomModel", func(t *testing.T) { testRandomModel(t, m.Dir, m.Backing) })
+			t.Run("DirectModel", func(t *testing.T) { testDirectModel(t, m.Dir, m.Backing) })
+			cases := fioCases()
+			if mode != "interrupt" {
+				var direct []fioCase
+				for _, c := range cases {
+					if c.direct {
+						direct = append(direct, c)
+					}
+				}
+				cases = direct
+			}
+			t.Run("FIOVerify", func(t *testing.T) { runFIOVerify(t, m.Dir, cases) })
+		})
+	}
+}
+
+// TestApps runs unmodified applications on the mount.
+func TestApps(t *testing.T) {
+	for _, mode := range completionModes {
+		t.Run(mode, func(t *testing.T) {
+			s := startServer(t, ServerConfig{})
+			m := mountShare(t, s, MountConfig{Completion: mode})
+			t.Run("Tar", func(t *testing.T) { testTarDiff(t, m.Dir) })
+			t.Run("Git", func(t *testing.T) { testGit(t, m.Dir) })
+			t.Run("SQLite", func(t *testing.T) { testSQLite(t, m.Dir) })
+		})
+	}
+}
+
+// TestTwoMounts mounts one share from two client processes: what one
+// writes and closes, the other reads back whole when it opens the file
+// (close-to-open), including over data it had read and cached before.
+func TestTwoMounts(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a := mountShare(t, s, MountConfig{Completion: "interrupt"})
+	b := mountShare(t, s, MountConfig{Completion: "polling"})
+
+	t.Run("NewFile", func(t *testing.T) {
+		data := pattern(11, 5<<20+123)
+		mustWrite(t, filepath.Join(a.Dir, "new"), data)
+		wantContent(t, filepath.Join(b.Dir, "new"), data)
+	})
+	t.Run("RewriteCached", func(t *testing.T) {
+		pa, pb := filepath.Join(a.Dir, "rewrite"), filepath.Join(b.Dir, "rewrite")
+		old := pattern(12, 3<<20)
+		mustWrite(t, pa, old)
+		wantContent(t, pb, old) // b now has the old data in its page cache
+		// Same size, new contents: only a changed mtime/ctime says so.
+		time.Sleep(10 * time.Millisecond)
+		new := pattern(13, 3<<20)
+		f, err := os.OpenFile(pa, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(new, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wantContent(t, pb, new)
+	})
+	t.Run("GrowAndShrink", func(t *testing.T) {
+		pa, pb := filepath.Join(a.Dir, "grow"), filepath.Join(b.Dir, "grow")
+		mustWrite(t, pa, pattern(14, 1000))
+		wantContent(t, pb, pattern(14, 1000))
+		mustWrite(t, pa, pattern(15, 2<<20))
+		wantContent(t, pb, pattern(15, 2<<20))
+		mustWrite(t, pa, pattern(16, 10))
+		wantContent(t, pb, pattern(16, 10))
+	})
+	t.Run("BackAndForth", func(t *testing.T) {
+		pa, pb := filepath.Join(a.Dir, "pingpong"), filepath.Join(b.Dir, "pingpong")
+		for i := 0; i < 10; i++ {
+			w, r := pa, pb
+			if i%2 == 1 {
+				w, r = pb, pa
+			}
+			data := pattern(byte(20+i), 100000+i*4096)
+			mustWrite(t, w, data)
+			wantContent(t, r, data)
+		}
+	})
+	t.Run("NamespaceVisible", func(t *testing.T) {
+		if err := os.Mkdir(filepath.Join(a.Dir, "dir"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, filepath.Join(a.Dir, "dir", "f"), []byte("x"))
+		wantContent(t, filepath.Join(b.Dir, "dir", "f"), []byte("x"))
+		if err := os.Remove(filepath.Join(b.Dir, "dir", "f")); err != nil {
+			t.Fatal(err)
+		}
+		// a may trust its entry cache for the entry timeout (1s).
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			_, err := os.Stat(filepath.Join(a.Dir, "dir", "f"))
+			if os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a still sees a file b removed 3s ago: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
+
+// TestMountErrors: a mount that cannot work fails with one line on stderr,
+// a non-zero exit, and no mount left behind.
+func TestMountErrors(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	cases := []struct {
+		name     string
+		password string
+		url      string
+		prepare  func(t *testing.T, dir string) (mountpoint string) // nil: dir
+		want     []string                                           // any of these, case-insensitive, in the message
+	}{
+		{name: "WrongPassword", password: "not the password", url: s.URL("share"),
+			want: []string{"password", "logon", "auth", "denied"}},
+		{name: "UnknownShare", url: s.URL("nosuchshare"),
+			want: []string{"share", "nosuchshare", "not found", "bad network name"}},
+		{name: "NonEmptyMountpoint", url: s.URL("share"),
+			prepare: func(t *testing.T, dir string) string {
+				mustWrite(t, filepath.Join(dir, "occupied"), []byte("x"))
+				return dir
+			},
+			want: []string{"empty", "mountpoint", "mount point"}},
+		{name: "UnreachableServer", url: "//" + freeAddr(t) + "/share",
+			want: []string{"connect", "refused", "unreachable", "dial"}},
+		{name: "MountpointNotADirectory", url: s.URL("share"),
+			prepare: func(t *testing.T, dir string) string {
+				f := filepath.Join(dir, "file")
+				mustWrite(t, f, []byte("x"))
+				return f
+			},
+			want: []string{"directory", "mountpoint", "mount point"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			mnt := t.TempDir()
+			if c.prepare != nil {
+				mnt = c.prepare(t, mnt)
+			}
+			pw := c.password
+			if pw == "" {
+				pw = testPassword
+			}
+			cmd := exec.Command(binaries.mount, c.url, mnt, "-o", "username="+testUser+",completion=interrupt")
+			cmd.Env = append(os.Environ(), "LWIO_PASSWORD="+pw)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-done:
+				case <-time.After(stopTimeout):
+					_ = cmd.Process.Kill()
+					<-done
+				}
+				if fuseMounted(mnt) {
+					forceUnmount(mnt)
+				}
+				t.Fatalf("lwio-mount was still running after 30s; want a quick failure.\nstderr: %s", stderr.String())
+			}
+			if fuseMounted(mnt) {
+				forceUnmount(mnt)
+				t.Errorf("a failed mount left %s mounted", mnt)
+			}
+			if err == nil {
+				t.Fatalf("lwio-mount exited 0; want a non-zero exit.\nstderr: %s", stderr.String())
+			}
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() <= 0 {
+				t.Errorf("lwio-mount: %v; want a plain non-zero exit, not a signal", err)
+			}
+			msg := strings.TrimSpace(stderr.String())
+			if msg == "" {
+				t.Fatalf("lwio-mount failed silently; want a one-line error on stderr")
+			}
+			if lines := strings.Split(msg, "\n"); len(lines) != 1 {
+				t.Errorf("stderr has %d lines; want one:\n%s", len(lines), msg)
+			}
+			low := strings.ToLower(msg)
+			found := false
+			for _, w := range c.want {
+				found = found || strings.Contains(low, w)
+			}
+			if !found {
+				t.Errorf("error %q says none of %q", msg, c.want)
+			}
+			if strings.Contains(msg, pw) {
+				t.Errorf("the error message contains the password")
+			}
+			if c.name == "NonEmptyMountpoint" {
+				wantContent(t, filepath.Join(mnt, "occupied"), []byte("x"))
+			}
+			t.Logf("stderr: %s", msg)
+		})
+	}
+}
