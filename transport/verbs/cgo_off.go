@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package verbs
+
+const cgoEnabled = false
