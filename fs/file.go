@@ -1,0 +1,203 @@
+package fs
+
+import (
+	"context"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol/session"
+)
+
+// releaseTimeout bounds LWIO CLOSE and the session close at release: the
+// kernel does not wait for RELEASE, so nothing would notice a hang.
+const releaseTimeout = 30 * time.Second
+
+// sessionOpenFlags are the open(2) flags passed on to the server. O_APPEND
+// is left out on purpose: the kernel already turns appends into writes at
+// the end of the file, and a server file opened O_APPEND refuses positional
+// writes. O_DIRECT is the client's business (the kernel page cache here),
+// not the server disk's.
+const sessionOpenFlags = syscall.O_ACCMODE | syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC |
+	syscall.O_NOFOLLOW | syscall.O_SYNC | syscall.O_DSYNC
+
+// fileHandle is one open file: a session handle and the data file attached
+// to it (an LWIO Fid, or the session fallback).
+type fileHandle struct {
+	node  *Node
+	h     session.Handle
+	data  DataFile
+	flags int
+	log   logrus.FieldLogger
+
+	released atomic.Bool
+}
+
+var (
+	_ = (gofs.FileReader)((*fileHandle)(nil))
+	_ = (gofs.FileWriter)((*fileHandle)(nil))
+	_ = (gofs.FileWritever)((*fileHandle)(nil))
+	_ = (gofs.FileFlusher)((*fileHandle)(nil))
+	_ = (gofs.FileReleaser)((*fileHandle)(nil))
+)
+
+func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	p := n.path()
+	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
+	if err != nil {
+		return nil, 0, n.errno("open", p, err)
+	}
+	fh, errno := n.attach(ctx, p, h, int(flags))
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return fh, n.openFlags(a, int(flags)), 0
+}
+
+func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	p := n.childPath(name)
+	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
+	if err != nil {
+		return nil, nil, 0, n.errno("create", p, err)
+	}
+	child := n.newChild(ctx, a, out)
+	cn := child.Operations().(*Node)
+	fh, errno := cn.attach(ctx, p, h, int(flags))
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return child, fh, cn.openFlags(a, int(flags)), 0
+}
+
+// attach puts a data path on session handle h; on failure it closes h.
+func (n *Node) attach(ctx context.Context, p string, h session.Handle, flags int) (*fileHandle, syscall.Errno) {
+	d, err := n.fs.data.Attach(ctx, h, flags)
+	if err != nil {
+		if cerr := n.fs.tree.CloseHandle(context.Background(), h); cerr != nil {
+			n.fs.log.WithFields(logrus.Fields{"op": "open", "path": p}).WithError(cerr).Debug("fs: closing handle after failed attach")
+		}
+		return nil, n.errno("register", p, err)
+	}
+	return &fileHandle{node: n, h: h, data: d, flags: flags,
+		log: n.fs.log.WithFields(logrus.Fields{"path": p, "handle": uint64(h)})}, 0
+}
+
+// openFlags applies close-to-open: the kernel keeps its cached pages only
+// if the file is as it was when they were cached. Otherwise the pages are
+// dropped (no FOPEN_KEEP_CACHE) and the cached attributes too, so the new
+// size is fetched before a read trusts the old one.
+func (n *Node) openFlags(fresh session.Attr, flags int) uint32 {
+	if n.keepCache(fresh) {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	// Attributes only (offset < 0): safe from inside OPEN, as it takes no
+	// page locks.
+	n.NotifyContent(-1, 0)
+	return 0
+}
+
+// keepCache decides close-to-open for an open that found fresh attributes
+// and records them as the validator of what the kernel caches next.
+func (n *Node) keepCache(fresh session.Attr) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	keep := keepCache(n.cache, fresh)
+	n.cache = validatorOf(fresh)
+	return keep
+}
+
+// dirty records that this mount changed the file's data, so its server
+// mtime no longer matches the validator: the next open drops the cache.
+func (f *fileHandle) dirty() {
+	n := f.node
+	n.mu.Lock()
+	n.cache = validator{}
+	n.mu.Unlock()
+}
+
+func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if br, ok := f.data.(BufReader); ok {
+		b, err := br.ReadBuf(ctx, len(dest), off)
+		if err != nil && !isEOF(err) {
+			return nil, f.errno("read", err)
+		}
+		if b == nil {
+			return fuse.ReadResultData(nil), 0
+		}
+		return &bufResult{b}, 0
+	}
+	n, err := f.data.ReadAt(ctx, dest, off)
+	if err != nil && !isEOF(err) {
+		return nil, f.errno("read", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	f.dirty()
+	n, err := f.data.WriteAt(ctx, data, off)
+	if err != nil {
+		return uint32(n), f.errno("write", err)
+	}
+	return uint32(n), 0
+}
+
+func (f *fileHandle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
+	f.dirty()
+	if vw, ok := f.data.(VectorWriter); ok {
+		n, err := vw.WriteV(ctx, data, off)
+		if err != nil {
+			return uint32(n), f.errno("write", err)
+		}
+		return uint32(n), 0
+	}
+	var total int
+	for _, b := range data {
+		n, err := f.data.WriteAt(ctx, b, off+int64(total))
+		total += n
+		if err != nil {
+			return uint32(total), f.errno("write", err)
+		}
+	}
+	return uint32(total), 0
+}
+
+// Flush is close(2). Writes are write-through (each WRITE completes on the
+// server before the kernel is answered), so there is nothing to push: the
+// file is consistent on the server for the next open anywhere.
+func (f *fileHandle) Flush(ctx context.Context) syscall.Errno { return 0 }
+
+// Release is the last close: LWIO CLOSE of the Fid, then the session
+// handle. The caller's context is already gone, so both get their own.
+func (f *fileHandle) Release(context.Context) syscall.Errno {
+	if f.released.Swap(true) {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	derr := f.data.Close(ctx)
+	if derr != nil {
+		f.log.WithField("op", "release").WithError(derr).Warn("fs: closing data path")
+	}
+	err := f.node.fs.tree.CloseHandle(ctx, f.h)
+	if err == nil {
+		err = derr
+	}
+	return f.errno("release", err)
+}
+
+func (f *fileHandle) errno(op string, err error) syscall.Errno {
+	return translateError(f.log, op, f.node.path(), err)
+}
+
+// bufResult hands the kernel an engine's registered buffer without a copy
+// and gives the buffer back once go-fuse has written it to /dev/fuse.
+type bufResult struct{ b Buffer }
+
+func (r *bufResult) Bytes(buf []byte) ([]byte, fuse.Status) { return r.b.Bytes(), fuse.OK }
+func (r *bufResult) Size() int                              { return len(r.b.Bytes()) }
+func (r *bufResult) Done()                                  { r.b.Release() }

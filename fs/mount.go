@@ -1,0 +1,140 @@
+package fs
+
+import (
+	"fmt"
+	"log"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/sirupsen/logrus"
+)
+
+// Defaults of the caching options, as cmd/lwio-mount applies them.
+const (
+	DefaultAttrTimeout  = time.Second
+	DefaultEntryTimeout = time.Second
+)
+
+// Request sizes the kernel is told it may send: FUSE's own ceiling on this
+// kernel (256 pages), so a 1 MiB application read or write is one LWIO
+// request, not eight.
+const (
+	MaxWrite      = 1 << 20
+	MaxReadAhead  = 1 << 20
+	MaxBackground = 64
+)
+
+// Options shape a mount.
+type Options struct {
+	// AttrTimeout and EntryTimeout are how long the kernel may trust
+	// attributes and names without asking; zero means it never does
+	// (every stat is a round trip). cmd/lwio-mount defaults both to 1s.
+	AttrTimeout  time.Duration
+	EntryTimeout time.Duration
+	// ReadOnly mounts read-only (MS_RDONLY).
+	ReadOnly bool
+	// AllowOther lets users other than the mounting one use the mount.
+	AllowOther bool
+	// Debug logs every FUSE request and reply (go-fuse's debug output).
+	Debug bool
+	// FsName is the "source" column of /proc/mounts, e.g. "//host/share";
+	// empty means "lwio".
+	FsName string
+	// MaxBackground bounds asynchronous requests the kernel keeps in
+	// flight (readahead, O_DIRECT with ASYNC_DIO); 0 means MaxBackground.
+	MaxBackground int
+	// Logger receives the filesystem's logs; nil means quiet.
+	Logger logrus.FieldLogger
+}
+
+func (o Options) logger() logrus.FieldLogger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	l := logrus.New()
+	l.Out = nopWriter{}
+	return l
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// NewRoot returns the root node of a mount over tree with file data on data.
+func NewRoot(tree Tree, data DataPath, opts Options) *Node {
+	return &Node{fs: &filesystem{tree: tree, data: data, opts: opts, log: opts.logger()}}
+}
+
+// MountOptions returns the go-fuse options of a mount: timeouts, and the
+// settings that make the kernel send large and parallel requests
+// (DESIGN.md, "What the field has learned").
+func (o Options) MountOptions() *gofs.Options {
+	attr, entry := o.AttrTimeout, o.EntryTimeout
+	var negative time.Duration // no negative caching: a file created elsewhere shows up at once
+	bg := o.MaxBackground
+	if bg <= 0 {
+		bg = MaxBackground
+	}
+	name := o.FsName
+	if name == "" {
+		name = "lwio"
+	}
+	mo := fuse.MountOptions{
+		FsName:        name,
+		Name:          "lwio",
+		AllowOther:    o.AllowOther,
+		Debug:         o.Debug,
+		MaxWrite:      MaxWrite,
+		MaxReadAhead:  MaxReadAhead,
+		MaxBackground: bg,
+		// ASYNC_DIO: O_DIRECT at queue depth N arrives as N parallel
+		// requests, which is what makes credits matter. PARALLEL_DIROPS is
+		// in go-fuse's defaults. WRITEBACK_CACHE is not asked for: it would
+		// hold writes in the client past close(2), breaking close-to-open.
+		ExtraCapabilities: fuse.CAP_ASYNC_DIO,
+		// Passthrough would hand the kernel a local fd; there is none.
+		DisabledCapabilities: fuse.CAP_PASSTHROUGH,
+		// As root, mount(2) directly: no fusermount needed.
+		DirectMount: true,
+	}
+	if o.ReadOnly {
+		mo.Options = append(mo.Options, "ro")
+	}
+	if o.Debug {
+		mo.Logger = log.New(logWriter{o.logger()}, "", 0)
+	}
+	return &gofs.Options{
+		MountOptions:    mo,
+		AttrTimeout:     &attr,
+		EntryTimeout:    &entry,
+		NegativeTimeout: &negative,
+		NullPermissions: true,
+	}
+}
+
+// logWriter feeds go-fuse's debug lines into logrus.
+type logWriter struct{ l logrus.FieldLogger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.l.WithField("component", "fuse").Debug(string(trimNL(p)))
+	return len(p), nil
+}
+
+func trimNL(p []byte) []byte {
+	for len(p) > 0 && p[len(p)-1] == '\n' {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+// Mount mounts tree at mountpoint and returns once the kernel has the
+// mount; the caller runs until Wait returns or calls Unmount.
+func Mount(mountpoint string, tree Tree, data DataPath, opts Options) (*fuse.Server, error) {
+	root := NewRoot(tree, data, opts)
+	srv, err := gofs.Mount(mountpoint, root, opts.MountOptions())
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	return srv, nil
+}

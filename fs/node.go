@@ -1,0 +1,303 @@
+package fs
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol/session"
+)
+
+// filesystem is what every node of one mount shares.
+type filesystem struct {
+	tree Tree
+	data DataPath
+	opts Options
+	log  logrus.FieldLogger
+}
+
+// Node is one file, directory or symlink of the share. It keeps no path:
+// the path is computed from go-fuse's parent links at each call, so renames
+// done through the mount are followed without bookkeeping.
+type Node struct {
+	gofs.Inode
+	fs *filesystem
+
+	mu sync.Mutex
+	// cache is the validator the kernel's page cache of this file was
+	// filled under (close-to-open; see keepCache).
+	cache validator
+}
+
+var (
+	_ = (gofs.NodeLookuper)((*Node)(nil))
+	_ = (gofs.NodeGetattrer)((*Node)(nil))
+	_ = (gofs.NodeSetattrer)((*Node)(nil))
+	_ = (gofs.NodeOpendirHandler)((*Node)(nil))
+	_ = (gofs.NodeMkdirer)((*Node)(nil))
+	_ = (gofs.NodeRmdirer)((*Node)(nil))
+	_ = (gofs.NodeCreater)((*Node)(nil))
+	_ = (gofs.NodeOpener)((*Node)(nil))
+	_ = (gofs.NodeUnlinker)((*Node)(nil))
+	_ = (gofs.NodeRenamer)((*Node)(nil))
+	_ = (gofs.NodeSymlinker)((*Node)(nil))
+	_ = (gofs.NodeReadlinker)((*Node)(nil))
+	_ = (gofs.NodeLinker)((*Node)(nil))
+	_ = (gofs.NodeStatfser)((*Node)(nil))
+	_ = (gofs.NodeFsyncer)((*Node)(nil))
+	_ = (gofs.NodeGetxattrer)((*Node)(nil))
+	_ = (gofs.NodeSetxattrer)((*Node)(nil))
+	_ = (gofs.NodeListxattrer)((*Node)(nil))
+	_ = (gofs.NodeRemovexattrer)((*Node)(nil))
+)
+
+// path is the node's path below the share root ("" for the root).
+func (n *Node) path() string { return n.Path(n.Root()) }
+
+// childPath is the path of name inside directory n.
+func (n *Node) childPath(name string) string { return joinPath(n.path(), name) }
+
+func joinPath(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// errno translates err for op on path (the single error map).
+func (n *Node) errno(op, path string, err error) syscall.Errno {
+	return translateError(n.fs.log, op, path, err)
+}
+
+// fillAttr copies session attributes into a FUSE attribute.
+func fillAttr(out *fuse.Attr, a session.Attr) {
+	out.Ino = a.Ino
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Owner = fuse.Owner{Uid: a.Uid, Gid: a.Gid}
+	out.Rdev = a.Rdev
+	out.Blksize = a.Blksize
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
+}
+
+// newChild makes (or finds, by inode number) the Inode for attributes a and
+// fills out with them.
+func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut) *gofs.Inode {
+	fillAttr(&out.Attr, a)
+	return n.NewInode(ctx, &Node{fs: n.fs}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+}
+
+func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	p := n.childPath(name)
+	a, err := n.fs.tree.GetAttr(ctx, p)
+	if err != nil {
+		return nil, n.errno("lookup", p, err)
+	}
+	return n.newChild(ctx, a, out), 0
+}
+
+func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	p := n.path()
+	a, err := n.fs.tree.GetAttr(ctx, p)
+	if fh, ok := f.(*fileHandle); ok && err != nil {
+		// fstat of a file unlinked or renamed elsewhere: ask by handle
+		// (a SETATTR that sets nothing returns the handle's attributes).
+		a, err = n.fs.tree.SetAttr(ctx, "", fh.h, session.SetAttrIn{})
+	}
+	if err != nil {
+		return n.errno("getattr", p, err)
+	}
+	fillAttr(&out.Attr, a)
+	return 0
+}
+
+// setAttrIn converts a FUSE setattr into the session's.
+func setAttrIn(in *fuse.SetAttrIn) session.SetAttrIn {
+	var s session.SetAttrIn
+	if m, ok := in.GetMode(); ok {
+		s.Valid |= session.SetMode
+		s.Mode = m & 07777
+	}
+	if u, ok := in.GetUID(); ok {
+		s.Valid |= session.SetUid
+		s.Uid = u
+	}
+	if g, ok := in.GetGID(); ok {
+		s.Valid |= session.SetGid
+		s.Gid = g
+	}
+	if sz, ok := in.GetSize(); ok {
+		s.Valid |= session.SetSize
+		s.Size = sz
+	}
+	if in.Valid&fuse.FATTR_ATIME != 0 {
+		s.Valid |= session.SetAtime
+		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+			s.AtimeNow = true
+		} else {
+			s.Atime, _ = in.GetATime()
+		}
+	}
+	if in.Valid&fuse.FATTR_MTIME != 0 {
+		s.Valid |= session.SetMtime
+		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+			s.MtimeNow = true
+		} else {
+			s.Mtime, _ = in.GetMTime()
+		}
+	}
+	return s
+}
+
+func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	p := n.path()
+	var h session.Handle
+	if fh, ok := f.(*fileHandle); ok {
+		h = fh.h
+	}
+	s := setAttrIn(in)
+	a, err := n.fs.tree.SetAttr(ctx, p, h, s)
+	if err != nil {
+		return n.errno("setattr", p, err)
+	}
+	if s.Valid&session.SetSize != 0 {
+		n.mu.Lock()
+		n.cache = validator{} // the kernel truncated its pages; the server's mtime moved
+		n.mu.Unlock()
+	}
+	fillAttr(&out.Attr, a)
+	return 0
+}
+
+func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	p := n.childPath(name)
+	a, err := n.fs.tree.Mkdir(ctx, p, mode)
+	if err != nil {
+		return nil, n.errno("mkdir", p, err)
+	}
+	return n.newChild(ctx, a, out), 0
+}
+
+func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	p := n.childPath(name)
+	return n.errno("rmdir", p, n.fs.tree.Rmdir(ctx, p))
+}
+
+func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
+	p := n.childPath(name)
+	return n.errno("unlink", p, n.fs.tree.Unlink(ctx, p))
+}
+
+func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	oldPath := n.childPath(name)
+	newPath := joinPath(newParent.EmbeddedInode().Path(n.Root()), newName)
+	return n.errno("rename", oldPath, n.fs.tree.Rename(ctx, oldPath, newPath, flags))
+}
+
+func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	p := n.childPath(name)
+	a, err := n.fs.tree.Symlink(ctx, target, p)
+	if err != nil {
+		return nil, n.errno("symlink", p, err)
+	}
+	return n.newChild(ctx, a, out), 0
+}
+
+func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	p := n.path()
+	t, err := n.fs.tree.Readlink(ctx, p)
+	if err != nil {
+		return nil, n.errno("readlink", p, err)
+	}
+	return []byte(t), 0
+}
+
+func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	oldPath := target.EmbeddedInode().Path(n.Root())
+	p := n.childPath(name)
+	a, err := n.fs.tree.Link(ctx, oldPath, p)
+	if err != nil {
+		return nil, n.errno("link", p, err)
+	}
+	return n.newChild(ctx, a, out), 0
+}
+
+func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	s, err := n.fs.tree.StatFS(ctx)
+	if err != nil {
+		return n.errno("statfs", "", err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Bfree, s.Bavail
+	out.Files, out.Ffree = s.Files, s.Ffree
+	out.Bsize, out.Frsize, out.NameLen = s.Bsize, s.Frsize, s.NameLen
+	return 0
+}
+
+func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	p := n.path()
+	if fh, ok := f.(*fileHandle); ok {
+		return n.errno("fsync", p, n.fs.tree.Fsync(ctx, fh.h, flags&1 != 0))
+	}
+	// fsync of a directory, or without a handle: open one for it.
+	h, _, err := n.fs.tree.Open(ctx, p, syscall.O_RDONLY, 0)
+	if err != nil {
+		return n.errno("fsync", p, err)
+	}
+	err = n.fs.tree.Fsync(ctx, h, flags&1 != 0)
+	if cerr := n.fs.tree.CloseHandle(context.Background(), h); err == nil {
+		err = cerr
+	}
+	return n.errno("fsync", p, err)
+}
+
+func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	p := n.path()
+	v, err := n.fs.tree.GetXattr(ctx, p, attr)
+	if err != nil {
+		return 0, n.errno("getxattr", p, err)
+	}
+	if len(dest) == 0 {
+		return uint32(len(v)), 0 // size query
+	}
+	if len(v) > len(dest) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	p := n.path()
+	return n.errno("setxattr", p, n.fs.tree.SetXattr(ctx, p, attr, data, int(flags)))
+}
+
+func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	p := n.path()
+	return n.errno("removexattr", p, n.fs.tree.RemoveXattr(ctx, p, attr))
+}
+
+func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	p := n.path()
+	names, err := n.fs.tree.ListXattr(ctx, p)
+	if err != nil {
+		return 0, n.errno("listxattr", p, err)
+	}
+	var b strings.Builder
+	for _, name := range names {
+		b.WriteString(name)
+		b.WriteByte(0)
+	}
+	if len(dest) == 0 {
+		return uint32(b.Len()), 0
+	}
+	if b.Len() > len(dest) {
+		return uint32(b.Len()), syscall.ERANGE
+	}
+	return uint32(copy(dest, b.String())), 0
+}
