@@ -1,0 +1,264 @@
+// Package mountcmd is lwio-mount: it mounts a share with FUSE, namespace
+// operations over the session channel and file data over LWIO. The same
+// code runs as `lwio-mount` and as `lwio`, the name mount.fuse3 looks for
+// behind an fstab entry of type fuse.lwio.
+package mountcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/cmd/internal/cli"
+	"github.com/lwiofs/lwiofs/fs"
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/session"
+)
+
+// connectTimeout bounds reaching the server, session setup and tree
+// connect at mount time.
+const connectTimeout = 20 * time.Second
+
+// Main runs the command and exits.
+func Main(prog string) {
+	os.Exit(run(prog, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(prog string, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-providers" || args[0] == "--providers" || args[0] == "providers") {
+		describeProviders(stdout)
+		return 0
+	}
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fail := func(code int, err error) int {
+		fmt.Fprintf(stderr, "%s: %s\n", prog, oneLine(err))
+		return code
+	}
+	o, err := parseArgs(args)
+	if err != nil {
+		return fail(2, err)
+	}
+	if err := o.resolveCredentials(os.Getenv); err != nil {
+		return fail(2, err)
+	}
+	ready := newReadyReporter()
+	bg := !ready.active() && (o.Background != nil && *o.Background || o.Background == nil && startedByMountHelper())
+	if bg {
+		// Check what can be checked here, so the common mistakes fail
+		// with the message on the caller's terminal either way.
+		if err := checkMountpoint(o.Mountpoint); err != nil {
+			return fail(1, err)
+		}
+		if err := background(o.LogFile); err != nil {
+			return fail(1, err)
+		}
+		return 0
+	}
+	logOut := stderr
+	if o.LogFile != "" && !ready.active() {
+		f, err := os.OpenFile(o.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return fail(1, err)
+		}
+		defer f.Close()
+		logOut = f
+	}
+	level := o.LogLevel
+	if level == "" && o.Debug {
+		level = "debug"
+	}
+	log, err := cli.NewLogger(logOut, level, o.LogFormat)
+	if err != nil {
+		return fail(2, err)
+	}
+	err = mount(o, log, ready)
+	ready.report(err)
+	if err != nil {
+		return fail(1, err)
+	}
+	return 0
+}
+
+const usage = `usage: lwio-mount //HOST[:PORT]/SHARE MOUNTPOINT [-o opts]
+       lwio-mount -providers
+options (comma separated, mount(8) style):
+  credentials=FILE   lines username=, password=, domain=
+  username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
+  domain=NAME        NTLM domain
+  ro                 read-only mount
+  provider=P         auto (default), verbs, softrdma, or none (session channel only)
+  completion=M       interrupt (default) or polling
+  attr_timeout=SEC   attribute cache timeout (default 1)
+  entry_timeout=SEC  name cache timeout (default 1)
+  allow_other        let other users use the mount
+  conns=N            RDMA connections to open
+  debug              log every FUSE request
+  bg | fg            return once mounted | stay in the foreground (default: fg,
+                     bg when started by mount(8)/mount.fuse3)
+  log=FILE           log here instead of stderr
+  log_level=L, log_format=text|json
+`
+
+func oneLine(err error) string {
+	s := err.Error()
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// checkMountpoint refuses what would leave a confusing mount: a path that
+// is not a directory, a non-empty directory, or one that is already a
+// mount point.
+func checkMountpoint(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		var errno syscall.Errno
+		if errors.As(err, &errno) && errno == syscall.ENOTCONN {
+			return fmt.Errorf("mountpoint %s: a dead FUSE mount is still there (umount -l %s)", p, p)
+		}
+		return fmt.Errorf("mountpoint %s: %v", p, unwrapPathErr(err))
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("mountpoint %s is not a directory", p)
+	}
+	parent, err := os.Stat(filepath.Join(p, ".."))
+	if err == nil {
+		a, b := st.Sys().(*syscall.Stat_t), parent.Sys().(*syscall.Stat_t)
+		if a.Dev != b.Dev || a.Ino == b.Ino {
+			return fmt.Errorf("mountpoint %s is busy: something is already mounted there", p)
+		}
+	}
+	d, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("mountpoint %s: %v", p, unwrapPathErr(err))
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mountpoint %s: %v", p, err)
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("mountpoint %s is not an empty directory", p)
+	}
+	return nil
+}
+
+func unwrapPathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// connectError turns a failure to reach, log on to, or tree-connect to the
+// server into the one-line message a user needs.
+func connectError(o *Options, stage string, err error) error {
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.Is(err, session.ErrLogonFailure), errors.Is(err, protocol.StatusLogonFailure):
+		return fmt.Errorf("logon to %s as %q failed: wrong user name or password", o.Addr(), o.Username)
+	case stage == "tree" && errors.Is(err, protocol.StatusBadNetworkName):
+		return fmt.Errorf("share %q not found on %s", o.Share, o.Addr())
+	case stage == "tree" && errors.Is(err, protocol.StatusAccessDenied):
+		return fmt.Errorf("user %q may not use share %q on %s", o.Username, o.Share, o.Addr())
+	case errors.As(err, &oe) && oe.Op == "dial", errors.Is(err, syscall.ECONNREFUSED),
+		errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("cannot reach server %s: %v", o.Addr(), unwrapOp(err))
+	}
+	return fmt.Errorf("%s %s: %v", stage, o.Addr(), err)
+}
+
+func unwrapOp(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		if se, ok := oe.Err.(*os.SyscallError); ok {
+			return se.Err
+		}
+		return oe.Err
+	}
+	return err
+}
+
+// mount connects, mounts, and serves until unmounted or signalled.
+func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
+	if err := checkMountpoint(o.Mountpoint); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	c, err := session.Dial(ctx, o.Addr(), session.ClientConfig{
+		User: o.Username, Domain: o.Domain, Password: o.password,
+		Logger: log.WithField("component", "session"),
+	})
+	if err != nil {
+		return connectError(o, "session", err)
+	}
+	defer c.Close()
+	tree, err := c.TreeConnect(ctx, o.Share)
+	if err != nil {
+		return connectError(o, "tree", err)
+	}
+	if tree.ReadOnly() && !o.ReadOnly {
+		log.WithField("share", o.Share).Info("share is read-only on the server: mounting read-only")
+		o.ReadOnly = true
+	}
+	dp, err := openDataPath(ctx, o, c, tree, log)
+	if err != nil {
+		return err
+	}
+	defer dp.Close()
+
+	fopts := o.fsOptions()
+	fopts.Logger = log.WithField("component", "fs")
+	srv, err := fs.Mount(o.Mountpoint, tree, dp, fopts)
+	if err != nil {
+		return fmt.Errorf("mount %s: %v", o.Mountpoint, unwrapPathErr(errors.Unwrap(err)))
+	}
+	log.WithFields(logrus.Fields{"source": o.Source(), "mountpoint": o.Mountpoint, "user": o.Username,
+		"data_path": dp.Name(), "read_only": o.ReadOnly}).Info("mounted")
+	ready.report(nil)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	lost := c.Done()
+	waited := make(chan struct{})
+	go func() { srv.Wait(); close(waited) }()
+	for {
+		select {
+		case <-waited:
+			log.WithField("mountpoint", o.Mountpoint).Info("unmounted")
+			return nil
+		case s := <-sig:
+			log.WithField("signal", s.String()).Info("unmounting")
+			if err := srv.Unmount(); err != nil {
+				// Busy: detach it so the name is free at once; the kernel
+				// finishes with open files, and we exit after.
+				log.WithError(err).Warn("unmount failed; detaching (lazy unmount)")
+				if derr := syscall.Unmount(o.Mountpoint, syscall.MNT_DETACH); derr != nil {
+					log.WithError(derr).Error("lazy unmount failed")
+				}
+			}
+		case <-lost:
+			log.WithError(c.Err()).Error("session with the server lost; file operations fail until remounted")
+			lost = nil
+		}
+	}
+}
