@@ -1,0 +1,217 @@
+package protocol
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// Every decoder has a Fuzz target: decoding never panics, every error is a
+// *FieldError, and what decodes re-encodes to something that decodes to the
+// same value (and, where the encoding is canonical, to the same bytes).
+
+func mustFieldErr(t *testing.T, err error) {
+	t.Helper()
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("decode error %v (%T) is not a *FieldError", err, err)
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	for _, c := range requestCases() {
+		f.Add(c.enc)
+	}
+	f.Add(headerBytes(NewCreditRequest(-1, 1, 1)))
+	f.Add(appendOf(NewVecReadRequest(1, 0, 0, 512, nil, 0, PollingMode(0, 0))))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeRequest(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		if r.Size() != len(b) {
+			t.Fatalf("Size %d for %d bytes", r.Size(), len(b))
+		}
+		enc := r.Append(nil)
+		r2, err := DecodeRequest(enc)
+		if err != nil {
+			t.Fatalf("re-encoded request does not decode: %v\n%x", err, enc)
+		}
+		if !reflect.DeepEqual(r, r2) {
+			t.Fatalf("decode→encode→decode changed the request:\n%+v\n%+v", r, r2)
+		}
+		// Options may come in any order; every other encoding is canonical.
+		if r.Header.Opcode != OpAuth && !bytes.Equal(enc, b) {
+			t.Fatalf("re-encoding differs:\n got %x\nwant %x", enc, b)
+		}
+	})
+}
+
+func FuzzDecodeHeader(f *testing.F) {
+	for _, c := range requestCases() {
+		f.Add(c.enc[:HeaderSize])
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := DecodeHeader(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		enc := h.Append(nil)
+		if !bytes.Equal(enc, b[:HeaderSize]) {
+			t.Fatalf("re-encoding differs: %x vs %x", enc, b[:HeaderSize])
+		}
+		if h2, _ := DecodeHeader(enc); h2 != h {
+			t.Fatal("unstable")
+		}
+	})
+}
+
+func FuzzDecodeStatusResponse(f *testing.F) {
+	f.Add(appendOf(NewDeltaCredit(-2)))
+	f.Add(appendOf(NewAuthResponse(1, &AuthParams{}, StatusAccessDenied)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeStatusResponse(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		if enc := r.Append(nil); !bytes.Equal(enc, b) {
+			t.Fatalf("re-encoding differs: %x vs %x", enc, b)
+		}
+	})
+}
+
+func FuzzDecodeIOStatusBlock(f *testing.F) {
+	f.Add(appendOf(NewIOStatusBlock(512, StatusEndOfFile)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := DecodeIOStatusBlock(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		if enc := s.Append(nil); !bytes.Equal(enc, b) {
+			t.Fatalf("re-encoding differs: %x vs %x", enc, b)
+		}
+	})
+}
+
+func FuzzDecodeRDMARegion(f *testing.F) {
+	f.Add(appendOf(RDMARegion{DataVa: 1, DataMh: 2, Length: 4096}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeRDMARegion(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		if enc := r.Append(nil); !bytes.Equal(enc, b) {
+			t.Fatalf("re-encoding differs: %x vs %x", enc, b)
+		}
+	})
+}
+
+func FuzzDecodeAuthParams(f *testing.F) {
+	p := testAuthParams()
+	f.Add(p.Append(nil))
+	f.Add((&AuthParams{}).Append(nil))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pre, n, perr := DecodeAuthParamsPrefix(b)
+		p, err := DecodeAuthParams(b)
+		if perr == nil && n == len(b) && (err != nil || p != pre) {
+			t.Fatalf("prefix and exact decode disagree: %v", err)
+		}
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		enc := p.Append(nil)
+		if len(enc) != len(b) || p.Size() != len(b) {
+			t.Fatalf("re-encoded %d bytes (Size %d) from %d", len(enc), p.Size(), len(b))
+		}
+		p2, err := DecodeAuthParams(enc)
+		if err != nil || p2 != p {
+			t.Fatalf("decode→encode→decode: %+v %v", p2, err)
+		}
+	})
+}
+
+func FuzzDecodeFidParams(f *testing.F) {
+	fp := testFidParams()
+	f.Add(fp.Append(nil))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := DecodeFidParams(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		if enc := p.Append(nil); !bytes.Equal(enc, b) {
+			t.Fatalf("re-encoding differs: %x vs %x", enc, b)
+		}
+	})
+}
+
+func FuzzDecodeResumeKeyResponse(f *testing.F) {
+	r := ResumeKeyResponse{Key: MakeResumeKey(1, 2, 3), Context: `\\server\share𝄞`}
+	b, _ := r.Append(nil)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeResumeKeyResponse(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		enc, err := r.Append(nil)
+		if err != nil || !bytes.Equal(enc, b) {
+			t.Fatalf("re-encoding differs: %x vs %x (%v)", enc, b, err)
+		}
+	})
+}
+
+func fuzzProviders() []ProviderInfo {
+	return []ProviderInfo{
+		{Name: "softrdma", Instances: []Instance{{HostAddress: []byte{10, 0, 0, 1}, Discriminator: []byte{0x12, 0x34}}, {}}},
+		{Name: "verbs"},
+	}
+}
+
+func FuzzDecodeNegotiateRequest(f *testing.F) {
+	r := NewNegotiateRequest("client", testKey(), fuzzProviders())
+	b, _ := r.Append(nil)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeNegotiateRequest(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		enc, err := r.Append(nil)
+		if err != nil || !bytes.Equal(enc, b) {
+			t.Fatalf("re-encoding differs: %x vs %x (%v)", enc, b, err)
+		}
+		if r2, err := DecodeNegotiateRequest(enc); err != nil || !reflect.DeepEqual(r, r2) {
+			t.Fatalf("unstable: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeNegotiateResponse(f *testing.F) {
+	r := NewNegotiateResponse("server", testKey(), fuzzProviders())
+	b, _ := r.Append(nil)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeNegotiateResponse(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		enc, err := r.Append(nil)
+		if err != nil || !bytes.Equal(enc, b) {
+			t.Fatalf("re-encoding differs: %x vs %x (%v)", enc, b, err)
+		}
+		if r2, err := DecodeNegotiateResponse(enc); err != nil || !reflect.DeepEqual(r, r2) {
+			t.Fatalf("unstable: %v", err)
+		}
+	})
+}
