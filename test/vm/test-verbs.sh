@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test-verbs.sh proves the verbs provider on real verbs: it compiles the
 # transport/verbs tests (conformance suite, smoke test) twice — as built,
-# and with the build tag verbsbroken, which corrupts the rkey of every RDMA
-# WRITE — and runs both binaries in one boot of the Soft-RoCE guest
+# with the race detector, and with the build tag verbsbroken, which corrupts
+# the rkey of every RDMA WRITE — and runs both binaries in one boot of the Soft-RoCE guest
 # (test/vm/run.sh). It passes only if the real build passes and the broken
 # build fails its RDMA WRITE cases: a rig that cannot fail proves nothing.
 #
@@ -18,7 +18,7 @@ GO=${GO:-go}
 out=${LWIOFS_VM_OUT:-$(mktemp -d /tmp/lwiofs-test-verbs.XXXXXX)}
 mkdir -p "$out/bin"
 t0=$(date +%s)
-$GO test -c -o "$out/bin/verbs.test" ./transport/verbs
+$GO test -race -c -o "$out/bin/verbs.test" ./transport/verbs
 $GO test -c -tags verbsbroken -o "$out/bin/verbs-broken.test" ./transport/verbs
 echo "test-verbs: test binaries built in $(( $(date +%s) - t0 )) s" >&2
 
