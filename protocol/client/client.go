@@ -1,0 +1,359 @@
+// Package client is the LWIO client engine (seed 001, FIG. 2–17E): it
+// discovers the providers it shares with a server (the negotiate over
+// \PIPE\LWIO, handed in as a function so this package does not depend on
+// the session channel), opens and mutually authenticates one or more RDMA
+// connections, registers files by resume key, and runs reads, vectored
+// reads, writes and vectored writes over them in interrupt or polling mode
+// with server-managed credits. All methods are safe for concurrent use.
+// See docs/engine.md.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// Mode is how the server completes I/O requests (FIG. 8).
+type Mode uint8
+
+const (
+	// Interrupt: the server completes a request with a SEND of a
+	// STATUS_RESPONSE or, for a full read, RDMA WRITE WITH IMMEDIATE on the
+	// last segment; the client's completion queue wakes it.
+	Interrupt Mode = iota
+	// Polling: the server RDMA-writes the IO_STATUS_BLOCK into client
+	// memory; the client spins on it for SpinTime, then sends an INTERRUPT
+	// request and sleeps until the server's next completion wakes it.
+	Polling
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Interrupt:
+		return "interrupt"
+	case Polling:
+		return "polling"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Defaults for the zero values of Config.
+const (
+	DefaultConnections     = 2
+	DefaultCredits         = 32
+	DefaultMaxCredits      = 64
+	DefaultSpinTime        = 20 * time.Microsecond
+	DefaultBounceThreshold = 1024
+	DefaultMaxIO           = 1 << 20
+	DefaultPageSize        = 4096
+	DefaultAuthTimeout     = 5 * time.Second
+)
+
+// Config configures a Client.
+type Config struct {
+	// Providers are the local providers the client may use, in order of
+	// preference. Required.
+	Providers []transport.Provider
+	// Negotiate runs the LWIO negotiate over \PIPE\LWIO (session.Tree's
+	// Negotiate). Required.
+	Negotiate func(ctx context.Context, req protocol.NegotiateRequest) (protocol.NegotiateResponse, error)
+	// SessionID and SigningKey are the session's id and key (session.Client
+	// SessionID and SessionKey): the server must return that SessionId and
+	// sign its AUTH parameters with that key.
+	SessionID  uint64
+	SigningKey []byte
+	// ClientName is sent in the negotiate ("" = the host name).
+	ClientName string
+	// Completion is the mode every request uses (zero = Interrupt).
+	Completion Mode
+	// Connections is the number of RDMA connections, spread over the
+	// common providers' instances (0 = DefaultConnections).
+	Connections int
+	// Credits is the number of credits asked for at AUTH per connection
+	// (0 = DefaultCredits).
+	Credits int
+	// MaxCredits is the most credits a connection keeps; more offered by a
+	// positive delta are reported unused (0 = DefaultMaxCredits).
+	MaxCredits int
+	// SpinTime is how long a polling-mode request spins on its status block
+	// before it sends an INTERRUPT and sleeps (0 = DefaultSpinTime).
+	SpinTime time.Duration
+	// BounceThreshold: reads of at most this many bytes land in a slot's
+	// pre-registered bounce buffer and are copied (0 = DefaultBounceThreshold).
+	BounceThreshold int
+	// MaxIO is the largest read this client accepts in one RDMA transfer,
+	// announced as its MaxRdmaWindowSize (0 = DefaultMaxIO).
+	MaxIO int
+	// PageSize is announced at AUTH and used by vectored requests
+	// (0 = DefaultPageSize).
+	PageSize int
+	// AuthTimeout bounds connecting and authenticating each connection
+	// (0 = DefaultAuthTimeout).
+	AuthTimeout time.Duration
+	// Logger receives connection events; nil is quiet.
+	Logger logrus.FieldLogger
+	// Transport shapes the connections (zero fields: queue depths sized to
+	// the credits, provider defaults otherwise).
+	Transport transport.Config
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Connections, DefaultConnections)
+	def(&c.Credits, DefaultCredits)
+	def(&c.MaxCredits, DefaultMaxCredits)
+	if c.MaxCredits < c.Credits {
+		c.MaxCredits = c.Credits
+	}
+	if c.MaxCredits > maxSlots/2 {
+		c.MaxCredits = maxSlots / 2
+	}
+	if c.Credits > c.MaxCredits {
+		c.Credits = c.MaxCredits
+	}
+	def(&c.BounceThreshold, DefaultBounceThreshold)
+	if c.BounceThreshold > bounceSize {
+		c.BounceThreshold = bounceSize
+	}
+	def(&c.MaxIO, DefaultMaxIO)
+	def(&c.PageSize, DefaultPageSize)
+	if c.SpinTime <= 0 {
+		c.SpinTime = DefaultSpinTime
+	}
+	if c.AuthTimeout <= 0 {
+		c.AuthTimeout = DefaultAuthTimeout
+	}
+	if c.ClientName == "" {
+		c.ClientName, _ = os.Hostname()
+	}
+	return c
+}
+
+// ErrClosed is returned by calls on a closed Client or File.
+var ErrClosed = errors.New("lwio client: closed")
+
+// ConnError is returned by requests whose connection died; the Client (or
+// that connection) must be replaced. It wraps the cause.
+type ConnError struct {
+	Conn string // provider and remote address
+	Err  error
+}
+
+func (e *ConnError) Error() string { return "lwio client: connection " + e.Conn + " lost: " + e.Err.Error() }
+func (e *ConnError) Unwrap() error { return e.Err }
+
+// Client is a set of authenticated LWIO connections to one server for one
+// session.
+type Client struct {
+	cfg   Config
+	log   logrus.FieldLogger
+	conns []*conn
+	next  atomic.Uint32
+
+	closeOnce sync.Once
+	done      chan struct{} // closed when every connection is dead
+	dead      atomic.Int32
+	errMu     sync.Mutex
+	err       error
+}
+
+// New discovers the common providers, connects and authenticates
+// cfg.Connections connections, and returns the client. It fails if no
+// connection can be made.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Providers) == 0 || cfg.Negotiate == nil {
+		return nil, errors.New("lwio client: Config.Providers and Config.Negotiate are required")
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger
+	if log == nil {
+		l := logrus.New()
+		l.Out = io.Discard
+		log = l
+	}
+	cl := &Client{cfg: cfg, log: log, done: make(chan struct{})}
+
+	// FIG. 2: negotiate with the providers usable here.
+	var key [16]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return nil, err
+	}
+	byName := map[string]transport.Provider{}
+	var offer []protocol.ProviderInfo
+	for _, p := range cfg.Providers {
+		if err := p.Available(); err != nil {
+			log.WithField("provider", p.Name()).WithError(err).Info("lwio: provider unavailable")
+			continue
+		}
+		if _, dup := byName[p.Name()]; dup {
+			continue
+		}
+		byName[p.Name()] = p
+		offer = append(offer, protocol.ProviderInfo{Name: p.Name()})
+	}
+	if len(offer) == 0 {
+		return nil, errors.New("lwio client: no usable provider")
+	}
+	resp, err := cfg.Negotiate(ctx, protocol.NewNegotiateRequest(cfg.ClientName, key, offer))
+	if err != nil {
+		return nil, fmt.Errorf("lwio client: negotiate: %w", err)
+	}
+	type target struct {
+		p    transport.Provider
+		addr string
+	}
+	var targets []target
+	for _, pi := range resp.Providers {
+		p := byName[pi.Name]
+		if p == nil {
+			continue
+		}
+		for _, in := range pi.TransportInstances() {
+			addr, err := in.Addr()
+			if err != nil {
+				continue
+			}
+			targets = append(targets, target{p, addr})
+		}
+	}
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("lwio client: no common provider with %q", resp.SrvName)
+	}
+
+	// FIG. 5: connect and authenticate, spreading over the instances.
+	var firstErr error
+	for i := 0; len(cl.conns) < cfg.Connections && i < cfg.Connections+len(targets); i++ {
+		t := targets[i%len(targets)]
+		cctx, cancel := context.WithTimeout(ctx, cfg.AuthTimeout)
+		c, err := dial(cctx, cl, len(cl.conns), t.p, t.addr, resp.Key)
+		cancel()
+		if err != nil {
+			log.WithFields(logrus.Fields{"provider": t.p.Name(), "addr": t.addr}).WithError(err).Warn("lwio: connection failed")
+			if firstErr == nil {
+				firstErr = err
+			}
+			if errors.Is(err, errAuth) {
+				break // the server said no; another instance will too
+			}
+			continue
+		}
+		cl.conns = append(cl.conns, c)
+	}
+	if len(cl.conns) == 0 {
+		return nil, firstErr
+	}
+	for _, c := range cl.conns {
+		go c.reap()
+		log.WithFields(logrus.Fields{"provider": c.tc.Provider(), "remote": c.tc.RemoteAddr(), "credits": c.credits.Limit(), "mode": cfg.Completion}).Info("lwio: connected")
+	}
+	return cl, nil
+}
+
+// ConnInfo describes one connection, for logs and status commands.
+type ConnInfo struct {
+	Provider   string
+	LocalAddr  string
+	RemoteAddr string
+	Credits    int
+	Alive      bool
+}
+
+// Conns describes the client's connections.
+func (cl *Client) Conns() []ConnInfo {
+	out := make([]ConnInfo, len(cl.conns))
+	for i, c := range cl.conns {
+		out[i] = ConnInfo{
+			Provider: c.tc.Provider(), LocalAddr: c.tc.LocalAddr(), RemoteAddr: c.tc.RemoteAddr(),
+			Credits: c.credits.Limit(), Alive: c.alive(),
+		}
+	}
+	return out
+}
+
+// Providers names the provider of each connection.
+func (cl *Client) Providers() []string {
+	out := make([]string, len(cl.conns))
+	for i, c := range cl.conns {
+		out[i] = c.tc.Provider()
+	}
+	return out
+}
+
+// Done is closed when every connection has died (or Close was called): the
+// caller should build a new Client. Err says why.
+func (cl *Client) Done() <-chan struct{} { return cl.done }
+
+// Err is the first connection failure, or nil.
+func (cl *Client) Err() error {
+	cl.errMu.Lock()
+	defer cl.errMu.Unlock()
+	return cl.err
+}
+
+func (cl *Client) connDied(err error) {
+	cl.errMu.Lock()
+	if cl.err == nil {
+		cl.err = err
+	}
+	cl.errMu.Unlock()
+	if int(cl.dead.Add(1)) == len(cl.conns) {
+		cl.closeOnce.Do(func() { close(cl.done) })
+	}
+}
+
+// MaxRead is the largest read one request carries; ReadAt splits larger
+// ones, ReadBuf refuses them.
+func (cl *Client) MaxRead() int { return cl.conns[0].maxRead }
+
+// MaxWrite is the largest write one request carries.
+func (cl *Client) MaxWrite() int { return cl.conns[0].maxWrite }
+
+// Close disconnects every connection; outstanding requests fail at once.
+func (cl *Client) Close() error {
+	for _, c := range cl.conns {
+		c.die(ErrClosed)
+	}
+	return nil
+}
+
+// pick returns the live connection with the fewest requests pending.
+func (cl *Client) pick() (*conn, error) {
+	n := len(cl.conns)
+	start := int(cl.next.Add(1)) % n
+	var best *conn
+	bestLoad := 0
+	for i := 0; i < n; i++ {
+		c := cl.conns[(start+i)%n]
+		if !c.alive() {
+			continue
+		}
+		load := c.credits.Pending() - c.credits.Limit()
+		if best == nil || load < bestLoad {
+			best, bestLoad = c, load
+		}
+	}
+	if best == nil {
+		err := cl.Err()
+		if err == nil {
+			err = ErrClosed
+		}
+		return nil, &ConnError{Conn: "all", Err: err}
+	}
+	return best, nil
+}

@@ -1,0 +1,743 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// Per-connection layout.
+const (
+	// maxSlots bounds the requests a connection has in flight, counting
+	// those whose SEND completion is still to be reaped; it is also the
+	// send queue depth, so a post never overflows.
+	maxSlots = 256
+	// maxVecRegions is the most RDMA_REGIONs one VEC_READ carries (1 MiB
+	// of 4 KiB pages).
+	maxVecRegions = 256
+	// sendAreaSize is a slot's registered send area: the header and the
+	// region list of a vectored read, or a small write's data.
+	sendAreaSize = protocol.HeaderSize + maxVecRegions*protocol.RDMARegionSize
+	// inlineWrite: writes up to this size are copied behind the header
+	// and go out as one segment.
+	inlineWrite = sendAreaSize - protocol.HeaderSize
+	// A slot's remote-writable area: the IO_STATUS_BLOCK of a polling
+	// request at 0, the bounce buffer for small reads at bounceOff.
+	bounceOff      = 64
+	bounceSize     = 1024
+	remoteAreaSize = bounceOff + bounceSize
+	// recvSize is each posted receive: a STATUS_RESPONSE (or a WRITE WITH
+	// IMMEDIATE, which carries no bytes) with room to spare.
+	recvSize = 64
+	// authBufSize receives the server's AUTH parameters (FIG. 6B).
+	authBufSize = 256
+	// authID is the work request ID of the AUTH send.
+	authID = 1 << 62
+)
+
+// errAuth marks a connection the server, or the client's check of the
+// server, refused: authentication fails closed.
+var errAuth = errors.New("lwio client: authentication failed")
+
+type slotKind uint8
+
+const (
+	kindIO        slotKind = iota // READ, WRITE, VEC_*
+	kindControl                   // REGISTER, CLOSE, CANCEL
+	kindCredit                    // CREDIT answering a positive delta
+	kindRetire                    // CREDIT giving a credit back
+	kindInterrupt                 // INTERRUPT (polling wakeup)
+)
+
+// Slot states.
+const (
+	slotIdle      int32 = iota
+	slotWaiting         // posted, the requester waits
+	slotDone            // completed and handed to the requester
+	slotAbandoned       // the requester left (context); the completion frees it
+	slotFinished        // abandoned and completed
+)
+
+type result struct {
+	info uint32
+	st   protocol.Status
+}
+
+// slot is one request in flight. Its cookie (generation<<16 | index) comes
+// back in the STATUS_RESPONSE, and its low 32 bits as the immediate data,
+// so a completion finds its slot by index, without a map or a lock.
+type slot struct {
+	c      *conn
+	idx    uint16
+	cookie atomic.Uint64
+	send   transport.Region // header (+ regions or small data)
+	remote transport.Region // IO_STATUS_BLOCK and bounce buffer, remote-writable
+	segs   [2]transport.Segment
+	done   chan result
+	state  atomic.Int32
+	// refs: the SEND completion, the request's completion and the
+	// requester each hold one; the slot is free when all three let go.
+	refs    atomic.Int32
+	buf     transport.Region // data buffer, back to the pool with the slot
+	kind    slotKind
+	reqLen  uint32
+	polling bool
+}
+
+func (sl *slot) unref() {
+	if sl.refs.Add(-1) == 0 {
+		sl.c.freeSlot(sl)
+	}
+}
+
+// conn is one authenticated connection.
+type conn struct {
+	cl  *Client
+	tc  transport.Conn
+	log logrus.FieldLogger
+
+	credits    *protocol.Credits
+	pool       *bufPool
+	maxRead    int
+	maxWrite   int
+	serverPage int
+
+	slots  [maxSlots]atomic.Pointer[slot]
+	nslots atomic.Int32
+	free   chan *slot
+
+	recvRegion transport.Region
+	recvMu     sync.Mutex
+	recvFree   []int
+	recvExcess int
+
+	intrMu  sync.Mutex
+	intrOut bool
+	wake    chan struct{} // closed when an INTERRUPT completes
+
+	dieOnce sync.Once
+	dead    chan struct{}
+	err     error
+}
+
+func (c *conn) alive() bool {
+	select {
+	case <-c.dead:
+		return false
+	default:
+		return true
+	}
+}
+
+// die ends the connection: every waiting request fails at once.
+func (c *conn) die(err error) {
+	c.dieOnce.Do(func() {
+		c.err = err
+		close(c.dead)
+		if c.credits != nil {
+			c.credits.Close(&ConnError{Conn: c.name(), Err: err})
+		}
+		c.tc.Close()
+		if !errors.Is(err, ErrClosed) {
+			c.log.WithError(err).Warn("lwio: connection lost")
+		}
+		c.cl.connDied(err)
+	})
+}
+
+func (c *conn) name() string { return c.tc.Provider() + " " + c.tc.RemoteAddr() }
+
+func (c *conn) connErr() error { return &ConnError{Conn: c.name(), Err: c.err} }
+
+// dial connects to addr and authenticates (FIG. 5, 6A–C).
+func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr string, key [16]byte) (*conn, error) {
+	cfg := &cl.cfg
+	tcfg := cfg.Transport
+	if tcfg.SendQueueDepth == 0 {
+		tcfg.SendQueueDepth = maxSlots + 8
+	}
+	if tcfg.RecvQueueDepth == 0 {
+		tcfg.RecvQueueDepth = cfg.MaxCredits + 8
+	}
+	tc, err := p.Dial(ctx, addr, tcfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{
+		cl:   cl,
+		tc:   tc,
+		log:  cl.log.WithFields(logrus.Fields{"conn": idx, "provider": tc.Provider(), "remote": tc.RemoteAddr()}),
+		free: make(chan *slot, maxSlots),
+		wake: make(chan struct{}),
+		dead: make(chan struct{}),
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tc.Close()
+			if c.recvRegion != nil {
+				c.recvRegion.Deregister()
+			}
+		}
+	}()
+	dom := tc.Domain()
+	nrecv := cfg.MaxCredits + 2
+	if c.recvRegion, err = dom.Alloc(nrecv*recvSize, transport.AccessLocal); err != nil {
+		return nil, err
+	}
+	for i := nrecv - 1; i >= 0; i-- {
+		c.recvFree = append(c.recvFree, i)
+	}
+	// N+1 receives for the N credits asked for: the server grants no more.
+	if err := c.addRecv(cfg.Credits + 1); err != nil {
+		return nil, err
+	}
+	authBuf, err := dom.Alloc(authBufSize, transport.AccessLocal|transport.AccessRemoteWrite)
+	if err != nil {
+		return nil, err
+	}
+	defer authBuf.Deregister()
+	sendBuf, err := dom.Alloc(protocol.HeaderSize+protocol.AuthParamsMaxSize, transport.AccessLocal)
+	if err != nil {
+		return nil, err
+	}
+	defer sendBuf.Deregister()
+
+	params := protocol.AuthParams{
+		RevID:             protocol.RevID,
+		Endian:            protocol.AuthEndian,
+		PageSize:          uint16(cfg.PageSize),
+		MaxRdmaWindowSize: uint32(cfg.MaxIO),
+		MaxSendBufferSize: uint32(cfg.MaxIO + protocol.HeaderSize),
+		MaxRecvBufferSize: recvSize,
+		HeaderSize:        protocol.HeaderSize,
+		Credits:           uint16(cfg.Credits),
+		HasKey:            true,
+		Key:               key,
+	}
+	params.Sign(cfg.SigningKey)
+	const cookie = 1
+	req := protocol.NewAuthRequest(params, authBuf.Addr(), authBuf.Handle(), cookie)
+	msg := req.Append(sendBuf.Bytes()[:0])
+	if err := tc.Post(transport.SendWR{ID: authID, Op: transport.OpSend, SGL: []transport.Segment{{Region: sendBuf, Length: len(msg)}}}); err != nil {
+		return nil, err
+	}
+	var resp *protocol.StatusResponse
+	sent := false
+	var wcs [8]transport.Completion
+	for resp == nil || !sent {
+		n, err := tc.CQ().Wait(ctx, wcs[:])
+		if err != nil {
+			return nil, fmt.Errorf("waiting for AUTH response: %w", err)
+		}
+		for _, wc := range wcs[:n] {
+			if err := wc.Err(); err != nil {
+				return nil, fmt.Errorf("AUTH %v: %w", wc.Op, err)
+			}
+			switch {
+			case wc.Op == transport.OpSend && wc.ID == authID:
+				sent = true
+			case wc.Op == transport.OpRecv && !wc.HasImm && resp == nil:
+				r, err := protocol.DecodeStatusResponse(c.recvBytes(wc.ID)[:wc.Len])
+				if err != nil {
+					return nil, fmt.Errorf("%w: %v", errAuth, err)
+				}
+				resp = &r
+				c.recvDone(wc.ID)
+			default:
+				return nil, fmt.Errorf("%w: unexpected %v completion during AUTH", errAuth, wc.Op)
+			}
+		}
+	}
+	if resp.Cookie != cookie {
+		return nil, fmt.Errorf("%w: response cookie %d", errAuth, resp.Cookie)
+	}
+	if resp.Ios.Status != protocol.StatusSuccess {
+		return nil, fmt.Errorf("%w: server said %v", errAuth, resp.Ios.Status)
+	}
+	// FIG. 6B: the server's parameters, checked before anything else is
+	// trusted: its Key, our SessionId, its signature with the session key.
+	sp, n, err := protocol.DecodeAuthParamsPrefix(authBuf.Bytes())
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: server parameters: %v", errAuth, err)
+	case int(resp.Ios.Information) != n+protocol.AuthInformationExtra:
+		return nil, fmt.Errorf("%w: Information %d for %d bytes of parameters", errAuth, resp.Ios.Information, n)
+	case !sp.HasKey || sp.Key != key:
+		return nil, fmt.Errorf("%w: server Key does not match the negotiate", errAuth)
+	case !sp.HasSessionID || sp.SessionID != cfg.SessionID:
+		return nil, fmt.Errorf("%w: server SessionId %d, want %d", errAuth, sp.SessionID, cfg.SessionID)
+	case !sp.Verify(cfg.SigningKey):
+		return nil, fmt.Errorf("%w: bad server signature", errAuth)
+	case sp.HeaderSize != protocol.HeaderSize:
+		return nil, fmt.Errorf("%w: server HeaderSize %d", errAuth, sp.HeaderSize)
+	case sp.BaseSequence != params.BaseSequence+1:
+		return nil, fmt.Errorf("%w: server BaseSequence %d", errAuth, sp.BaseSequence)
+	case sp.Credits == 0 || int(sp.Credits) > cfg.Credits:
+		return nil, fmt.Errorf("%w: server granted %d credits, asked %d", errAuth, sp.Credits, cfg.Credits)
+	case sp.MaxRecvBufferSize <= protocol.HeaderSize || sp.MaxRdmaWindowSize == 0:
+		return nil, fmt.Errorf("%w: server limits %d/%d", errAuth, sp.MaxRecvBufferSize, sp.MaxRdmaWindowSize)
+	}
+	granted := int(sp.Credits)
+	c.recvMu.Lock()
+	c.recvExcess = cfg.Credits - granted
+	c.recvMu.Unlock()
+	c.credits = protocol.NewCredits(granted)
+	c.maxRead = min(int(sp.MaxRdmaWindowSize), cfg.MaxIO)
+	c.maxWrite = min(int(sp.MaxRecvBufferSize)-protocol.HeaderSize, cfg.MaxIO)
+	c.serverPage = int(sp.PageSize)
+	c.pool = newBufPool(dom, transport.AccessLocal|transport.AccessRemoteWrite, max(c.maxRead, c.maxWrite))
+	ok = true
+	return c, nil
+}
+
+func (c *conn) recvBytes(id uint64) []byte {
+	off := int(id) * recvSize
+	return c.recvRegion.Bytes()[off : off+recvSize]
+}
+
+func (c *conn) recvWR(id int) transport.RecvWR {
+	return transport.RecvWR{ID: uint64(id), Buf: transport.Segment{Region: c.recvRegion, Offset: id * recvSize, Length: recvSize}}
+}
+
+// addRecv posts n more receives, first cancelling surplus still posted.
+func (c *conn) addRecv(n int) error {
+	c.recvMu.Lock()
+	absorb := min(n, c.recvExcess)
+	c.recvExcess -= absorb
+	n -= absorb
+	if n > len(c.recvFree) {
+		c.recvMu.Unlock()
+		return fmt.Errorf("lwio client: %d receives wanted, %d left", n, len(c.recvFree))
+	}
+	ids := c.recvFree[len(c.recvFree)-n:]
+	c.recvFree = c.recvFree[:len(c.recvFree)-n]
+	c.recvMu.Unlock()
+	for i := len(ids) - 1; i >= 0; i-- {
+		if err := c.tc.PostRecv(c.recvWR(ids[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recvDone reposts a consumed receive, or parks it when more are posted
+// than credits+1 (credits were retired).
+func (c *conn) recvDone(id uint64) {
+	c.recvMu.Lock()
+	if c.recvExcess > 0 {
+		c.recvExcess--
+		c.recvFree = append(c.recvFree, int(id))
+		c.recvMu.Unlock()
+		return
+	}
+	c.recvMu.Unlock()
+	if err := c.tc.PostRecv(c.recvWR(int(id))); err != nil {
+		c.die(fmt.Errorf("repost receive: %w", err))
+	}
+}
+
+// reap is the connection's completion loop.
+func (c *conn) reap() {
+	var wcs [64]transport.Completion
+	cq := c.tc.CQ()
+	defer c.pool.drop()
+	for {
+		n, err := cq.Wait(context.Background(), wcs[:])
+		if err != nil {
+			c.die(err)
+			return
+		}
+		for i := range wcs[:n] {
+			wc := &wcs[i]
+			if err := wc.Err(); err != nil {
+				c.die(err)
+				continue
+			}
+			switch wc.Op {
+			case transport.OpRecv:
+				c.onRecv(wc)
+			default:
+				if wc.ID == authID {
+					continue
+				}
+				if sl := c.slotAt(int(wc.ID)); sl != nil {
+					sl.unref()
+				}
+			}
+		}
+	}
+}
+
+func (c *conn) slotAt(i int) *slot {
+	if i < 0 || i >= maxSlots {
+		return nil
+	}
+	return c.slots[i].Load()
+}
+
+func (c *conn) onRecv(wc *transport.Completion) {
+	if wc.HasImm {
+		// FIG. 14A/16A with seed 002: the immediate data on the last
+		// segment completes a full read.
+		c.recvDone(wc.ID)
+		sl := c.slotAt(int(wc.Imm & 0xFFFF))
+		if sl == nil || uint32(sl.cookie.Load()) != wc.Imm {
+			c.die(fmt.Errorf("protocol violation: immediate data %#x names no request", wc.Imm))
+			return
+		}
+		c.complete(sl, result{info: sl.reqLen, st: protocol.StatusSuccess})
+		return
+	}
+	if wc.Len != protocol.StatusResponseSize {
+		c.die(fmt.Errorf("protocol violation: %d-byte message from the server", wc.Len))
+		return
+	}
+	r, err := protocol.DecodeStatusResponse(c.recvBytes(wc.ID)[:wc.Len])
+	c.recvDone(wc.ID)
+	if err != nil {
+		c.die(err)
+		return
+	}
+	if r.IsDeltaCredit() {
+		c.delta(r.CreditDelta())
+		return
+	}
+	sl := c.slotAt(int(r.Cookie & 0xFFFF))
+	if sl == nil || sl.cookie.Load() != r.Cookie {
+		c.die(fmt.Errorf("protocol violation: response cookie %#x names no request", r.Cookie))
+		return
+	}
+	c.complete(sl, result{info: r.Ios.Information, st: r.Ios.Status})
+}
+
+// complete hands a completion to its request. The credit goes back first:
+// the server already counts it free.
+func (c *conn) complete(sl *slot, res result) {
+	if sl.kind == kindRetire && res.st == protocol.NotifyCredit {
+		c.credits.Retire()
+		c.recvMu.Lock()
+		c.recvExcess++ // one receive fewer from now on
+		c.recvMu.Unlock()
+	} else {
+		c.credits.Release()
+	}
+	if sl.kind == kindInterrupt {
+		c.intrMu.Lock()
+		c.intrOut = false
+		close(c.wake)
+		c.wake = make(chan struct{})
+		c.intrMu.Unlock()
+	}
+	for {
+		switch s := sl.state.Load(); s {
+		case slotWaiting:
+			if !sl.state.CompareAndSwap(slotWaiting, slotDone) {
+				continue
+			}
+			sl.done <- res
+		case slotAbandoned:
+			if !sl.state.CompareAndSwap(slotAbandoned, slotFinished) {
+				continue
+			}
+			sl.unref() // for the requester that left
+		default:
+			c.die(fmt.Errorf("protocol violation: second completion for cookie %#x", sl.cookie.Load()))
+			return
+		}
+		break
+	}
+	sl.unref()
+}
+
+// delta handles a server delta-credit message (FIG. 11A).
+func (c *conn) delta(d int32) {
+	switch {
+	case d > 0:
+		k := int(d)
+		use := min(k, max(0, c.cl.cfg.MaxCredits-c.credits.Limit()))
+		// N+1 receives for N credits before the credits are used.
+		if err := c.addRecv(use); err != nil {
+			c.die(err)
+			return
+		}
+		c.credits.Loan(use)
+		go c.sendCredit(int32(k-use), kindCredit)
+	case d < 0:
+		go func() {
+			for v := d; v < 0; v++ {
+				if !c.sendCredit(v, kindRetire) {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// sendCredit sends one LWIO_OPCODE_CREDIT (FIG. 11B) and waits for its
+// completion (FIG. 11C).
+func (c *conn) sendCredit(v int32, kind slotKind) bool {
+	ctx := context.Background()
+	if err := c.credits.ChargeUrgent(ctx); err != nil {
+		return false
+	}
+	sl, err := c.getSlot(ctx)
+	if err != nil {
+		c.credits.Release()
+		return false
+	}
+	h := protocol.NewCreditRequest(v, c.hint(), 0)
+	_, err = c.roundTrip(ctx, sl, kind, &h, protocol.HeaderSize, nil)
+	return err == nil
+}
+
+func (c *conn) hint() uint8 { return uint8(min(c.credits.Pending(), 255)) }
+
+// getSlot returns a free slot, making one while fewer than maxSlots exist.
+func (c *conn) getSlot(ctx context.Context) (*slot, error) {
+	select {
+	case sl := <-c.free:
+		return sl, nil
+	default:
+	}
+	if n := c.nslots.Add(1); n <= maxSlots {
+		sl, err := c.newSlot(int(n - 1))
+		if err != nil {
+			c.nslots.Add(-1)
+			return nil, err
+		}
+		return sl, nil
+	}
+	c.nslots.Add(-1)
+	select {
+	case sl := <-c.free:
+		return sl, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.dead:
+		return nil, c.connErr()
+	}
+}
+
+func (c *conn) newSlot(i int) (*slot, error) {
+	dom := c.tc.Domain()
+	send, err := dom.Alloc(sendAreaSize, transport.AccessLocal)
+	if err != nil {
+		return nil, err
+	}
+	remote, err := dom.Alloc(remoteAreaSize, transport.AccessLocal|transport.AccessRemoteWrite)
+	if err != nil {
+		send.Deregister()
+		return nil, err
+	}
+	sl := &slot{c: c, idx: uint16(i), send: send, remote: remote, done: make(chan result, 1)}
+	c.slots[i].Store(sl)
+	return sl, nil
+}
+
+func (c *conn) freeSlot(sl *slot) {
+	if sl.buf != nil {
+		if raceEnabled && sl.polling {
+			// Written by the peer with no event the race detector
+			// sees: not reused under -race (see poll_race.go).
+			sl.buf.Deregister()
+		} else {
+			c.pool.put(sl.buf)
+		}
+		sl.buf = nil
+	}
+	sl.state.Store(slotIdle)
+	select {
+	case c.free <- sl:
+	default:
+	}
+}
+
+// roundTrip posts the request whose header is h (already holding its
+// opcode and parameters; the first hdrLen bytes of the send area are sent,
+// then data if any) and waits for its completion. The caller has charged a
+// credit. Control requests always complete in interrupt mode; kindIO
+// requests use the client's mode.
+func (c *conn) roundTrip(ctx context.Context, sl *slot, kind slotKind, h *protocol.Header, hdrLen int, data *transport.Segment) (result, error) {
+	if err := c.post(sl, kind, h, hdrLen, data); err != nil {
+		return result{}, err
+	}
+	return c.wait(ctx, sl)
+}
+
+func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, data *transport.Segment) error {
+	sl.kind = kind
+	sl.polling = kind == kindIO && c.cl.cfg.Completion == Polling
+	cookie := (sl.cookie.Load()>>16+1)<<16 | uint64(sl.idx)
+	sl.cookie.Store(cookie)
+	if sl.polling {
+		h.Flags &^= protocol.FlagInterrupt
+		h.IosVa, h.IosMh = sl.remote.Addr(), sl.remote.Handle()
+		putPending(sl.remote.Bytes())
+	} else {
+		h.Flags |= protocol.FlagInterrupt
+		h.SetCookies(uint32(cookie), cookie)
+	}
+	h.Put(sl.send.Bytes())
+	sl.segs[0] = transport.Segment{Region: sl.send, Length: hdrLen}
+	sgl := sl.segs[:1]
+	if data != nil {
+		sl.segs[1] = *data
+		sgl = sl.segs[:2]
+	}
+	sl.refs.Store(3)
+	sl.state.Store(slotWaiting)
+	if err := c.tc.Post(transport.SendWR{ID: uint64(sl.idx), Op: transport.OpSend, SGL: sgl}); err != nil {
+		sl.state.Store(slotIdle)
+		sl.refs.Store(0)
+		c.credits.Release()
+		c.freeSlot(sl)
+		if !c.alive() {
+			return c.connErr()
+		}
+		c.die(fmt.Errorf("post: %w", err))
+		return c.connErr()
+	}
+	return nil
+}
+
+// wait waits for sl's completion. On a nil error the caller owns the slot's
+// data until it calls sl.unref.
+func (c *conn) wait(ctx context.Context, sl *slot) (result, error) {
+	if sl.polling {
+		return c.waitPoll(ctx, sl)
+	}
+	select {
+	case r := <-sl.done:
+		return r, nil
+	case <-ctx.Done():
+		if sl.state.CompareAndSwap(slotWaiting, slotAbandoned) {
+			return result{}, ctx.Err()
+		}
+		return <-sl.done, nil
+	case <-c.dead:
+		return result{}, c.connErr()
+	}
+}
+
+// waitPoll is the polling-mode wait (FIG. 8, "Wakeup of Client in Polling
+// Mode"): spin on the status block for SpinTime, then send an INTERRUPT
+// and sleep until the server's next completion wakes us.
+func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
+	ios := sl.remote.Bytes()[:protocol.IOStatusBlockSize]
+	if r, ok := pollIOS(ios); ok {
+		return c.polled(sl, r), nil
+	}
+	if !raceEnabled {
+		start := time.Now()
+		for time.Since(start) < c.cl.cfg.SpinTime {
+			for i := 0; i < 32; i++ {
+				if r, ok := pollIOS(ios); ok {
+					return c.polled(sl, r), nil
+				}
+			}
+		}
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	backoff := 50 * time.Microsecond
+	for {
+		c.intrMu.Lock()
+		wake := c.wake
+		c.intrMu.Unlock()
+		armed := c.requestInterrupt()
+		if r, ok := pollIOS(ios); ok {
+			return c.polled(sl, r), nil
+		}
+		var tick <-chan time.Time
+		if !armed {
+			// No credit for an INTERRUPT: every credit is a request in
+			// flight; look again shortly.
+			if timer == nil {
+				timer = time.NewTimer(backoff)
+			} else {
+				timer.Reset(backoff)
+			}
+			tick = timer.C
+			backoff = min(2*backoff, time.Millisecond)
+		}
+		select {
+		case <-wake:
+		case <-tick:
+		case <-ctx.Done():
+			if r, ok := pollIOS(ios); ok {
+				return c.polled(sl, r), nil
+			}
+			go func() {
+				// Keep watching so that the slot, its buffer and the credit
+				// come back when the server is done with them.
+				if _, err := c.waitPoll(context.Background(), sl); err == nil {
+					sl.unref()
+				}
+			}()
+			return result{}, ctx.Err()
+		case <-c.dead:
+			return result{}, c.connErr()
+		}
+		if r, ok := pollIOS(ios); ok {
+			return c.polled(sl, r), nil
+		}
+	}
+}
+
+func (c *conn) polled(sl *slot, r result) result {
+	sl.state.Store(slotDone)
+	c.credits.Release()
+	sl.unref() // the completion's reference
+	return r
+}
+
+// requestInterrupt makes sure an INTERRUPT (FIG. 9A) is outstanding; false
+// if none could be sent for want of a credit.
+func (c *conn) requestInterrupt() bool {
+	c.intrMu.Lock()
+	if c.intrOut {
+		c.intrMu.Unlock()
+		return true
+	}
+	if !c.credits.TryCharge() {
+		c.intrMu.Unlock()
+		return false
+	}
+	c.intrOut = true
+	c.intrMu.Unlock()
+	sl, err := c.getSlot(context.Background())
+	if err != nil {
+		c.credits.Release()
+		c.intrMu.Lock()
+		c.intrOut = false
+		c.intrMu.Unlock()
+		return false
+	}
+	h := protocol.NewInterruptRequest(c.hint(), 0)
+	if err := c.post(sl, kindInterrupt, &h, protocol.HeaderSize, nil); err != nil {
+		c.intrMu.Lock()
+		c.intrOut = false
+		c.intrMu.Unlock()
+		return false
+	}
+	// Nobody waits on the slot: the wake channel is the answer.
+	if sl.state.CompareAndSwap(slotWaiting, slotAbandoned) {
+		return true
+	}
+	<-sl.done
+	sl.unref()
+	return true
+}

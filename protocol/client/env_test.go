@@ -1,0 +1,207 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/soft"
+)
+
+// authority is a tiny server.Authority over files in a temp dir: what the
+// session layer would be.
+type authority struct {
+	mu       sync.Mutex
+	sessions map[[16]byte]testSession
+	files    map[uint64]map[protocol.ResumeKey]server.File
+	nextKey  uint64
+}
+
+type testSession struct {
+	id  uint64
+	key []byte
+}
+
+func newAuthority() *authority {
+	return &authority{sessions: map[[16]byte]testSession{}, files: map[uint64]map[protocol.ResumeKey]server.File{}}
+}
+
+func (a *authority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.sessions[key]
+	return s.id, s.key, ok
+}
+
+func (a *authority) OpenByResumeKey(id uint64, key [24]byte) (server.File, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f, ok := a.files[id][key]
+	if !ok {
+		return nil, protocol.StatusInvalidHandle
+	}
+	return f, nil
+}
+
+// negotiateKey issues a negotiate Key for a session, as \PIPE\LWIO does.
+func (a *authority) negotiateKey(id uint64, signingKey []byte) [16]byte {
+	var k [16]byte
+	rand.Read(k[:])
+	a.mu.Lock()
+	a.sessions[k] = testSession{id, signingKey}
+	a.mu.Unlock()
+	return k
+}
+
+func (a *authority) addFile(id uint64, f server.File) protocol.ResumeKey {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nextKey++
+	var k protocol.ResumeKey
+	binary.LittleEndian.PutUint64(k[:], a.nextKey)
+	rand.Read(k[8:])
+	if a.files[id] == nil {
+		a.files[id] = map[protocol.ResumeKey]server.File{}
+	}
+	a.files[id][k] = f
+	return k
+}
+
+type osFile struct {
+	*os.File
+	ro bool
+}
+
+func (f osFile) ReadOnly() bool { return f.ro }
+
+// env is a server on the soft provider and what a client needs to reach it.
+type env struct {
+	t    testing.TB
+	dir  string
+	auth *authority
+	srv  *server.Server
+	addr string
+}
+
+func newEnv(t testing.TB, cfg server.Config) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), auth: newAuthority()}
+	cfg.Authority = e.auth
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := srv.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv, e.addr = srv, l.Addr()
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return e
+}
+
+// session is one client session: id, signing key and a Negotiate.
+type session struct {
+	e   *env
+	id  uint64
+	key []byte
+}
+
+var sessionIDs struct {
+	sync.Mutex
+	n uint64
+}
+
+func (e *env) session() *session {
+	sessionIDs.Lock()
+	sessionIDs.n++
+	id := sessionIDs.n + 1000
+	sessionIDs.Unlock()
+	key := make([]byte, 16)
+	rand.Read(key)
+	return &session{e: e, id: id, key: key}
+}
+
+func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) (protocol.NegotiateResponse, error) {
+	in, err := transport.InstanceFor(s.e.addr)
+	if err != nil {
+		return protocol.NegotiateResponse{}, err
+	}
+	for _, p := range req.Providers {
+		if p.Name == soft.Name {
+			key := s.e.auth.negotiateKey(s.id, s.key)
+			return protocol.NewNegotiateResponse("test", key, []protocol.ProviderInfo{
+				protocol.ProviderFromTransport(soft.Name, []transport.Instance{in}),
+			}), nil
+		}
+	}
+	return protocol.NegotiateResponse{}, errors.New("no common provider")
+}
+
+func (s *session) config(mode Mode) Config {
+	return Config{
+		Providers:  []transport.Provider{soft.New(soft.Options{})},
+		Negotiate:  s.negotiate,
+		SessionID:  s.id,
+		SigningKey: s.key,
+		Completion: mode,
+	}
+}
+
+func (s *session) client(t testing.TB, cfg Config) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// file creates name with content and returns its resume key on s.
+func (s *session) file(t testing.TB, name string, content []byte) (protocol.ResumeKey, string) {
+	t.Helper()
+	path := filepath.Join(s.e.dir, name)
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return s.e.auth.addFile(s.id, osFile{File: f}), path
+}
+
+func (s *session) register(t testing.TB, cl *Client, key protocol.ResumeKey, flags uint32) *File {
+	t.Helper()
+	f, err := cl.Register(context.Background(), key, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func randBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

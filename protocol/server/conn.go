@@ -1,0 +1,564 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+var contextBackground = context.Background()
+
+// connState is where a connection is in its life. Transitions happen in
+// setState only.
+type connState uint8
+
+const (
+	stateAuth    connState = iota // accepted; the first message must be AUTH
+	stateOpen                     // authenticated; requests are served
+	stateClosing                  // Server.Close: in-flight requests finish
+	stateClosed                   // torn down; every request has completed or failed
+)
+
+func (s connState) String() string {
+	switch s {
+	case stateAuth:
+		return "auth"
+	case stateOpen:
+		return "open"
+	case stateClosing:
+		return "closing"
+	case stateClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("connState(%d)", uint8(s))
+}
+
+// authRecvSize is the receive posted for the AUTH message before the
+// connection has credits.
+const authRecvSize = 1024
+
+// conn is one accepted RDMA connection.
+type conn struct {
+	s      *Server
+	tc     transport.Conn
+	id     uint64
+	log    logrus.FieldLogger
+	ctx    context.Context // ends at teardown
+	cancel context.CancelFunc
+
+	grant *protocol.CreditGrant
+	sq    sendQueue
+	data  *bufPool // read data, local access only
+	slots slotTable
+
+	mu         sync.Mutex
+	state      connState
+	err        error // why the connection ended
+	sess       *session
+	peerPage   int          // client's PageSize
+	recv       []*recvBuf   // by RecvWR.ID
+	spare      []*recvBuf   // buffers parked after credits were retired
+	recvExcess int          // receives to park rather than repost
+	budget     int          // credits taken from the server-wide budget
+	ioInflight int          // READ/WRITE/VEC requests not yet completed
+	intr       *slot        // the pending INTERRUPT (FIG. 9A), at most one
+	lowHints   int          // consecutive requests with a low Credits hint (reaper only)
+	endAfter   int          // slot index+1 whose completion ends the connection (AUTH refused)
+	reqs       sync.WaitGroup
+	idle       chan struct{} // closing: signalled when nothing is outstanding
+}
+
+type recvBuf struct {
+	id     uint64
+	region transport.Region
+}
+
+func newConn(s *Server, tc transport.Conn) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	id := s.nextConn.Add(1)
+	c := &conn{
+		s:      s,
+		tc:     tc,
+		id:     id,
+		ctx:    ctx,
+		cancel: cancel,
+		log: s.log.WithFields(logrus.Fields{
+			"conn": id, "provider": tc.Provider(), "remote": tc.RemoteAddr(),
+		}),
+		data: newBufPool(tc.Domain(), transport.AccessLocal, s.cfg.MaxRdmaWindowSize),
+	}
+	c.sq.init(tc.Limits().SendQueueDepth)
+	c.slots.init(tc.Domain())
+	c.slots.data = c.data
+	return c
+}
+
+func (c *conn) info() ConnInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ci := ConnInfo{Provider: c.tc.Provider(), LocalAddr: c.tc.LocalAddr(), RemoteAddr: c.tc.RemoteAddr()}
+	if c.sess != nil {
+		ci.SessionID = c.sess.id
+	}
+	if c.grant != nil {
+		ci.Credits = c.grant.Granted()
+	}
+	return ci
+}
+
+// run serves the connection until it ends, then fails what is left and
+// frees its memory.
+func (c *conn) run() {
+	c.log.Info("lwio: connection accepted")
+	if err := c.postAuthRecv(); err != nil {
+		c.fail(err)
+	} else {
+		timer := time.AfterFunc(c.s.cfg.AuthTimeout, func() {
+			c.mu.Lock()
+			waiting := c.state == stateAuth
+			c.mu.Unlock()
+			if waiting {
+				c.fail(fmt.Errorf("no AUTH within %v", c.s.cfg.AuthTimeout))
+			}
+		})
+		c.reap()
+		timer.Stop()
+	}
+	c.teardown()
+}
+
+func (c *conn) postAuthRecv() error {
+	r, err := c.tc.Domain().Alloc(authRecvSize, transport.AccessLocal)
+	if err != nil {
+		return err
+	}
+	rb := &recvBuf{id: 0, region: r}
+	c.mu.Lock()
+	c.recv = append(c.recv, rb)
+	c.mu.Unlock()
+	return c.tc.PostRecv(transport.RecvWR{ID: rb.id, Buf: transport.Whole(r)})
+}
+
+// fail ends the connection with err (logged once). Every outstanding work
+// request then completes flushed and the reaper returns.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil || c.state == stateClosed {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.mu.Unlock()
+	c.log.WithError(err).Warn("lwio: connection ends")
+	c.cancel()
+	c.sq.close()
+	c.tc.Close()
+}
+
+// reap is the connection's completion loop: receives are dispatched to
+// request goroutines, send completions return send-queue slots and finish
+// the request they end.
+func (c *conn) reap() {
+	var wcs [64]transport.Completion
+	cq := c.tc.CQ()
+	for {
+		n, err := cq.Wait(context.Background(), wcs[:])
+		if err != nil {
+			if !errors.Is(err, transport.ErrClosed) {
+				c.fail(err)
+			}
+			c.fail(transport.ErrClosed)
+			return
+		}
+		sent := 0
+		for i := range wcs[:n] {
+			wc := &wcs[i]
+			switch wc.Op {
+			case transport.OpRecv:
+				c.onRecv(wc)
+			default:
+				sent++
+				c.onSent(wc)
+			}
+		}
+		if sent > 0 {
+			c.sq.release(sent)
+		}
+	}
+}
+
+// onSent handles the completion of one of our SENDs or RDMA WRITEs.
+func (c *conn) onSent(wc *transport.Completion) {
+	if err := wc.Err(); err != nil {
+		var ce *transport.CompletionError
+		if errors.As(err, &ce) && ce.Status == transport.StatusFlushed {
+			c.fail(transport.ErrClosed)
+		} else {
+			c.fail(fmt.Errorf("%v failed: %w", wc.Op, err))
+		}
+	}
+	if wc.ID&wrLast != 0 {
+		idx := int(wc.ID &^ wrLast)
+		c.slots.put(idx)
+		c.checkIdle()
+		c.mu.Lock()
+		end := c.endAfter == idx+1
+		c.mu.Unlock()
+		if end {
+			c.fail(errors.New("authentication refused"))
+		}
+	}
+}
+
+// onRecv handles one received message.
+func (c *conn) onRecv(wc *transport.Completion) {
+	if err := wc.Err(); err != nil {
+		var ce *transport.CompletionError
+		if errors.As(err, &ce) && ce.Status == transport.StatusLocalLength {
+			c.fail(fmt.Errorf("message longer than MaxRecvBufferSize %d: %w", c.s.cfg.MaxRecvBufferSize, err))
+		} else if errors.As(err, &ce) && ce.Status == transport.StatusFlushed {
+			c.fail(transport.ErrClosed)
+		} else {
+			c.fail(fmt.Errorf("receive failed: %w", err))
+		}
+		return
+	}
+	c.mu.Lock()
+	if int(wc.ID) >= len(c.recv) {
+		c.mu.Unlock()
+		c.fail(fmt.Errorf("receive completion with unknown id %d", wc.ID))
+		return
+	}
+	rb := c.recv[wc.ID]
+	state := c.state
+	c.mu.Unlock()
+	msg := rb.region.Bytes()[:wc.Len]
+	if wc.HasImm {
+		c.fail(errors.New("protocol violation: RDMA WRITE WITH IMMEDIATE from a client"))
+		return
+	}
+	h, err := protocol.DecodeHeader(msg)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if state == stateAuth {
+		if h.Opcode != protocol.OpAuth {
+			c.fail(fmt.Errorf("protocol violation: %v before AUTH", h.Opcode))
+			return
+		}
+		c.auth(&h, msg)
+		return
+	}
+	if err := c.grant.Receive(); err != nil {
+		c.fail(err)
+		return
+	}
+	sl, err := c.slots.get()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	sl.hdr = h
+	sl.msg = msg
+	sl.recv = rb
+	switch h.Opcode {
+	case protocol.OpRead, protocol.OpVecRead, protocol.OpWrite, protocol.OpVecWrite:
+		sl.fid = c.sess.lookup(h.Fid)
+		if sl.fid != nil {
+			sl.cancel = sl.fid.cancelled()
+		}
+		c.mu.Lock()
+		c.ioInflight++
+		closing := c.state == stateClosing
+		c.mu.Unlock()
+		c.policy(h.Credits)
+		c.reqs.Add(1)
+		if closing {
+			go func() {
+				defer c.reqs.Done()
+				c.completeIO(sl, nil, protocol.StatusRequestNotAccepted, 0, false)
+			}()
+			return
+		}
+		go c.execIO(sl)
+	case protocol.OpRegister, protocol.OpClose, protocol.OpCancel, protocol.OpCredit, protocol.OpInterrupt, protocol.OpAuth:
+		c.policy(h.Credits)
+		c.reqs.Add(1)
+		go c.execControl(sl)
+	default:
+		c.fail(fmt.Errorf("protocol violation: unknown opcode %v", h.Opcode))
+	}
+}
+
+// releaseRecv gives the request's receive buffer back: reposted, or parked
+// when credits were retired (retire also parks it).
+func (c *conn) releaseRecv(sl *slot, retire bool) {
+	rb := sl.recv
+	if rb == nil {
+		return
+	}
+	sl.recv, sl.msg = nil, nil
+	c.mu.Lock()
+	if retire || c.recvExcess > 0 {
+		if !retire {
+			c.recvExcess--
+		}
+		c.spare = append(c.spare, rb)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if err := c.tc.PostRecv(transport.RecvWR{ID: rb.id, Buf: transport.Whole(rb.region)}); err != nil {
+		c.fail(fmt.Errorf("repost receive: %w", err))
+	}
+}
+
+// addRecv registers and posts n more receive buffers (credits granted).
+func (c *conn) addRecv(n int) error {
+	for i := 0; i < n; i++ {
+		c.mu.Lock()
+		var rb *recvBuf
+		if l := len(c.spare); l > 0 {
+			rb = c.spare[l-1]
+			c.spare = c.spare[:l-1]
+		}
+		c.mu.Unlock()
+		if rb == nil {
+			r, err := c.tc.Domain().Alloc(c.s.cfg.MaxRecvBufferSize, transport.AccessLocal)
+			if err != nil {
+				return err
+			}
+			c.mu.Lock()
+			rb = &recvBuf{id: uint64(len(c.recv)), region: r}
+			c.recv = append(c.recv, rb)
+			c.mu.Unlock()
+		}
+		if err := c.tc.PostRecv(transport.RecvWR{ID: rb.id, Buf: transport.Whole(rb.region)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// post queues a chain of work requests, waiting for send-queue room. The
+// last one must carry wrLast|slot so the slot is freed when it completes.
+func (c *conn) post(wrs []transport.SendWR) error {
+	if err := c.sq.acquire(len(wrs)); err != nil {
+		return err
+	}
+	if err := c.tc.Post(wrs...); err != nil {
+		c.sq.release(len(wrs))
+		return err
+	}
+	return nil
+}
+
+// postOrDrop posts the slot's chain; if that fails the connection is going
+// away and the slot is freed here.
+func (c *conn) postOrDrop(sl *slot, wrs []transport.SendWR) {
+	wrs[len(wrs)-1].ID = wrLast | uint64(sl.idx)
+	if err := c.post(wrs); err != nil {
+		c.fail(fmt.Errorf("post: %w", err))
+		c.slots.put(sl.idx)
+		c.checkIdle()
+	}
+}
+
+// sendStatus completes a request with a STATUS_RESPONSE send (FIG. 6C...).
+func (c *conn) statusWR(sl *slot, cookie uint64, st protocol.Status, info uint32) transport.SendWR {
+	r := protocol.StatusResponse{Cookie: cookie, Ios: protocol.IOStatusBlock{Information: info, Status: st}}
+	r.Put(sl.resp.Bytes())
+	sl.tail[0] = transport.Segment{Region: sl.resp, Length: protocol.StatusResponseSize}
+	return transport.SendWR{Op: transport.OpSend, SGL: sl.tail[:]}
+}
+
+// iosWR completes a polling-mode request by RDMA-writing the IO_STATUS_BLOCK
+// to IosVa/IosMh (FIG. 14D...).
+func (c *conn) iosWR(sl *slot, st protocol.Status, info uint32) transport.SendWR {
+	ios := protocol.IOStatusBlock{Information: info, Status: st}
+	ios.Put(sl.resp.Bytes()[protocol.StatusResponseSize:])
+	sl.tail[0] = transport.Segment{Region: sl.resp, Offset: protocol.StatusResponseSize, Length: protocol.IOStatusBlockSize}
+	return transport.SendWR{
+		Op:         transport.OpWrite,
+		SGL:        sl.tail[:],
+		RemoteAddr: sl.hdr.IosVa,
+		RKey:       sl.hdr.IosMh,
+	}
+}
+
+// completeIO completes an I/O request: wrs are its data writes (the last
+// carrying the immediate cookie when imm), followed by the status the
+// request's mode asks for; then a pending INTERRUPT is answered.
+func (c *conn) completeIO(sl *slot, wrs []transport.SendWR, st protocol.Status, info uint32, imm bool) {
+	c.releaseRecv(sl, false)
+	switch {
+	case sl.hdr.Flags&protocol.FlagInterrupt == 0:
+		wrs = append(wrs, c.iosWR(sl, st, info))
+	case !imm:
+		wrs = append(wrs, c.statusWR(sl, sl.hdr.Cookie(), st, info))
+	}
+	c.grant.Complete()
+	c.mu.Lock()
+	c.ioInflight--
+	intr := c.intr
+	c.intr = nil
+	c.mu.Unlock()
+	c.postOrDrop(sl, wrs)
+	if intr != nil {
+		c.completeControl(intr, protocol.StatusSuccess, 0, false)
+	}
+}
+
+// completeControl completes a control request with a STATUS_RESPONSE send;
+// retire completes a credit message that gives its credit up (FIG. 11C).
+func (c *conn) completeControl(sl *slot, st protocol.Status, info uint32, retire bool) {
+	c.releaseRecv(sl, retire)
+	wr := c.statusWR(sl, sl.hdr.Cookie(), st, info)
+	if retire {
+		c.grant.CompleteRetire()
+	} else {
+		c.grant.Complete()
+	}
+	sl.wrs = append(sl.wrs[:0], wr)
+	c.postOrDrop(sl, sl.wrs)
+}
+
+// checkIdle wakes a closing connection's shutdown when nothing is left.
+func (c *conn) checkIdle() {
+	c.mu.Lock()
+	ch := c.idle
+	c.mu.Unlock()
+	if ch != nil && c.slots.inUse() == 0 {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// shutdown is Server.Close for one connection: stop taking new work, let
+// in-flight requests finish for up to timeout, then disconnect.
+func (c *conn) shutdown(timeout time.Duration) {
+	c.mu.Lock()
+	if c.state == stateOpen {
+		c.state = stateClosing
+	}
+	c.idle = make(chan struct{}, 1)
+	idle := c.idle
+	sess := c.sess
+	c.mu.Unlock()
+	if sess != nil {
+		// Queued requests fail with STATUS_CANCELLED rather than wait.
+		sess.mu.RLock()
+		for _, e := range sess.fids {
+			if e != nil {
+				e.cancel()
+			}
+		}
+		sess.mu.RUnlock()
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for c.slots.inUse() > 0 || c.grant != nil && c.grant.Outstanding() > c.pendingInterrupts() {
+		select {
+		case <-idle:
+		case <-deadline.C:
+			c.fail(errors.New("shutdown timeout"))
+			return
+		case <-c.ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	c.fail(errors.New("server closing"))
+}
+
+func (c *conn) pendingInterrupts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.intr != nil {
+		return 1
+	}
+	return 0
+}
+
+// teardown runs after the reaper has returned: every request goroutine
+// finishes (their posts fail), then the memory goes.
+func (c *conn) teardown() {
+	c.fail(transport.ErrClosed)
+	c.reqs.Wait()
+	c.mu.Lock()
+	c.state = stateClosed
+	sess, budget := c.sess, c.budget
+	c.sess, c.budget = nil, 0
+	recv := c.recv
+	c.recv, c.spare = nil, nil
+	c.mu.Unlock()
+	if sess != nil {
+		c.s.detach(sess)
+	}
+	c.s.budget.Give(budget)
+	for _, rb := range recv {
+		rb.region.Deregister()
+	}
+	c.slots.drop()
+	c.data.drop()
+	c.log.Info("lwio: connection closed")
+}
+
+// wrLast marks the work request that ends a slot's chain; the low bits are
+// the slot index.
+const wrLast = 1 << 63
+
+// sendQueue counts free send-queue entries so that posts never overflow
+// the queue pair; request goroutines wait for room, the reaper frees it.
+type sendQueue struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	avail  int
+	size   int
+	closed bool
+}
+
+func (q *sendQueue) init(n int) {
+	q.cond.L = &q.mu
+	q.avail, q.size = n, n
+}
+
+func (q *sendQueue) acquire(n int) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if n > q.size {
+		return fmt.Errorf("chain of %d work requests exceeds send queue of %d", n, q.size)
+	}
+	for q.avail < n && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return transport.ErrClosed
+	}
+	q.avail -= n
+	return nil
+}
+
+func (q *sendQueue) release(n int) {
+	q.mu.Lock()
+	q.avail += n
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
+
+func (q *sendQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}

@@ -1,0 +1,406 @@
+// Package server is the LWIO server engine (seed 001, FIG. 5–17E): it accepts
+// RDMA connections on transport listeners, authenticates each one (AUTH must
+// come first), registers files by resume key, serves READ and VEC_READ by
+// RDMA WRITE and WRITE and VEC_WRITE from the SEND, completes requests in
+// interrupt or polling mode, and manages credits under a server-wide budget.
+//
+// Everything it knows about sessions and open files comes through Authority,
+// which the session channel implements; the engine imports neither it nor any
+// file system code. See docs/engine.md.
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// Authority is what the engine needs from the session layer.
+type Authority interface {
+	// SessionByKey returns the session a negotiate Key was issued to over
+	// \PIPE\LWIO, with its signing key (the session key from NTLM).
+	SessionByKey(key [16]byte) (id uint64, signingKey []byte, ok bool)
+	// OpenByResumeKey resolves a resume key on a session to its open file.
+	// The key must have been issued on that session for a handle still open.
+	OpenByResumeKey(sessionID uint64, key [24]byte) (File, error)
+}
+
+// File is an open file as the session layer hands it to the engine. ReadAt
+// and WriteAt may be called concurrently.
+type File interface {
+	ReadAt(p []byte, off int64) (int, error)
+	WriteAt(p []byte, off int64) (int, error)
+	Sync() error
+	ReadOnly() bool
+}
+
+// Defaults for the zero values of Config.
+const (
+	DefaultAuthTimeout       = 5 * time.Second
+	DefaultCredits           = 32
+	DefaultMaxCredits        = 64
+	DefaultCreditBudget      = 1024
+	DefaultMaxRdmaWindowSize = 1 << 20
+	DefaultMaxRecvBufferSize = 1<<20 + 4096
+	DefaultWorkers           = 64
+	DefaultPageSize          = 4096
+	DefaultShutdownTimeout   = 5 * time.Second
+)
+
+// Config configures a Server. The zero value of every field but Authority
+// picks the default named beside it.
+type Config struct {
+	// Authority resolves negotiate keys and resume keys. Required.
+	Authority Authority
+	// Logger receives one line per connection event; nil is quiet.
+	Logger logrus.FieldLogger
+	// AuthTimeout is how long a new connection has to authenticate
+	// (0 = DefaultAuthTimeout).
+	AuthTimeout time.Duration
+	// Credits is the most credits granted to a connection at AUTH
+	// (0 = DefaultCredits); a client asking for fewer gets what it asked.
+	Credits int
+	// MaxCredits is the most credits one connection may grow to through
+	// delta-credit transactions (0 = DefaultMaxCredits; < Credits means
+	// Credits).
+	MaxCredits int
+	// CreditBudget is the server-wide number of credits all connections
+	// share (0 = DefaultCreditBudget). Each credit is a posted receive of
+	// MaxRecvBufferSize bytes, so this bounds the server's receive memory.
+	CreditBudget int
+	// MaxRdmaWindowSize is the most bytes one READ moves and the largest
+	// VEC_READ (0 = DefaultMaxRdmaWindowSize).
+	MaxRdmaWindowSize int
+	// MaxRecvBufferSize is the size of each posted receive: the largest
+	// message a client may send, header included; a longer one ends the
+	// connection (0 = DefaultMaxRecvBufferSize, a 1 MiB write in one SEND).
+	MaxRecvBufferSize int
+	// Workers is the number of disk operations run at once server-wide;
+	// requests beyond it queue, and CANCEL completes queued ones
+	// (0 = DefaultWorkers).
+	Workers int
+	// PageSize is announced in the AUTH parameters (0 = DefaultPageSize).
+	PageSize int
+	// NoImmediate makes interrupt-mode reads complete with a STATUS_RESPONSE
+	// send rather than RDMA WRITE WITH IMMEDIATE on the last segment.
+	NoImmediate bool
+	// Transport shapes accepted connections (zero fields: SendQueueDepth
+	// 1024, RecvQueueDepth MaxCredits+8, provider defaults otherwise).
+	Transport transport.Config
+	// ShutdownTimeout bounds how long Close waits for in-flight requests
+	// (0 = DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Credits, DefaultCredits)
+	def(&c.MaxCredits, DefaultMaxCredits)
+	if c.MaxCredits < c.Credits {
+		c.MaxCredits = c.Credits
+	}
+	def(&c.CreditBudget, DefaultCreditBudget)
+	def(&c.MaxRdmaWindowSize, DefaultMaxRdmaWindowSize)
+	def(&c.MaxRecvBufferSize, DefaultMaxRecvBufferSize)
+	def(&c.Workers, DefaultWorkers)
+	def(&c.PageSize, DefaultPageSize)
+	if c.AuthTimeout <= 0 {
+		c.AuthTimeout = DefaultAuthTimeout
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Transport.SendQueueDepth == 0 {
+		c.Transport.SendQueueDepth = 1024
+	}
+	if c.Transport.RecvQueueDepth == 0 {
+		c.Transport.RecvQueueDepth = c.MaxCredits + 8
+	}
+	if c.Transport.MaxMessageSize != 0 && c.Transport.MaxMessageSize < c.MaxRdmaWindowSize {
+		c.MaxRdmaWindowSize = c.Transport.MaxMessageSize
+	}
+	return c
+}
+
+// Server is the LWIO server engine. Its methods are safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     logrus.FieldLogger
+	budget  *protocol.CreditPool
+	workers chan struct{}
+
+	mu        sync.Mutex
+	closed    bool
+	sessions  map[uint64]*session
+	conns     map[*conn]struct{}
+	listeners map[transport.Listener]struct{}
+	wg        sync.WaitGroup // Serve loops and connections
+	nextConn  atomic.Uint64
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("lwio server: closed")
+
+// New returns a server; Serve it on one or more listeners.
+func New(cfg Config) (*Server, error) {
+	if cfg.Authority == nil {
+		return nil, errors.New("lwio server: Config.Authority is required")
+	}
+	cfg = cfg.withDefaults()
+	if cfg.MaxRecvBufferSize < protocol.HeaderSize+protocol.RDMARegionSize {
+		return nil, fmt.Errorf("lwio server: MaxRecvBufferSize %d is too small", cfg.MaxRecvBufferSize)
+	}
+	if cfg.PageSize > 0xFFFF {
+		return nil, fmt.Errorf("lwio server: PageSize %d does not fit the wire", cfg.PageSize)
+	}
+	log := cfg.Logger
+	if log == nil {
+		l := logrus.New()
+		l.Out = io.Discard
+		log = l
+	}
+	return &Server{
+		cfg:       cfg,
+		log:       log,
+		budget:    protocol.NewCreditPool(cfg.CreditBudget),
+		workers:   make(chan struct{}, cfg.Workers),
+		sessions:  make(map[uint64]*session),
+		conns:     make(map[*conn]struct{}),
+		listeners: make(map[transport.Listener]struct{}),
+	}, nil
+}
+
+// TransportConfig is the connection shape listeners should be made with.
+func (s *Server) TransportConfig() transport.Config { return s.cfg.Transport }
+
+// Listen listens on addr with provider p, shaped by TransportConfig. Pass
+// the listener to Serve.
+func (s *Server) Listen(p transport.Provider, addr string) (transport.Listener, error) {
+	return p.Listen(addr, s.cfg.Transport)
+}
+
+// Serve accepts connections on l until l fails or the server is closed. It
+// closes l when it returns and returns ErrServerClosed after Close.
+func (s *Server) Serve(l transport.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+		l.Close()
+	}()
+	s.log.WithField("addr", l.Addr()).Info("lwio: serving")
+	for {
+		tc, err := l.Accept(contextBackground)
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			return err
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			tc.Close()
+			return ErrServerClosed
+		}
+		c := newConn(s, tc)
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			c.run()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// Close stops accepting, lets in-flight requests finish (queued ones fail
+// with STATUS_CANCELLED, new ones with STATUS_REQUEST_NOT_ACCEPTED) for up to
+// ShutdownTimeout, then closes every connection and waits for them.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.shutdown(s.cfg.ShutdownTimeout)
+		}()
+	}
+	wg.Wait()
+	s.wg.Wait()
+	return nil
+}
+
+// NumConns is the number of live connections (for tests and status output).
+func (s *Server) NumConns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// ConnInfo describes one live connection, for logs and status commands.
+type ConnInfo struct {
+	Provider   string
+	LocalAddr  string
+	RemoteAddr string
+	SessionID  uint64
+	Credits    int
+}
+
+// Conns describes the live connections.
+func (s *Server) Conns() []ConnInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ConnInfo, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, c.info())
+	}
+	return out
+}
+
+// session is the server's state for one authenticated session: its Fids,
+// shared by every connection of the session (FIG. 7B: a Fid is scoped to
+// the session that registered it).
+type session struct {
+	id   uint64
+	key  []byte
+	refs int // connections, under Server.mu
+
+	mu   sync.RWMutex
+	fids []*fidEntry // index fid-1
+	free []uint16
+}
+
+// fidEntry is one registered file.
+type fidEntry struct {
+	fid      uint16
+	file     File
+	flags    uint32
+	mu       sync.Mutex
+	closed   bool
+	cancelCh chan struct{} // closed by CANCEL and CLOSE, then replaced
+}
+
+// cancelled returns the channel queued requests on the Fid watch.
+func (f *fidEntry) cancelled() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cancelCh
+}
+
+// cancel fails the requests queued on the Fid now.
+func (f *fidEntry) cancel() {
+	f.mu.Lock()
+	close(f.cancelCh)
+	f.cancelCh = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// maxFids is the number of Fids a session can hold (Fid is 16 bits, 0 unused).
+const maxFids = 0xFFFF
+
+func (ss *session) register(file File, flags uint32) (uint16, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	e := &fidEntry{file: file, flags: flags, cancelCh: make(chan struct{})}
+	if n := len(ss.free); n > 0 {
+		e.fid = ss.free[n-1]
+		ss.free = ss.free[:n-1]
+		ss.fids[e.fid-1] = e
+		return e.fid, true
+	}
+	if len(ss.fids) >= maxFids {
+		return 0, false
+	}
+	ss.fids = append(ss.fids, e)
+	e.fid = uint16(len(ss.fids))
+	return e.fid, true
+}
+
+func (ss *session) lookup(fid uint16) *fidEntry {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	if fid == 0 || int(fid) > len(ss.fids) {
+		return nil
+	}
+	return ss.fids[fid-1]
+}
+
+// unregister recycles fid; it returns the entry or nil.
+func (ss *session) unregister(fid uint16) *fidEntry {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if fid == 0 || int(fid) > len(ss.fids) || ss.fids[fid-1] == nil {
+		return nil
+	}
+	e := ss.fids[fid-1]
+	ss.fids[fid-1] = nil
+	ss.free = append(ss.free, fid)
+	return e
+}
+
+// attach returns the session state for id, creating it on first use.
+func (s *Server) attach(id uint64, key []byte) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[id]
+	if ss == nil {
+		ss = &session{id: id, key: key}
+		s.sessions[id] = ss
+	}
+	ss.refs++
+	return ss
+}
+
+// detach drops a connection's reference; the session's Fids go with the last.
+func (s *Server) detach(ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss.refs--
+	if ss.refs == 0 {
+		delete(s.sessions, ss.id)
+	}
+}

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// respSize is a slot's registered area: STATUS_RESPONSE at 0, the
+// IO_STATUS_BLOCK of a polling completion at 16, the server's AUTH
+// parameters at 32.
+const respSize = 128
+
+// slot is the server's state for one request from arrival until the last
+// work request of its completion chain completes. Slots are reused: their
+// registered response area and slices stay.
+type slot struct {
+	idx  int
+	resp transport.Region
+
+	hdr     protocol.Header
+	msg     []byte   // the message, in recv (valid until releaseRecv)
+	recv    *recvBuf // the receive buffer still held, or nil
+	fid     *fidEntry
+	cancel  <-chan struct{}
+	data    transport.Region // read data buffer, back to the pool with the slot
+	regions []protocol.RDMARegion
+	wrs     []transport.SendWR
+	segs    []transport.Segment
+	tail    [1]transport.Segment // the completing STATUS_RESPONSE or status block
+}
+
+// sgl returns a one-entry gather list backed by the slot (no allocation).
+// Call ensureSegs first when building more than one.
+func (sl *slot) sgl(i int, seg transport.Segment) []transport.Segment {
+	if i >= len(sl.segs) {
+		sl.ensureSegs(i + 1)
+	}
+	sl.segs[i] = seg
+	return sl.segs[i : i+1 : i+1]
+}
+
+func (sl *slot) ensureSegs(n int) {
+	if n > len(sl.segs) {
+		sl.segs = make([]transport.Segment, n)
+	}
+}
+
+// slotTable owns a connection's slots.
+type slotTable struct {
+	dom     transport.Domain
+	data    *bufPool
+	mu      sync.Mutex
+	all     []*slot
+	free    []int
+	used    int
+	dropped bool
+}
+
+func (t *slotTable) init(dom transport.Domain) { t.dom = dom }
+
+func (t *slotTable) get() (*slot, error) {
+	t.mu.Lock()
+	if n := len(t.free); n > 0 {
+		sl := t.all[t.free[n-1]]
+		t.free = t.free[:n-1]
+		t.used++
+		t.mu.Unlock()
+		return sl, nil
+	}
+	t.mu.Unlock()
+	r, err := t.dom.Alloc(respSize, transport.AccessLocal)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dropped {
+		r.Deregister()
+		return nil, transport.ErrClosed
+	}
+	sl := &slot{idx: len(t.all), resp: r}
+	t.all = append(t.all, sl)
+	t.used++
+	return sl, nil
+}
+
+func (t *slotTable) put(idx int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if idx >= len(t.all) {
+		return
+	}
+	sl := t.all[idx]
+	if sl.data != nil {
+		if t.data != nil {
+			t.data.put(sl.data)
+		}
+		sl.data = nil
+	}
+	sl.fid, sl.cancel, sl.msg, sl.recv = nil, nil, nil, nil
+	sl.regions = sl.regions[:0]
+	for i := range sl.wrs {
+		sl.wrs[i] = transport.SendWR{}
+	}
+	sl.wrs = sl.wrs[:0]
+	t.free = append(t.free, idx)
+	t.used--
+}
+
+func (t *slotTable) inUse() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.used
+}
+
+func (t *slotTable) drop() {
+	t.mu.Lock()
+	all := t.all
+	t.all, t.free, t.dropped = nil, nil, true
+	t.mu.Unlock()
+	for _, sl := range all {
+		sl.resp.Deregister()
+	}
+}
