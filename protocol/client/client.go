@@ -155,7 +155,9 @@ type ConnError struct {
 	Err  error
 }
 
-func (e *ConnError) Error() string { return "lwio client: connection " + e.Conn + " lost: " + e.Err.Error() }
+func (e *ConnError) Error() string {
+	return "lwio client: connection " + e.Conn + " lost: " + e.Err.Error()
+}
 func (e *ConnError) Unwrap() error { return e.Err }
 
 // Client is a set of authenticated LWIO connections to one server for one

@@ -62,15 +62,15 @@ type conn struct {
 	state      connState
 	err        error // why the connection ended
 	sess       *session
-	peerPage   int          // client's PageSize
-	recv       []*recvBuf   // by RecvWR.ID
-	spare      []*recvBuf   // buffers parked after credits were retired
-	recvExcess int          // receives to park rather than repost
-	budget     int          // credits taken from the server-wide budget
-	ioInflight int          // READ/WRITE/VEC requests not yet completed
-	intr       *slot        // the pending INTERRUPT (FIG. 9A), at most one
-	lowHints   int          // consecutive requests with a low Credits hint (reaper only)
-	endAfter   int          // slot index+1 whose completion ends the connection (AUTH refused)
+	peerPage   int        // client's PageSize
+	recv       []*recvBuf // by RecvWR.ID
+	spare      []*recvBuf // buffers parked after credits were retired
+	recvExcess int        // receives to park rather than repost
+	budget     int        // credits taken from the server-wide budget
+	ioInflight int        // READ/WRITE/VEC requests not yet completed
+	intr       *slot      // the pending INTERRUPT (FIG. 9A), at most one
+	lowHints   int        // consecutive requests with a low Credits hint (reaper only)
+	endAfter   int        // slot index+1 whose completion ends the connection (AUTH refused)
 	reqs       sync.WaitGroup
 	idle       chan struct{} // closing: signalled when nothing is outstanding
 }
