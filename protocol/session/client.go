@@ -146,8 +146,7 @@ func (c *Client) setup(ctx context.Context) error {
 	c.sessionID = h.SessionID
 	c.serverName = done.ServerName
 	c.signing.Store(true)
-	c.log = c.log.WithField("session", c.sessionID)
-	c.log.Debug("session established")
+	c.log.WithField("session", c.sessionID).Debug("session established")
 	return nil
 }
 

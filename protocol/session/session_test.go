@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"net"
 	"strings"
 	"testing"
@@ -295,5 +297,82 @@ func TestContextCancelLeavesConnectionUsable(t *testing.T) {
 	}
 	if _, err := tr.GetAttr(ctxT(t), ""); err != nil {
 		t.Errorf("call after a cancelled one: %v", err)
+	}
+}
+
+// TestPendingCallsFailWhenConnectionDies: calls waiting for an answer fail
+// with ErrClosed as soon as the connection breaks.
+func TestPendingCallsFailWhenConnectionDies(t *testing.T) {
+	a, b := net.Pipe()
+	c := newClient(a, ClientConfig{})
+	defer c.Close()
+	const n = 8
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- c.call(context.Background(), CmdEcho, 0, &empty{}, &empty{}) }()
+	}
+	// Read the requests, answer none, then hang up.
+	for range n {
+		if _, _, err := ReadFrame(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	for range n {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("pending call = %v, want ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("pending call hangs after the connection died")
+		}
+	}
+	if err := c.call(context.Background(), CmdEcho, 0, &empty{}, &empty{}); !errors.Is(err, ErrClosed) {
+		t.Errorf("later call = %v", err)
+	}
+}
+
+// TestGracefulClose: requests the server has read are answered before
+// Close returns; the client then sees the connection end.
+func TestGracefulClose(t *testing.T) {
+	e := newEnv(t)
+	tr := e.tree("data")
+	ctx := ctxT(t)
+	const n = 32
+	type result struct {
+		name string
+		err  error
+	}
+	errs := make(chan result, n)
+	for i := range n {
+		go func() {
+			name := fmt.Sprintf("d%d", i)
+			_, err := tr.Mkdir(ctx, name, 0o755)
+			errs <- result{name, err}
+		}()
+	}
+	// Wait for the directories to start appearing, then close.
+	eventually(t, "first mkdir", func() bool {
+		ents, _ := os.ReadDir(e.share)
+		return len(ents) > 0
+	})
+	e.srv.Close()
+	ok := 0
+	for range n {
+		r := <-errs
+		switch {
+		case r.err == nil:
+			ok++
+			if _, err := os.Stat(e.share + "/" + r.name); err != nil {
+				t.Errorf("Mkdir %s reported success but: %v", r.name, err)
+			}
+		case !errors.Is(r.err, ErrClosed):
+			t.Errorf("Mkdir during Close: %v", r.err)
+		}
+	}
+	waitDone(t, tr.c)
+	if ok == 0 {
+		t.Error("no request was answered")
 	}
 }
