@@ -98,6 +98,17 @@ func TestDiscoverHere(t *testing.T) {
 	if !strings.Contains(sb.String(), "RDMA devices: ") || !strings.Contains(sb.String(), "softrdma[127.0.0.1:4791]") {
 		t.Errorf("Describe output lacks the device line or the soft provider:\n%s", sb.String())
 	}
+	if want := os.Getenv("LWIOFS_VERBS_ADDR"); want != "" {
+		// The Soft-RoCE rig (test/vm) made rxe0 on dum0 with this address:
+		// discovery must find it through rdmamap and offer it first.
+		if d.VerbsErr != nil || len(d.Providers) != 2 || d.Providers[0].Name != "verbs" {
+			t.Fatalf("rig device not discovered: err %v, providers %v", d.VerbsErr, d.Providers)
+		}
+		if got := d.Providers[0].String(); !strings.Contains(got, want+":4790") {
+			t.Errorf("verbs instances %s lack %s:4790", got, want)
+		}
+		return
+	}
 	if len(d.Devices) > 0 {
 		t.Logf("this host has RDMA devices; checking the verbs entry")
 		if d.VerbsErr == nil && d.Providers[0].Name != "verbs" {

@@ -20,10 +20,11 @@ mkdir -p "$out/bin"
 t0=$(date +%s)
 $GO test -race -c -o "$out/bin/verbs.test" ./transport/verbs
 $GO test -c -tags verbsbroken -o "$out/bin/verbs-broken.test" ./transport/verbs
+$GO test -c -o "$out/bin/transport.test" ./transport
 echo "test-verbs: test binaries built in $(( $(date +%s) - t0 )) s" >&2
 
 set +e
-test/vm/run.sh -t "${LWIOFS_VM_TIMEOUT:-900}" -o "$out" "$out/bin/verbs.test" "$out/bin/verbs-broken.test" \
+test/vm/run.sh -t "${LWIOFS_VM_TIMEOUT:-900}" -o "$out" "$out/bin/verbs.test" "$out/bin/verbs-broken.test" "$out/bin/transport.test" \
 	-- -test.v -test.count=1 -test.timeout=600s >"$out/run.log" 2>&1
 vmrc=$?
 set -e
@@ -31,9 +32,10 @@ echo "test-verbs: guest run finished (run.sh exit $vmrc) after $(( $(date +%s) -
 
 status=0
 rc() { cat "$out/$1.rc" 2>/dev/null || echo none; }
+disc=$(rc transport.test)
 good=$(rc verbs.test)
 bad=$(rc verbs-broken.test)
-if [ "$good" = none ] || [ "$bad" = none ]; then
+if [ "$good" = none ] || [ "$bad" = none ] || [ "$disc" = none ]; then
 	echo "test-verbs: FAIL: the guest did not report (see $out/run.log, $out/console.log)" >&2
 	tail -40 "$out/run.log" >&2
 	exit 1
@@ -47,6 +49,13 @@ elif grep -q -- '--- SKIP: TestConformance \|--- SKIP: TestSmoke ' "$out/verbs.t
 	status=1
 else
 	echo "test-verbs: PASS: conformance suite and smoke test over rdma_rxe"
+fi
+if [ "$disc" != 0 ]; then
+	echo "test-verbs: FAIL: package transport (discovery of rxe0 through rdmamap) failed in the guest:" >&2
+	grep -E -- '--- FAIL|_test.go' "$out/transport.test.log" >&2 || true
+	status=1
+else
+	echo "test-verbs: PASS: discovery finds rxe0 on dum0 ($(grep -o 'verbs\[[^]]*\]' "$out/transport.test.log" | head -1))"
 fi
 if [ "$bad" = 0 ]; then
 	echo "test-verbs: FAIL: the deliberately broken provider (verbsbroken: wrong rkey) passed; the suite cannot catch it" >&2

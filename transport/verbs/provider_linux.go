@@ -185,7 +185,12 @@ type cmEvent struct {
 
 func (e cmEvent) String() string {
 	s := C.GoString(C.lwv_event_str(e.kind))
-	if e.status != 0 {
+	switch {
+	case e.status < 0:
+		s += " (" + syscall.Errno(-e.status).Error() + ")"
+	case e.status > 0 && e.kind == C.RDMA_CM_EVENT_REJECTED:
+		s += fmt.Sprintf(" (IB CM reject reason %d; 8 is no listener)", e.status)
+	case e.status > 0:
 		s += fmt.Sprintf(" (status %d)", e.status)
 	}
 	return s
