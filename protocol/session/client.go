@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,11 @@ type ClientConfig struct {
 	// WriteTimeout bounds one request write; a server that does not read
 	// for that long breaks the connection. Zero means 30 seconds.
 	WriteTimeout time.Duration
+	// KeepAlive is how often an idle session sends ECHO, and how long the
+	// answer may take before the connection is declared dead (so that a
+	// vanished server fails calls instead of hanging them). Zero means
+	// 15 seconds; negative disables it.
+	KeepAlive time.Duration
 }
 
 // Client is an authenticated session over one TCP connection. All methods
@@ -79,7 +85,32 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
+	if cfg.KeepAlive >= 0 {
+		go c.keepAlive(cmp.Or(cfg.KeepAlive, 15*time.Second))
+	}
 	return c, nil
+}
+
+// keepAlive sends ECHO every interval while the connection is up and fails
+// it when an ECHO goes unanswered for an interval.
+func (c *Client) keepAlive(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		err := c.call(ctx, CmdEcho, 0, &empty{}, &empty{})
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			c.log.WithField("timeout", interval).Warn("server does not answer ECHO: dropping connection")
+			c.fail(errors.New("session: keepalive timed out"))
+			return
+		}
+	}
 }
 
 func newClient(nc net.Conn, cfg ClientConfig) *Client {

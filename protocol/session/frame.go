@@ -28,6 +28,9 @@ const (
 	// MaxFrameSize bounds a frame, header included. A larger Length ends
 	// the connection (ErrFrameTooLarge) before anything is allocated.
 	MaxFrameSize = MaxIOSize + 64<<10
+	// maxSetupFrameSize bounds frames before session setup completes:
+	// NTLMSSP tokens are a few hundred bytes.
+	maxSetupFrameSize = 64 << 10
 	// MaxIOSize is the most data one Read or Write request carries; the
 	// client splits larger ReadAt/WriteAt calls.
 	MaxIOSize = 1 << 20
@@ -194,7 +197,11 @@ func DecodeFrame(p []byte) (Frame, error) {
 
 // ReadFrame reads one frame from r. The length is checked against
 // MaxFrameSize before the body is allocated.
-func ReadFrame(r io.Reader) (Frame, []byte, error) {
+func ReadFrame(r io.Reader) (Frame, []byte, error) { return readFrame(r, MaxFrameSize) }
+
+// readFrame is ReadFrame with a tighter limit (before session setup only
+// small NTLM tokens are expected).
+func readFrame(r io.Reader, max uint32) (Frame, []byte, error) {
 	var lb [4]byte
 	if _, err := io.ReadFull(r, lb[:]); err != nil {
 		return Frame{}, nil, err
@@ -203,7 +210,7 @@ func ReadFrame(r io.Reader) (Frame, []byte, error) {
 	if n < HeaderSize {
 		return Frame{}, nil, ErrShortFrame
 	}
-	if n > MaxFrameSize {
+	if n > max {
 		return Frame{}, nil, ErrFrameTooLarge
 	}
 	raw := make([]byte, n)

@@ -83,7 +83,11 @@ func (c *serverConn) serve() {
 func (c *serverConn) readLoop() error {
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.SetupTimeout))
 	for {
-		f, raw, err := ReadFrame(c.nc)
+		limit := uint32(MaxFrameSize)
+		if c.sess.Load() == nil {
+			limit = maxSetupFrameSize
+		}
+		f, raw, err := readFrame(c.nc, limit)
 		if err != nil {
 			return err
 		}

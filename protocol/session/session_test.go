@@ -376,3 +376,56 @@ func TestGracefulClose(t *testing.T) {
 		t.Error("no request was answered")
 	}
 }
+
+// TestKeepAliveDetectsSilentServer: a server that stops answering (but
+// keeps the TCP connection) is noticed by the ECHO keepalive.
+func TestKeepAliveDetectsSilentServer(t *testing.T) {
+	a, b := net.Pipe()
+	c := newClient(a, ClientConfig{})
+	defer c.Close()
+	go c.keepAlive(50 * time.Millisecond)
+	go func() { // read everything, answer nothing
+		for {
+			if _, _, err := ReadFrame(b); err != nil {
+				return
+			}
+		}
+	}()
+	waitDone(t, c)
+	if !strings.Contains(c.Err().Error(), "keepalive") {
+		t.Errorf("Err = %v", c.Err())
+	}
+}
+
+func TestKeepAliveKeepsLiveSession(t *testing.T) {
+	e := newEnv(t)
+	c, err := Dial(ctxT(t), e.addr, ClientConfig{User: testUser, Password: testPassword, KeepAlive: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-c.Done():
+		t.Fatalf("live session dropped: %v", c.Err())
+	default:
+	}
+}
+
+func TestOversizedSetupFrameDropped(t *testing.T) {
+	e := newEnv(t)
+	nc, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	big := AppendFrame(nil, Header{MessageID: 1, Command: CmdSessionSetup}, marshal(&tokenMsg{Token: make([]byte, 100<<10)}))
+	nc.Write(big)
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := ReadFrame(nc); err == nil {
+		t.Fatal("server answered an oversized setup frame")
+	}
+	if !e.waitLogged("dropping connection") {
+		t.Error("no log line")
+	}
+}
