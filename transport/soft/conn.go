@@ -100,14 +100,18 @@ type conn struct {
 	rqHead, rqTail       uint64
 	fail1                failure // the first failure; valid once st != stateOpen
 	nakPending           bool
+	writing              bool      // a goroutine owns the socket's write side (c.wr)
+	handoff              bool      // the owner left a partial batch to the writer goroutine
 	progressAt           time.Time // last acknowledgement progress (TransportTimeout)
 	timer                *time.Timer
 
-	placed  atomic.Uint32 // peer requests placed here: the Ack we owe
-	ackSent atomic.Uint32 // the last Ack the writer sent
-	ops     atomic.Int64  // operations carried, for Faults
-	dropped atomic.Bool   // Faults.DropAfterOps tripped: a black hole
-	running atomic.Int32  // reader and writer still running
+	placed   atomic.Uint32 // peer requests placed here: the Ack we owe
+	ackSent  atomic.Uint32 // the last Ack the writer sent
+	ops      atomic.Int64  // operations carried, for Faults
+	dropped  atomic.Bool   // Faults.DropAfterOps tripped: a black hole
+	ackArmed atomic.Bool   // ackTimer is running
+	ackTimer *time.Timer   // the fallback for a deferred acknowledgement
+	running  atomic.Int32  // reader and writer still running
 
 	rd      frameReader
 	wr      frameWriter
@@ -148,7 +152,10 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 	c.cq = newCQ(delay)
 	c.log = p.log.WithFields(logrus.Fields{"provider": Name, "conn": c.local + "->" + c.remote})
 	c.rd.init(nc)
-	c.wr.init()
+	c.wr.init(nc)
+	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimeout)
+	c.ackTimer.Stop()
+	c.cq.idle = c.flushAck
 	c.running.Store(2)
 	if t := p.opts.TransportTimeout; t > 0 {
 		c.timer = time.AfterFunc(checkPeriod(t), c.checkProgress)
@@ -205,7 +212,7 @@ func (c *conn) Post(wrs ...transport.SendWR) error {
 		c.sqTail++
 	}
 	c.mu.Unlock()
-	c.wakeWriter()
+	c.transmit()
 	return nil
 }
 
@@ -286,11 +293,12 @@ func (c *conn) fail(f failure) {
 	} else {
 		log.Debug("connection in error")
 	}
+	c.ackTimer.Stop()
+	c.wakeWriter() // it exits, sending the NAK if one is due
 	if f.nak {
 		// Keep reading so our NAK is not destroyed by a reset, but no
 		// longer than drainTimeout; the peer closes when it reads it.
 		_ = c.nc.SetDeadline(time.Now().Add(drainTimeout))
-		c.wakeWriter()
 		return
 	}
 	if f.reset {
@@ -377,6 +385,30 @@ func (c *conn) tripDrop() {
 	if !c.dropped.Swap(true) {
 		c.log.WithField("ops", c.ops.Load()-1).Warn("fault injected: dropping all traffic")
 	}
+}
+
+// ackFallback bounds how long an acknowledgement owed for a SEND or WRITE
+// WITH IMMEDIATE waits for traffic to ride on (usually the reply the
+// application posts) or for the application to go idle on its CQ.
+const ackFallback = time.Millisecond
+
+// flushAck sends the acknowledgement owed, if any; the CQ calls it when
+// the application finds nothing more to reap.
+func (c *conn) flushAck() {
+	if c.placed.Load() != c.ackSent.Load() {
+		c.transmit()
+	}
+}
+
+func (c *conn) deferAck() {
+	if !c.ackArmed.Swap(true) {
+		c.ackTimer.Reset(ackFallback)
+	}
+}
+
+func (c *conn) ackTimeout() {
+	c.ackArmed.Store(false)
+	c.flushAck()
 }
 
 func (c *conn) tripReset() {

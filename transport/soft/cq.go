@@ -16,6 +16,7 @@ import (
 // behind passes the wake-up on, so no waiter sleeps while some are ready.
 type cq struct {
 	delay time.Duration // Faults.DelayCompletions
+	idle  func()        // called when the application finds nothing to reap
 
 	mu     sync.Mutex
 	items  []cqItem
@@ -106,6 +107,9 @@ func (q *cq) Poll(out []transport.Completion) int {
 	if n > 0 && left > 0 {
 		q.wake()
 	}
+	if n == 0 && q.idle != nil {
+		q.idle()
+	}
 	return n
 }
 
@@ -140,6 +144,9 @@ func (q *cq) Wait(ctx context.Context, out []transport.Completion) (int, error) 
 				timer.Reset(time.Until(next))
 			}
 			due = timer.C
+		}
+		if q.idle != nil {
+			q.idle()
 		}
 		done := q.done
 		if closed {

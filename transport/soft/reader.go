@@ -122,15 +122,20 @@ func (c *conn) readLoop() {
 				}
 				continue
 			}
-			if !c.onRequest(&h) {
+			ok, completed := c.onRequest(&h)
+			if !ok {
 				return
 			}
-		}
-		// Acknowledge when there is nothing more to read at once: a
-		// burst of requests gets one cumulative ACK, or none if the
-		// writer has traffic to carry it on.
-		if c.rd.buffered() == 0 && c.placed.Load() != c.ackSent.Load() {
-			c.wakeWriter()
+			// Acknowledge when there is nothing more to read at once: a
+			// burst of requests gets one cumulative ACK, or none if
+			// there is traffic to carry it on.
+			if c.rd.buffered() == 0 && c.placed.Load() != c.ackSent.Load() {
+				if completed && int(h.Length) < ackAtOnceSize && c.placed.Load()-c.ackSent.Load() < ackAtOnceCount {
+					c.deferAck()
+				} else {
+					c.transmit()
+				}
+			}
 		}
 	}
 }
@@ -200,13 +205,24 @@ func (c *conn) refuse(st transport.Status, err error) {
 	_, _ = io.Copy(io.Discard, c.nc)
 }
 
-// onRequest carries out one SEND or RDMA WRITE from the peer. It returns
-// false when the connection is done.
-func (c *conn) onRequest(h *frameHeader) bool {
+// Acknowledgement policy: a plain RDMA WRITE is acknowledged as soon as
+// the reader has nothing more to read, since nobody at this end hears of
+// it. A SEND or WRITE WITH IMMEDIATE produces a completion the application
+// usually answers, so its ACK waits to ride on that answer, or until the
+// application finds its CQ empty, or ackFallback, unless it is large or
+// many are owed.
+const (
+	ackAtOnceSize  = 64 << 10
+	ackAtOnceCount = 16
+)
+
+// onRequest carries out one SEND or RDMA WRITE from the peer. ok is
+// false when the connection is done; completed says a receive completed.
+func (c *conn) onRequest(h *frameHeader) (ok, completed bool) {
 	n := int(h.Length)
 	if n > c.limits.MaxMessageSize {
 		c.refuse(transport.StatusRemoteInvalidRequest, fmt.Errorf("%d-byte request exceeds MaxMessageSize %d", n, c.limits.MaxMessageSize))
-		return false
+		return false, false
 	}
 	imm := h.Flags&flagImm != 0
 	var dst []byte
@@ -214,16 +230,16 @@ func (c *conn) onRequest(h *frameHeader) bool {
 		var ok bool
 		if dst, ok = c.p.pd.target(h.RKey, h.Addr, n); !ok {
 			c.refuse(transport.StatusRemoteAccess, fmt.Errorf("RDMA WRITE of %d bytes to %#x with handle %#x is outside every region open to remote write", n, h.Addr, h.RKey))
-			return false
+			return false, false
 		}
 	}
 	if h.Type == frameWrite && !imm {
 		if err := c.rd.readInto(dst); err != nil {
 			c.readFailed(err)
-			return false
+			return false, false
 		}
 		c.placed.Add(1)
-		return true
+		return true, false
 	}
 	// SEND and WRITE WITH IMMEDIATE consume a receive.
 	wr, ok := c.takeRecv()
@@ -233,7 +249,7 @@ func (c *conn) onRequest(h *frameHeader) bool {
 		default:
 			c.refuse(transport.StatusRNRRetryExceeded, fmt.Errorf("no receive posted within %v", c.peerRNR))
 		}
-		return false
+		return false, false
 	}
 	comp := transport.Completion{ID: wr.ID, Op: transport.OpRecv, Imm: h.Imm, HasImm: imm}
 	if h.Type == frameSend {
@@ -242,13 +258,13 @@ func (c *conn) onRequest(h *frameHeader) bool {
 			comp.Status = transport.StatusLocalProtection
 			c.cq.push(comp)
 			c.refuse(transport.StatusRemoteInvalidRequest, err)
-			return false
+			return false, false
 		}
 		if n > len(buf) {
 			comp.Status = transport.StatusLocalLength
 			c.cq.push(comp)
 			c.refuse(transport.StatusRemoteInvalidRequest, fmt.Errorf("%d-byte SEND into a %d-byte receive", n, len(buf)))
-			return false
+			return false, false
 		}
 		dst, comp.Len = buf[:n], n
 	}
@@ -256,11 +272,11 @@ func (c *conn) onRequest(h *frameHeader) bool {
 		comp.Status = transport.StatusFlushed
 		c.cq.push(comp)
 		c.readFailed(err)
-		return false
+		return false, false
 	}
 	c.cq.push(comp)
 	c.placed.Add(1)
-	return true
+	return true, true
 }
 
 // takeRecv pops the next posted receive, waiting up to the peer's RNR
@@ -284,9 +300,7 @@ func (c *conn) takeRecv() (transport.RecvWR, bool) {
 		if timer == nil {
 			// Receiver not ready: the peer retries for its RNR timeout.
 			// Acknowledge what is placed so far while we wait.
-			if c.placed.Load() != c.ackSent.Load() {
-				c.wakeWriter()
-			}
+			c.flushAck()
 			timer = time.NewTimer(c.peerRNR)
 		}
 		select {

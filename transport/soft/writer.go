@@ -7,48 +7,135 @@ import (
 	"github.com/lwiofs/lwiofs/transport"
 )
 
-// maxBatch is the most frames the writer gathers into one vectored write.
+// maxBatch is the most frames gathered into one vectored write.
 const maxBatch = 64
 
-// frameWriter is the writer goroutine's reusable state: headers and the
-// I/O vector, so a batch costs no allocation.
+// frameWriter is the socket's write side: reusable headers and I/O vector,
+// so a batch costs no allocation. Only the goroutine that owns the write
+// side (conn.writing) touches it.
 type frameWriter struct {
 	hdrs []byte
-	iov  [][]byte
+	iov  [][]byte // the batch, or what is left of it
 	bufs net.Buffers
+	sys  sysWriter // the non-blocking writev of the inline path
 }
 
-func (w *frameWriter) init() {
+func (w *frameWriter) init(tc *net.TCPConn) {
 	w.hdrs = make([]byte, maxBatch*frameHeaderSize)
 	w.iov = make([][]byte, 0, maxBatch*4)
+	w.sys.init(tc)
 }
 
-// writeLoop transmits queued work requests and acknowledgements. Each
-// batch is one writev of headers and payload slices taken straight from
-// the registered regions.
-func (c *conn) writeLoop() {
-	defer c.exit()
+// consume drops the first n written bytes from iov.
+func (w *frameWriter) consume(n int) {
+	i := 0
+	for i < len(w.iov) && n >= len(w.iov[i]) {
+		n -= len(w.iov[i])
+		w.iov[i] = nil
+		i++
+	}
+	if i < len(w.iov) {
+		w.iov[i] = w.iov[i][n:]
+	}
+	m := copy(w.iov, w.iov[i:])
+	clear(w.iov[m:])
+	w.iov = w.iov[:m]
+}
+
+// transmit sends what is queued from the calling goroutine (Post, the
+// reader's acknowledgements), without blocking: if the socket will not
+// take everything at once the rest is handed to the writer goroutine. If
+// another goroutine owns the write side it will carry the new work.
+//
+// Sending from the caller saves the hand-off to the writer goroutine on
+// every request, which dominates a small round trip.
+func (c *conn) transmit() {
+	c.mu.Lock()
+	if c.writing {
+		c.mu.Unlock()
+		return
+	}
+	c.writing = true
 	for {
-		select {
-		case <-c.kick:
-		case <-c.closing:
-		}
-		for {
-			work, reset, open := c.gather()
+		work, reset, open := c.gather()
+		if !open || !work {
+			c.writing = false
+			c.mu.Unlock()
 			if !open {
-				c.sendNak()
+				c.wakeWriter() // it sends the NAK, if any, and exits
+			}
+			return
+		}
+		c.mu.Unlock()
+		if len(c.wr.iov) > 0 {
+			n, err := c.wr.sys.writev(c.wr.iov)
+			c.wr.consume(n)
+			if err != nil && !errWouldBlock(err) {
+				c.releaseWrite()
+				c.fail(failure{why: "send failed", err: err})
 				return
 			}
 			if len(c.wr.iov) > 0 {
+				c.mu.Lock()
+				c.handoff = true // the write side now belongs to the writer
+				c.mu.Unlock()
+				c.wakeWriter()
+				return
+			}
+		}
+		if reset {
+			c.releaseWrite()
+			c.tripReset()
+			return
+		}
+		c.mu.Lock()
+	}
+}
+
+func (c *conn) releaseWrite() {
+	c.mu.Lock()
+	c.writing = false
+	c.mu.Unlock()
+	c.wakeWriter()
+}
+
+// writeLoop is the writer goroutine: it takes the write side over when an
+// inline transmit could not finish, or when kicked while nobody owns it,
+// and uses blocking writes. When the connection fails it sends the NAK,
+// if one is due, after finishing any partly written frame.
+func (c *conn) writeLoop() {
+	defer c.exit()
+	for range c.kick {
+		c.mu.Lock()
+		if c.writing && !c.handoff {
+			// Someone writes inline; it kicks us when it lets go.
+			c.mu.Unlock()
+			continue
+		}
+		c.writing, c.handoff = true, false
+		for {
+			if len(c.wr.iov) > 0 {
+				c.mu.Unlock()
 				c.wr.bufs = net.Buffers(c.wr.iov)
 				_, err := c.wr.bufs.WriteTo(c.nc)
-				clear(c.wr.iov) // drop references to application memory
+				clear(c.wr.iov)
+				c.wr.iov = c.wr.iov[:0]
 				if err != nil {
 					c.fail(failure{why: "send failed", err: err})
+					c.sendNak()
 					return
 				}
+				c.mu.Lock()
+			}
+			work, reset, open := c.gather()
+			if !open {
+				c.mu.Unlock()
+				c.sendNak()
+				return
 			}
 			if reset {
+				c.mu.Unlock()
+				c.flushBatch()
 				c.tripReset()
 				return
 			}
@@ -56,17 +143,27 @@ func (c *conn) writeLoop() {
 				break
 			}
 		}
+		c.writing = false
+		c.mu.Unlock()
 	}
 }
 
-// gather builds the next batch in c.wr.iov; work reports whether it found
-// anything to do. reset reports that Faults.ResetAfterOps tripped after
-// the batch; open is false once the connection has left stateOpen.
+// flushBatch writes the gathered batch (blocking).
+func (c *conn) flushBatch() {
+	if len(c.wr.iov) == 0 {
+		return
+	}
+	c.wr.bufs = net.Buffers(c.wr.iov)
+	_, _ = c.wr.bufs.WriteTo(c.nc)
+	clear(c.wr.iov)
+	c.wr.iov = c.wr.iov[:0]
+}
+
+// gather builds the next batch in c.wr.iov; c.mu is held. work reports
+// whether it found anything to do; reset that Faults.ResetAfterOps tripped
+// after the batch; open is false once the connection has left stateOpen.
 func (c *conn) gather() (work, reset, open bool) {
 	w := &c.wr
-	w.iov = w.iov[:0]
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.st != stateOpen {
 		return false, false, false
 	}
@@ -120,19 +217,22 @@ func (c *conn) gather() (work, reset, open bool) {
 	return work, reset, true
 }
 
-// sendNak tells the peer which of its requests failed, then half-closes;
-// the reader is draining until the peer closes in turn.
+// sendNak finishes a partly written batch and tells the peer which of its
+// requests failed, then half-closes; the reader is draining until the peer
+// closes in turn. Called by the writer goroutine as it exits.
 func (c *conn) sendNak() {
 	c.mu.Lock()
 	f, pending := c.fail1, c.nakPending
 	c.nakPending = false
+	c.writing = true // for good
 	c.mu.Unlock()
 	if !pending || c.dropped.Load() {
 		return
 	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(drainTimeout))
+	c.flushBatch()
 	var hb [frameHeaderSize]byte
 	(&frameHeader{Type: frameNak, Status: uint8(f.nakSt), Ack: f.nakSeq}).encode(hb[:])
-	_ = c.nc.SetWriteDeadline(time.Now().Add(drainTimeout))
 	if _, err := c.nc.Write(hb[:]); err == nil {
 		_ = c.nc.CloseWrite()
 	}

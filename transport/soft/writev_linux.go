@@ -1,0 +1,74 @@
+package soft
+
+import (
+	"errors"
+	"net"
+	"syscall"
+	"unsafe"
+)
+
+// sysWriter does one non-blocking writev(2) on the socket, through
+// RawConn.Write so it is serialized with the runtime's own writes. It
+// does not tell the race detector it read the buffers (net.Buffers'
+// writev does not either): the application may reuse a buffer as soon as
+// its completion arrives, which may be before this call returns.
+type sysWriter struct {
+	rc  syscall.RawConn
+	vec []syscall.Iovec
+	n   int
+	err error
+	fn  func(fd uintptr) bool
+}
+
+// maxIOV is the kernel's IOV_MAX.
+const maxIOV = 1024
+
+func (s *sysWriter) init(tc *net.TCPConn) {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		s.err = err
+		return
+	}
+	s.rc = rc
+	s.fn = func(fd uintptr) bool {
+		s.n, s.err = 0, nil
+		r, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.vec[0])), uintptr(len(s.vec)))
+		if e != 0 {
+			s.err = e
+		} else {
+			s.n = int(r)
+		}
+		return true // one attempt: never wait for the socket here
+	}
+}
+
+// writev writes what the socket takes at once and reports how much.
+func (s *sysWriter) writev(iov [][]byte) (int, error) {
+	if s.rc == nil {
+		return 0, syscall.EAGAIN
+	}
+	s.vec = s.vec[:0]
+	for _, b := range iov {
+		if len(b) == 0 {
+			continue
+		}
+		if len(s.vec) == maxIOV {
+			break
+		}
+		v := syscall.Iovec{Base: &b[0]}
+		v.SetLen(len(b))
+		s.vec = append(s.vec, v)
+	}
+	if len(s.vec) == 0 {
+		return 0, nil
+	}
+	if err := s.rc.Write(s.fn); err != nil {
+		return 0, err
+	}
+	clear(s.vec) // let the buffers go
+	return s.n, s.err
+}
+
+func errWouldBlock(err error) bool {
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR)
+}

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package soft
+
+import (
+	"errors"
+	"net"
+)
+
+// sysWriter is the inline path's writer; elsewhere than Linux every batch
+// goes to the writer goroutine.
+type sysWriter struct{}
+
+var errInlineUnsupported = errors.New("softrdma: no inline writes on this platform")
+
+func (s *sysWriter) init(*net.TCPConn)            {}
+func (s *sysWriter) writev([][]byte) (int, error) { return 0, errInlineUnsupported }
+func errWouldBlock(err error) bool                { return errors.Is(err, errInlineUnsupported) }
