@@ -202,3 +202,71 @@ func TestSplitPath(t *testing.T) {
 		}
 	}
 }
+
+// TestSymlinksInsideResolve: confinement must not break symlinks that stay
+// inside the share, ".." inside targets included.
+func TestSymlinksInsideResolve(t *testing.T) {
+	resolvers(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		for _, d := range []string{"a", "a/b", "c"} {
+			if err := os.Mkdir(filepath.Join(e.share, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.writeFile("a/b/target", "found")
+		for _, l := range [][2]string{
+			{"b", "a/lb"},              // a/lb → a/b
+			{"../a/b/target", "c/lt"},  // c/lt → a/b/target
+			{"../../c/lt", "a/b/up"},   // a/b/up → c/lt → a/b/target
+			{"a/lb/../../c", "toc"},    // toc → c (".." after a symlink to a directory)
+			{"../a/lb/target", "c/l2"}, // through a symlinked directory
+		} {
+			if err := os.Symlink(l[0], filepath.Join(e.share, l[1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr := e.tree("data")
+		for _, p := range []string{"a/lb/target", "c/lt", "a/b/up", "toc/lt", "c/l2", "toc/l2"} {
+			h, a, err := tr.Open(ctx, p, os.O_RDONLY, 0)
+			if err != nil {
+				t.Errorf("Open %s: %v", p, err)
+				continue
+			}
+			buf := make([]byte, 16)
+			n, _ := tr.ReadAt(ctx, h, buf, 0)
+			if string(buf[:n]) != "found" || a.Size != 5 {
+				t.Errorf("Open %s read %q", p, buf[:n])
+			}
+			tr.CloseHandle(ctx, h)
+		}
+		// Creating through a symlinked directory, and listing through one.
+		h, _, err := tr.Open(ctx, "a/lb/new", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			t.Fatalf("O_CREAT through a symlinked dir: %v", err)
+		}
+		tr.CloseHandle(ctx, h)
+		if _, err := os.Stat(filepath.Join(e.share, "a/b/new")); err != nil {
+			t.Error(err)
+		}
+		ents, err := tr.ReadDir(ctx, "a/lb")
+		if err != nil || len(ents) != 3 {
+			t.Errorf("ReadDir a/lb: %v %d entries", err, len(ents))
+		}
+		if _, err := tr.Mkdir(ctx, "toc/sub", 0o755); err != nil {
+			t.Errorf("Mkdir through a symlink: %v", err)
+		}
+		// O_CREAT on a dangling in-share symlink creates its target, as
+		// open(2) does; with O_EXCL it is EEXIST.
+		os.Symlink("c/created", filepath.Join(e.share, "dangling"))
+		_, _, err = tr.Open(ctx, "dangling", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		wantErrno(t, "O_CREAT|O_EXCL on a symlink", err, syscall.EEXIST)
+		if h, _, err := tr.Open(ctx, "dangling", os.O_WRONLY|os.O_CREATE, 0o600); err != nil {
+			t.Errorf("O_CREAT through a dangling symlink: %v", err)
+		} else {
+			tr.CloseHandle(ctx, h)
+		}
+		// O_NOFOLLOW on a final symlink.
+		_, _, err = tr.Open(ctx, "c/lt", os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		wantErrno(t, "O_NOFOLLOW on a symlink", err, syscall.ELOOP)
+	})
+}
