@@ -1,0 +1,457 @@
+package protocol
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// docRow is one row of a layout table in docs/wire.md. Offset or Size is -1
+// where the document says "var".
+type docRow struct {
+	Offset, Size int
+	Field        string
+}
+
+// parseWireDoc reads every table that follows a "<!-- layout: NAME -->"
+// line in docs/wire.md.
+func parseWireDoc(t *testing.T) map[string][]docRow {
+	t.Helper()
+	f, err := os.Open("../docs/wire.md")
+	if err != nil {
+		t.Fatalf("the wire document must exist: %v", err)
+	}
+	defer f.Close()
+	out := map[string][]docRow{}
+	cur := ""
+	inTable := false
+	num := func(s string) int {
+		if s == "var" {
+			return -1
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("layout %s: bad number %q", cur, s)
+		}
+		return n
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if name, ok := strings.CutPrefix(line, "<!-- layout: "); ok {
+			cur = strings.TrimSuffix(name, " -->")
+			if _, dup := out[cur]; dup {
+				t.Fatalf("layout %s documented twice", cur)
+			}
+			out[cur] = nil
+			inTable = false
+			continue
+		}
+		if cur == "" {
+			continue
+		}
+		if !strings.HasPrefix(line, "|") {
+			if inTable {
+				cur, inTable = "", false
+			}
+			continue
+		}
+		inTable = true
+		cols := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cols {
+			cols[i] = strings.TrimSpace(cols[i])
+		}
+		if len(cols) < 3 || cols[0] == "Offset" || strings.HasPrefix(cols[0], "-") || strings.HasPrefix(cols[0], ":") || strings.HasPrefix(cols[0], "---") {
+			continue
+		}
+		out[cur] = append(out[cur], docRow{Offset: num(cols[0]), Size: num(cols[1]), Field: cols[2]})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// diffCheck reports whether base and mod differ in exactly the bytes
+// [off, off+size).
+func diffCheck(base, mod []byte, off, size int) error {
+	if len(base) != len(mod) {
+		return fmt.Errorf("encodings of %d and %d bytes", len(base), len(mod))
+	}
+	lo, hi := -1, -1
+	for i := range base {
+		if base[i] != mod[i] {
+			if lo < 0 {
+				lo = i
+			}
+			hi = i + 1
+		}
+	}
+	if lo != off || hi != off+size {
+		return fmt.Errorf("encoder writes the field at [%d,%d), document says [%d,%d)", lo, hi, off, off+size)
+	}
+	return nil
+}
+
+func bytesAt(b []byte, off int, want []byte) error {
+	if off < 0 || off+len(want) > len(b) || !bytes.Equal(b[off:off+len(want)], want) {
+		return fmt.Errorf("want %x at offset %d of %x", want, off, b)
+	}
+	return nil
+}
+
+func u16At(b []byte, off int, want uint16) error {
+	var w [2]byte
+	binary.LittleEndian.PutUint16(w[:], want)
+	return bytesAt(b, off, w[:])
+}
+
+type fieldCheck func(off, size int) error
+
+// diffOf builds a check from a function that encodes the structure with
+// the field set to all ones (set=true) or left zero.
+func diffOf(enc func(set bool) []byte) fieldCheck {
+	return func(off, size int) error { return diffCheck(enc(false), enc(true), off, size) }
+}
+
+func headerCheck(set func(h *Header)) fieldCheck {
+	return diffOf(func(on bool) []byte {
+		var h Header
+		if on {
+			set(&h)
+		}
+		return h.Append(nil)
+	})
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func ones(n int) []byte { return bytes.Repeat([]byte{0xff}, n) }
+
+func wireChecks() map[string]map[string]fieldCheck {
+	const max16, max32, max64 = 0xFFFF, 0xFFFFFFFF, ^uint64(0)
+	authCheck := func(set func(p *AuthParams)) fieldCheck {
+		return diffOf(func(on bool) []byte {
+			var p AuthParams
+			if on {
+				set(&p)
+			}
+			return p.Append(nil)
+		})
+	}
+	nameFF := func(n int) string { return strings.Repeat("\uffff", n) }
+	negReq := func(set func(r *NegotiateRequest)) fieldCheck {
+		return diffOf(func(on bool) []byte {
+			var r NegotiateRequest
+			if on {
+				set(&r)
+			}
+			return must(r.Append(nil))
+		})
+	}
+	negResp := func(set func(r *NegotiateResponse)) fieldCheck {
+		return diffOf(func(on bool) []byte {
+			var r NegotiateResponse
+			if on {
+				set(&r)
+			}
+			return must(r.Append(nil))
+		})
+	}
+	// A response with one provider with one instance, to find the
+	// provider and address entries at NegotiateResponseFixedSize.
+	withProvider := func(p ProviderInfo) []byte {
+		r := NegotiateResponse{Providers: []ProviderInfo{p}}
+		return must(r.Append(nil))
+	}
+	prov := func(set func(p *ProviderInfo)) fieldCheck {
+		return func(off, size int) error {
+			base := ProviderInfo{Instances: []Instance{{}}}
+			mod := base
+			set(&mod)
+			return diffCheck(withProvider(base), withProvider(mod), NegotiateResponseFixedSize+off, size)
+		}
+	}
+	addr := withProvider(ProviderInfo{Name: "p", Instances: []Instance{{HostAddress: []byte{1, 2, 3}, Discriminator: []byte{9, 8}}}})
+	addrAt := NegotiateResponseFixedSize + ProviderFixedSize
+	rkCtx := must((&ResumeKeyResponse{Context: "ab"}).Append(nil))
+	authKey := (&AuthParams{HasKey: true, Key: [16]byte{0: 0x5a, 15: 0xa5}}).Append(nil)
+
+	return map[string]map[string]fieldCheck{
+		"Header": {
+			"Length":          headerCheck(func(h *Header) { h.Length = max32 }),
+			"Status":          headerCheck(func(h *Header) { h.SetStatus(max32) }),
+			"Opcode":          headerCheck(func(h *Header) { h.Opcode = 0xff }),
+			"Flags":           headerCheck(func(h *Header) { h.Flags = 0xff }),
+			"Credits":         headerCheck(func(h *Header) { h.Credits = 0xff }),
+			"Marker":          headerCheck(func(h *Header) { h.Marker = 0xff }),
+			"Fid":             headerCheck(func(h *Header) { h.Fid = max16 }),
+			"Sequence":        headerCheck(func(h *Header) { h.Sequence = max16 }),
+			"Tid":             headerCheck(func(h *Header) { h.Tid = max32 }),
+			"Offset":          headerCheck(func(h *Header) { h.Offset = max64 }),
+			"DataVa":          headerCheck(func(h *Header) { h.DataVa = max64 }),
+			"DataMh":          headerCheck(func(h *Header) { h.DataMh = max32 }),
+			"NumPages":        headerCheck(func(h *Header) { h.SetVec(max16, 0) }),
+			"PageSize":        headerCheck(func(h *Header) { h.SetVec(0, max16) }),
+			"IosMh":           headerCheck(func(h *Header) { h.IosMh = max32 }),
+			"ImmediateCookie": headerCheck(func(h *Header) { h.SetCookies(max32, 0) }),
+			"IosVa":           headerCheck(func(h *Header) { h.IosVa = max64 }),
+			"Cookie":          headerCheck(func(h *Header) { h.SetCookies(0, max64) }),
+		},
+		"StatusResponse": {
+			"Cookie": diffOf(func(on bool) []byte {
+				r := StatusResponse{}
+				if on {
+					r.Cookie = max64
+				}
+				return r.Append(nil)
+			}),
+			"Information": diffOf(func(on bool) []byte {
+				r := StatusResponse{}
+				if on {
+					r.Ios.Information = max32
+				}
+				return r.Append(nil)
+			}),
+			"Status": diffOf(func(on bool) []byte {
+				r := StatusResponse{}
+				if on {
+					r.Ios.Status = max32
+				}
+				return r.Append(nil)
+			}),
+		},
+		"IOStatusBlock": {
+			"Information": diffOf(func(on bool) []byte {
+				r := IOStatusBlock{}
+				if on {
+					r.Information = max32
+				}
+				return r.Append(nil)
+			}),
+			"Status": diffOf(func(on bool) []byte {
+				r := IOStatusBlock{}
+				if on {
+					r.Status = max32
+				}
+				return r.Append(nil)
+			}),
+		},
+		"RDMARegion": {
+			"DataVa": diffOf(func(on bool) []byte {
+				r := RDMARegion{}
+				if on {
+					r.DataVa = max64
+				}
+				return r.Append(nil)
+			}),
+			"DataMh": diffOf(func(on bool) []byte {
+				r := RDMARegion{}
+				if on {
+					r.DataMh = max32
+				}
+				return r.Append(nil)
+			}),
+			"Length": diffOf(func(on bool) []byte {
+				r := RDMARegion{}
+				if on {
+					r.Length = max32
+				}
+				return r.Append(nil)
+			}),
+		},
+		"AuthParams": {
+			"Magic":             func(off, size int) error { return bytesAt((&AuthParams{}).Append(nil), off, []byte("LWIO")[:size]) },
+			"RevId":             authCheck(func(p *AuthParams) { p.RevID = max16 }),
+			"Endian":            authCheck(func(p *AuthParams) { p.Endian = max16 }),
+			"PageSize":          authCheck(func(p *AuthParams) { p.PageSize = max16 }),
+			"BaseSequence":      authCheck(func(p *AuthParams) { p.BaseSequence = max16 }),
+			"MaxRdmaWindowSize": authCheck(func(p *AuthParams) { p.MaxRdmaWindowSize = max32 }),
+			"MaxSendBufferSize": authCheck(func(p *AuthParams) { p.MaxSendBufferSize = max32 }),
+			"MaxRecvBufferSize": authCheck(func(p *AuthParams) { p.MaxRecvBufferSize = max32 }),
+			"HeaderSize":        authCheck(func(p *AuthParams) { p.HeaderSize = max16 }),
+			"Credits":           authCheck(func(p *AuthParams) { p.Credits = max16 }),
+			"RdmaReadSupported": authCheck(func(p *AuthParams) { p.RdmaReadSupported = max16 }),
+			"Options":           func(off, _ int) error { return bytesAt(authKey, off, []byte{AuthOptionKey, AuthOptionKeyLength}) },
+		},
+		"AuthOption": {
+			"OptionCode": func(off, _ int) error { return bytesAt(authKey, AuthParamsFixedSize+off, []byte{AuthOptionKey}) },
+			"OptionLen":  func(off, _ int) error { return bytesAt(authKey, AuthParamsFixedSize+off, []byte{AuthOptionKeyLength}) },
+			"OptionData": func(off, _ int) error {
+				return bytesAt(authKey, AuthParamsFixedSize+off, []byte{0x5a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xa5})
+			},
+		},
+		"FidParams": {
+			"ResumeKey": diffOf(func(on bool) []byte {
+				p := FidParams{}
+				if on {
+					copy(p.ResumeKey[:], ones(24))
+				}
+				return p.Append(nil)
+			}),
+			"SessionId": diffOf(func(on bool) []byte {
+				p := FidParams{}
+				if on {
+					p.SessionID = max64
+				}
+				return p.Append(nil)
+			}),
+			"FlagsAndAttributes": diffOf(func(on bool) []byte {
+				p := FidParams{}
+				if on {
+					p.FlagsAndAttributes = max32
+				}
+				return p.Append(nil)
+			}),
+		},
+		"SRV_RESUME_KEY": {
+			"ResumeKey": diffOf(func(on bool) []byte {
+				k := MakeResumeKey(0, 0, 0)
+				if on {
+					k = MakeResumeKey(max64, 0, 0)
+				}
+				return k[:]
+			}),
+			"Timestamp": diffOf(func(on bool) []byte {
+				k := MakeResumeKey(0, 0, 0)
+				if on {
+					k = MakeResumeKey(0, max64, 0)
+				}
+				return k[:]
+			}),
+			"Pid": diffOf(func(on bool) []byte {
+				k := MakeResumeKey(0, 0, 0)
+				if on {
+					k = MakeResumeKey(0, 0, max64)
+				}
+				return k[:]
+			}),
+		},
+		"SRV_REQUEST_RESUME_KEY": {
+			"Key": diffOf(func(on bool) []byte {
+				r := ResumeKeyResponse{}
+				if on {
+					copy(r.Key[:], ones(24))
+				}
+				return must(r.Append(nil))
+			}),
+			"ContextLength": func(off, _ int) error { return u16At(rkCtx, off, 4) },
+			"Context":       func(off, _ int) error { return bytesAt(rkCtx, off, []byte{'a', 0, 'b', 0}) },
+		},
+		"ControlHeader": {
+			"ProtocolId": func(off, size int) error {
+				return bytesAt(must((&NegotiateRequest{}).Append(nil)), off, []byte("LWIO")[:size])
+			},
+			"RevId":  negReq(func(r *NegotiateRequest) { r.RevID = max32 }),
+			"Opcode": func(off, _ int) error { return u16At(must((&NegotiateRequest{}).Append(nil)), off, ControlOpNegotiate) },
+			"Length": func(off, _ int) error {
+				return u16At(must((&NegotiateResponse{}).Append(nil)), off, NegotiateResponseFixedSize)
+			},
+		},
+		"NegotiateRequest": {
+			"ControlHeader":  func(off, size int) error { return sizeIs(off, size, 0, ControlHeaderSize) },
+			"ClientName":     negReq(func(r *NegotiateRequest) { r.ClientName = nameFF(MaxHostName) }),
+			"Key":            negReq(func(r *NegotiateRequest) { copy(r.Key[:], ones(16)) }),
+			"ResponseLength": negReq(func(r *NegotiateRequest) { r.ResponseLength = max16 }),
+			"ProviderCount": func(off, _ int) error {
+				r := NegotiateRequest{Providers: make([]ProviderInfo, 3)}
+				return u16At(must(r.Append(nil)), off, 3)
+			},
+			"ProviderList": func(off, _ int) error { return sizeIs(off, -1, NegotiateRequestFixedSize, -1) },
+		},
+		"NegotiateResponse": {
+			"ControlHeader": func(off, size int) error { return sizeIs(off, size, 0, ControlHeaderSize) },
+			"SrvName":       negResp(func(r *NegotiateResponse) { r.SrvName = nameFF(MaxHostName) }),
+			"Key":           negResp(func(r *NegotiateResponse) { copy(r.Key[:], ones(16)) }),
+			"ProviderCount": func(off, _ int) error { return u16At(withProvider(ProviderInfo{}), off, 1) },
+			"ProviderList":  func(off, _ int) error { return sizeIs(off, -1, NegotiateResponseFixedSize, -1) },
+		},
+		"Provider": {
+			"Name":          prov(func(p *ProviderInfo) { p.Name = nameFF(MaxProviderName) }),
+			"InstanceCount": func(off, _ int) error { return u16At(addr, NegotiateResponseFixedSize+off, 1) },
+			"InstanceTable": func(off, _ int) error { return u16At(addr, NegotiateResponseFixedSize+off, 3) },
+		},
+		"NetAddress": {
+			"HostAddressLen":   func(off, _ int) error { return u16At(addr, addrAt+off, 3) },
+			"DiscriminatorLen": func(off, _ int) error { return u16At(addr, addrAt+off, 2) },
+			"HostAddress":      func(off, _ int) error { return bytesAt(addr, addrAt+off, []byte{1, 2, 3, 9, 8}) },
+			"Discriminator":    func(off, _ int) error { return bytesAt(addr[len(addr)-2:], 0, []byte{9, 8}) },
+		},
+	}
+}
+
+func sizeIs(off, size, wantOff, wantSize int) error {
+	if off != wantOff || size != wantSize {
+		return fmt.Errorf("documented at %d size %d, encoder has %d size %d", off, size, wantOff, wantSize)
+	}
+	return nil
+}
+
+// TestWireDocMatchesEncoder checks every documented offset and size against
+// the encoder, and that every field the encoder writes is documented.
+func TestWireDocMatchesEncoder(t *testing.T) {
+	doc := parseWireDoc(t)
+	checks := wireChecks()
+	for layout, fields := range checks {
+		rows, ok := doc[layout]
+		if !ok {
+			t.Errorf("layout %s is not documented in docs/wire.md", layout)
+			continue
+		}
+		seen := map[string]bool{}
+		for _, r := range rows {
+			c, ok := fields[r.Field]
+			if !ok {
+				t.Errorf("%s.%s is documented but has no check", layout, r.Field)
+				continue
+			}
+			seen[r.Field] = true
+			if err := c(r.Offset, r.Size); err != nil {
+				t.Errorf("%s.%s @%d size %d: %v", layout, r.Field, r.Offset, r.Size, err)
+			}
+		}
+		for f := range fields {
+			if !seen[f] {
+				t.Errorf("%s.%s is not in the document's table", layout, f)
+			}
+		}
+	}
+	for layout := range doc {
+		if _, ok := checks[layout]; !ok {
+			t.Errorf("documented layout %s is not checked", layout)
+		}
+	}
+	// Fixed parts: the documented sizes add up to the size constants (the
+	// header's second union names take no bytes of their own).
+	unionViews := map[string]bool{"Status": true, "NumPages": true, "PageSize": true, "ImmediateCookie": true, "Cookie": true}
+	sum := func(layout string) int {
+		n := 0
+		for _, r := range doc[layout] {
+			if r.Size > 0 && !(layout == "Header" && unionViews[r.Field]) {
+				n += r.Size
+			}
+		}
+		return n
+	}
+	for layout, want := range map[string]int{
+		"Header": HeaderSize, "StatusResponse": StatusResponseSize, "IOStatusBlock": IOStatusBlockSize,
+		"RDMARegion": RDMARegionSize, "AuthParams": AuthParamsFixedSize, "FidParams": FidParamsSize,
+		"SRV_RESUME_KEY": ResumeKeySize, "SRV_REQUEST_RESUME_KEY": ResumeKeyResponseFixedSize,
+		"ControlHeader": ControlHeaderSize, "NegotiateRequest": NegotiateRequestFixedSize,
+		"NegotiateResponse": NegotiateResponseFixedSize, "Provider": ProviderFixedSize, "NetAddress": InstanceFixedSize,
+	} {
+		if got := sum(layout); got != want {
+			t.Errorf("%s: documented fixed fields add up to %d, want %d", layout, got, want)
+		}
+	}
+}
