@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,33 @@ import (
 // send before it is dropped.
 const maxLogonFailures = 3
 
+// connState is where a connection is in session setup (MS-SMB2 3.3.5.5,
+// reduced to NTLM). Only the connection's reader goroutine changes it, in
+// setState.
+type connState uint8
+
+const (
+	// stateNegotiate: waiting for SESSION_SETUP with an NTLM NEGOTIATE.
+	stateNegotiate connState = iota
+	// stateAuthenticate: a CHALLENGE went out; the next SESSION_SETUP
+	// carries the AUTHENTICATE that answers it, once.
+	stateAuthenticate
+	// stateEstablished: the session exists; every frame is signed.
+	stateEstablished
+	// stateClosed: LOGOFF was answered, or setup failed too often; the
+	// reader stops.
+	stateClosed
+)
+
+var connStateNames = [...]string{"NEGOTIATE", "AUTHENTICATE", "ESTABLISHED", "CLOSED"}
+
+func (s connState) String() string {
+	if int(s) < len(connStateNames) {
+		return connStateNames[s]
+	}
+	return "connState(" + strconv.Itoa(int(s)) + ")"
+}
+
 // serverConn is one client connection. Its reader goroutine decodes
 // frames, enforces the message-id window and signatures in arrival order,
 // runs session setup itself, and hands every other request to a goroutine
@@ -31,11 +59,11 @@ type serverConn struct {
 	writeMu sync.Mutex
 
 	// Owned by the reader goroutine.
+	state     connState
 	lastID    uint64
 	haveID    bool
-	pending   *smbauth.ServerState // a CHALLENGE was sent; used once
+	challenge *smbauth.ServerState // in stateAuthenticate: the one CHALLENGE out
 	failures  int
-	loggedOff bool
 
 	sess     atomic.Pointer[serverSession]
 	inflight sync.WaitGroup
@@ -123,12 +151,9 @@ func (c *serverConn) readLoop() error {
 			c.respond(f.Header, protocol.StatusAccessDenied, nil)
 			continue
 		}
-		if c.loggedOff {
-			return nil
-		}
 		if f.Command == CmdLogoff {
-			c.loggedOff = true
 			c.respond(f.Header, protocol.StatusSuccess, nil)
+			c.setState(stateClosed)
 			return nil
 		}
 		c.sem <- struct{}{}
@@ -148,7 +173,7 @@ func (c *serverConn) readLoop() error {
 // NEGOTIATE → MORE_PROCESSING_REQUIRED with the CHALLENGE, then
 // AUTHENTICATE → SUCCESS (signed with the new key) or LOGON_FAILURE.
 func (c *serverConn) sessionSetup(f Frame) error {
-	if c.sess.Load() != nil {
+	if c.state == stateEstablished {
 		c.respond(f.Header, protocol.StatusRequestNotAccepted, nil)
 		return nil
 	}
@@ -156,25 +181,28 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	if err := unmarshal(f.Body, &tok); err != nil {
 		return err
 	}
-	if c.pending == nil {
+	if c.state == stateNegotiate {
 		chal, st, err := c.s.auth.Challenge(tok.Token)
 		if err != nil {
 			c.log.WithError(err).Warn("bad NTLM NEGOTIATE")
 			c.respond(f.Header, protocol.StatusInvalidParameter, nil)
 			return nil
 		}
-		c.pending = st
+		c.challenge = st
+		c.setState(stateAuthenticate)
 		c.respond(f.Header, protocol.StatusMoreProcessingReq, &tokenMsg{Token: chal})
 		return nil
 	}
-	st := c.pending
-	c.pending = nil // a challenge is answered once, right or wrong
+	st := c.challenge
+	c.challenge = nil
+	c.setState(stateNegotiate) // a challenge is answered once, right or wrong
 	res, err := st.Authenticate(tok.Token)
 	if err != nil {
 		c.failures++
 		c.log.WithError(err).WithField("failures", c.failures).Warn("logon failure")
 		c.respond(f.Header, protocol.StatusLogonFailure, nil)
 		if c.failures >= maxLogonFailures {
+			c.setState(stateClosed)
 			return errors.New("session: too many logon failures")
 		}
 		return nil
@@ -196,10 +224,17 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	// force for every frame after it, both ways.
 	c.respondSigned(h, ss.key, protocol.StatusSuccess, &sessionSetupDone{ServerName: c.s.cfg.ServerName})
 	c.sess.Store(ss)
+	c.setState(stateEstablished)
 	if c.stopping.Load() {
 		c.nc.SetReadDeadline(time.Now())
 	}
 	return nil
+}
+
+// setState is the one place the connection changes state.
+func (c *serverConn) setState(to connState) {
+	c.log.WithFields(logrus.Fields{"from": c.state, "to": to}).Trace("connection state")
+	c.state = to
 }
 
 // respond writes a response to req, signed when a session is established.

@@ -429,3 +429,41 @@ func TestOversizedSetupFrameDropped(t *testing.T) {
 		t.Error("no log line")
 	}
 }
+
+func TestTooManyLogonFailuresDropConnection(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	c := rawClient(t, e.addr)
+	for i := range maxLogonFailures {
+		nl := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: "wrong"})
+		neg, _ := nl.Negotiate()
+		var chal tokenMsg
+		if _, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg}, &chal); err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		auth, _, _ := nl.Authenticate(chal.Token)
+		h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, nil)
+		if err != nil || h.Status != protocol.StatusLogonFailure {
+			t.Fatalf("attempt %d: %v %v", i, h.Status, err)
+		}
+	}
+	waitDone(t, c)
+}
+
+func TestLogoff(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	sid := c.SessionID()
+	tr, _ := c.TreeConnect(ctxT(t), "data")
+	e.writeFile("f", "x")
+	h, _, _ := tr.Open(ctxT(t), "f", os.O_RDONLY, 0)
+	rk, _ := tr.RequestResumeKey(ctxT(t), h)
+	if err := c.call(ctxT(t), CmdLogoff, 0, &empty{}, &empty{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c)
+	eventually(t, "session end", func() bool {
+		_, err := e.srv.OpenByResumeKey(sid, rk.Key)
+		return err != nil
+	})
+}
