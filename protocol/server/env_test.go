@@ -1,0 +1,348 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/soft"
+)
+
+// testAuthority is a tiny Authority over temp files: what the session layer
+// would be.
+type testAuthority struct {
+	mu       sync.Mutex
+	sessions map[[16]byte]testSession
+	files    map[uint64]map[protocol.ResumeKey]File
+	next     uint64
+}
+
+type testSession struct {
+	id  uint64
+	key []byte
+}
+
+func (a *testAuthority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.sessions[key]
+	return s.id, s.key, ok
+}
+
+func (a *testAuthority) OpenByResumeKey(id uint64, key [24]byte) (File, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f, ok := a.files[id][key]
+	if !ok {
+		return nil, protocol.StatusInvalidHandle
+	}
+	return f, nil
+}
+
+// gatedFile blocks reads and writes while its gate is closed, so a test
+// can hold requests executing or queued.
+type gatedFile struct {
+	File
+	mu      sync.Mutex
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func newGated(f File) *gatedFile {
+	return &gatedFile{File: f, gate: make(chan struct{}), entered: make(chan struct{}, 64)}
+}
+
+func (g *gatedFile) wait() {
+	g.entered <- struct{}{}
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	<-gate
+}
+
+func (g *gatedFile) open() {
+	g.mu.Lock()
+	close(g.gate)
+	g.mu.Unlock()
+}
+
+func (g *gatedFile) ReadAt(p []byte, off int64) (int, error) {
+	g.wait()
+	return g.File.ReadAt(p, off)
+}
+
+func (g *gatedFile) WriteAt(p []byte, off int64) (int, error) {
+	g.wait()
+	return g.File.WriteAt(p, off)
+}
+
+type osFile struct{ *os.File }
+
+func (osFile) ReadOnly() bool { return false }
+
+type env struct {
+	t    *testing.T
+	dir  string
+	auth *testAuthority
+	srv  *Server
+	addr string
+}
+
+func newEnv(t *testing.T, cfg Config) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), auth: &testAuthority{sessions: map[[16]byte]testSession{}, files: map[uint64]map[protocol.ResumeKey]File{}}}
+	cfg.Authority = e.auth
+	if os.Getenv("LWIO_TEST_LOG") != "" {
+		l := logrus.New()
+		l.SetLevel(logrus.DebugLevel)
+		cfg.Logger = l
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := srv.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv, e.addr = srv, l.Addr()
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return e
+}
+
+// session issues a negotiate Key for a new session.
+func (e *env) session(id uint64) (key [16]byte, signing []byte) {
+	rand.Read(key[:])
+	signing = make([]byte, 16)
+	rand.Read(signing)
+	e.auth.mu.Lock()
+	e.auth.sessions[key] = testSession{id, signing}
+	e.auth.mu.Unlock()
+	return key, signing
+}
+
+func (e *env) file(id uint64, name string, content []byte) (protocol.ResumeKey, *os.File) {
+	path := filepath.Join(e.dir, name)
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { f.Close() })
+	return e.addFile(id, osFile{f}), f
+}
+
+func (e *env) addFile(id uint64, f File) protocol.ResumeKey {
+	e.auth.mu.Lock()
+	defer e.auth.mu.Unlock()
+	e.auth.next++
+	var k protocol.ResumeKey
+	binary.LittleEndian.PutUint64(k[:], e.auth.next)
+	rand.Read(k[8:])
+	if e.auth.files[id] == nil {
+		e.auth.files[id] = map[protocol.ResumeKey]File{}
+	}
+	e.auth.files[id][k] = f
+	return k
+}
+
+// serverConn returns the server's side of the only connection.
+func (e *env) serverConn() *conn {
+	e.t.Helper()
+	e.srv.mu.Lock()
+	defer e.srv.mu.Unlock()
+	for c := range e.srv.conns {
+		return c
+	}
+	e.t.Fatal("no server connection")
+	return nil
+}
+
+// peer is a hand-driven client: the test writes each message and checks
+// each answer, transcript style.
+type peer struct {
+	t      *testing.T
+	tc     transport.Conn
+	send   transport.Region
+	recv   transport.Region
+	data   transport.Region // remote-writable: AUTH params, read data, status blocks
+	queue  []transport.Completion
+	nrecv  int
+	closed bool
+}
+
+const (
+	peerRecvs    = 16
+	peerRecvSize = 64
+	peerDataSize = 4 << 20
+)
+
+func (e *env) dial() *peer {
+	t := e.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tc, err := soft.New(soft.Options{}).Dial(ctx, e.addr, transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	p := &peer{t: t, tc: tc}
+	dom := tc.Domain()
+	p.send = mustAlloc(t, dom, 3<<20, transport.AccessLocal)
+	p.recv = mustAlloc(t, dom, peerRecvs*peerRecvSize, transport.AccessLocal)
+	p.data = mustAlloc(t, dom, peerDataSize, transport.AccessLocal|transport.AccessRemoteWrite)
+	for i := 0; i < peerRecvs; i++ {
+		p.postRecv(i)
+	}
+	return p
+}
+
+func mustAlloc(t *testing.T, dom transport.Domain, n int, a transport.Access) transport.Region {
+	r, err := dom.Alloc(n, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (p *peer) postRecv(i int) {
+	if err := p.tc.PostRecv(transport.RecvWR{ID: uint64(i), Buf: transport.Segment{Region: p.recv, Offset: i * peerRecvSize, Length: peerRecvSize}}); err != nil && !errors.Is(err, transport.ErrClosed) {
+		p.t.Fatal(err)
+	}
+}
+
+// sendMsg sends msg (copied into registered memory) as one SEND.
+func (p *peer) sendMsg(msg []byte) {
+	p.t.Helper()
+	n := copy(p.send.Bytes(), msg)
+	if err := p.tc.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{{Region: p.send, Length: n}}}); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *peer) sendHeader(h protocol.Header) { p.sendMsg(h.Append(nil)) }
+
+// next returns the next receive completion, skipping our send completions.
+// ok is false if the connection ended instead.
+func (p *peer) next() (transport.Completion, bool) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		for len(p.queue) > 0 {
+			wc := p.queue[0]
+			p.queue = p.queue[1:]
+			if wc.Status != transport.StatusSuccess {
+				p.closed = true
+				return wc, false
+			}
+			if wc.Op == transport.OpRecv {
+				return wc, true
+			}
+		}
+		var wcs [16]transport.Completion
+		n, err := p.tc.CQ().Wait(ctx, wcs[:])
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				p.t.Fatal("no completion within 10s")
+			}
+			p.closed = true
+			return transport.Completion{}, false
+		}
+		p.queue = append(p.queue, wcs[:n]...)
+	}
+}
+
+// wantResponse expects a STATUS_RESPONSE send and reposts its receive.
+func (p *peer) wantResponse(why string) protocol.StatusResponse {
+	p.t.Helper()
+	wc, ok := p.next()
+	if !ok {
+		p.t.Fatalf("%s: connection ended (%v)", why, wc.Status)
+	}
+	if wc.HasImm {
+		p.t.Fatalf("%s: got immediate data %#x, want a STATUS_RESPONSE", why, wc.Imm)
+	}
+	r, err := protocol.DecodeStatusResponse(p.recv.Bytes()[int(wc.ID)*peerRecvSize : int(wc.ID)*peerRecvSize+wc.Len])
+	if err != nil {
+		p.t.Fatalf("%s: %v", why, err)
+	}
+	p.postRecv(int(wc.ID))
+	return r
+}
+
+// wantImm expects an RDMA WRITE WITH IMMEDIATE.
+func (p *peer) wantImm(why string) uint32 {
+	p.t.Helper()
+	wc, ok := p.next()
+	if !ok {
+		p.t.Fatalf("%s: connection ended (%v)", why, wc.Status)
+	}
+	if !wc.HasImm {
+		p.t.Fatalf("%s: got a %d-byte SEND, want immediate data", why, wc.Len)
+	}
+	p.postRecv(int(wc.ID))
+	return wc.Imm
+}
+
+// wantClosed expects the server to end the connection.
+func (p *peer) wantClosed(why string) {
+	p.t.Helper()
+	for {
+		if wc, ok := p.next(); !ok {
+			return
+		} else if wc.Op == transport.OpRecv {
+			p.t.Fatalf("%s: got a message, want the connection to end", why)
+		}
+	}
+}
+
+func (p *peer) authParams(key [16]byte, credits int) protocol.AuthParams {
+	return protocol.AuthParams{
+		RevID: protocol.RevID, Endian: protocol.AuthEndian, PageSize: 4096, BaseSequence: 7,
+		MaxRdmaWindowSize: 1 << 20, MaxSendBufferSize: 1 << 20, MaxRecvBufferSize: peerRecvSize,
+		HeaderSize: protocol.HeaderSize, Credits: uint16(credits), HasKey: true, Key: key,
+	}
+}
+
+// auth authenticates and returns the server's parameters.
+func (p *peer) auth(key [16]byte, signing []byte, credits int) protocol.AuthParams {
+	p.t.Helper()
+	ap := p.authParams(key, credits)
+	ap.Sign(signing)
+	req := protocol.NewAuthRequest(ap, p.data.Addr(), p.data.Handle(), 42)
+	p.sendMsg(req.Append(nil))
+	r := p.wantResponse("AUTH")
+	if r.Cookie != 42 || r.Ios.Status != protocol.StatusSuccess {
+		p.t.Fatalf("AUTH response %+v", r)
+	}
+	sp, n, err := protocol.DecodeAuthParamsPrefix(p.data.Bytes())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if int(r.Ios.Information) != n+protocol.AuthInformationExtra {
+		p.t.Fatalf("AUTH Information %d, params %d bytes", r.Ios.Information, n)
+	}
+	return sp
+}
+
+func (p *peer) register(key protocol.ResumeKey, session uint64, flags uint32) protocol.StatusResponse {
+	p.t.Helper()
+	req := protocol.NewRegisterRequest(protocol.FidParams{ResumeKey: key, SessionID: session, FlagsAndAttributes: flags}, 1, 77)
+	p.sendMsg(req.Append(nil))
+	return p.wantResponse("REGISTER")
+}
