@@ -215,3 +215,21 @@ func FuzzDecodeNegotiateResponse(f *testing.F) {
 		}
 	})
 }
+
+func FuzzPeekControlHeader(f *testing.F) {
+	r := NewNegotiateRequest("client", testKey(), fuzzProviders())
+	b, _ := r.Append(nil)
+	f.Add(b[:ControlHeaderSize])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := PeekControlHeader(b)
+		if err != nil {
+			mustFieldErr(t, err)
+			return
+		}
+		enc := make([]byte, ControlHeaderSize)
+		h.Put(enc)
+		if !bytes.Equal(enc, b[:ControlHeaderSize]) {
+			t.Fatalf("re-encoding differs: %x vs %x", enc, b[:ControlHeaderSize])
+		}
+	})
+}

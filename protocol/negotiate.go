@@ -64,10 +64,14 @@ func (h *ControlHeader) Put(b []byte) {
 	binary.LittleEndian.PutUint16(b[10:], h.Length)
 }
 
-// decodeControlHeader reads and checks the control header at the start of a
-// whole control message b: 'LWIO', the negotiate opcode and a Length equal
-// to len(b). RevID is returned for the caller to judge.
-func decodeControlHeader(msg string, b []byte) (ControlHeader, error) {
+// PeekControlHeader reads the control header at the start of b, which may
+// hold only part of the message, and checks its ProtocolId and opcode. A
+// reader of the pipe uses it to learn Length, the size of the whole message.
+func PeekControlHeader(b []byte) (ControlHeader, error) {
+	return peekControlHeader("CONTROL_HEADER", b)
+}
+
+func peekControlHeader(msg string, b []byte) (ControlHeader, error) {
 	if len(b) < ControlHeaderSize {
 		return ControlHeader{}, truncated(msg, "ControlHeader", ControlHeaderSize, len(b))
 	}
@@ -81,6 +85,20 @@ func decodeControlHeader(msg string, b []byte) (ControlHeader, error) {
 	}
 	if h.Opcode != ControlOpNegotiate {
 		return ControlHeader{}, fieldErr(msg, "Opcode", "0x%x, want 0x%x", h.Opcode, ControlOpNegotiate)
+	}
+	if h.Length < ControlHeaderSize {
+		return ControlHeader{}, fieldErr(msg, "Length", "%d is shorter than the control header", h.Length)
+	}
+	return h, nil
+}
+
+// decodeControlHeader reads and checks the control header at the start of a
+// whole control message b: 'LWIO', the negotiate opcode and a Length equal
+// to len(b). RevID is returned for the caller to judge.
+func decodeControlHeader(msg string, b []byte) (ControlHeader, error) {
+	h, err := peekControlHeader(msg, b)
+	if err != nil {
+		return ControlHeader{}, err
 	}
 	if int(h.Length) != len(b) {
 		return ControlHeader{}, fieldErr(msg, "Length", "%d, but the message is %d bytes", h.Length, len(b))

@@ -274,3 +274,28 @@ func TestRegionListAliases(t *testing.T) {
 		t.Fatal("write Data does not alias the decoded buffer")
 	}
 }
+
+func TestPeekControlHeader(t *testing.T) {
+	r := NewNegotiateRequest("c", testKey(), nil)
+	b, err := r.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := PeekControlHeader(b[:ControlHeaderSize])
+	if err != nil || int(h.Length) != len(b) || h.RevID != RevID {
+		t.Fatalf("peek %+v %v", h, err)
+	}
+	for _, c := range []struct {
+		name  string
+		b     []byte
+		field string
+	}{
+		{"short", b[:11], "ControlHeader"},
+		{"id", edit(b, setByte(3, 'o')), "ProtocolId"},
+		{"opcode", edit(b, put16(8, 0xfd)), "Opcode"},
+		{"length", edit(b, put16(10, 11)), "Length"},
+	} {
+		_, err := PeekControlHeader(c.b)
+		wantFieldErr(t, c.name, err, "CONTROL_HEADER", c.field)
+	}
+}
