@@ -88,9 +88,17 @@ type Buffer interface {
 }
 
 // BufReader is a DataFile that can read without a copy: the bytes stay in
-// the engine's registered buffer until the kernel has them.
+// the engine's registered buffer until the kernel has them. ReadBuf of n <=
+// MaxBuf bytes returns (nil, io.EOF) at or past end of file.
 type BufReader interface {
-	ReadBuf(ctx context.Context, n int, off int64) (Buffer, error)
+	ReadBuf(ctx context.Context, off int64, n int) (Buffer, error)
+	MaxBuf() int
+}
+
+// Canceler is a DataFile whose queued requests can be cancelled (LWIO
+// CANCEL on the Fid): they fail with STATUS_CANCELLED.
+type Canceler interface {
+	Cancel(ctx context.Context) error
 }
 
 // sessionData is the fallback DataPath over the session channel.

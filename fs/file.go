@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
@@ -120,8 +122,13 @@ func (f *fileHandle) dirty() {
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if br, ok := f.data.(BufReader); ok {
-		b, err := br.ReadBuf(ctx, len(dest), off)
+	if br, ok := f.data.(BufReader); ok && len(dest) <= br.MaxBuf() {
+		var b Buffer
+		_, err := f.retry(ctx, func() (int, error) {
+			var err error
+			b, err = br.ReadBuf(ctx, off, len(dest))
+			return 0, err
+		})
 		if err != nil && !isEOF(err) {
 			return nil, f.errno("read", err)
 		}
@@ -130,7 +137,7 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		}
 		return &bufResult{b}, 0
 	}
-	n, err := f.data.ReadAt(ctx, dest, off)
+	n, err := f.retry(ctx, func() (int, error) { return f.data.ReadAt(ctx, dest, off) })
 	if err != nil && !isEOF(err) {
 		return nil, f.errno("read", err)
 	}
@@ -139,7 +146,16 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 
 func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	f.dirty()
-	n, err := f.data.WriteAt(ctx, data, off)
+	vw, vec := f.data.(VectorWriter)
+	vec = vec && f.flags&syscall.O_DIRECT != 0 && len(data) > pageSize && len(data)%pageSize == 0
+	n, err := f.retry(ctx, func() (int, error) {
+		if vec {
+			// O_DIRECT writes of whole pages go as VEC_WRITE, which the
+			// engine collapses to one page when all pages are the same.
+			return vw.WriteV(ctx, pages(data), off)
+		}
+		return f.data.WriteAt(ctx, data, off)
+	})
 	if err != nil {
 		return uint32(n), f.errno("write", err)
 	}
@@ -147,23 +163,71 @@ func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 }
 
 func (f *fileHandle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
-	f.dirty()
-	if vw, ok := f.data.(VectorWriter); ok {
-		n, err := vw.WriteV(ctx, data, off)
-		if err != nil {
-			return uint32(n), f.errno("write", err)
-		}
-		return uint32(n), 0
-	}
 	var total int
 	for _, b := range data {
-		n, err := f.data.WriteAt(ctx, b, off+int64(total))
-		total += n
-		if err != nil {
-			return uint32(total), f.errno("write", err)
+		n, errno := f.Write(ctx, b, off+int64(total))
+		total += int(n)
+		if errno != 0 {
+			return uint32(total), errno
 		}
 	}
 	return uint32(total), 0
+}
+
+// pageSize is the unit of a vectored write.
+const pageSize = 4096
+
+func pages(b []byte) [][]byte {
+	out := make([][]byte, 0, len(b)/pageSize)
+	for len(b) > 0 {
+		n := min(pageSize, len(b))
+		out = append(out, b[:n])
+		b = b[n:]
+	}
+	return out
+}
+
+// cancelTimeout bounds the LWIO CANCEL sent for an interrupted request.
+const cancelTimeout = 5 * time.Second
+
+// retry runs one data request. A FUSE INTERRUPT ends ctx: the engine
+// abandons the request, and the Fid's queued requests are cancelled on the
+// server (LWIO CANCEL) so the interrupted one does not linger there. A
+// CANCEL is per Fid, so it can hit a request of another caller on the same
+// file that was not interrupted: that one comes back STATUS_CANCELLED with
+// its own ctx alive, and is retried (reads and writes at an explicit
+// offset are safe to repeat).
+func (f *fileHandle) retry(ctx context.Context, op func() (int, error)) (int, error) {
+	for attempt := 0; ; attempt++ {
+		n, err := op()
+		if err == nil || isEOF(err) {
+			return n, err
+		}
+		if ctx.Err() != nil {
+			f.cancel()
+			return n, err
+		}
+		if attempt < 3 && errors.Is(err, protocol.StatusCancelled) {
+			continue
+		}
+		return n, err
+	}
+}
+
+// cancel sends LWIO CANCEL for the file, in the background: the kernel is
+// not waiting for it.
+func (f *fileHandle) cancel() {
+	c, ok := f.data.(Canceler)
+	if !ok {
+		return
+	}
+	go func() {
+		ctx, done := context.WithTimeout(context.Background(), cancelTimeout)
+		defer done()
+		if err := c.Cancel(ctx); err != nil {
+			f.log.WithField("op", "cancel").WithError(err).Debug("fs: LWIO CANCEL")
+		}
+	}()
 }
 
 // Flush is close(2). Writes are write-through (each WRITE completes on the

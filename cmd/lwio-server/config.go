@@ -1,0 +1,251 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/lwiofs/lwiofs/smbauth"
+)
+
+// Config is the server's TOML configuration file. Every field's zero value
+// is a usable default except Shares and Users.
+//
+//	server_name = "fileserver"        # default: the host name
+//	domain = "LWIO"
+//	[log]
+//	level = "info"                    # debug, info, warn, error
+//	format = "text"                   # text or json
+//	[listen]
+//	session = "0.0.0.0:4450"          # the session channel (TCP)
+//	softrdma = ["0.0.0.0:4451"]       # software RDMA listeners; [] disables
+//	verbs = ["192.0.2.10:4452"]       # verbs (rdma_cm) listeners; default none
+//	[limits]
+//	credits_per_connection = 64
+//	credit_budget = 4096              # all connections together
+//	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
+//	max_send_buffer = 1114112
+//	max_recv_buffer = 1114112
+//	workers = 0                       # disk I/O goroutines; 0 = engine default
+//	[shares.demo]
+//	path = "/srv/demo"
+//	read_only = false
+//	users = ["alice"]                 # empty: every configured user
+//	[users.alice]
+//	nt_hash = "..."                   # 32 hex digits; lwio-server adduser writes it
+type Config struct {
+	ServerName string                 `toml:"server_name"`
+	Domain     string                 `toml:"domain"`
+	Log        LogConfig              `toml:"log"`
+	Listen     ListenConfig           `toml:"listen"`
+	Limits     LimitsConfig           `toml:"limits"`
+	Shares     map[string]ShareConfig `toml:"shares"`
+	Users      map[string]UserConfig  `toml:"users"`
+
+	// softrdmaSet says listen.softrdma was given (so [] means "none").
+	softrdmaSet bool
+}
+
+// LogConfig is [log].
+type LogConfig struct {
+	Level  string `toml:"level"`
+	Format string `toml:"format"`
+}
+
+// ListenConfig is [listen].
+type ListenConfig struct {
+	// Session is the session channel's TCP address; "" means 0.0.0.0:4450.
+	Session string `toml:"session"`
+	// Softrdma are the software provider's listen addresses; unset means
+	// the session host at the session port + 1.
+	Softrdma []string `toml:"softrdma"`
+	// Verbs are the verbs provider's listen addresses; unset means none.
+	Verbs []string `toml:"verbs"`
+}
+
+// LimitsConfig is [limits]; zero fields leave the engine's defaults.
+type LimitsConfig struct {
+	CreditsPerConnection int `toml:"credits_per_connection"`
+	CreditBudget         int `toml:"credit_budget"`
+	MaxRDMAWindow        int `toml:"max_rdma_window"`
+	MaxSendBuffer        int `toml:"max_send_buffer"`
+	MaxRecvBuffer        int `toml:"max_recv_buffer"`
+	Workers              int `toml:"workers"`
+}
+
+// ShareConfig is one [shares.NAME].
+type ShareConfig struct {
+	Path     string   `toml:"path"`
+	ReadOnly bool     `toml:"read_only"`
+	Users    []string `toml:"users"`
+}
+
+// UserConfig is one [users.NAME].
+type UserConfig struct {
+	NTHash string `toml:"nt_hash"`
+}
+
+// DefaultSessionAddr is where the session channel listens by default.
+const DefaultSessionAddr = "0.0.0.0:4450"
+
+// loadConfig reads a configuration file, refusing unknown keys (a typo
+// should not silently mean a default).
+func loadConfig(path string) (*Config, error) {
+	var c Config
+	md, err := toml.DecodeFile(path, &c)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, oneLine(err))
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(keys, ", "))
+	}
+	c.softrdmaSet = md.IsDefined("listen", "softrdma")
+	return &c, nil
+}
+
+// oneLine keeps a TOML parse error to its first line.
+func oneLine(err error) error {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return errors.New(s)
+}
+
+// sessionAddr is the session listen address with the default applied.
+func (c *Config) sessionAddr() string {
+	if c.Listen.Session == "" {
+		return DefaultSessionAddr
+	}
+	return c.Listen.Session
+}
+
+// softrdmaAddrs are the software provider's listen addresses with the
+// default applied: the session host at the session port + 1. "none"
+// disables.
+func (c *Config) softrdmaAddrs() ([]string, error) {
+	if c.softrdmaSet {
+		var out []string
+		for _, a := range c.Listen.Softrdma {
+			if a != "none" && a != "" {
+				out = append(out, a)
+			}
+		}
+		return out, nil
+	}
+	host, port, err := net.SplitHostPort(c.sessionAddr())
+	if err != nil {
+		return nil, fmt.Errorf("listen.session %q: %w", c.sessionAddr(), err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p >= 65535 {
+		return nil, fmt.Errorf("listen.session %q: need a numeric port to derive the softrdma port from", c.sessionAddr())
+	}
+	return []string{net.JoinHostPort(host, strconv.Itoa(p+1))}, nil
+}
+
+// validate checks everything that can be checked before listening.
+func (c *Config) validate() error {
+	if _, _, err := net.SplitHostPort(c.sessionAddr()); err != nil {
+		return fmt.Errorf("listen.session %q: %v", c.sessionAddr(), err)
+	}
+	addrs, err := c.softrdmaAddrs()
+	if err != nil {
+		return err
+	}
+	for _, a := range append(addrs, c.Listen.Verbs...) {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("listen address %q: %v", a, err)
+		}
+	}
+	if len(c.Shares) == 0 {
+		return errors.New("no shares configured (give -share NAME=PATH or [shares.NAME] in the config)")
+	}
+	if len(c.Users) == 0 {
+		return errors.New("no users configured (give -user NAME with LWIO_PASSWORD, or [users.NAME] nt_hash in the config)")
+	}
+	for name, u := range c.Users {
+		if name == "" {
+			return errors.New("a user has an empty name")
+		}
+		if _, err := smbauth.ParseNTHash(u.NTHash); err != nil {
+			return fmt.Errorf("users.%s.nt_hash: %v", name, err)
+		}
+	}
+	for _, name := range sortedKeys(c.Shares) {
+		s := c.Shares[name]
+		if name == "" || strings.ContainsAny(name, `/\`) {
+			return fmt.Errorf("share name %q: must be non-empty and contain no slashes", name)
+		}
+		if s.Path == "" {
+			return fmt.Errorf("shares.%s: no path", name)
+		}
+		st, err := os.Stat(s.Path)
+		if err != nil {
+			return fmt.Errorf("shares.%s: %v", name, err)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("shares.%s: %s is not a directory", name, s.Path)
+		}
+		for _, u := range s.Users {
+			if _, ok := c.userFold(u); !ok {
+				return fmt.Errorf("shares.%s: user %q is not in [users]", name, u)
+			}
+		}
+	}
+	if c.Limits.CreditsPerConnection < 0 || c.Limits.CreditBudget < 0 || c.Limits.MaxRDMAWindow < 0 ||
+		c.Limits.MaxSendBuffer < 0 || c.Limits.MaxRecvBuffer < 0 || c.Limits.Workers < 0 {
+		return errors.New("limits: values must not be negative")
+	}
+	if c.Limits.CreditsPerConnection > 255 {
+		return errors.New("limits.credits_per_connection: at most 255 (a u8 on the wire)")
+	}
+	return nil
+}
+
+// userFold finds a user case-insensitively, as NTLM matches names.
+func (c *Config) userFold(name string) (UserConfig, bool) {
+	for n, u := range c.Users {
+		if strings.EqualFold(n, name) {
+			return u, true
+		}
+	}
+	return UserConfig{}, false
+}
+
+// parseShareFlag parses -share NAME=PATH[:ro].
+func parseShareFlag(s string) (string, ShareConfig, error) {
+	name, path, ok := strings.Cut(s, "=")
+	if !ok || name == "" || path == "" {
+		return "", ShareConfig{}, fmt.Errorf("-share %q: want NAME=PATH[:ro]", s)
+	}
+	var sc ShareConfig
+	switch {
+	case strings.HasSuffix(path, ":ro"):
+		sc.ReadOnly = true
+		path = strings.TrimSuffix(path, ":ro")
+	case strings.HasSuffix(path, ":rw"):
+		path = strings.TrimSuffix(path, ":rw")
+	}
+	sc.Path = path
+	return name, sc, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lwiofs/lwiofs/smbauth"
+)
+
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
+	p := writeFile(t, dir, "s.toml", `
+server_name = "fs1"
+[log]
+level = "debug"
+format = "json"
+[listen]
+session = "127.0.0.1:5000"
+verbs = ["10.0.0.1:5002"]
+[limits]
+credits_per_connection = 16
+credit_budget = 256
+workers = 8
+[shares.data]
+path = "`+dir+`"
+read_only = true
+users = ["alice"]
+[users.alice]
+nt_hash = "`+hash+`"
+`)
+	c, err := loadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.ServerName != "fs1" || c.Log.Format != "json" || c.Limits.CreditsPerConnection != 16 ||
+		!c.Shares["data"].ReadOnly || c.Shares["data"].Users[0] != "alice" || c.Listen.Verbs[0] != "10.0.0.1:5002" {
+		t.Errorf("decoded %+v", c)
+	}
+	if a, err := c.softrdmaAddrs(); err != nil || len(a) != 1 || a[0] != "127.0.0.1:5001" {
+		t.Errorf("default softrdma = %v %v, want session port + 1", a, err)
+	}
+
+	for name, text := range map[string]string{
+		"unknown key":  "[shares.x]\npath = \"/\"\nreadonly = true\n",
+		"syntax":       "[shares.x\n",
+		"wrong type":   "[limits]\nworkers = \"many\"\n",
+		"top-level kv": "sesion = \"x\"\n",
+	} {
+		if _, err := loadConfig(writeFile(t, dir, "bad.toml", text)); err == nil || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: err %v, want a one-line error", name, err)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
+	good := func() *Config {
+		return &Config{
+			Shares: map[string]ShareConfig{"s": {Path: dir}},
+			Users:  map[string]UserConfig{"u": {NTHash: hash}},
+		}
+	}
+	if err := good().validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*Config){
+		"no shares":      func(c *Config) { c.Shares = nil },
+		"no users":       func(c *Config) { c.Users = nil },
+		"bad hash":       func(c *Config) { c.Users["u"] = UserConfig{NTHash: "xyz"} },
+		"missing path":   func(c *Config) { c.Shares["s"] = ShareConfig{Path: filepath.Join(dir, "nope")} },
+		"file as share":  func(c *Config) { c.Shares["s"] = ShareConfig{Path: writeFile(t, dir, "f", "")} },
+		"unknown user":   func(c *Config) { c.Shares["s"] = ShareConfig{Path: dir, Users: []string{"zed"}} },
+		"slash in name":  func(c *Config) { c.Shares["a/b"] = ShareConfig{Path: dir} },
+		"bad listen":     func(c *Config) { c.Listen.Session = "nohost" },
+		"bad soft addr":  func(c *Config) { c.Listen.Softrdma, c.softrdmaSet = []string{"x"}, true },
+		"credits > 255":  func(c *Config) { c.Limits.CreditsPerConnection = 300 },
+		"negative limit": func(c *Config) { c.Limits.Workers = -1 },
+	} {
+		c := good()
+		mod(c)
+		if err := c.validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	c := good()
+	c.Listen.Softrdma, c.softrdmaSet = []string{"none"}, true
+	if a, _ := c.softrdmaAddrs(); len(a) != 0 {
+		t.Errorf("softrdma none = %v", a)
+	}
+	c = good()
+	c.Shares["s"] = ShareConfig{Path: dir, Users: []string{"U"}}
+	if err := c.validate(); err != nil {
+		t.Errorf("user names match case-insensitively: %v", err)
+	}
+}
+
+func TestParseShareFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in, name, path string
+		ro, bad        bool
+	}{
+		{in: "demo=/srv/demo", name: "demo", path: "/srv/demo"},
+		{in: "demo=/srv/demo:ro", name: "demo", path: "/srv/demo", ro: true},
+		{in: "demo=/srv/a:b:rw", name: "demo", path: "/srv/a:b"},
+		{in: "demo", bad: true},
+		{in: "=/x", bad: true},
+		{in: "x=", bad: true},
+	} {
+		name, sc, err := parseShareFlag(tc.in)
+		if tc.bad != (err != nil) || !tc.bad && (name != tc.name || sc.Path != tc.path || sc.ReadOnly != tc.ro) {
+			t.Errorf("parseShareFlag(%q) = %q %+v %v", tc.in, name, sc, err)
+		}
+	}
+}
+
+func TestBuildConfigQuickStart(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LWIO_PASSWORD", "pw")
+	f, err := parseFlags([]string{"-share", "demo=" + dir + ":ro", "-listen", "127.0.0.1:4450", "-soft", "none", "-user", "demo"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := buildConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Shares["demo"].ReadOnly || c.Users["demo"].NTHash != smbauth.FormatNTHash(smbauth.NTHash("pw")) {
+		t.Errorf("quick start config %+v", c)
+	}
+	if a, _ := c.softrdmaAddrs(); len(a) != 0 {
+		t.Errorf("-soft none left %v", a)
+	}
+	t.Setenv("LWIO_PASSWORD", "")
+	f, _ = parseFlags([]string{"-share", "demo=" + dir, "-user", "demo"}, io.Discard)
+	if _, err := buildConfig(f); err == nil || !strings.Contains(err.Error(), "LWIO_PASSWORD") {
+		t.Errorf("-user without LWIO_PASSWORD: %v", err)
+	}
+}
+
+func TestAddUser(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "s.toml", "# my server\n[shares.s]\npath = \""+dir+"\" # the data\n\n[users.alice]\nnt_hash = \"00000000000000000000000000000000\"\n\n[users.bob]\n# bob's\n")
+	t.Setenv("LWIO_PASSWORD", "alicepw")
+	if err := addUser(p, "alice", strings.NewReader("")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LWIO_PASSWORD", "bobpw")
+	if err := addUser(p, "bob", strings.NewReader("")); err != nil {
+		t.Fatal(err)
+	}
+	os.Unsetenv("LWIO_PASSWORD")
+	if err := addUser(p, "carol", strings.NewReader("carolpw\n")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u, pw := range map[string]string{"alice": "alicepw", "bob": "bobpw", "carol": "carolpw"} {
+		if got := c.Users[u].NTHash; got != smbauth.FormatNTHash(smbauth.NTHash(pw)) {
+			t.Errorf("%s: nt_hash %q", u, got)
+		}
+	}
+	text, _ := os.ReadFile(p)
+	if !strings.Contains(string(text), "# my server") || !strings.Contains(string(text), "# the data") {
+		t.Errorf("comments lost:\n%s", text)
+	}
+	if st, _ := os.Stat(p); st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", st.Mode())
+	}
+	// A new file is created.
+	if err := addUser(filepath.Join(dir, "new.toml"), "dave", strings.NewReader("pw\n")); err != nil {
+		t.Errorf("new file: %v", err)
+	}
+	if err := addUser(p, "eve", strings.NewReader("")); err == nil {
+		t.Errorf("empty password accepted")
+	}
+}
