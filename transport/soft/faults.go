@@ -2,6 +2,7 @@ package soft
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -106,3 +107,6 @@ func (f *Faults) String() string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// FaultsFromEnv parses the EnvFaults variable; unset or empty is nil.
+func FaultsFromEnv() (*Faults, error) { return ParseFaults(os.Getenv(EnvFaults)) }

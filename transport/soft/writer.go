@@ -58,7 +58,7 @@ func (c *conn) transmit() {
 	c.writing = true
 	for {
 		work, reset, open := c.gather()
-		if !open || !work {
+		if !open || (!work && !reset) {
 			c.writing = false
 			c.mu.Unlock()
 			if !open {
