@@ -289,7 +289,13 @@ func (c *conn) onRecv(wc *transport.Completion) {
 			return
 		}
 		go c.execIO(sl)
-	case protocol.OpRegister, protocol.OpClose, protocol.OpCancel, protocol.OpCredit, protocol.OpInterrupt, protocol.OpAuth:
+	case protocol.OpCredit, protocol.OpInterrupt:
+		// Their order matters (−N … −1; which INTERRUPT is held), so they
+		// are decided here, in arrival order; only the answer is posted
+		// from a goroutine.
+		c.reqs.Add(1)
+		c.ordered(sl)
+	case protocol.OpRegister, protocol.OpClose, protocol.OpCancel, protocol.OpAuth:
 		c.policy(h.Credits)
 		c.reqs.Add(1)
 		go c.execControl(sl)

@@ -115,8 +115,7 @@ func (c *conn) auth(h *protocol.Header, msg []byte) {
 	c.postOrDrop(sl, sl.wrs)
 }
 
-// execControl runs REGISTER, CLOSE, CANCEL, CREDIT, INTERRUPT and a
-// repeated AUTH; each completes with a STATUS_RESPONSE send.
+// execControl runs REGISTER, CLOSE, CANCEL and a repeated AUTH; each completes with a STATUS_RESPONSE send.
 func (c *conn) execControl(sl *slot) {
 	defer c.reqs.Done()
 	h := &sl.hdr
@@ -145,25 +144,6 @@ func (c *conn) execControl(sl *slot) {
 		}
 		e.cancel()
 		c.completeControl(sl, protocol.StatusSuccess, 0, false)
-	case protocol.OpInterrupt:
-		// FIG. 9A/B: held until the next I/O completion on the connection;
-		// answered at once when no I/O is outstanding, so an I/O that
-		// completed just before the INTERRUPT arrived cannot leave the
-		// client asleep. Only one may be outstanding.
-		c.mu.Lock()
-		switch {
-		case c.intr != nil:
-			c.mu.Unlock()
-			c.completeControl(sl, protocol.StatusInvalidDeviceRequest, 0, false)
-		case c.ioInflight == 0:
-			c.mu.Unlock()
-			c.completeControl(sl, protocol.StatusSuccess, 0, false)
-		default:
-			c.intr = sl
-			c.mu.Unlock()
-		}
-	case protocol.OpCredit:
-		c.credit(sl)
 	case protocol.OpAuth:
 		c.completeControl(sl, protocol.StatusAccessDenied, 0, false)
 	}
@@ -199,15 +179,43 @@ func (c *conn) register(sl *slot) {
 	c.completeControl(sl, protocol.StatusSuccess, uint32(fid), false)
 }
 
-// credit handles LWIO_OPCODE_CREDIT (FIG. 11B/C).
-func (c *conn) credit(sl *slot) {
-	v := sl.hdr.CreditCount()
-	st, released, err := c.grant.CreditMessage(v)
+// ordered decides CREDIT (FIG. 11B/C) and INTERRUPT (FIG. 9A/B) requests
+// on the reaper, in arrival order, and answers them from a goroutine (or,
+// for a held INTERRUPT, at the next I/O completion). c.reqs was added for sl.
+func (c *conn) ordered(sl *slot) {
+	answer := func(st protocol.Status, retire bool) {
+		go func() {
+			defer c.reqs.Done()
+			c.completeControl(sl, st, 0, retire)
+		}()
+	}
+	if sl.hdr.Opcode == protocol.OpInterrupt {
+		// Held until the next I/O completion on the connection; answered
+		// at once when no I/O is outstanding, so an I/O that completed
+		// just before the INTERRUPT arrived cannot leave the client
+		// asleep. Only one may be outstanding.
+		c.mu.Lock()
+		switch {
+		case c.intr != nil:
+			c.mu.Unlock()
+			answer(protocol.StatusInvalidDeviceRequest, false)
+		case c.ioInflight == 0:
+			c.mu.Unlock()
+			answer(protocol.StatusSuccess, false)
+		default:
+			c.intr = sl
+			c.mu.Unlock()
+			c.reqs.Done() // completeIO answers it
+		}
+		return
+	}
+	st, released, err := c.grant.CreditMessage(sl.hdr.CreditCount())
 	if err != nil {
 		c.fail(err)
 		c.releaseRecv(sl, false)
 		c.grant.Complete()
 		c.slots.put(sl.idx)
+		c.reqs.Done()
 		return
 	}
 	c.s.budget.Give(released)
@@ -217,7 +225,7 @@ func (c *conn) credit(sl *slot) {
 		c.recvExcess += released
 	}
 	c.mu.Unlock()
-	c.completeControl(sl, st, 0, st == protocol.NotifyCredit)
+	answer(st, st == protocol.NotifyCredit)
 }
 
 // retireAfter is how many consecutive requests must show a Credits hint

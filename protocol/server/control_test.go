@@ -1,0 +1,216 @@
+package server
+
+import (
+	"os"
+	"testing"
+
+	"github.com/lwiofs/lwiofs/protocol"
+)
+
+func (e *env) gated(id uint64) (protocol.ResumeKey, *gatedFile) {
+	f, err := os.CreateTemp(e.dir, "g")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	f.Write(randBytes(64 << 10))
+	e.t.Cleanup(func() { f.Close() })
+	g := newGated(osFile{f})
+	e.t.Cleanup(func() {
+		defer func() { recover() }() // already open
+		g.open()
+	})
+	return e.addFile(id, g), g
+}
+
+// FIG. 10, 11A–C: a positive delta answered by one CREDIT reporting unused
+// credits; a negative one by N CREDIT messages −N … −1, each completed with
+// LWIO_NOTIFY_CREDIT; one transaction at a time.
+func TestCreditHandshake(t *testing.T) {
+	e := newEnv(t, Config{Credits: 4, MaxCredits: 16})
+	key, signing := e.session(5)
+	p := e.dial()
+	p.auth(key, signing, 4)
+	c := e.serverConn()
+
+	if !c.startDelta(6) {
+		t.Fatal("positive delta not started")
+	}
+	if c.startDelta(1) || c.startDelta(-1) {
+		t.Fatal("second transaction started while one is open")
+	}
+	r := p.wantResponse("delta credit")
+	if !r.IsDeltaCredit() || r.CreditDelta() != 6 {
+		t.Fatalf("delta message %+v, want Cookie 0, +6, LWIO_NOTIFY_CREDIT", r)
+	}
+	// The client keeps 4 of the 6 and reports 2 unused.
+	p.sendHeader(protocol.NewCreditRequest(2, 0, 21))
+	if r := p.wantResponse("CREDIT"); r.Cookie != 21 || r.Ios.Status != protocol.StatusSuccess {
+		t.Fatalf("CREDIT completion %+v", r)
+	}
+	if g := c.grant.Granted(); g != 8 {
+		t.Fatalf("granted %d, want 4+6-2", g)
+	}
+	if u := e.srv.budget.Used(); u != 8 {
+		t.Fatalf("budget used %d, want 8", u)
+	}
+
+	if !c.startDelta(-3) {
+		t.Fatal("negative delta not started")
+	}
+	r = p.wantResponse("delta credit")
+	if !r.IsDeltaCredit() || r.CreditDelta() != -3 {
+		t.Fatalf("delta message %+v, want -3", r)
+	}
+	for v := int32(-3); v <= -1; v++ {
+		if v == -2 && c.startDelta(1) {
+			t.Fatal("transaction started while retiring")
+		}
+		p.sendHeader(protocol.NewCreditRequest(v, 0, uint64(100-v)))
+		r := p.wantResponse("retiring CREDIT")
+		if r.Cookie != uint64(100-v) || r.Ios.Status != protocol.NotifyCredit {
+			t.Fatalf("CREDIT %d completion %+v, want LWIO_NOTIFY_CREDIT", v, r)
+		}
+	}
+	waitFor(t, func() bool { return c.grant.Granted() == 5 && !c.grant.Open() })
+	if u := e.srv.budget.Used(); u != 5 {
+		t.Fatalf("budget used %d, want 5", u)
+	}
+	// A CREDIT with no transaction open is a violation.
+	p.sendHeader(protocol.NewCreditRequest(0, 0, 1))
+	p.wantClosed("CREDIT out of turn")
+	waitFor(t, func() bool { return e.srv.budget.Used() == 0 })
+}
+
+// A client whose hint shows every credit in use is offered more.
+func TestCreditGrantFromHint(t *testing.T) {
+	e := newEnv(t, Config{Credits: 2, MaxCredits: 8})
+	key, signing := e.session(5)
+	rk, g := e.gated(5)
+	p := e.dial()
+	p.auth(key, signing, 2)
+	fid := uint16(p.register(rk, 5, 0).Ios.Information)
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 2, protocol.InterruptMode(1, 1)))
+	r := p.wantResponse("delta credit")
+	if !r.IsDeltaCredit() || r.CreditDelta() != 2 {
+		t.Fatalf("delta %+v, want +2 (doubling)", r)
+	}
+	p.sendHeader(protocol.NewCreditRequest(0, 2, 2))
+	if r := p.wantResponse("CREDIT"); r.Cookie != 2 || r.Ios.Status != protocol.StatusSuccess {
+		t.Fatalf("CREDIT completion %+v", r)
+	}
+	g.open()
+	if imm := p.wantImm("READ"); imm != 1 {
+		t.Fatalf("imm %d", imm)
+	}
+}
+
+// The server-wide budget caps what all connections hold.
+func TestCreditBudget(t *testing.T) {
+	e := newEnv(t, Config{Credits: 4, CreditBudget: 6})
+	key, signing := e.session(5)
+	a := e.dial()
+	if sp := a.auth(key, signing, 4); sp.Credits != 4 {
+		t.Fatalf("first connection got %d credits", sp.Credits)
+	}
+	b := e.dial()
+	if sp := b.auth(key, signing, 4); sp.Credits != 2 {
+		t.Fatalf("second connection got %d credits, want the 2 left", sp.Credits)
+	}
+	c := e.dial()
+	ap := c.authParams(key, 4)
+	ap.Sign(signing)
+	req := protocol.NewAuthRequest(ap, c.data.Addr(), c.data.Handle(), 9)
+	c.sendMsg(req.Append(nil))
+	if r := c.wantResponse("AUTH"); r.Ios.Status != protocol.StatusInsufficientResources {
+		t.Fatalf("AUTH with the budget spent: %+v", r)
+	}
+}
+
+// FIG. 13A/B: queued requests complete STATUS_CANCELLED, executing ones
+// finish.
+func TestCancelQueued(t *testing.T) {
+	e := newEnv(t, Config{Workers: 1})
+	key, signing := e.session(5)
+	rk, g := e.gated(5)
+	p := e.dial()
+	p.auth(key, signing, 8)
+	fid := uint16(p.register(rk, 5, 0).Ios.Information)
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 1)))
+	<-g.entered // executing, holding the one worker
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 2, protocol.InterruptMode(2, 2)))
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 3, protocol.InterruptMode(3, 3)))
+	p.sendHeader(protocol.NewCancelRequest(fid, 4, 4))
+	got := map[uint64]protocol.Status{}
+	for len(got) < 3 {
+		r := p.wantResponse("CANCEL and the cancelled reads")
+		got[r.Cookie] = r.Ios.Status
+	}
+	if got[4] != protocol.StatusSuccess || got[2] != protocol.StatusCancelled || got[3] != protocol.StatusCancelled {
+		t.Fatalf("completions %v, want cookie 4 success, 2 and 3 cancelled", got)
+	}
+	g.open()
+	if imm := p.wantImm("the executing READ"); imm != 1 {
+		t.Fatalf("imm %d, want 1", imm)
+	}
+	// The Fid still works after CANCEL.
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(5, 5)))
+	if imm := p.wantImm("READ after CANCEL"); imm != 5 {
+		t.Fatalf("imm %d", imm)
+	}
+}
+
+// FIG. 12A/B with requests in flight: the executing one finishes, queued
+// ones are cancelled, later ones fail.
+func TestCloseInFlight(t *testing.T) {
+	e := newEnv(t, Config{Workers: 1})
+	key, signing := e.session(5)
+	rk, g := e.gated(5)
+	p := e.dial()
+	p.auth(key, signing, 8)
+	fid := uint16(p.register(rk, 5, 0).Ios.Information)
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 1)))
+	<-g.entered
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 2, protocol.InterruptMode(2, 2)))
+	p.sendHeader(protocol.NewCloseRequest(fid, 3, 3))
+	got := map[uint64]protocol.Status{}
+	for len(got) < 2 {
+		r := p.wantResponse("CLOSE and the queued read")
+		got[r.Cookie] = r.Ios.Status
+	}
+	if got[3] != protocol.StatusSuccess || got[2] != protocol.StatusCancelled {
+		t.Fatalf("completions %v", got)
+	}
+	g.open()
+	p.wantImm("the executing READ finishes")
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(5, 5)))
+	if r := p.wantResponse("READ after CLOSE"); r.Ios.Status != protocol.StatusInvalidHandle {
+		t.Fatalf("READ after CLOSE: %v", r.Ios.Status)
+	}
+}
+
+// FIG. 9A/B: an INTERRUPT is held until the next I/O completes; a second
+// one while it is held is refused.
+func TestInterruptHeld(t *testing.T) {
+	e := newEnv(t, Config{})
+	key, signing := e.session(5)
+	rk, g := e.gated(5)
+	p := e.dial()
+	p.auth(key, signing, 8)
+	fid := uint16(p.register(rk, 5, 0).Ios.Information)
+	ios := p.data.Addr() + 1<<20
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.PollingMode(ios, p.data.Handle())))
+	<-g.entered
+	p.sendHeader(protocol.NewInterruptRequest(2, 50))
+	p.sendHeader(protocol.NewInterruptRequest(3, 51))
+	if r := p.wantResponse("second INTERRUPT"); r.Cookie != 51 || r.Ios.Status == protocol.StatusSuccess {
+		t.Fatalf("second INTERRUPT: %+v, want refused", r)
+	}
+	g.open()
+	if r := p.wantResponse("held INTERRUPT"); r.Cookie != 50 || r.Ios.Status != protocol.StatusSuccess {
+		t.Fatalf("held INTERRUPT: %+v", r)
+	}
+	st, _ := protocol.DecodeIOStatusBlock(p.data.Bytes()[1<<20 : 1<<20+8])
+	if st.Status != protocol.StatusSuccess || st.Information != 4096 {
+		t.Fatalf("status block %+v", st)
+	}
+}
