@@ -45,7 +45,8 @@ func NewVecWriteRequest(fid uint16, offset uint64, data []byte, pageSize uint16,
 // holds the same data, so only page is sent. Flags has FlagCollapse,
 // PageSize = len(page), NumPages = the pages length spans (the last may be
 // partial), and the data after the header is page[:min(length, len(page))].
-// The file must have been registered with FileNoIntermediateBuffering.
+// The file must have been registered with FileNoIntermediateBuffering, and
+// len(page) must fit PageSize's u16 (at most 65535 bytes).
 func NewCollapsedVecWriteRequest(fid uint16, offset uint64, length uint32, page []byte, credits uint8, c Completion) WriteRequest {
 	ps := uint16(len(page))
 	h := Header{
