@@ -352,3 +352,74 @@ func TestOpenRefusesSpecialFiles(t *testing.T) {
 	_, _, err := tr.Open(ctxT(t), "fifo", os.O_RDONLY|unix.O_NONBLOCK, 0)
 	wantErrno(t, "Open a FIFO", err, syscall.EACCES)
 }
+
+// TestReadDirPagingSeesChanges: a continuation page reflects entries added
+// after the first page (the listing cache notices the directory changed).
+func TestReadDirPagingSeesChanges(t *testing.T) {
+	e := newEnv(t)
+	for i := range 50 {
+		e.writeFile(fmt.Sprintf("f%03d", i), "")
+	}
+	tr := e.tree("data")
+	ctx := ctxT(t)
+	page := func(after string) readDirResp {
+		var r readDirResp
+		if err := tr.call(ctx, CmdReadDir, &readDirReq{After: after, MaxBytes: 10 * (2 + 4 + attrWireSize)}, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	p1 := page("")
+	if !p1.More || len(p1.Entries) != 9 {
+		t.Fatalf("first page: %d entries, more %v", len(p1.Entries), p1.More)
+	}
+	last := p1.Entries[len(p1.Entries)-1].Name
+	p2 := page(last)
+	if p2.Entries[0].Name != "f009" {
+		t.Errorf("second page starts at %s", p2.Entries[0].Name)
+	}
+	e.writeFile("f0095", "") // sorts right after f009
+	p3 := page("f009")
+	if p3.Entries[0].Name != "f0095" {
+		t.Errorf("page after a change starts at %s, want f0095", p3.Entries[0].Name)
+	}
+}
+
+func TestDirListingCache(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 5 {
+		os.WriteFile(filepath.Join(dir, fmt.Sprint(i)), nil, 0o644)
+	}
+	time.Sleep(racyWindow + 50*time.Millisecond)
+	sh := &share{}
+	var l dirListing
+	list := func(after string) []string {
+		f, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		names, err := l.list(sh, &readDirReq{After: after}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	first := list("")
+	if again := list("1"); &again[0] != &first[0] {
+		t.Error("continuation of an unchanged directory re-read it")
+	}
+	if fresh := list(""); &fresh[0] == &first[0] {
+		t.Error("a new listing (After empty) used the cache")
+	}
+	cached := list("1")
+	os.WriteFile(filepath.Join(dir, "9"), nil, 0o644)
+	if changed := list("1"); &changed[0] == &cached[0] || len(changed) != 6 {
+		t.Errorf("changed directory served from the cache: %v", changed)
+	}
+	// Right after a change the listing is racy and never reused.
+	racy := list("")
+	if again := list("1"); &again[0] == &racy[0] {
+		t.Error("racy listing reused")
+	}
+}

@@ -131,7 +131,7 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		a, err := sh.setattr(r.Path, r.In)
 		return &attrMsg{a}, err
 	case *readDirReq:
-		return sh.readdir(r)
+		return sh.readdir(r, &ss.listing)
 	case *mkdirReq:
 		a, err := sh.mkdir(r.Path, r.Mode)
 		return &attrMsg{a}, err

@@ -27,6 +27,7 @@ type serverSession struct {
 	handles  map[Handle]*openFile
 	nextH    uint64
 	lwioKeys [][16]byte // guarded by Server.mu
+	listing  dirListing // READDIR continuation cache
 }
 
 // openFile is an open handle: a file, a directory or the \PIPE\LWIO pipe.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -217,18 +218,69 @@ func (sh *share) open(p string, flags int, mode uint32) (*openFile, Attr, error)
 // readdirMaxBytes bounds one READDIR page when the client asks for more.
 const readdirMaxBytes = 512 << 10
 
-func (sh *share) readdir(r *readDirReq) (*readDirResp, error) {
+// dirListing is a session's most recent sorted directory listing, reused
+// for the continuation pages of the same directory while it is unchanged
+// (same inode, mtime and ctime), so that paging a big directory does not
+// re-read and re-sort it for every page. A listing taken within
+// racyWindow of the directory's last change is not trusted: timestamps
+// are as coarse as a clock tick, so a change in the same tick would not
+// show (git's "racy clean" problem).
+type dirListing struct {
+	mu sync.Mutex
+	dirListingData
+}
+
+type dirListingData struct {
+	share *share
+	path  string
+	dev   uint64
+	ino   uint64
+	mtime unix.Timespec
+	ctime unix.Timespec
+	racy  bool
+	names []string
+}
+
+const racyWindow = 100 * time.Millisecond
+
+// list returns the sorted names of the directory open at fd, from the
+// cache when r continues a listing of an unchanged directory.
+func (l *dirListing) list(sh *share, r *readDirReq, f *os.File) ([]string, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.After != "" && !l.racy && l.share == sh && l.path == r.Path && l.dev == st.Dev && l.ino == st.Ino &&
+		l.mtime == st.Mtim && l.ctime == st.Ctim {
+		return l.names, nil
+	}
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	changed := time.Unix(st.Ctim.Unix())
+	if m := time.Unix(st.Mtim.Unix()); m.After(changed) {
+		changed = m
+	}
+	l.dirListingData = dirListingData{share: sh, path: r.Path, dev: st.Dev, ino: st.Ino, mtime: st.Mtim, ctime: st.Ctim,
+		racy: time.Since(changed) < racyWindow, names: names}
+	return names, nil
+}
+
+func (sh *share) readdir(r *readDirReq, cache *dirListing) (*readDirResp, error) {
 	fd, err := sh.root.open(r.Path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), r.Path)
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
+	names, err := cache.list(sh, r, f)
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(names)
 	i := sort.SearchStrings(names, r.After)
 	if r.After != "" && i < len(names) && names[i] == r.After {
 		i++
