@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -49,6 +51,7 @@ var posixSuite = map[string]func(t *testing.T, e posixEnv){
 	"NotExist":         testNotExist,
 	"ExclusiveCreate":  testExclusiveCreate,
 	"SparseAndEOFRead": testSparseAndEOFRead,
+	"SignalDuringIO":   testSignalDuringIO,
 }
 
 // runPOSIXSuite runs every check as a subtest in its own directory under
@@ -806,4 +809,74 @@ func entNames(ents []os.DirEntry) []string {
 		s = append(s, e.Name())
 	}
 	return s
+}
+
+// testSignalDuringIO reads and writes a file, buffered and O_DIRECT, while
+// another thread keeps sending the reader a caught signal (as the Go
+// runtime's SIGURG preemption, SIGCHLD or SIGALRM do to real programs).
+// Regular-file I/O on Linux does not fail with EINTR for a signal whose
+// handler was installed with SA_RESTART; applications do not retry it.
+func testSignalDuringIO(t *testing.T, e posixEnv) {
+	p := filepath.Join(e.Dir, "f")
+	mustWrite(t, p, pattern(6, 4<<20))
+	sig := make(chan os.Signal, 1024)
+	signal.Notify(sig, syscall.SIGUSR1) // Go installs its handlers with SA_RESTART
+	defer signal.Stop(sig)
+	go func() {
+		for range sig {
+		}
+	}()
+	for _, direct := range []bool{false, true} {
+		flags := unix.O_RDWR
+		if direct {
+			flags |= unix.O_DIRECT
+		}
+		fd, err := unix.Open(p, flags, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := alignedBuf(t, 1<<20)
+		tids := make(chan int, 1)
+		stop := make(chan struct{})
+		var failure error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			tids <- unix.Gettid()
+			deadline := time.Now().Add(time.Second)
+			for i := 0; time.Now().Before(deadline); i++ {
+				off := int64(i%4) << 20
+				var err error
+				if i%3 == 2 {
+					_, err = unix.Pwrite(fd, buf, off)
+				} else {
+					_, err = unix.Pread(fd, buf, off)
+				}
+				if err != nil {
+					failure = fmt.Errorf("I/O #%d (O_DIRECT %v) with signals arriving: %w", i, direct, err)
+					break
+				}
+			}
+			close(stop)
+		}()
+		tid := <-tids
+		func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = unix.Tgkill(os.Getpid(), tid, syscall.SIGUSR1)
+				time.Sleep(50 * time.Microsecond)
+			}
+		}()
+		<-done
+		unix.Close(fd)
+		if failure != nil {
+			t.Fatal(failure)
+		}
+	}
 }
