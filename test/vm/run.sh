@@ -125,9 +125,10 @@ build_image() {
 	# shellcheck disable=SC2064
 	trap "rm -rf '$tmp'" RETURN
 	log "building guest image $key (mmdebstrap bookworm minbase; ~90 s and ~700 MB)"
-	local t0; t0=$(now)
+	local t0 mode=root; t0=$(now)
+	[ "$(id -u)" = 0 ] || mode=unshare
 	printf '%s\n' "$srcs" | timeout "${LWIOFS_VM_BUILD_TIMEOUT:-900}" mmdebstrap \
-		--variant=minbase --mode=root --include="$packages" \
+		--variant=minbase --mode="$mode" --include="$packages" \
 		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
 		--dpkgopt='path-exclude=/usr/share/locale/*' \
 		bookworm "$tmp/root" - >"$tmp/mmdebstrap.log" 2>&1 || {
