@@ -6,7 +6,7 @@ BIN       := bin
 FUZZTIME  ?= 10s
 PKGS      := ./...
 
-.PHONY: all build deps test test-short vet fuzz bench run clean
+.PHONY: all build deps test test-short test-verbs vet fuzz bench run clean
 
 all: build
 
@@ -36,6 +36,21 @@ fuzz:
 	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# The main job: a server and a mount of a demo share over the software RDMA
+# provider on 127.0.0.1, in the foreground until Ctrl-C.
+run: build
+	scripts/run.sh
+
+# fio and metadata jobs through the mount against the alternatives, in one
+# interleaved run; BENCH_QUICK=1 for the short form.
+bench: build
+	bench/run.sh
+
+# The transport conformance suite on real verbs: Soft-RoCE in a qemu guest.
+test-verbs:
+	@scripts/deps.sh vm
+	test/vm/test-verbs.sh
 
 clean:
 	rm -rf $(BIN)
