@@ -423,3 +423,34 @@ func TestDirListingCache(t *testing.T) {
 		t.Error("racy listing reused")
 	}
 }
+
+// TestCreateModeIgnoresServerUmask: modes arrive already masked by the
+// client's umask; the server's umask must not take more bits.
+func TestCreateModeIgnoresServerUmask(t *testing.T) {
+	old := unix.Umask(0o077)
+	defer unix.Umask(old)
+	e := newEnv(t)
+	unix.Umask(old) // the server read it at NewServer
+	tr := e.tree("data")
+	ctx := ctxT(t)
+	if a, err := tr.Mkdir(ctx, "d", 0o775); err != nil || a.Mode&07777 != 0o775 {
+		t.Errorf("Mkdir 0775: %v %o", err, a.Mode&07777)
+	}
+	h, a, err := tr.Open(ctx, "f", os.O_WRONLY|os.O_CREATE, 0o664)
+	if err != nil || a.Mode&07777 != 0o664 {
+		t.Errorf("create 0664: %v %o", err, a.Mode&07777)
+	}
+	tr.CloseHandle(ctx, h)
+	// Opening the existing file with O_CREAT leaves its mode alone.
+	os.Chmod(filepath.Join(e.share, "f"), 0o600)
+	h, a, err = tr.Open(ctx, "f", os.O_WRONLY|os.O_CREATE, 0o664)
+	if err != nil || a.Mode&07777 != 0o600 {
+		t.Errorf("O_CREAT on existing: %v %o", err, a.Mode&07777)
+	}
+	tr.CloseHandle(ctx, h)
+	h, a, err = tr.Open(ctx, "g", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err != nil || a.Mode&07777 != 0o666 {
+		t.Errorf("O_EXCL create 0666: %v %o", err, a.Mode&07777)
+	}
+	tr.CloseHandle(ctx, h)
+}

@@ -95,6 +95,7 @@ type share struct {
 	Share
 	root  *shareRoot
 	users map[string]bool // lower-cased; nil = everyone
+	umask uint32          // the process umask at NewServer
 }
 
 // NewServer opens every share's root and returns a server ready to Serve.
@@ -142,6 +143,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			return h, ok
 		},
 	})
+	umask := processUmask()
+	if umask != 0 {
+		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")
+	}
 	for _, sh := range cfg.Shares {
 		key := strings.ToLower(sh.Name)
 		if key == "" || strings.ContainsAny(key, `\/`) {
@@ -157,7 +162,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			s.closeShares()
 			return nil, fmt.Errorf("session: share %q: %w", sh.Name, err)
 		}
-		ns := &share{Share: sh, root: root}
+		ns := &share{Share: sh, root: root, umask: umask}
 		if len(sh.Users) > 0 {
 			ns.users = map[string]bool{}
 			for _, u := range sh.Users {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -104,10 +105,57 @@ func (sh *share) mkdir(p string, mode uint32) (a Attr, err error) {
 		if err := unix.Mkdirat(dirfd, base, mode&07777); err != nil {
 			return err
 		}
+		if lost := mode & 0o777 & sh.umask; lost != 0 {
+			if err := restoreUmaskBits(dirfd, base, lost); err != nil {
+				return err
+			}
+		}
 		a, err = lstatAt(dirfd, base)
 		return err
 	})
 	return a, err
+}
+
+// The client's kernel has already applied the caller's umask to the mode of
+// a create or mkdir; the server's own umask must not take more bits away.
+// When the server runs with a non-zero umask (it should not: lwio-server
+// sets 0), the bits it took are put back on what was just created.
+
+// restoreUmaskBits adds lost permission bits to the new inode (dirfd,
+// base), through an O_PATH|O_NOFOLLOW descriptor so that a symlink swapped
+// in meanwhile is not followed.
+func restoreUmaskBits(dirfd int, base string, lost uint32) error {
+	fd, err := unix.Openat(dirfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return nil
+	}
+	return unix.Fchmodat(unix.AT_FDCWD, procPath(fd), (st.Mode&07777)|lost, 0)
+}
+
+// processUmask reads the process umask without changing it (the Umask
+// line of /proc/self/status, Linux 4.7+), falling back to setting and
+// restoring it.
+func processUmask() uint32 {
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+				if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+					return uint32(m)
+				}
+			}
+		}
+	}
+	old := unix.Umask(0)
+	unix.Umask(old)
+	return uint32(old)
 }
 
 func (sh *share) symlink(target, p string) (a Attr, err error) {
@@ -191,9 +239,19 @@ func (sh *share) open(p string, flags int, mode uint32) (*openFile, Attr, error)
 	if sh.ReadOnly && writes {
 		return nil, Attr{}, protocol.StatusMediaWriteProtected
 	}
-	fd, err := sh.root.open(p, flags, mode&07777)
+	fd, created, err := sh.create(p, flags, mode&07777)
 	if err != nil {
 		return nil, Attr{}, err
+	}
+	if lost := mode & 0o777 & sh.umask; created && lost != 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err == nil {
+			err = unix.Fchmod(fd, (st.Mode&07777)|lost)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return nil, Attr{}, err
+		}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -213,6 +271,37 @@ func (sh *share) open(p string, flags int, mode uint32) (*openFile, Attr, error)
 		readOnly: acc == unix.O_RDONLY || sh.ReadOnly,
 	}
 	return of, attrFromStat(&st), nil
+}
+
+// create opens p, telling whether it created the file when that matters
+// (O_CREAT with a umask that would take bits from mode): it first tries
+// O_EXCL, then opens the existing file without O_CREAT.
+func (sh *share) create(p string, flags int, mode uint32) (fd int, created bool, err error) {
+	if flags&unix.O_CREAT == 0 || mode&0o777&sh.umask == 0 {
+		fd, err = sh.root.open(p, flags, mode)
+		return fd, false, err
+	}
+	if flags&unix.O_EXCL != 0 {
+		fd, err = sh.root.open(p, flags, mode)
+		return fd, err == nil, err
+	}
+	for range 4 {
+		fd, err = sh.root.open(p, flags|unix.O_EXCL, mode)
+		if err == nil {
+			return fd, true, nil
+		}
+		if err != unix.EEXIST {
+			return -1, false, err
+		}
+		fd, err = sh.root.open(p, flags&^unix.O_CREAT, mode)
+		if err != unix.ENOENT {
+			return fd, false, err
+		}
+		// Removed in between, or a dangling symlink: O_CREAT through it
+		// as open(2) would, without the umask fix-up.
+	}
+	fd, err = sh.root.open(p, flags, mode)
+	return fd, false, err
 }
 
 // readdirMaxBytes bounds one READDIR page when the client asks for more.
