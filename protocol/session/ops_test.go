@@ -454,3 +454,26 @@ func TestCreateModeIgnoresServerUmask(t *testing.T) {
 	}
 	tr.CloseHandle(ctx, h)
 }
+
+func TestMaxHandles(t *testing.T) {
+	e := newEnv(t, func(c *ServerConfig) { c.MaxHandles = 3 })
+	e.writeFile("f", "")
+	tr := e.tree("data")
+	ctx := ctxT(t)
+	var hs []Handle
+	for range 3 {
+		h, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	_, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0)
+	if err != protocol.StatusInsufficientResources {
+		t.Errorf("open beyond MaxHandles: %v", err)
+	}
+	tr.CloseHandle(ctx, hs[0])
+	if _, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0); err != nil {
+		t.Errorf("open after a close: %v", err)
+	}
+}

@@ -20,7 +20,10 @@ func (s *Server) pipeOpen(ss *serverSession, name string) (message, error) {
 	if !strings.EqualFold(name, LWIOPipe) {
 		return nil, protocol.StatusObjectNameNotFound
 	}
-	h := ss.addHandle(&openFile{sess: ss, pipe: true, readOnly: true})
+	h, err := ss.addHandle(&openFile{sess: ss, pipe: true, readOnly: true}, s.cfg.MaxHandles)
+	if err != nil {
+		return nil, err
+	}
 	return &handleMsg{Handle: h}, nil
 }
 

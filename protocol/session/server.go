@@ -55,6 +55,10 @@ type ServerConfig struct {
 	// MaxInFlight bounds the requests one connection has in flight on the
 	// server; a reader blocks beyond it. Zero means 64.
 	MaxInFlight int
+	// MaxHandles bounds the files and pipes one session may hold open;
+	// beyond it OPEN answers STATUS_INSUFFICIENT_RESOURCES (EMFILE-like).
+	// Zero means 16384.
+	MaxHandles int
 	// SetupTimeout bounds how long a connection may take to complete
 	// session setup. Zero means 30 seconds.
 	SetupTimeout time.Duration
@@ -112,6 +116,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 64
+	}
+	if cfg.MaxHandles <= 0 {
+		cfg.MaxHandles = 16384
 	}
 	if cfg.SetupTimeout <= 0 {
 		cfg.SetupTimeout = 30 * time.Second

@@ -141,7 +141,12 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 			return nil, err
 		}
 		of.sess = ss
-		return &openResp{Handle: ss.addHandle(of), Attr: a}, nil
+		hd, err := ss.addHandle(of, s.cfg.MaxHandles)
+		if err != nil {
+			of.f.Close()
+			return nil, err
+		}
+		return &openResp{Handle: hd, Attr: a}, nil
 	case *readReq:
 		of, err := open(r.Handle)
 		if err != nil {

@@ -78,14 +78,18 @@ func (of *openFile) Sync() error {
 // ReadOnly reports whether writes through this open are refused.
 func (of *openFile) ReadOnly() bool { return of.readOnly }
 
-// addHandle registers an open on the session and returns its handle.
-func (ss *serverSession) addHandle(of *openFile) Handle {
+// addHandle registers an open on the session and returns its handle, or
+// STATUS_INSUFFICIENT_RESOURCES when the session already holds max.
+func (ss *serverSession) addHandle(of *openFile, max int) (Handle, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	if len(ss.handles) >= max {
+		return 0, protocol.StatusInsufficientResources
+	}
 	ss.nextH++
 	h := Handle(ss.nextH)
 	ss.handles[h] = of
-	return h
+	return h, nil
 }
 
 func (ss *serverSession) handle(h Handle) (*openFile, bool) {
