@@ -39,6 +39,8 @@ func (n *Node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 
 // load lists the directory; called with d.mu held.
 func (d *dirHandle) load(ctx context.Context) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := d.node.path()
 	ents, err := d.node.fs.tree.ReadDir(ctx, p)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -43,3 +44,17 @@ func isPlainEIO(err error) bool {
 
 // isEOF reports whether err is only the end of the file.
 func isEOF(err error) bool { return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) }
+
+// nsTimeout bounds one namespace operation on the session channel.
+const nsTimeout = 60 * time.Second
+
+// detach gives a namespace operation a context that a FUSE INTERRUPT does
+// not end. Such operations are not idempotent: an interrupted O_EXCL
+// create (or mkdir, unlink, rename) may well have happened on the server,
+// and the caller's retry after EINTR — Go's runtime retries open(2) on
+// EINTR, and its preemption signals cause interrupts — would then fail
+// with EEXIST or ENOENT. They are short, so they run to completion,
+// bounded by nsTimeout.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), nsTimeout)
+}

@@ -48,6 +48,8 @@ var (
 )
 
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.path()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
 	if err != nil {
@@ -61,6 +63,8 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.childPath(name)
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
 	if err != nil {
@@ -124,7 +128,7 @@ func (f *fileHandle) dirty() {
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if br, ok := f.data.(BufReader); ok && len(dest) <= br.MaxBuf() {
 		var b Buffer
-		_, err := f.retry(ctx, func() (int, error) {
+		_, err := f.run(ctx, func(ctx context.Context) (int, error) {
 			var err error
 			b, err = br.ReadBuf(ctx, off, len(dest))
 			return 0, err
@@ -137,7 +141,7 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		}
 		return &bufResult{b}, 0
 	}
-	n, err := f.retry(ctx, func() (int, error) { return f.data.ReadAt(ctx, dest, off) })
+	n, err := f.run(ctx, func(ctx context.Context) (int, error) { return f.data.ReadAt(ctx, dest, off) })
 	if err != nil && !isEOF(err) {
 		return nil, f.errno("read", err)
 	}
@@ -148,7 +152,7 @@ func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	f.dirty()
 	vw, vec := f.data.(VectorWriter)
 	vec = vec && f.flags&syscall.O_DIRECT != 0 && len(data) > pageSize && len(data)%pageSize == 0
-	n, err := f.retry(ctx, func() (int, error) {
+	n, err := f.run(ctx, func(ctx context.Context) (int, error) {
 		if vec {
 			// O_DIRECT writes of whole pages go as VEC_WRITE, which the
 			// engine collapses to one page when all pages are the same.
@@ -190,21 +194,40 @@ func pages(b []byte) [][]byte {
 // cancelTimeout bounds the LWIO CANCEL sent for an interrupted request.
 const cancelTimeout = 5 * time.Second
 
-// retry runs one data request. A FUSE INTERRUPT ends ctx: the engine
-// abandons the request, and the Fid's queued requests are cancelled on the
-// server (LWIO CANCEL) so the interrupted one does not linger there. A
-// CANCEL is per Fid, so it can hit a request of another caller on the same
-// file that was not interrupted: that one comes back STATUS_CANCELLED with
-// its own ctx alive, and is retried (reads and writes at an explicit
-// offset are safe to repeat).
-func (f *fileHandle) retry(ctx context.Context, op func() (int, error)) (int, error) {
-	for attempt := 0; ; attempt++ {
-		n, err := op()
-		if err == nil || isEOF(err) {
-			return n, err
-		}
-		if ctx.Err() != nil {
+// interruptGrace is how long a request may go on after a FUSE INTERRUPT
+// before it is given up.
+const interruptGrace = time.Second
+
+// run runs one data request. The kernel sends a FUSE INTERRUPT whenever the
+// caller has a signal pending — including signals whose handler was
+// installed with SA_RESTART, and Go's preemption signals — and an EINTR
+// from a regular file breaks applications that rightly never expect one.
+// So an interrupted request is given interruptGrace to finish normally;
+// only one still outstanding after that (a hung server, a stuck disk) is
+// abandoned, cancelled on the server with LWIO CANCEL on the Fid, and
+// fails with EINTR. A CANCEL is per Fid, so it can also hit another
+// caller's queued request on the same file: that one comes back
+// STATUS_CANCELLED without having been interrupted, and is retried (reads
+// and writes at an explicit offset are safe to repeat).
+func (f *fileHandle) run(ctx context.Context, op func(context.Context) (int, error)) (int, error) {
+	rctx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	var interrupted atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(interruptGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			interrupted.Store(true)
+			abandon()
 			f.cancel()
+		case <-rctx.Done(): // finished in time
+		}
+	})
+	defer stop()
+	for attempt := 0; ; attempt++ {
+		n, err := op(rctx)
+		if err == nil || isEOF(err) || interrupted.Load() {
 			return n, err
 		}
 		if attempt < 3 && errors.Is(err, protocol.StatusCancelled) {

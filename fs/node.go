@@ -95,6 +95,8 @@ func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut)
 }
 
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.childPath(name)
 	a, err := n.fs.tree.GetAttr(ctx, p)
 	if err != nil {
@@ -104,6 +106,8 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 }
 
 func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.path()
 	a, err := n.fs.tree.GetAttr(ctx, p)
 	if fh, ok := f.(*fileHandle); ok && err != nil {
@@ -157,6 +161,8 @@ func setAttrIn(in *fuse.SetAttrIn) session.SetAttrIn {
 }
 
 func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.path()
 	var h session.Handle
 	if fh, ok := f.(*fileHandle); ok {
@@ -177,6 +183,8 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 }
 
 func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.childPath(name)
 	a, err := n.fs.tree.Mkdir(ctx, p, mode)
 	if err != nil {
@@ -186,22 +194,30 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.childPath(name)
 	return n.errno("rmdir", p, n.fs.tree.Rmdir(ctx, p))
 }
 
 func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.childPath(name)
 	return n.errno("unlink", p, n.fs.tree.Unlink(ctx, p))
 }
 
 func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	oldPath := n.childPath(name)
 	newPath := joinPath(newParent.EmbeddedInode().Path(n.Root()), newName)
 	return n.errno("rename", oldPath, n.fs.tree.Rename(ctx, oldPath, newPath, flags))
 }
 
 func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.childPath(name)
 	a, err := n.fs.tree.Symlink(ctx, target, p)
 	if err != nil {
@@ -211,6 +227,8 @@ func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.path()
 	t, err := n.fs.tree.Readlink(ctx, p)
 	if err != nil {
@@ -220,6 +238,8 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	oldPath := target.EmbeddedInode().Path(n.Root())
 	p := n.childPath(name)
 	a, err := n.fs.tree.Link(ctx, oldPath, p)
@@ -230,6 +250,8 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 }
 
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	s, err := n.fs.tree.StatFS(ctx)
 	if err != nil {
 		return n.errno("statfs", "", err)
@@ -241,6 +263,8 @@ func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.path()
 	if fh, ok := f.(*fileHandle); ok {
 		return n.errno("fsync", p, n.fs.tree.Fsync(ctx, fh.h, flags&1 != 0))
@@ -258,6 +282,8 @@ func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) sysca
 }
 
 func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.path()
 	v, err := n.fs.tree.GetXattr(ctx, p, attr)
 	if err != nil {
@@ -273,16 +299,22 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.path()
 	return n.errno("setxattr", p, n.fs.tree.SetXattr(ctx, p, attr, data, int(flags)))
 }
 
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.path()
 	return n.errno("removexattr", p, n.fs.tree.RemoveXattr(ctx, p, attr))
 }
 
 func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	p := n.path()
 	names, err := n.fs.tree.ListXattr(ctx, p)
 	if err != nil {
