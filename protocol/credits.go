@@ -230,6 +230,9 @@ type CreditGrant struct {
 	txn         creditTxn
 	delta       int // the open transaction's delta
 	next        int // retire: the Offset value expected next (−N … −1)
+	// capped: the client reported unused credits, so no positive delta
+	// until a negative one (FIG. 11B).
+	capped bool
 }
 
 // NewCreditGrant returns the account of a connection granted n credits at
@@ -284,14 +287,17 @@ func (g *CreditGrant) Open() bool {
 
 // StartGrant opens a positive transaction of k credits (FIG. 11A) and counts
 // them granted at once: the server posts their receives before sending the
-// delta. It returns false if a transaction is already open.
+// delta. It returns false if a transaction is already open, or if the client
+// last reported unused credits and no negative delta has happened since
+// (FIG. 11B: "the server normally does not send another positive update
+// message until at least one negative update is sent").
 func (g *CreditGrant) StartGrant(k int) bool {
 	if k <= 0 {
 		panic(fmt.Sprintf("protocol: CreditGrant.StartGrant(%d)", k))
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.txn != txnNone {
+	if g.txn != txnNone || g.capped {
 		return false
 	}
 	g.txn, g.delta = txnGrant, k
@@ -312,6 +318,7 @@ func (g *CreditGrant) StartRetire(n int) bool {
 		return false
 	}
 	g.txn, g.delta, g.next = txnRetire, -n, -n
+	g.capped = false
 	return true
 }
 
@@ -334,6 +341,7 @@ func (g *CreditGrant) CreditMessage(v int32) (st Status, released int, err error
 		}
 		g.granted -= unused
 		g.txn, g.delta = txnNone, 0
+		g.capped = unused > 0
 		return StatusSuccess, unused, nil
 	case (g.txn == txnRetire || g.txn == txnRetiring) && v < 0:
 		if int(v) != g.next {

@@ -205,6 +205,18 @@ func TestCreditGrantPositive(t *testing.T) {
 	if _, _, err := g.CreditMessage(0); !errors.Is(err, ErrCreditViolation) {
 		t.Fatalf("credit message with no transaction: %v", err)
 	}
+	if g.StartGrant(1) {
+		t.Fatal("positive delta after the client reported unused credits")
+	}
+	if !g.StartRetire(1) {
+		t.Fatal("negative delta refused")
+	}
+	creditsMust(t, g.Receive())
+	g.CreditMessage(-1)
+	g.CompleteRetire()
+	if !g.StartGrant(1) {
+		t.Fatal("positive delta refused after a negative one")
+	}
 }
 
 // FIG. 11B: −N is answered by N messages −N … −1, each retiring one credit.

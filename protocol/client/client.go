@@ -173,6 +173,23 @@ type Client struct {
 	dead      atomic.Int32
 	errMu     sync.Mutex
 	err       error
+
+	collapsed  atomic.Int64
+	interrupts atomic.Int64
+}
+
+// Stats are counters for logs and tests.
+type Stats struct {
+	// Collapsed is the number of VEC_WRITEs sent collapsed (FIG. 17B).
+	Collapsed int64
+	// Interrupts is the number of INTERRUPT requests sent by polling waits
+	// that outlasted SpinTime (FIG. 9A).
+	Interrupts int64
+}
+
+// Stats returns the client's counters.
+func (cl *Client) Stats() Stats {
+	return Stats{Collapsed: cl.collapsed.Load(), Interrupts: cl.interrupts.Load()}
 }
 
 // New discovers the common providers, connects and authenticates

@@ -727,6 +727,7 @@ func (c *conn) requestInterrupt() bool {
 		return false
 	}
 	h := protocol.NewInterruptRequest(c.hint(), 0)
+	c.cl.interrupts.Add(1)
 	if err := c.post(sl, kindInterrupt, &h, protocol.HeaderSize, nil); err != nil {
 		c.intrMu.Lock()
 		c.intrOut = false

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport"
@@ -96,6 +98,11 @@ func newEnv(t testing.TB, cfg server.Config) *env {
 	t.Helper()
 	e := &env{t: t, dir: t.TempDir(), auth: newAuthority()}
 	cfg.Authority = e.auth
+	if os.Getenv("LWIO_TEST_LOG") != "" {
+		l := logrus.New()
+		l.SetLevel(logrus.DebugLevel)
+		cfg.Logger = l.WithField("side", "server")
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +156,14 @@ func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) 
 }
 
 func (s *session) config(mode Mode) Config {
+	var log logrus.FieldLogger
+	if os.Getenv("LWIO_TEST_LOG") != "" {
+		l := logrus.New()
+		l.SetLevel(logrus.DebugLevel)
+		log = l.WithField("side", "client")
+	}
 	return Config{
+		Logger:     log,
 		Providers:  []transport.Provider{soft.New(soft.Options{})},
 		Negotiate:  s.negotiate,
 		SessionID:  s.id,
@@ -204,4 +218,46 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// gatedFile blocks reads and writes until its gate opens.
+type gatedFile struct {
+	server.File
+	gate    chan struct{}
+	once    sync.Once
+	entered chan struct{}
+}
+
+func newGated(f server.File) *gatedFile {
+	return &gatedFile{File: f, gate: make(chan struct{}), entered: make(chan struct{}, 1024)}
+}
+
+func (g *gatedFile) open() { g.once.Do(func() { close(g.gate) }) }
+
+func (g *gatedFile) ReadAt(p []byte, off int64) (int, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.File.ReadAt(p, off)
+}
+
+func (g *gatedFile) WriteAt(p []byte, off int64) (int, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.File.WriteAt(p, off)
+}
+
+// gated creates a file whose I/O waits for the gate.
+func (s *session) gated(t testing.TB, name string, content []byte) (protocol.ResumeKey, *gatedFile) {
+	t.Helper()
+	path := filepath.Join(s.e.dir, name)
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGated(osFile{File: f})
+	t.Cleanup(func() { g.open(); f.Close() })
+	return s.e.auth.addFile(s.id, g), g
 }

@@ -433,6 +433,7 @@ func (f *File) collapsed(ctx context.Context, page []byte, total int, off int64)
 		return 0, err
 	}
 	req := protocol.NewCollapsedVecWriteRequest(f.fid, uint64(off), uint32(total), page, 0, protocol.Completion{})
+	f.cl.collapsed.Add(1)
 	return c.sendWrite(ctx, sl, &req.Header, req.Data)
 }
 

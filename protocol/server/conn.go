@@ -327,8 +327,14 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 	}
 }
 
-// addRecv registers and posts n more receive buffers (credits granted).
+// addRecv posts n more receive buffers (credits granted), first keeping
+// ones that were to be parked, registering new ones only past the spares.
 func (c *conn) addRecv(n int) error {
+	c.mu.Lock()
+	absorb := min(n, c.recvExcess)
+	c.recvExcess -= absorb
+	c.mu.Unlock()
+	n -= absorb
 	for i := 0; i < n; i++ {
 		c.mu.Lock()
 		var rb *recvBuf

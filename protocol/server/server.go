@@ -274,6 +274,20 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// Abort drops every connection at once, without letting requests finish:
+// to clients it looks like a crash. The server goes on accepting.
+func (s *Server) Abort() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.fail(errors.New("aborted"))
+	}
+}
+
 // NumConns is the number of live connections (for tests and status output).
 func (s *Server) NumConns() int {
 	s.mu.Lock()
