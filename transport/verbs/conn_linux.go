@@ -181,10 +181,11 @@ func (c *conn) start() {
 func (c *conn) event(ev cmEvent) {
 	switch ev.kind {
 	case C.RDMA_CM_EVENT_DISCONNECTED:
-		c.log.WithField("conn", c.local+"->"+c.remote).Debug("peer disconnected")
 		c.mu.Lock()
 		c.peerGone = true
+		log := c.log
 		c.mu.Unlock()
+		log.Debug("peer disconnected")
 		// rdma_disconnect moves our QP to the error state, which flushes
 		// every outstanding work request, as the interface promises.
 		c.disconnect()
@@ -255,9 +256,13 @@ func (c *conn) setupQP() error {
 // established finishes set-up once the connection is up.
 func (c *conn) established() {
 	C.lwv_set_min_rnr_timer(c.qp, C.uint8_t(c.p.opts.MinRNRTimer))
-	c.local, c.remote = idAddr(c.id, 0), idAddr(c.id, 1)
-	c.log = c.p.log.WithFields(logrus.Fields{"conn": c.local + "->" + c.remote, "device": c.dom.dev})
-	c.log.Info("verbs connection established")
+	local, remote := idAddr(c.id, 0), idAddr(c.id, 1)
+	log := c.p.log.WithFields(logrus.Fields{"conn": local + "->" + remote, "device": c.dom.dev})
+	// The event goroutine already runs: publish under mu.
+	c.mu.Lock()
+	c.local, c.remote, c.log = local, remote, log
+	c.mu.Unlock()
+	log.Info("verbs connection established")
 }
 
 func (c *conn) CQ() transport.CQ         { return c.cq }

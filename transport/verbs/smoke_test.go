@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,4 +167,22 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	t.Logf("after Close: %d flushed completions, then ErrClosed", len(got))
+}
+
+// TestDialNotRDMA: an address no RDMA device carries fails promptly with an
+// error naming the address and rdma_cm's reason.
+func TestDialNotRDMA(t *testing.T) {
+	usable(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	c, err := New(Options{}).Dial(ctx, "127.0.0.1:9", transport.Config{})
+	if err == nil {
+		c.Close()
+		t.Fatal("Dial to 127.0.0.1 (no RDMA device) succeeded")
+	}
+	t.Logf("Dial 127.0.0.1:9 after %v: %v", time.Since(t0), err)
+	if !strings.Contains(err.Error(), "127.0.0.1:9") {
+		t.Errorf("error %q does not name the address", err)
+	}
 }

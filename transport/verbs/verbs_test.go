@@ -21,30 +21,36 @@ var inVM = os.Getenv("LWIOFS_VM") == "1"
 // Options: (RNRRetry 6 + 1 tries) x MinRNRTimer 28 (163.84 ms).
 const rnrTimeout = 7 * 164 * time.Millisecond
 
+// verbsAddr returns the address to listen on ("ip:0") when verbs can run
+// here, or why not.
+func verbsAddr() (string, error) {
+	if err := New(Options{}).Available(); err != nil {
+		return "", err
+	}
+	addr := os.Getenv("LWIOFS_VERBS_ADDR")
+	if addr == "" {
+		d := transport.Discover(transport.DiscoverConfig{Verbs: New(Options{}), VerbsPort: 1})
+		if d.VerbsErr != nil {
+			return "", d.VerbsErr
+		}
+		a, _ := d.Providers[0].Instances[0].Addr()
+		addr, _, _ = net.SplitHostPort(a)
+	}
+	return net.JoinHostPort(addr, "0"), nil
+}
+
 // usable returns the address to listen on when verbs can run here, or skips
 // (printing why) — except in the VM rig, where it fails.
-func usable(t *testing.T) string {
-	t.Helper()
-	err := New(Options{}).Available()
+func usable(tb testing.TB) string {
+	tb.Helper()
+	addr, err := verbsAddr()
 	if err == nil {
-		var addr string
-		if addr = os.Getenv("LWIOFS_VERBS_ADDR"); addr == "" {
-			d := transport.Discover(transport.DiscoverConfig{Verbs: New(Options{}), VerbsPort: 1})
-			if d.VerbsErr == nil {
-				a, _ := d.Providers[0].Instances[0].Addr()
-				addr, _, _ = net.SplitHostPort(a)
-			} else {
-				err = d.VerbsErr
-			}
-		}
-		if err == nil {
-			return net.JoinHostPort(addr, "0")
-		}
+		return addr
 	}
 	if inVM {
-		t.Fatalf("verbs unavailable inside the VM rig: %v", err)
+		tb.Fatalf("verbs unavailable inside the VM rig: %v", err)
 	}
-	t.Skipf("SKIP verbs tests (not a pass): %v", err)
+	tb.Skipf("SKIP verbs tests (not a pass): %v", err)
 	return ""
 }
 
