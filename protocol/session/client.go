@@ -321,16 +321,9 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 		return Header{}, c.Err()
 	}
 
+	var f Frame
 	select {
-	case f := <-ch:
-		if resp != nil && (f.Status == protocol.StatusSuccess || f.Status == protocol.StatusMoreProcessingReq) {
-			if err := unmarshal(f.Body, resp); err != nil {
-				c.log.WithError(err).WithField("cmd", cmd).Warn("dropping connection: malformed response")
-				c.fail(err)
-				return f.Header, err
-			}
-		}
-		return f.Header, nil
+	case f = <-ch:
 	case <-ctx.Done():
 		c.mu.Lock()
 		if _, still := c.pending[id]; still {
@@ -339,8 +332,22 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 		c.mu.Unlock()
 		return Header{}, ctx.Err()
 	case <-c.done:
-		return Header{}, c.Err()
+		// The response may have been delivered just before the
+		// connection ended (LOGOFF is answered, then closed).
+		select {
+		case f = <-ch:
+		default:
+			return Header{}, c.Err()
+		}
 	}
+	if resp != nil && (f.Status == protocol.StatusSuccess || f.Status == protocol.StatusMoreProcessingReq) {
+		if err := unmarshal(f.Body, resp); err != nil {
+			c.log.WithError(err).WithField("cmd", cmd).Warn("dropping connection: malformed response")
+			c.fail(err)
+			return f.Header, err
+		}
+	}
+	return f.Header, nil
 }
 
 // call is roundTrip for an operation: a non-success status is the error.

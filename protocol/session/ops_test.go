@@ -477,3 +477,20 @@ func TestMaxHandles(t *testing.T) {
 		t.Errorf("open after a close: %v", err)
 	}
 }
+
+func TestWriteAppend(t *testing.T) {
+	e := newEnv(t)
+	e.writeFile("log", "one\n")
+	tr := e.tree("data")
+	ctx := ctxT(t)
+	h, _, err := tr.Open(ctx, "log", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.WriteAt(ctx, h, []byte("two\n"), 0); err != nil {
+		t.Fatalf("write to an O_APPEND handle: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.share, "log")); string(b) != "one\ntwo\n" {
+		t.Errorf("log = %q", b)
+	}
+}

@@ -2,10 +2,13 @@ package session
 
 import (
 	"crypto/rand"
+	"io"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol"
 )
@@ -64,7 +67,24 @@ func (of *openFile) WriteAt(p []byte, off int64) (int, error) {
 		}
 		return 0, protocol.StatusAccessDenied
 	}
-	return of.f.WriteAt(p, off)
+	// Not os.File.WriteAt, which refuses files opened with O_APPEND; on
+	// Linux pwrite(2) to such a file appends, which is what the opener
+	// asked for.
+	n := 0
+	err := withFd(of.f, func(fd int) error {
+		for n < len(p) {
+			k, err := unix.Pwrite(fd, p[n:], off+int64(n))
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				return io.ErrShortWrite
+			}
+			n += k
+		}
+		return nil
+	})
+	return n, err
 }
 
 // Sync flushes the file to stable storage (fsync).
