@@ -273,8 +273,35 @@ func (c *Client) accept(f Frame, raw []byte) error {
 	}
 	if ch != nil {
 		ch <- f
+	} else if f.Status == protocol.StatusSuccess && (f.Command == CmdOpen || f.Command == CmdPipeOpen) {
+		// The caller gave up (an interrupted FUSE request) but the server
+		// opened something: close it rather than leak it for the session's
+		// life.
+		go c.closeAbandoned(f)
 	}
 	return nil
+}
+
+func (c *Client) closeAbandoned(f Frame) {
+	var h Handle
+	if f.Command == CmdOpen {
+		var r openResp
+		if unmarshal(f.Body, &r) != nil {
+			return
+		}
+		h = r.Handle
+	} else {
+		var r handleMsg
+		if unmarshal(f.Body, &r) != nil {
+			return
+		}
+		h = r.Handle
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.call(ctx, CmdClose, f.TreeID, &handleMsg{Handle: h}, &empty{}); err != nil {
+		c.log.WithError(err).WithField("handle", h).Debug("closing an abandoned handle failed")
+	}
 }
 
 // roundTrip sends one request and waits for its response, decoding the body

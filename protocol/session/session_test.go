@@ -467,3 +467,39 @@ func TestLogoff(t *testing.T) {
 		return err != nil
 	})
 }
+
+// TestAbandonedOpenIsClosed: when the caller of Open gives up before the
+// answer, the handle the server opened anyway is closed.
+func TestAbandonedOpenIsClosed(t *testing.T) {
+	e := newEnv(t)
+	e.writeFile("f", "")
+	tr := e.tree("data")
+	c := tr.c
+	ctx := ctxT(t)
+	// Send an OPEN by hand and mark it abandoned before the answer can be
+	// delivered: hold c.mu so the reader cannot look it up yet.
+	c.mu.Lock()
+	c.writeMu.Lock()
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = nil
+	raw := AppendFrame(nil, Header{MessageID: id, Command: CmdOpen, SessionID: c.SessionID(), TreeID: tr.id}, marshal(&openReq{Path: "f"}))
+	signFrame(c.SessionKey(), raw)
+	c.nc.Write(raw)
+	c.writeMu.Unlock()
+	c.mu.Unlock()
+	var ss *serverSession
+	e.srv.mu.Lock()
+	ss = e.srv.sessions[c.SessionID()]
+	e.srv.mu.Unlock()
+	openedAndClosed := func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.nextH == 1 && len(ss.handles) == 0
+	}
+	eventually(t, "the abandoned handle to be opened and closed", openedAndClosed)
+	// And the session still works.
+	if _, err := tr.GetAttr(ctx, "f"); err != nil {
+		t.Fatal(err)
+	}
+}
