@@ -503,3 +503,35 @@ func TestAbandonedOpenIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestMalformedBodyDropsConnection(t *testing.T) {
+	e := newEnv(t)
+	tr := e.tree("data")
+	c := tr.c
+	c.writeMu.Lock()
+	c.nextID++
+	id := c.nextID
+	c.writeMu.Unlock()
+	// A GETATTR whose path length runs past the body.
+	raw := AppendFrame(nil, Header{MessageID: id, Command: CmdGetAttr, SessionID: c.SessionID(), TreeID: tr.id}, []byte{0xff, 0x00, 'a'})
+	signFrame(c.SessionKey(), raw)
+	c.writeMu.Lock()
+	c.nc.Write(raw)
+	c.writeMu.Unlock()
+	waitDone(t, c)
+	if !e.waitLogged("malformed request") {
+		t.Error("no log line")
+	}
+	// The server still serves others.
+	if _, err := e.tree("data").GetAttr(ctxT(t), ""); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	if err := c.call(ctxT(t), Command(999), 0, &empty{}, &empty{}); err != protocol.StatusNotImplemented {
+		t.Errorf("unknown command: %v", err)
+	}
+}
