@@ -16,6 +16,9 @@ import (
 // region.
 const pageSize = 4096
 
+// maxRegion is the largest region Alloc registers (64 GiB).
+const maxRegion = 1 << 36
+
 // domain is the provider's one protection domain: the table of live
 // regions that incoming RDMA WRITEs are checked against.
 type domain struct {
@@ -42,7 +45,7 @@ func newDomain() *domain {
 // crypto/rand (never 0, never one that is live), the address is fake but
 // stable for the region's life.
 func (d *domain) Alloc(n int, access transport.Access) (transport.Region, error) {
-	if n <= 0 {
+	if n <= 0 || n > maxRegion {
 		return nil, fmt.Errorf("softrdma: cannot register %d bytes", n)
 	}
 	if access&^(transport.AccessLocal|transport.AccessRemoteWrite) != 0 {

@@ -7,8 +7,13 @@ import (
 	"github.com/lwiofs/lwiofs/transport"
 )
 
-// maxBatch is the most frames gathered into one vectored write.
-const maxBatch = 64
+// maxBatch is the most frames gathered into one vectored write, and
+// maxBatchBytes the most payload (a batch always takes one frame): a batch
+// that completes is progress for TransportTimeout, so it must not be huge.
+const (
+	maxBatch      = 64
+	maxBatchBytes = 4 << 20
+)
 
 // frameWriter is the socket's write side: reusable headers and I/O vector,
 // so a batch costs no allocation. Only the goroutine that owns the write
@@ -67,7 +72,8 @@ func (c *conn) transmit() {
 			return
 		}
 		c.mu.Unlock()
-		if len(c.wr.iov) > 0 {
+		wrote := len(c.wr.iov) > 0
+		if wrote {
 			n, err := c.wr.sys.writev(c.wr.iov)
 			c.wr.consume(n)
 			if err != nil && !errWouldBlock(err) {
@@ -89,6 +95,17 @@ func (c *conn) transmit() {
 			return
 		}
 		c.mu.Lock()
+		if wrote {
+			c.wrote()
+		}
+	}
+}
+
+// wrote notes that a batch left for the peer: the peer's reader is
+// consuming, which is progress for TransportTimeout. c.mu is held.
+func (c *conn) wrote() {
+	if c.timer != nil {
+		c.progressAt = time.Now()
 	}
 }
 
@@ -126,6 +143,7 @@ func (c *conn) writeLoop() {
 					return
 				}
 				c.mu.Lock()
+				c.wrote()
 			}
 			work, reset, open := c.gather()
 			if !open {
@@ -172,7 +190,8 @@ func (c *conn) gather() (work, reset, open bool) {
 	if c.timer != nil && c.sqHead == c.sqTx && c.sqTx != c.sqTail {
 		c.progressAt = time.Now()
 	}
-	for c.sqTx != c.sqTail && n < maxBatch {
+	bytes := 0
+	for c.sqTx != c.sqTail && n < maxBatch && (n == 0 || bytes+c.sq[c.sqTx%uint64(len(c.sq))].length <= maxBatchBytes) {
 		r, drop := c.countOp()
 		if r {
 			reset = true
@@ -197,6 +216,7 @@ func (c *conn) gather() (work, reset, open bool) {
 		hb := w.hdrs[n*frameHeaderSize : (n+1)*frameHeaderSize]
 		h.encode(hb)
 		w.iov = append(w.iov, hb)
+		bytes += e.length
 		for _, s := range e.segs {
 			if s.Length > 0 {
 				w.iov = append(w.iov, s.Bytes())
