@@ -149,6 +149,20 @@ func TestNegotiate(t *testing.T) {
 	if err != nil || len(resp3.Providers) != 0 {
 		t.Errorf("negotiate with no providers: %v %v", err, resp3.Providers)
 	}
+	// A session keeps only its recent keys.
+	var recent protocol.NegotiateResponse
+	for range maxLWIOKeys {
+		if recent, err = tr.Negotiate(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, ok := e.srv.SessionByKey(resp.Key); ok {
+		t.Error("oldest key still valid after maxLWIOKeys newer ones")
+	}
+	if _, _, ok := e.srv.SessionByKey(recent.Key); !ok {
+		t.Error("the newest key was forgotten")
+	}
+	resp = recent
 	// Keys die with the session.
 	tr.c.Close()
 	eventually(t, "session teardown", func() bool {

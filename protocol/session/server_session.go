@@ -181,6 +181,10 @@ func (s *Server) newResumeKey(of *openFile) ([24]byte, error) {
 	return k, nil
 }
 
+// maxLWIOKeys bounds the negotiate keys one session holds; the oldest is
+// forgotten first.
+const maxLWIOKeys = 64
+
 // newLWIOKey issues a negotiate Key GUID bound to the session.
 func (s *Server) newLWIOKey(ss *serverSession) ([16]byte, error) {
 	s.mu.Lock()
@@ -199,5 +203,11 @@ func (s *Server) newLWIOKey(ss *serverSession) ([16]byte, error) {
 	}
 	s.lwioKeys[k] = ss
 	ss.lwioKeys = append(ss.lwioKeys, k)
+	if len(ss.lwioKeys) > maxLWIOKeys {
+		// A client negotiates once per mount or reconnect; a session that
+		// keeps asking only ever needs its recent keys.
+		delete(s.lwioKeys, ss.lwioKeys[0])
+		ss.lwioKeys = append(ss.lwioKeys[:0], ss.lwioKeys[1:]...)
+	}
 	return k, nil
 }
