@@ -312,7 +312,7 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 		return Header{}, err
 	}
 	var e encoder
-	e.b = make([]byte, 0, HeaderSize+64)
+	e.b = make([]byte, 0, frameCap(req))
 	e.b = AppendFrame(e.b, Header{Command: cmd, SessionID: c.sessionID, TreeID: tree}, nil)
 	if req != nil {
 		req.encode(&e)

@@ -266,3 +266,11 @@ func FuzzBodies(f *testing.F) {
 		}
 	})
 }
+
+func TestSizeHints(t *testing.T) {
+	for _, m := range samples {
+		if h, ok := m.(sizeHinter); ok && h.sizeHint() != len(marshal(m)) {
+			t.Errorf("%T: sizeHint %d, encoded %d", m, h.sizeHint(), len(marshal(m)))
+		}
+	}
+}

@@ -25,7 +25,7 @@ const (
 // share "ro" and a share "bobs" only bob may use; dir/outside is a directory
 // next to the share that no client must ever reach.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *Server
 	addr    string
 	dir     string
@@ -34,7 +34,7 @@ type env struct {
 	hook    *logtest.Hook
 }
 
-func newEnv(t *testing.T, mut ...func(*ServerConfig)) *env {
+func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{t: t, dir: dir, share: filepath.Join(dir, "share"), outside: filepath.Join(dir, "outside")}
@@ -88,7 +88,7 @@ func newEnv(t *testing.T, mut ...func(*ServerConfig)) *env {
 	return e
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx

@@ -10,6 +10,21 @@ type message interface {
 	decode(*decoder)
 }
 
+// sizeHinter is implemented by bodies that can be large (READ responses,
+// WRITE requests), so that frames are allocated once at their final size.
+type sizeHinter interface{ sizeHint() int }
+
+func (m *dataMsg) sizeHint() int  { return 4 + len(m.Data) }
+func (m *writeReq) sizeHint() int { return 8 + 8 + 4 + len(m.Data) }
+
+// frameCap is the capacity to allocate for a frame carrying body.
+func frameCap(body message) int {
+	if h, ok := body.(sizeHinter); ok {
+		return HeaderSize + h.sizeHint()
+	}
+	return HeaderSize + 128
+}
+
 // marshal encodes m into a new byte slice.
 func marshal(m message) []byte {
 	var e encoder

@@ -494,3 +494,24 @@ func TestWriteAppend(t *testing.T) {
 		t.Errorf("log = %q", b)
 	}
 }
+
+// BenchmarkFallbackRead measures 1 MiB reads over the session channel on
+// loopback, signing both ways included.
+func BenchmarkFallbackRead(b *testing.B) {
+	e := newEnv(b)
+	e.writeFile("big", string(make([]byte, 1<<20)))
+	tr := e.tree("data")
+	ctx := ctxT(b)
+	h, _, err := tr.Open(ctx, "big", os.O_RDONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	b.SetBytes(1 << 20)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := tr.ReadAt(ctx, h, buf, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

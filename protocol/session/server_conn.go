@@ -257,7 +257,7 @@ func (c *serverConn) respondSigned(req Header, key []byte, st protocol.Status, b
 		TreeID:    req.TreeID,
 	}
 	var e encoder
-	e.b = make([]byte, 0, HeaderSize+64)
+	e.b = make([]byte, 0, frameCap(body))
 	e.b = AppendFrame(e.b, h, nil)
 	if body != nil && (st == protocol.StatusSuccess || st == protocol.StatusMoreProcessingReq) {
 		body.encode(&e)
