@@ -26,6 +26,8 @@
 #                      default: the Debian entries of /etc/apt/sources.list.d
 #   LWIOFS_VM_SMP      guest CPUs (default 2, the most the rig should take)
 #   LWIOFS_VM_MEM      guest memory in MiB (default 2048)
+#   LWIOFS_VM_ACCEL    qemu -accel value (default tcg,thread=multi; KVM
+#                      aborts on the machines this was written on)
 #   LWIOFS_VM_BUILD_TIMEOUT  seconds allowed for the image build (default 900)
 #   LWIOFS_VM_KEEP     1 keeps the work directory (console log, share)
 #
@@ -212,7 +214,7 @@ mem=${LWIOFS_VM_MEM:-2048}
 log "booting guest (TCG, -smp $smp, ${mem} MiB); budget ${timeout_s} s"
 t0=$(now)
 timeout -k 10 "$timeout_s" qemu-system-x86_64 \
-	-accel tcg,thread=multi -cpu max -smp "$smp" -m "$mem" \
+	-accel "${LWIOFS_VM_ACCEL:-tcg,thread=multi}" -cpu max -smp "$smp" -m "$mem" \
 	-nographic -no-reboot -nic none \
 	-kernel "$kernel" -initrd "$initrd" \
 	-append "root=/dev/vda rw console=ttyS0 init=/lwio-init panic=-1 quiet loglevel=4" \

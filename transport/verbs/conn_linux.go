@@ -21,6 +21,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 // domain is the protection domain of one device context.
@@ -51,7 +52,15 @@ func (d *domain) Alloc(n int, access transport.Access) (transport.Region, error)
 	mr, err := C.lwv_reg_mr(d.pd, unsafe.Pointer(&mem[0]), C.size_t(size), remote)
 	if mr == nil {
 		syscall.Munmap(mem)
-		return nil, fmt.Errorf("verbs: ibv_reg_mr %d bytes on %s: %w", size, d.dev, errnoOr(err))
+		err = errnoOr(err)
+		hint := ""
+		if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
+			var lim unix.Rlimit
+			if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil && lim.Cur != unix.RLIM_INFINITY {
+				hint = fmt.Sprintf(" (registered memory is locked: RLIMIT_MEMLOCK is %d bytes; raise ulimit -l)", lim.Cur)
+			}
+		}
+		return nil, fmt.Errorf("verbs: ibv_reg_mr %d bytes on %s: %w%s", size, d.dev, err, hint)
 	}
 	// Some devices (rxe) give a region without remote access rkey 0. The
 	// handle is then the lkey: still the device's key for this region, and
