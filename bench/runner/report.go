@@ -197,12 +197,24 @@ func writeReport(out string, r *runResult) error {
 		w("\n")
 	}
 	w("\n## CPU seconds per GiB moved (client mount process tree / server process tree)\n\n")
-	w("Summed over all read jobs and over all write jobs. sshfs: client = sshfs + ssh, server = the sshd session; lwiofs: lwio-mount / lwio-server; nullfs has no server.\n\n")
-	w("| target | read: client | read: server | write: client | write: server |\n|---|---:|---:|---:|---:|\n")
-	cpu := cpuPerGiB(tb)
+	w("Summed over the jobs of each kind. sshfs: client = sshfs + ssh, server = the sshd session; lwiofs: lwio-mount / lwio-server; nullfs has no server; the directory has neither.\n\n")
+	w("| target | 1 MiB read | 1 MiB write | 4 KiB read | 4 KiB write |\n|---|---:|---:|---:|---:|\n")
+	cpu := map[string]map[string][2]float64{}
+	for _, kind := range cpuKinds {
+		for t, v := range cpuPerGiB(tb, kind) {
+			if cpu[t] == nil {
+				cpu[t] = map[string][2]float64{}
+			}
+			cpu[t][kind] = v
+		}
+	}
 	for _, t := range tb.targets {
-		c := cpu[t]
-		w("| %s | %s | %s | %s | %s |\n", t, fmtNum(c[0]), fmtNum(c[1]), fmtNum(c[2]), fmtNum(c[3]))
+		w("| %s |", t)
+		for _, kind := range cpuKinds {
+			c := cpu[t][kind]
+			w(" %s / %s |", fmtNum(c[0]), fmtNum(c[1]))
+		}
+		w("\n")
 	}
 	if _, ok := tb.cells["meta"]; ok {
 		w("\n## Metadata job (seconds; %d files created, tar -x of $GOROOT/src/%s)\n\n", r.Config.MetaN, r.Config.MetaTree)
@@ -241,44 +253,30 @@ func writeReport(out string, r *runResult) error {
 	return plot(out, tb, dataJobs)
 }
 
-// cpuPerGiB returns per target: read client, read server, write client,
-// write server CPU seconds per GiB.
-func cpuPerGiB(tb *table) map[string][4]float64 {
-	res := map[string][4]float64{}
+// cpuKinds are the job prefixes the CPU table sums over.
+var cpuKinds = []string{"seqread", "seqwrite", "randread", "randwrite"}
+
+// cpuPerGiB returns, per target, the client and server CPU seconds per GiB
+// moved by the jobs whose name starts with kind (NaN: no such process).
+func cpuPerGiB(tb *table, kind string) map[string][2]float64 {
+	res := map[string][2]float64{}
 	for _, t := range tb.targets {
-		var sums [6]float64 // rc, rs, rbytes, wc, ws, wbytes
+		var c, s, bytes float64
+		var hasC, hasS bool
 		for _, j := range tb.jobs {
 			a := tb.get(j, t)
-			if a == nil || j == "meta" {
+			if a == nil || !strings.HasPrefix(j, kind+"-") {
 				continue
 			}
-			o := 0
-			if strings.Contains(j, "write") {
-				o = 3
-			}
-			sums[o] += a.ClientCPU
-			sums[o+1] += a.ServerCPU
-			sums[o+2] += a.Bytes
+			c, s, bytes = c+a.ClientCPU, s+a.ServerCPU, bytes+a.Bytes
+			hasC, hasS = a.hasClient, a.hasServer
 		}
-		nan := math.NaN()
-		v := [4]float64{nan, nan, nan, nan}
-		probe := tb.cells[tb.jobs[0]][t]
-		hasC, hasS := probe != nil && probe.hasClient, probe != nil && probe.hasServer
-		if sums[2] > 0 {
-			if hasC {
-				v[0] = sums[0] / (sums[2] / (1 << 30))
-			}
-			if hasS {
-				v[1] = sums[1] / (sums[2] / (1 << 30))
-			}
+		v := [2]float64{math.NaN(), math.NaN()}
+		if bytes > 0 && hasC {
+			v[0] = c / (bytes / (1 << 30))
 		}
-		if sums[5] > 0 {
-			if hasC {
-				v[2] = sums[3] / (sums[5] / (1 << 30))
-			}
-			if hasS {
-				v[3] = sums[4] / (sums[5] / (1 << 30))
-			}
+		if bytes > 0 && hasS {
+			v[1] = s / (bytes / (1 << 30))
 		}
 		res[t] = v
 	}
@@ -286,7 +284,7 @@ func cpuPerGiB(tb *table) map[string][4]float64 {
 }
 
 // targetRatios computes issue 9's goals for each lwiofs target.
-func targetRatios(tb *table, cpu map[string][4]float64) []string {
+func targetRatios(tb *table, cpu map[string]map[string][2]float64) []string {
 	var lines []string
 	ratio := func(a, b float64) float64 {
 		if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
@@ -340,8 +338,7 @@ func targetRatios(tb *table, cpu map[string][4]float64) []string {
 		add(fmt.Sprintf("%s: randwrite-qd1-direct p50 ÷ nullfs", t), ratio(metric("randwrite-qd1-direct", t, p50), metric("randwrite-qd1-direct", "nullfs", p50)), 1.3, false)
 		add(fmt.Sprintf("%s: randread-qd16-direct IOPS ÷ its qd1", t), ratio(metric("randread-qd16-direct", t, iops), metric("randread-qd1-direct", t, iops)), 3, true)
 		add(fmt.Sprintf("%s: tar -x time ÷ nullfs", t), ratio(metric("meta", t, tar), metric("meta", "nullfs", tar)), 1.5, false)
-		c, s := cpu[t], cpu["sshfs"]
-		add(fmt.Sprintf("%s: client CPU per GiB read ÷ sshfs", t), ratio(c[0], s[0]), 0.5, false)
+		add(fmt.Sprintf("%s: client CPU per GiB of 1 MiB reads ÷ sshfs", t), ratio(cpu[t]["seqread"][0], cpu["sshfs"]["seqread"][0]), 0.5, false)
 	}
 	// The references, to read the goals against.
 	lines = append(lines, fmt.Sprintf("| (reference) nullfs: randread-qd16-direct IOPS ÷ its qd1 | %s | | |",
