@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +186,39 @@ func TestDialNotRDMA(t *testing.T) {
 	if !strings.Contains(err.Error(), "127.0.0.1:9") {
 		t.Errorf("error %q does not name the address", err)
 	}
+}
+
+// TestListenAny: a listener on the unspecified address accepts on the
+// device that carries the dialled address.
+func TestListenAny(t *testing.T) {
+	addr := usable(t)
+	ip, _, _ := net.SplitHostPort(addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, err := New(Options{}).Listen("0.0.0.0:0", transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr())
+	ch := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		if err == nil {
+			defer c.Close()
+			if c.LocalAddr() != net.JoinHostPort(ip, port) {
+				err = errors.New("accepted conn's LocalAddr is " + c.LocalAddr())
+			}
+		}
+		ch <- err
+	}()
+	c, err := New(Options{}).Dial(ctx, net.JoinHostPort(ip, port), transport.Config{})
+	if err != nil {
+		t.Fatalf("Dial %s:%s to a listener on %s: %v", ip, port, ln.Addr(), err)
+	}
+	defer c.Close()
+	if err := <-ch; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("listener %s accepted %s -> %s", ln.Addr(), c.LocalAddr(), c.RemoteAddr())
 }
