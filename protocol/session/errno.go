@@ -107,8 +107,9 @@ func init() {
 }
 
 // StatusFromError maps a server-side error to the NTSTATUS sent on the
-// wire: an errno through the table, a protocol.Status as itself, anything
-// else STATUS_UNSUCCESSFUL... except a few os sentinels.
+// wire: a protocol.Status as itself, an errno through errnoTable, the os
+// sentinels (ErrNotExist, ErrExist, ErrPermission) by meaning, anything else
+// STATUS_UNSUCCESSFUL.
 func StatusFromError(err error) protocol.Status {
 	if err == nil {
 		return protocol.StatusSuccess

@@ -287,18 +287,15 @@ type File interface {
 
 // OpenByResumeKey resolves a resume key issued by FSCTL_SRV_REQUEST_RESUME_KEY
 // on session sessionID to its open file (FIG. 7A: registration names the
-// file by its resume key). A key from another session, or of a handle that
-// is closed, is STATUS_INVALID_HANDLE... reported as StatusAccessDenied for
-// another session's key so that keys cannot be probed across sessions.
+// file by its resume key). An unknown key, a key issued on another session
+// and the key of a closed handle all give STATUS_ACCESS_DENIED, so that
+// nothing can be learnt by probing keys.
 func (s *Server) OpenByResumeKey(sessionID uint64, key [24]byte) (File, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	of, ok := s.resumeKeys[key]
-	if !ok || of.sess.id != sessionID {
+	if !ok || of.sess.id != sessionID || of.closed.Load() {
 		return nil, protocol.StatusAccessDenied
-	}
-	if of.closed.Load() {
-		return nil, protocol.StatusFileClosed
 	}
 	return of, nil
 }
