@@ -13,13 +13,13 @@ import (
 // ([MS-ERREF] 2.3.1). They keep errno values distinguishable that Windows
 // folds together (EPERM vs EACCES, E2BIG, EDQUOT, ERANGE).
 const (
-	StatusPrivilegeNotHeld = protocol.Status(0xC0000061) // EPERM
-	StatusEATooLarge       = protocol.Status(0xC0000050) // E2BIG (xattr value)
-	StatusQuotaExceeded    = protocol.Status(0xC0000044) // EDQUOT
-	StatusReparseNotResolv = protocol.Status(0xC0000280) // ELOOP: STATUS_REPARSE_POINT_NOT_RESOLVED
-	StatusFileInvalid      = protocol.Status(0xC0000098) // ESTALE
-	StatusInvalidDevState  = protocol.Status(0xC0000184) // ENXIO/ENODEV
-	StatusFileLockConflict = protocol.Status(0xC0000054) // EAGAIN / EWOULDBLOCK
+	StatusPrivilegeNotHeld        = protocol.Status(0xC0000061) // EPERM
+	StatusEATooLarge              = protocol.Status(0xC0000050) // E2BIG (xattr value)
+	StatusQuotaExceeded           = protocol.Status(0xC0000044) // EDQUOT
+	StatusReparsePointNotResolved = protocol.Status(0xC0000280) // ELOOP
+	StatusFileInvalid             = protocol.Status(0xC0000098) // ESTALE
+	StatusInvalidDevState         = protocol.Status(0xC0000184) // ENXIO/ENODEV
+	StatusFileLockConflict        = protocol.Status(0xC0000054) // EAGAIN / EWOULDBLOCK
 )
 
 // errnoTable is THE mapping between errno and NTSTATUS, both directions.
@@ -52,7 +52,7 @@ var errnoTable = []struct {
 	{syscall.ENAMETOOLONG, protocol.StatusNameTooLong, both},
 	{syscall.EXDEV, protocol.StatusNotSameDevice, both},
 	{syscall.EMLINK, protocol.StatusTooManyLinks, both},
-	{syscall.ELOOP, StatusReparseNotResolv, both},
+	{syscall.ELOOP, StatusReparsePointNotResolved, both},
 	{syscall.EROFS, protocol.StatusMediaWriteProtected, both},
 	{syscall.EFBIG, protocol.StatusFileTooLarge, both},
 	{syscall.EIO, protocol.StatusIOError, both},
