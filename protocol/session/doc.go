@@ -1,0 +1,19 @@
+// Package session is the session channel of lwiofs: the SMB-like side of
+// LWIO (seed 001, FIG. 2) on which a client authenticates once with NTLMv2,
+// connects to shares, does every namespace operation, opens files and gets
+// their server resume keys (FIG. 3), and runs the LWIO negotiate over the
+// named pipe \PIPE\LWIO (FIG. 4A/4B) before opening RDMA connections.
+//
+// The client side is Dial → *Client → TreeConnect → *Tree, safe for
+// concurrent use: requests are multiplexed on one TCP connection by message
+// id. The server side is NewServer → (*Server).Serve; it also answers the
+// LWIO engine's questions (SessionByKey, OpenByResumeKey).
+//
+// Every frame after session setup is signed with HMAC-SHA256 under the NTLM
+// session key; replayed ids, bad signatures and malformed frames end the
+// connection. Every path is resolved beneath its share root with openat2
+// (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) or, where that is missing, a
+// component-by-component walk. Errors travel as NTSTATUS and come back as
+// errno through one table (ToErrno). docs/session.md has the frame layout,
+// the commands, the error table and the confinement rules.
+package session
