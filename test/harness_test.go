@@ -372,7 +372,33 @@ func mountShare(t testing.TB, s *Server, cfg MountConfig) *Mount {
 	p := startProc(t, "lwio-mount", []string{"LWIO_PASSWORD=" + cfg.Password}, binaries.mount,
 		s.URL(cfg.Share), mnt, "-o", strings.Join(opts, ","))
 	backing := strings.TrimSuffix(s.Shares[cfg.Share], ":ro")
-	return waitMounted(t, p, mnt, backing)
+	m := waitMounted(t, p, mnt, backing)
+	checkDataPath(t, p)
+	return m
+}
+
+// checkDataPath fails the test when lwio-mount says file data does not go
+// over LWIO (a silent fallback to the session channel would pass every
+// POSIX check while testing none of the RDMA data path). It reads the
+// data_path= field of the start-up log; without one it only notes that.
+func checkDataPath(t testing.TB, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		out := p.out.String()
+		if i := strings.Index(out, "data_path="); i >= 0 {
+			path := strings.Fields(out[i+len("data_path="):])[0]
+			if !strings.HasPrefix(path, "lwio") {
+				t.Errorf("lwio-mount moves file data over %q, not LWIO:\n%s", path, out)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Logf("note: lwio-mount logged no data_path= field; cannot tell which data path it uses")
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // mountNullFS mounts bench/nullfs over dir.

@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,6 +141,34 @@ func TestTwoMounts(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
+}
+
+// TestReadOnlyShare: a share exported read-only reads, and refuses every
+// change with EROFS (or EACCES), leaving the disk untouched.
+func TestReadOnlyShare(t *testing.T) {
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "f"), pattern(17, 100000))
+	s := startServer(t, ServerConfig{Shares: map[string]string{"ro": dir + ":ro"}})
+	m := mountShare(t, s, MountConfig{Share: "ro"})
+	wantContent(t, filepath.Join(m.Dir, "f"), pattern(17, 100000))
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.EPERM) {
+			t.Errorf("%s on a read-only share: %v, want EROFS (or EACCES/EPERM)", what, err)
+		}
+	}
+	refused("create", os.WriteFile(filepath.Join(m.Dir, "new"), []byte("x"), 0o644))
+	_, err := os.OpenFile(filepath.Join(m.Dir, "f"), os.O_WRONLY, 0)
+	refused("open for writing", err)
+	refused("mkdir", os.Mkdir(filepath.Join(m.Dir, "d"), 0o755))
+	refused("unlink", os.Remove(filepath.Join(m.Dir, "f")))
+	refused("rename", os.Rename(filepath.Join(m.Dir, "f"), filepath.Join(m.Dir, "g")))
+	refused("chmod", os.Chmod(filepath.Join(m.Dir, "f"), 0o600))
+	refused("truncate", os.Truncate(filepath.Join(m.Dir, "f"), 0))
+	wantContent(t, filepath.Join(dir, "f"), pattern(17, 100000))
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("the read-only share's directory changed: %v", entNames(ents))
+	}
 }
 
 // TestMountErrors: a mount that cannot work fails with one line on stderr,

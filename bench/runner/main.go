@@ -219,8 +219,9 @@ func run(ctx context.Context, cfg config, binDir, nullfs, workRoot string) (*run
 		}
 	}
 	var tgs []*target
+	env := &setupEnv{work: work, export: export, binDir: binDir, nullfs: nullfs}
 	for _, name := range cfg.Targets {
-		t, cleanup, err := setupTarget(ctx, name, work, export, binDir, nullfs)
+		t, cleanup, err := env.setupTarget(ctx, name)
 		if cleanup != nil {
 			cleanups = append(cleanups, cleanup)
 		}

@@ -117,12 +117,10 @@ type setupEnv struct {
 	sshKey                       string
 }
 
-var env *setupEnv
-
-func setupTarget(ctx context.Context, name, work, export, binDir, nullfs string) (*target, func(), error) {
-	if env == nil || env.work != work {
-		env = &setupEnv{work: work, export: export, binDir: binDir, nullfs: nullfs}
-	}
+// setupTarget mounts one target; the cleanup, when not nil, must run even
+// when err is not nil.
+func (env *setupEnv) setupTarget(ctx context.Context, name string) (*target, func(), error) {
+	work, export, nullfs := env.work, env.export, env.nullfs
 	switch name {
 	case "dir":
 		return &target{Name: name, Dir: export}, nil, nil
@@ -138,9 +136,9 @@ func setupTarget(ctx context.Context, name, work, export, binDir, nullfs string)
 		cleanup := func() { unmount(d, mnt) }
 		return &target{Name: name, Dir: mnt, client: d}, cleanup, waitMounted(d, mnt)
 	case "sshfs":
-		return setupSSHFS(ctx)
+		return env.setupSSHFS(ctx)
 	case "lwio-interrupt", "lwio-polling":
-		return setupLWIO(strings.TrimPrefix(name, "lwio-"))
+		return env.setupLWIO(strings.TrimPrefix(name, "lwio-"))
 	}
 	return nil, nil, fmt.Errorf("unknown target %q (dir, nullfs, sshfs, lwio-interrupt, lwio-polling)", name)
 }
@@ -196,7 +194,7 @@ func freePort() (int, error) {
 
 const lwioPassword = "bench-password"
 
-func setupLWIO(mode string) (*target, func(), error) {
+func (env *setupEnv) setupLWIO(mode string) (*target, func(), error) {
 	server, mountBin := filepath.Join(env.binDir, "lwio-server"), filepath.Join(env.binDir, "lwio-mount")
 	for _, b := range []string{server, mountBin} {
 		if _, err := os.Stat(b); err != nil {
@@ -302,7 +300,7 @@ func waitListening(d *daemon, addr string) error {
 
 // setupSSHFS starts a throwaway sshd on a loopback port, with generated
 // host and user keys, and mounts the export over it with sshfs.
-func setupSSHFS(ctx context.Context) (*target, func(), error) {
+func (env *setupEnv) setupSSHFS(ctx context.Context) (*target, func(), error) {
 	for _, b := range []string{"/usr/sbin/sshd", "sshfs", "ssh-keygen"} {
 		if _, err := exec.LookPath(b); err != nil {
 			return nil, nil, fmt.Errorf("%s is not installed (scripts/deps.sh bench): %v", b, err)
