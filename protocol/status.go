@@ -106,6 +106,16 @@ var statusNames = map[Status]string{
 	StatusCannotDelete:          "STATUS_CANNOT_DELETE",
 	StatusIOError:               "STATUS_IO_DEVICE_ERROR",
 	StatusInvalidNetworkResp:    "STATUS_INVALID_NETWORK_RESPONSE",
+
+	// Codes the session channel's errno table uses (protocol/session/errno.go).
+	0xC0000061: "STATUS_PRIVILEGE_NOT_HELD",
+	0xC0000050: "STATUS_EA_TOO_LARGE",
+	0xC0000044: "STATUS_QUOTA_EXCEEDED",
+	0xC0000280: "STATUS_REPARSE_POINT_NOT_RESOLVED",
+	0xC0000098: "STATUS_FILE_INVALID",
+	0xC0000184: "STATUS_INVALID_DEVICE_STATE",
+	0xC0000054: "STATUS_FILE_LOCK_CONFLICT",
+	0xC00000C9: "STATUS_NETWORK_NAME_DELETED",
 }
 
 // String returns the status's name, e.g. "STATUS_ACCESS_DENIED".
