@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,9 @@ const (
 	recvSize = 64
 	// authBufSize receives the server's AUTH parameters (FIG. 6B).
 	authBufSize = 256
+	// maxSpinners is how many polling requests of a connection spin at
+	// once.
+	maxSpinners = 2
 	// authID is the work request ID of the AUTH send.
 	authID = 1 << 62
 )
@@ -81,6 +85,7 @@ type slot struct {
 	send   transport.Region // header (+ regions or small data)
 	remote transport.Region // IO_STATUS_BLOCK and bounce buffer, remote-writable
 	segs   [2]transport.Segment
+	wr     [1]transport.SendWR
 	done   chan result
 	state  atomic.Int32
 	// refs: the SEND completion, the request's completion and the
@@ -118,6 +123,10 @@ type conn struct {
 	recvMu     sync.Mutex
 	recvFree   []int
 	recvExcess int
+
+	spinners  atomic.Int32 // polling requests spinning now
+	spinScore atomic.Int32 // > 0 while recent spins mostly succeeded
+	spinProbe atomic.Uint32
 
 	intrMu  sync.Mutex
 	intrOut bool
@@ -294,6 +303,7 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	c.maxRead = min(int(sp.MaxRdmaWindowSize), cfg.MaxIO)
 	c.maxWrite = min(int(sp.MaxRecvBufferSize)-protocol.HeaderSize, cfg.MaxIO)
 	c.serverPage = int(sp.PageSize)
+	c.spinScore.Store(4)
 	c.pool = newBufPool(dom, transport.AccessLocal|transport.AccessRemoteWrite, max(c.maxRead, c.maxWrite))
 	ok = true
 	return c, nil
@@ -595,7 +605,8 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 	}
 	sl.refs.Store(3)
 	sl.state.Store(slotWaiting)
-	if err := c.tc.Post(transport.SendWR{ID: uint64(sl.idx), Op: transport.OpSend, SGL: sgl}); err != nil {
+	sl.wr[0] = transport.SendWR{ID: uint64(sl.idx), Op: transport.OpSend, SGL: sgl}
+	if err := c.tc.Post(sl.wr[:]...); err != nil {
 		sl.state.Store(slotIdle)
 		sl.refs.Store(0)
 		c.credits.Release()
@@ -636,15 +647,21 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 	if r, ok := pollIOS(ios); ok {
 		return c.polled(sl, r), nil
 	}
-	if !raceEnabled {
+	if !raceEnabled && c.shouldSpin() {
+		// Spin, yielding between looks: on a machine with few cores the
+		// goroutines that deliver the completion need the CPU we would
+		// burn. Only a few requests per connection spin at once, and only
+		// while spinning pays (see shouldSpin); the rest sleep until an
+		// INTERRUPT's answer wakes them.
 		start := time.Now()
 		for time.Since(start) < c.cl.cfg.SpinTime {
-			for i := 0; i < 32; i++ {
-				if r, ok := pollIOS(ios); ok {
-					return c.polled(sl, r), nil
-				}
+			runtime.Gosched()
+			if r, ok := pollIOS(ios); ok {
+				c.spun(true)
+				return c.polled(sl, r), nil
 			}
 		}
+		c.spun(false)
 	}
 	var timer *time.Timer
 	defer func() {
@@ -741,4 +758,29 @@ func (c *conn) requestInterrupt() bool {
 	<-sl.done
 	sl.unref()
 	return true
+}
+
+// shouldSpin decides whether a polling request spins before it sleeps: only
+// maxSpinners at once per connection, and only while recent spins mostly
+// saw their completion (a spin that fails costs a core and then the
+// INTERRUPT round trip anyway). Every 64th request probes again.
+func (c *conn) shouldSpin() bool {
+	if c.spinScore.Load() <= 0 && c.spinProbe.Add(1)%64 != 0 {
+		return false
+	}
+	if c.spinners.Add(1) > maxSpinners {
+		c.spinners.Add(-1)
+		return false
+	}
+	return true
+}
+
+// spun records a spin's outcome.
+func (c *conn) spun(won bool) {
+	c.spinners.Add(-1)
+	if s := c.spinScore.Load(); won && s < 16 {
+		c.spinScore.Add(1)
+	} else if !won && s > -16 {
+		c.spinScore.Add(-2)
+	}
 }

@@ -1,0 +1,216 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/soft"
+)
+
+// The benchmarks put the engines (server files on tmpfs when /dev/shm
+// exists) next to the soft provider's raw RDMA WRITE throughput in the same
+// run; docs/engine.md records the figures:
+//
+//	go test -run '^$' -bench . -benchtime 2s ./protocol/client/
+
+const benchFileSize = 64 << 20
+
+// benchEnv is a server and a client over the soft provider with one file.
+func benchEnv(b *testing.B, mode Mode, conns int) (*Client, *File) {
+	b.Helper()
+	e := newEnv(b, server.Config{})
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		dir, err := os.MkdirTemp("/dev/shm", "lwio-bench")
+		if err == nil {
+			e.dir = dir
+			b.Cleanup(func() { os.RemoveAll(dir) })
+		}
+	}
+	s := e.session()
+	cfg := s.config(mode)
+	cfg.Connections = conns
+	cl := s.client(b, cfg)
+	content := make([]byte, benchFileSize)
+	mrand.New(mrand.NewSource(1)).Read(content)
+	key, _ := s.file(b, "bench", content)
+	f := s.register(b, cl, key, 0)
+	return cl, f
+}
+
+// run spreads b.N operations over depth goroutines.
+func run(b *testing.B, depth int, op func(rng *mrand.Rand, i int) error) {
+	var next sync.Mutex
+	i := 0
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for w := 0; w < depth; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewSource(int64(w)))
+			for {
+				next.Lock()
+				n := i
+				i++
+				next.Unlock()
+				if n >= b.N {
+					return
+				}
+				if err := op(rng, n); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkSeqRead1MiB: 1 MiB sequential reads, 8 outstanding, zero-copy
+// (ReadBuf, what the FUSE layer uses) and copying (ReadAt), beside the raw
+// provider moving the same bytes by RDMA WRITE.
+func BenchmarkSeqRead1MiB(b *testing.B) {
+	const size, depth = 1 << 20, 8
+	b.Run("rawRDMAWrite", func(b *testing.B) { benchRawWrite(b, size, depth) })
+	for _, mode := range modes {
+		b.Run("ReadBuf/"+mode.String(), func(b *testing.B) {
+			_, f := benchEnv(b, mode, 0)
+			ctx := context.Background()
+			b.SetBytes(size)
+			run(b, depth, func(_ *mrand.Rand, i int) error {
+				buf, err := f.ReadBuf(ctx, int64(i%(benchFileSize/size))*size, size)
+				if err == nil {
+					buf.Release()
+				}
+				return err
+			})
+		})
+		b.Run("ReadAt/"+mode.String(), func(b *testing.B) {
+			_, f := benchEnv(b, mode, 0)
+			ctx := context.Background()
+			b.SetBytes(size)
+			bufs := make(chan []byte, depth)
+			for i := 0; i < depth; i++ {
+				bufs <- make([]byte, size)
+			}
+			run(b, depth, func(_ *mrand.Rand, i int) error {
+				p := <-bufs
+				defer func() { bufs <- p }()
+				_, err := f.ReadAt(ctx, p, int64(i%(benchFileSize/size))*size)
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkSeqWrite1MiB: 1 MiB sequential writes, 8 outstanding.
+func BenchmarkSeqWrite1MiB(b *testing.B) {
+	const size, depth = 1 << 20, 8
+	b.Run("rawRDMAWrite", func(b *testing.B) { benchRawWrite(b, size, depth) })
+	for _, mode := range modes {
+		b.Run(mode.String(), func(b *testing.B) {
+			_, f := benchEnv(b, mode, 0)
+			ctx := context.Background()
+			data := randBytes(size)
+			b.SetBytes(size)
+			run(b, depth, func(_ *mrand.Rand, i int) error {
+				_, err := f.WriteAt(ctx, data, int64(i%(benchFileSize/size))*size)
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkRandRead4KiB: 4 KiB random reads at 1 and 32 outstanding; ns/op
+// at depth 1 is the latency, ops/s the IOPS.
+func BenchmarkRandRead4KiB(b *testing.B) {
+	const size = 4096
+	for _, mode := range modes {
+		for _, depth := range []int{1, 32} {
+			b.Run(fmt.Sprintf("%s/qd%d", mode, depth), func(b *testing.B) {
+				_, f := benchEnv(b, mode, 0)
+				ctx := context.Background()
+				b.SetBytes(size)
+				bufs := make(chan []byte, depth)
+				for i := 0; i < depth; i++ {
+					bufs <- make([]byte, size)
+				}
+				start := time.Now()
+				run(b, depth, func(rng *mrand.Rand, _ int) error {
+					p := <-bufs
+					defer func() { bufs <- p }()
+					_, err := f.ReadAt(ctx, p, int64(rng.Intn(benchFileSize/size))*size)
+					return err
+				})
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "IOPS")
+			})
+		}
+	}
+}
+
+// benchRawWrite is the soft provider alone: RDMA WRITEs of size bytes with
+// depth outstanding, the transfer a READ's data makes.
+func benchRawWrite(b *testing.B, size, depth int) {
+	srvP, cliP := soft.New(soft.Options{}), soft.New(soft.Options{})
+	l, err := srvP.Listen("127.0.0.1:0", transport.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	accepted := make(chan transport.Conn, 1)
+	go func() {
+		c, err := l.Accept(ctx)
+		if err != nil {
+			b.Error(err)
+		}
+		accepted <- c
+	}()
+	cli, err := cliP.Dial(ctx, l.Addr(), transport.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	srv := <-accepted
+	defer srv.Close()
+	src, err := srv.Domain().Alloc(size, transport.AccessLocal)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst, err := cli.Domain().Alloc(size*depth, transport.AccessLocal|transport.AccessRemoteWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	comps := make([]transport.Completion, 64)
+	wrs := []transport.SendWR{{Op: transport.OpWrite, SGL: []transport.Segment{transport.Whole(src)}, RKey: dst.Handle()}}
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	posted, done := 0, 0
+	for done < b.N {
+		for posted < b.N && posted-done < depth {
+			wrs[0].ID = uint64(posted)
+			wrs[0].RemoteAddr = dst.Addr() + uint64((posted%depth)*size)
+			if err := srv.Post(wrs...); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		n, err := srv.CQ().Wait(ctx, comps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range comps[:n] {
+			if c.Status != transport.StatusSuccess {
+				b.Fatal(c.Err())
+			}
+		}
+		done += n
+	}
+}
