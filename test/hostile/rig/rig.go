@@ -1,0 +1,311 @@
+// Package rig starts a real lwiofs server in the test process — the session
+// channel (protocol/session) and the LWIO engine (protocol/server) on the
+// softrdma provider, wired the way cmd/lwio-server wires them — on
+// 127.0.0.1 ephemeral ports with a temporary share, and gives tests what
+// they need around it: a legitimate client that does the whole round
+// (session setup, tree connect, open, resume key, negotiate, LWIO AUTH,
+// REGISTER, WRITE, READ, compare), and a view of every memory region the
+// server registers with its provider.
+//
+// It is used by test/hostile (hostile clients) and test/load (many
+// concurrent clients).
+package rig
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/client"
+	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/session"
+	"github.com/lwiofs/lwiofs/smbauth"
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/soft"
+)
+
+// Credentials the rig's server knows, and its share.
+const (
+	User     = "alice"
+	Password = "correct horse battery staple"
+	Share    = "data"
+)
+
+// Options shape the server. Zero fields keep the engine's and session
+// server's own defaults, as cmd/lwio-server does with an empty [limits].
+type Options struct {
+	Engine  server.Config        // Authority and Logger are filled in
+	Session session.ServerConfig // Shares, Users, Providers and Logger are filled in
+	Soft    soft.Options         // the server's softrdma provider
+}
+
+// Server is a running server.
+type Server struct {
+	T           testing.TB
+	Dir         string // the share's directory
+	SessionAddr string // the session channel's TCP listener
+	SoftAddr    string // the softrdma listener
+	Engine      *server.Server
+	Sess        *session.Server
+	// Regions records every memory region the engine registered with its
+	// provider's protection domain.
+	Regions *RegionLog
+
+	wrap atomic.Pointer[func(server.File) server.File]
+	log  logrus.FieldLogger
+}
+
+// Logger returns a logger for a component: quiet unless LWIO_TEST_LOG is
+// set (then debug level on stderr).
+func Logger(component string) logrus.FieldLogger {
+	if os.Getenv("LWIO_TEST_LOG") == "" {
+		return nil
+	}
+	l := logrus.New()
+	l.SetLevel(logrus.DebugLevel)
+	return l.WithField("component", component)
+}
+
+// authority adapts the session server to the engine's Authority, as
+// cmd/lwio-server's does, with one test hook: files handed to the engine
+// can be wrapped (e.g. to hold requests executing).
+type authority struct {
+	s   *session.Server
+	srv *Server
+}
+
+func (a *authority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
+	return a.s.SessionByKey(key)
+}
+
+func (a *authority) OpenByResumeKey(id uint64, key [24]byte) (server.File, error) {
+	f, err := a.s.OpenByResumeKey(id, key)
+	if err != nil {
+		return nil, err
+	}
+	if w := a.srv.wrap.Load(); w != nil {
+		return (*w)(f), nil
+	}
+	return f, nil
+}
+
+// Start starts a server and stops it at the end of the test.
+func Start(t testing.TB, o Options) *Server {
+	t.Helper()
+	s := &Server{T: t, Dir: t.TempDir(), Regions: &RegionLog{}, log: Logger("rig")}
+	auth := &authority{srv: s}
+	ec := o.Engine
+	ec.Authority = auth
+	if ec.Logger == nil {
+		ec.Logger = Logger("lwio")
+	}
+	engine, err := server.New(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	so := o.Soft
+	if so.Logger == nil {
+		so.Logger = Logger("softrdma")
+	}
+	prov := &countingProvider{Provider: soft.New(so), log: s.Regions}
+	ll, err := engine.Listen(prov, "127.0.0.1:0")
+	if err != nil {
+		sl.Close()
+		t.Fatal(err)
+	}
+	in, err := transport.InstanceFor(ll.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := o.Session
+	sc.ServerName = "rig"
+	sc.Users = map[string][16]byte{User: smbauth.NTHash(Password)}
+	sc.Shares = []session.Share{{Name: Share, Path: s.Dir}}
+	sc.Providers = []session.ProviderInfo{{Name: soft.Name, Instances: []transport.Instance{in}}}
+	if sc.Logger == nil {
+		sc.Logger = Logger("session")
+	}
+	sess, err := session.NewServer(sc)
+	if err != nil {
+		sl.Close()
+		ll.Close()
+		t.Fatal(err)
+	}
+	auth.s = sess
+	s.Engine, s.Sess = engine, sess
+	s.SessionAddr, s.SoftAddr = sl.Addr().String(), ll.Addr()
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := sess.Serve(sl); err != nil && !errors.Is(err, session.ErrServerClosed) {
+			t.Errorf("session Serve: %v", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := engine.Serve(ll); err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, server.ErrServerClosed) {
+			t.Errorf("LWIO Serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		// As cmd/lwio-server shuts down: listeners, engine, sessions.
+		ll.Close()
+		engine.Close()
+		sess.Close()
+		wg.Wait()
+	})
+	return s
+}
+
+// WrapFiles makes every file registered from now on go through w (nil
+// stops it).
+func (s *Server) WrapFiles(w func(server.File) server.File) {
+	if w == nil {
+		s.wrap.Store(nil)
+		return
+	}
+	s.wrap.Store(&w)
+}
+
+// Session is a legitimate session with a tree connected to the share.
+type Session struct {
+	C    *session.Client
+	Tree *session.Tree
+}
+
+// Close ends the session.
+func (ss *Session) Close() { ss.C.Close() }
+
+// DialSession runs session setup and tree connect with the rig's
+// credentials.
+func (s *Server) DialSession(ctx context.Context) (*Session, error) {
+	c, err := session.Dial(ctx, s.SessionAddr, session.ClientConfig{User: User, Password: Password, Workstation: "rig", KeepAlive: -1})
+	if err != nil {
+		return nil, fmt.Errorf("session setup: %w", err)
+	}
+	tr, err := c.TreeConnect(ctx, Share)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tree connect: %w", err)
+	}
+	return &Session{C: c, Tree: tr}, nil
+}
+
+// ClientConfig is the LWIO client configuration for ss; tweak fields
+// before client.New.
+func (ss *Session) ClientConfig(p transport.Provider) client.Config {
+	if p == nil {
+		p = soft.New(soft.Options{})
+	}
+	return client.Config{
+		Providers:   []transport.Provider{p},
+		Negotiate:   ss.Tree.Negotiate,
+		SessionID:   ss.C.SessionID(),
+		SigningKey:  ss.C.SessionKey(),
+		ClientName:  "rig",
+		Connections: 1,
+		Logger:      Logger("client"),
+	}
+}
+
+// OpenKey creates (or opens) name read-write and returns its handle and
+// resume key.
+func (ss *Session) OpenKey(ctx context.Context, name string) (session.Handle, protocol.ResumeKey, error) {
+	h, _, err := ss.Tree.Open(ctx, name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return 0, protocol.ResumeKey{}, fmt.Errorf("open %s: %w", name, err)
+	}
+	rk, err := ss.Tree.RequestResumeKey(ctx, h)
+	if err != nil {
+		return 0, protocol.ResumeKey{}, fmt.Errorf("resume key: %w", err)
+	}
+	return h, rk.Key, nil
+}
+
+var checks atomic.Uint64
+
+// Check is a legitimate client's whole round trip: session setup, tree
+// connect, open, resume key, negotiate, LWIO connect and AUTH, REGISTER,
+// a 64 KiB WRITE, a READ of it, byte comparison, then everything closed.
+// It fails the test if any step fails or takes longer than 10 s.
+func (s *Server) Check(t testing.TB) time.Duration {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.check(ctx); err != nil {
+		t.Fatalf("legitimate client after the hostile case: %v", err)
+	}
+	return time.Since(start)
+}
+
+func (s *Server) check(ctx context.Context) error {
+	ss, err := s.DialSession(ctx)
+	if err != nil {
+		return err
+	}
+	defer ss.Close()
+	name := fmt.Sprintf("check-%d", checks.Add(1))
+	h, rk, err := ss.OpenKey(ctx, name)
+	if err != nil {
+		return err
+	}
+	cl, err := client.New(ctx, ss.ClientConfig(nil))
+	if err != nil {
+		return fmt.Errorf("LWIO connect/AUTH: %w", err)
+	}
+	defer cl.Close()
+	f, err := cl.Register(ctx, rk, 0)
+	if err != nil {
+		return fmt.Errorf("REGISTER: %w", err)
+	}
+	want := make([]byte, 64<<10)
+	rand.Read(want)
+	if n, err := f.WriteAt(ctx, want, 4096); err != nil || n != len(want) {
+		return fmt.Errorf("WRITE: %d, %v", n, err)
+	}
+	got := make([]byte, len(want))
+	if n, err := f.ReadAt(ctx, got, 4096); err != nil || n != len(got) {
+		return fmt.Errorf("READ: %d, %v", n, err)
+	}
+	if !bytes.Equal(got, want) {
+		return errors.New("READ returned other bytes than were written")
+	}
+	if err := f.Close(ctx); err != nil {
+		return fmt.Errorf("CLOSE: %w", err)
+	}
+	if err := ss.Tree.CloseHandle(ctx, h); err != nil {
+		return fmt.Errorf("close handle: %w", err)
+	}
+	return ss.Tree.Unlink(ctx, name)
+}
+
+// WaitConns waits until the engine has at most n live connections, for
+// up to d; it returns the last count seen.
+func (s *Server) WaitConns(n int, d time.Duration) int {
+	deadline := time.Now().Add(d)
+	for {
+		got := s.Engine.NumConns()
+		if got <= n || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
