@@ -400,7 +400,7 @@ func (c *conn) onRecv(wc *transport.Completion) {
 		// segment completes a full read.
 		c.recvDone(wc.ID)
 		sl := c.slotAt(int(wc.Imm & 0xFFFF))
-		if sl == nil || uint32(sl.cookie.Load()) != wc.Imm {
+		if sl == nil || uint32(sl.cookie.Load()) != wc.Imm || sl.kind != kindIO || sl.polling {
 			c.die(fmt.Errorf("protocol violation: immediate data %#x names no request", wc.Imm))
 			return
 		}
@@ -422,7 +422,7 @@ func (c *conn) onRecv(wc *transport.Completion) {
 		return
 	}
 	sl := c.slotAt(int(r.Cookie & 0xFFFF))
-	if sl == nil || sl.cookie.Load() != r.Cookie {
+	if sl == nil || sl.cookie.Load() != r.Cookie || sl.polling {
 		c.die(fmt.Errorf("protocol violation: response cookie %#x names no request", r.Cookie))
 		return
 	}

@@ -434,3 +434,75 @@ func waitCond(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not reached in 10s")
 }
+
+// A request whose context ends is abandoned, not leaked: its credit comes
+// back when the server answers, and the connection keeps working.
+func TestAbandonedRequest(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, server.Config{})
+			s := e.session()
+			cfg := s.config(mode)
+			cfg.Connections = 1
+			cl := s.client(t, cfg)
+			content := randBytes(64 << 10)
+			key, g := s.gated(t, "g", content)
+			f := s.register(t, cl, key, 0)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := f.ReadAt(ctx, make([]byte, 8192), 0)
+				done <- err
+			}()
+			<-g.entered
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled read: %v", err)
+			}
+			g.open()
+			waitCond(t, func() bool { return cl.conns[0].credits.Used() == 0 })
+			p := make([]byte, 8192)
+			for i := 0; i < 50; i++ {
+				if _, err := f.ReadAt(ctxT(t), p, 4096); err != nil || !bytes.Equal(p, content[4096:4096+8192]) {
+					t.Fatalf("read after an abandoned one: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// One slow read does not stall the connection: others complete meanwhile.
+func TestSlowReadDoesNotStall(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	s := e.session()
+	cfg := s.config(Interrupt)
+	cfg.Connections = 1
+	cl := s.client(t, cfg)
+	slowKey, g := s.gated(t, "slow", randBytes(4096))
+	slow := s.register(t, cl, slowKey, 0)
+	content := randBytes(1 << 20)
+	key, _ := s.file(t, "fast", content)
+	fast := s.register(t, cl, key, 0)
+	ctx := ctxT(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := slow.ReadAt(ctx, make([]byte, 4096), 0)
+		done <- err
+	}()
+	<-g.entered
+	p := make([]byte, 1<<20)
+	for i := 0; i < 20; i++ {
+		if _, err := fast.ReadAt(ctx, p, 0); err != nil || !bytes.Equal(p, content) {
+			t.Fatalf("read beside a stalled one: %v", err)
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the slow read finished early: %v", err)
+	default:
+	}
+	g.open()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
