@@ -45,7 +45,7 @@ while [ $# -gt 0 ]; do
 	-t) timeout_s=$2; shift 2 ;;
 	-o) outdir=$2; shift 2 ;;
 	--) shift; args=("$@"); break ;;
-	-h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "run.sh: unknown flag $1" >&2; exit 2 ;;
 	*) bins+=("$1"); shift ;;
 	esac
