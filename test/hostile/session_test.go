@@ -332,7 +332,7 @@ func pathEscapes(t *testing.T, walk bool) {
 		}
 	}
 	attempts := []attempt{
-		{"open ../secret", open("../" + filepath.Base(outside) + "/secret", os.O_RDONLY)},
+		{"open ../secret", open("../"+filepath.Base(outside)+"/secret", os.O_RDONLY)},
 		{"open absolute path", open(secret, os.O_RDONLY)},
 		{"open /etc/passwd", open("/etc/passwd", os.O_RDONLY)},
 		{"open ..", open("..", os.O_RDONLY)},
