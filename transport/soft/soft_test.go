@@ -125,3 +125,30 @@ func TestRNRTimeoutIsTheInitiators(t *testing.T) {
 		t.Errorf("RNR failure after %v, want about 50ms", d)
 	}
 }
+
+// TestAckWithoutReply: the ACK for a SEND is deferred to ride on a reply,
+// but it must come even if the receiving application never answers, nor
+// even looks at its CQ.
+func TestAckWithoutReply(t *testing.T) {
+	cli, srv := pair(t, New(Options{}), New(Options{}), transport.Config{})
+	buf := mustAlloc(t, srv, 64, transport.AccessLocal)
+	if err := srv.PostRecv(transport.RecvWR{ID: 1, Buf: transport.Whole(buf)}, transport.RecvWR{ID: 2, Buf: transport.Whole(buf)}); err != nil {
+		t.Fatal(err)
+	}
+	src := mustAlloc(t, cli, 64, transport.AccessLocal)
+	for i := uint64(1); i <= 2; i++ {
+		start := time.Now()
+		if err := cli.Post(transport.SendWR{ID: i, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
+			t.Fatal(err)
+		}
+		if c := waitOne(t, cli, 5*time.Second); c.ID != i || c.Status != transport.StatusSuccess {
+			t.Fatalf("completion %+v", c)
+		}
+		t.Logf("SEND %d acknowledged after %v with the receiver idle", i, time.Since(start))
+	}
+	// The receiver's completions are all there when it does look.
+	var out [4]transport.Completion
+	if n := srv.CQ().Poll(out[:]); n != 2 {
+		t.Fatalf("receiver has %d completions, want 2", n)
+	}
+}
