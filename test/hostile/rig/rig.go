@@ -256,6 +256,16 @@ func (s *Server) Check(t testing.TB) time.Duration {
 	return time.Since(start)
 }
 
+// CheckErr is Check for use outside the test goroutine: it returns the
+// failure instead of failing the test.
+func (s *Server) CheckErr() (time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.check(ctx)
+	return time.Since(start), err
+}
+
 func (s *Server) check(ctx context.Context) error {
 	ss, err := s.DialSession(ctx)
 	if err != nil {
