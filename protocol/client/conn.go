@@ -113,6 +113,7 @@ type conn struct {
 	pool       *bufPool
 	maxRead    int
 	maxWrite   int
+	maxRegions int
 	serverPage int
 
 	slots  [maxSlots]atomic.Pointer[slot]
@@ -302,6 +303,8 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	c.credits = protocol.NewCredits(granted)
 	c.maxRead = min(int(sp.MaxRdmaWindowSize), cfg.MaxIO)
 	c.maxWrite = min(int(sp.MaxRecvBufferSize)-protocol.HeaderSize, cfg.MaxIO)
+	// A VEC_READ's region list must fit the server's receive buffer too.
+	c.maxRegions = max(min(maxVecRegions, c.maxWrite/protocol.RDMARegionSize), 1)
 	c.serverPage = int(sp.PageSize)
 	c.spinScore.Store(4)
 	c.pool = newBufPool(dom, transport.AccessLocal|transport.AccessRemoteWrite, max(c.maxRead, c.maxWrite))

@@ -506,3 +506,39 @@ func TestSlowReadDoesNotStall(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A server with the seed's small receive buffers: requests are split to
+// fit, never sent longer than MaxRecvBufferSize.
+func TestSmallServerBuffers(t *testing.T) {
+	e := newEnv(t, server.Config{MaxRecvBufferSize: 2048, MaxRdmaWindowSize: 64 << 10})
+	s := e.session()
+	cl := s.client(t, s.config(Interrupt))
+	content := randBytes(1 << 20)
+	key, path := s.file(t, "f", content)
+	f := s.register(t, cl, key, protocol.FileNoIntermediateBuffering)
+	ctx := ctxT(t)
+	if cl.MaxWrite() != 2048-protocol.HeaderSize || cl.MaxRead() != 64<<10 {
+		t.Fatalf("limits %d/%d", cl.MaxWrite(), cl.MaxRead())
+	}
+	pages := make([][]byte, 200)
+	for i := range pages {
+		pages[i] = make([]byte, 4096)
+	}
+	if n, err := f.ReadV(ctx, pages, 0); err != nil || n != 200*4096 || !bytes.Equal(bytes.Join(pages, nil), content[:200*4096]) {
+		t.Fatalf("ReadV = %d, %v", n, err)
+	}
+	data := randBytes(100 << 10)
+	if n, err := f.WriteAt(ctx, data, 5); err != nil || n != len(data) {
+		t.Fatalf("WriteAt = %d, %v", n, err)
+	}
+	copy(content[5:], data)
+	same := randBytes(4096)
+	if n, err := f.WriteV(ctx, [][]byte{same, same, same}, 300000); err != nil || n != 3*4096 {
+		t.Fatalf("WriteV of identical 4 KiB pages = %d, %v", n, err)
+	}
+	copy(content[300000:], bytes.Repeat(same, 3))
+	disk, _ := os.ReadFile(path)
+	if !bytes.Equal(disk, content) {
+		t.Fatal("file differs")
+	}
+}

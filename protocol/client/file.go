@@ -279,7 +279,19 @@ func (f *File) ReadV(ctx context.Context, pages [][]byte, off int64) (int, error
 	if ps == 0 || ps > 0xFFFF {
 		return 0, fmt.Errorf("lwio readv: page size %d", ps)
 	}
-	per := min(maxVecRegions, max(f.cl.MaxRead()/ps, 1))
+	if ps > f.cl.MaxRead() {
+		// A page exceeds the read window: plain reads, split to fit.
+		total := 0
+		for _, pg := range pages {
+			n, err := f.ReadAt(ctx, pg, off+int64(total))
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+		return total, nil
+	}
+	per := min(f.cl.conns[0].maxRegions, f.cl.MaxRead()/ps)
 	total := 0
 	for i := 0; i < len(pages); i += per {
 		group := pages[i:min(i+per, len(pages))]
@@ -387,10 +399,22 @@ func (f *File) WriteV(ctx context.Context, pages [][]byte, off int64) (int, erro
 		}
 		total += len(pg)
 	}
-	if len(pages) > 1 && len(pages) <= 0xFFFF && f.canCollapse(ps) && samePages(pages) {
+	if len(pages) > 1 && len(pages) <= 0xFFFF && min(ps, total) <= f.cl.MaxWrite() && f.canCollapse(ps) && samePages(pages) {
 		return f.collapsed(ctx, pages[0], total, off)
 	}
-	per := max(f.cl.MaxWrite()/ps, 1)
+	if ps > f.cl.MaxWrite() {
+		// A page does not fit one SEND: plain writes, split to fit.
+		done := 0
+		for _, pg := range pages {
+			n, err := f.WriteAt(ctx, pg, off+int64(done))
+			done += n
+			if err != nil {
+				return done, err
+			}
+		}
+		return done, nil
+	}
+	per := f.cl.MaxWrite() / ps
 	done := 0
 	for i := 0; i < len(pages); i += per {
 		group := pages[i:min(i+per, len(pages))]
