@@ -30,8 +30,7 @@ import (
 //	credits_per_connection = 64
 //	credit_budget = 4096              # all connections together
 //	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
-//	max_send_buffer = 1114112
-//	max_recv_buffer = 1114112
+//	max_recv_buffer = 1052672         # largest client message: a 1 MiB WRITE + header
 //	workers = 0                       # disk I/O goroutines; 0 = engine default
 //	[shares.demo]
 //	path = "/srv/demo"
@@ -74,7 +73,6 @@ type LimitsConfig struct {
 	CreditsPerConnection int `toml:"credits_per_connection"`
 	CreditBudget         int `toml:"credit_budget"`
 	MaxRDMAWindow        int `toml:"max_rdma_window"`
-	MaxSendBuffer        int `toml:"max_send_buffer"`
 	MaxRecvBuffer        int `toml:"max_recv_buffer"`
 	Workers              int `toml:"workers"`
 }
@@ -204,7 +202,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.Limits.CreditsPerConnection < 0 || c.Limits.CreditBudget < 0 || c.Limits.MaxRDMAWindow < 0 ||
-		c.Limits.MaxSendBuffer < 0 || c.Limits.MaxRecvBuffer < 0 || c.Limits.Workers < 0 {
+		c.Limits.MaxRecvBuffer < 0 || c.Limits.Workers < 0 {
 		return errors.New("limits: values must not be negative")
 	}
 	if c.Limits.CreditsPerConnection > 255 {
