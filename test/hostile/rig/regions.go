@@ -73,6 +73,20 @@ type countingProvider struct {
 	log *RegionLog
 }
 
+// Counted returns p with every Domain of its connections (dialled or
+// accepted) recording its registrations in log.
+func Counted(p transport.Provider, log *RegionLog) transport.Provider {
+	return &countingProvider{Provider: p, log: log}
+}
+
+func (p *countingProvider) Dial(ctx context.Context, addr string, cfg transport.Config) (transport.Conn, error) {
+	c, err := p.Provider.Dial(ctx, addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, dom: &countingDomain{Domain: c.Domain(), log: p.log}}, nil
+}
+
 func (p *countingProvider) Listen(addr string, cfg transport.Config) (transport.Listener, error) {
 	l, err := p.Provider.Listen(addr, cfg)
 	if err != nil {
