@@ -77,3 +77,39 @@ func TestReadWrite(t *testing.T) {
 		})
 	}
 }
+
+// The completion mode can differ per file, so per request.
+func TestMixedModes(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	s := e.session()
+	cl := s.client(t, s.config(Interrupt))
+	content := randBytes(1 << 20)
+	key, _ := s.file(t, "f", content)
+	a := s.register(t, cl, key, 0)
+	b := s.register(t, cl, key, 0)
+	b.SetCompletion(Polling)
+	ctx := ctxT(t)
+	done := make(chan error, 2)
+	for _, f := range []*File{a, b} {
+		go func() {
+			p := make([]byte, 64<<10)
+			for i := 0; i < 30; i++ {
+				off := int64(i * 4096)
+				if _, err := f.ReadAt(ctx, p, off); err != nil {
+					done <- err
+					return
+				}
+				if !bytes.Equal(p, content[off:off+int64(len(p))]) {
+					done <- errors.New("wrong data")
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -94,6 +94,7 @@ type slot struct {
 	buf     transport.Region // data buffer, back to the pool with the slot
 	kind    slotKind
 	reqLen  uint32
+	mode    Mode // wanted by the request (kindIO only)
 	polling bool
 }
 
@@ -588,7 +589,7 @@ func (c *conn) roundTrip(ctx context.Context, sl *slot, kind slotKind, h *protoc
 
 func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, data *transport.Segment) error {
 	sl.kind = kind
-	sl.polling = kind == kindIO && c.cl.cfg.Completion == Polling
+	sl.polling = kind == kindIO && sl.mode == Polling
 	cookie := (sl.cookie.Load()>>16+1)<<16 | uint64(sl.idx)
 	sl.cookie.Store(cookie)
 	if sl.polling {

@@ -18,6 +18,7 @@ type File struct {
 	cl     *Client
 	fid    uint16
 	flags  uint32
+	mode   atomic.Uint32 // Mode
 	closed atomic.Bool
 }
 
@@ -48,7 +49,9 @@ func (cl *Client) Register(ctx context.Context, key protocol.ResumeKey, flagsAnd
 	if r.info == 0 || r.info > 0xFFFF {
 		return nil, fmt.Errorf("lwio register: server returned Fid %d", r.info)
 	}
-	return &File{cl: cl, fid: uint16(r.info), flags: flagsAndAttributes}, nil
+	f := &File{cl: cl, fid: uint16(r.info), flags: flagsAndAttributes}
+	f.mode.Store(uint32(cl.cfg.Completion))
+	return f, nil
 }
 
 // begin picks a connection, charges a credit and takes a slot.
@@ -75,8 +78,17 @@ func (f *File) begin(ctx context.Context) (*conn, *slot, error) {
 	if f.closed.Load() {
 		return nil, nil, ErrClosed
 	}
-	return f.cl.begin(ctx)
+	c, sl, err := f.cl.begin(ctx)
+	if err == nil {
+		sl.mode = Mode(f.mode.Load())
+	}
+	return c, sl, err
 }
+
+// SetCompletion sets the completion mode of this file's I/O requests
+// (FIG. 8: the mode is chosen per request); a file starts with the client's
+// Config.Completion.
+func (f *File) SetCompletion(m Mode) { f.mode.Store(uint32(m)) }
 
 // ReadAt reads len(p) bytes at off, in requests of at most MaxRead bytes.
 // A short read at end of file returns the bytes read and io.EOF.
