@@ -20,7 +20,15 @@ type frameReader struct {
 	nc   net.Conn
 	buf  []byte
 	r, w int
+	// exact: the last payload was large, so the next frame probably is
+	// too: read only its header, then its payload straight into place,
+	// rather than a buffer-full of it into the buffer.
+	exact bool
 }
+
+// largePayload is the payload size from which the reader expects more of
+// the same (see frameReader.exact).
+const largePayload = 16 << 10
 
 func (rd *frameReader) init(nc net.Conn) {
 	rd.nc = nc
@@ -38,8 +46,12 @@ func (rd *frameReader) fill(n int) error {
 		rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
 		rd.r = 0
 	}
+	end := len(rd.buf)
+	if rd.exact {
+		end = n
+	}
 	for rd.w < n {
-		m, err := rd.nc.Read(rd.buf[rd.w:])
+		m, err := rd.nc.Read(rd.buf[rd.w:end])
 		rd.w += m
 		if err != nil && rd.w < n {
 			if errors.Is(err, io.EOF) && rd.w > 0 {
@@ -53,6 +65,7 @@ func (rd *frameReader) fill(n int) error {
 
 // readInto places len(dst) payload bytes.
 func (rd *frameReader) readInto(dst []byte) error {
+	rd.exact = len(dst) >= largePayload
 	n := copy(dst, rd.buf[rd.r:rd.w])
 	rd.r += n
 	if n == len(dst) {
