@@ -156,7 +156,11 @@ func (c *conn) fail(err error) {
 	}
 	c.err = err
 	c.mu.Unlock()
-	c.log.WithError(err).Warn("lwio: connection ends")
+	if errors.Is(err, transport.ErrClosed) {
+		c.log.Info("lwio: connection closed by the peer")
+	} else {
+		c.log.WithError(err).Warn("lwio: connection ends")
+	}
 	c.cancel()
 	c.sq.close()
 	c.tc.Close()
