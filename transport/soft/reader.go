@@ -292,10 +292,15 @@ func (c *conn) onRequest(h *frameHeader) (ok, completed bool) {
 	return true, true
 }
 
+// rnrPeerCheck is how often a reader waiting for a receive checks that the
+// peer is still there.
+const rnrPeerCheck = 10 * time.Millisecond
+
 // takeRecv pops the next posted receive, waiting up to the peer's RNR
 // timeout for one; false if none came or the connection failed.
 func (c *conn) takeRecv() (transport.RecvWR, bool) {
 	var timer *time.Timer
+	var check *time.Ticker
 	for {
 		c.mu.Lock()
 		if c.rqHead != c.rqTail {
@@ -315,11 +320,21 @@ func (c *conn) takeRecv() (transport.RecvWR, bool) {
 			// Acknowledge what is placed so far while we wait.
 			c.flushAck()
 			timer = time.NewTimer(c.peerRNR)
+			check = time.NewTicker(rnrPeerCheck)
+			defer check.Stop()
 		}
 		select {
 		case <-c.recvKick:
 		case <-timer.C:
 			return transport.RecvWR{}, false
+		case <-check.C:
+			// A NIC hears of a disconnect (rdma_cm) even while a
+			// SEND waits; this reader is not reading the socket.
+			if c.wr.sys.peerClosed() {
+				timer.Stop()
+				c.fail(failure{why: "peer disconnected"})
+				return transport.RecvWR{}, false
+			}
 		case <-c.closing:
 			timer.Stop()
 			return transport.RecvWR{}, false

@@ -2,6 +2,7 @@ package soft
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -150,5 +151,48 @@ func TestAckWithoutReply(t *testing.T) {
 	var out [4]transport.Completion
 	if n := srv.CQ().Poll(out[:]); n != 2 {
 		t.Fatalf("receiver has %d completions, want 2", n)
+	}
+}
+
+// TestNoGoroutineLeak: closed connections and listeners leave nothing
+// running.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		cp, sp := New(Options{}), New(Options{})
+		ln, err := sp.Listen("127.0.0.1:0", transport.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := 0; i < 10; i++ {
+			cli, err := cp.Dial(ctx, ln.Addr(), transport.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := ln.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := mustAlloc(t, cli, 8, transport.AccessLocal)
+			_ = cli.Post(transport.SendWR{Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}) // RNR-waiting at close
+			if i%2 == 0 {
+				cli.Close()
+			} else {
+				srv.Close()
+			}
+			drain(t, cli)
+			drain(t, srv)
+		}
+		ln.Close()
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -72,3 +72,21 @@ func (s *sysWriter) writev(iov [][]byte) (int, error) {
 func errWouldBlock(err error) bool {
 	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR)
 }
+
+// peerClosed reports whether the peer has closed or reset the connection,
+// without consuming anything: a MSG_PEEK of one byte that must not block.
+// The reader uses it while a SEND waits for a receive (RNR), since it is
+// not reading the socket then.
+func (s *sysWriter) peerClosed() bool {
+	if s.rc == nil {
+		return false
+	}
+	closed := false
+	var b [1]byte
+	_ = s.rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		closed = (n == 0 && err == nil) || (err != nil && !errWouldBlock(err))
+		return true
+	})
+	return closed
+}

@@ -15,4 +15,5 @@ var errInlineUnsupported = errors.New("softrdma: no inline writes on this platfo
 
 func (s *sysWriter) init(*net.TCPConn)            {}
 func (s *sysWriter) writev([][]byte) (int, error) { return 0, errInlineUnsupported }
+func (s *sysWriter) peerClosed() bool             { return false }
 func errWouldBlock(err error) bool                { return errors.Is(err, errInlineUnsupported) }
