@@ -14,7 +14,6 @@ package load
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -160,12 +159,11 @@ func (st *stats) latency(d time.Duration) {
 var kindNames = [6]string{"write", "read+verify", "writev", "readv+verify", "readbuf+verify", "collapsed writev"}
 
 // job runs a mixed workload on its own region of the client's file until
-// the deadline, keeping a shadow copy of what the region must hold and
-// verifying every read against it. It returns the shadow.
-func job(c *loadClient, j int, until time.Time, st *stats) []byte {
-	r := mrand.New(mrand.NewPCG(uint64(c.idx), uint64(j)))
+// the deadline, keeping shadow (regionSize bytes: what the region must
+// hold) up to date and verifying every read against it.
+func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
+	r := mrand.New(mrand.NewPCG(uint64(c.idx), uint64(j)^uint64(time.Now().UnixNano())))
 	base := int64(j * regionSize)
-	shadow := make([]byte, regionSize)
 	sizes := []int{512, 4096, 4096, 16384, 65536, 131072}
 	seq := 0
 	call := func(kind int, n int, f func(ctx context.Context) error) bool {
@@ -285,7 +283,6 @@ func job(c *loadClient, j int, until time.Time, st *stats) []byte {
 			buf.Release()
 		}
 	}
-	return shadow
 }
 
 // fillPattern fills b with bytes no other (client, job, seq) produces at
@@ -386,7 +383,8 @@ func TestLoad(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				shadows[i][j] = job(c, j, until, &st)
+				shadows[i][j] = make([]byte, regionSize)
+				job(c, j, until, &st, shadows[i][j])
 			}()
 		}
 	}
@@ -457,50 +455,4 @@ func TestLoad(t *testing.T) {
 	figure(t, "process heap (server + %d clients + test): in use %.1f MiB before, peak %.1f MiB (growth %.1f MiB ≤ %.1f MiB = server bound + clients' %.1f MiB registered + %.1f MiB shadows + 64 MiB); peak Sys %.1f MiB",
 		clients, float64(before.HeapInuse)/mib, float64(mem.peakHeap.Load())/mib, float64(heapGrowth)/mib, float64(heapBound)/mib,
 		float64(clientRegions.Bytes())/mib, float64(shadowBytes)/mib, float64(mem.peakSys.Load())/mib)
-}
-
-// errorsPromptly runs calls on c until one fails (or until the deadline)
-// and then a burst more, all of which must fail within limit each.
-// It returns the calls made before the first failure, the slowest call,
-// and the calls checked after it.
-func errorsPromptly(t *testing.T, c *loadClient, until time.Time, limit time.Duration) (ok int, slowest time.Duration, after int) {
-	t.Helper()
-	buf := make([]byte, 4096)
-	failed := false
-	for i := 0; time.Now().Before(until); i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		start := time.Now()
-		var err error
-		if i%2 == 0 {
-			_, err = c.f.WriteAt(ctx, buf, int64(i%64)*4096)
-		} else {
-			_, err = c.f.ReadAt(ctx, buf, int64(i%64)*4096)
-		}
-		cancel()
-		d := time.Since(start)
-		slowest = max(slowest, d)
-		if d > limit {
-			t.Errorf("client %d: call %d took %v (limit %v): %v", c.idx, i, d, limit, err)
-		}
-		if err == nil {
-			if failed {
-				t.Errorf("client %d: call %d succeeded after the connection was lost", c.idx, i)
-			}
-			ok++
-			continue
-		}
-		var ce *client.ConnError
-		if !errors.As(err, &ce) && !errors.Is(err, client.ErrClosed) {
-			t.Errorf("client %d: call %d failed with %v, want a connection error", c.idx, i, err)
-		}
-		failed = true
-		after++
-		if after == 50 {
-			return ok, slowest, after
-		}
-	}
-	if !failed {
-		t.Errorf("client %d: no call failed before the deadline", c.idx)
-	}
-	return ok, slowest, after
 }
