@@ -236,6 +236,20 @@ func (p *peer) sendMsg(msg []byte) {
 
 func (p *peer) sendHeader(h protocol.Header) { p.sendMsg(h.Append(nil)) }
 
+// trySend sends msg, reporting false if the connection is gone.
+func (p *peer) trySend(msg []byte) bool {
+	n := copy(p.send.Bytes(), msg)
+	err := p.tc.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{{Region: p.send, Length: n}}})
+	if errors.Is(err, transport.ErrClosed) {
+		p.closed = true
+		return false
+	}
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return true
+}
+
 // next returns the next receive completion, skipping our send completions.
 // ok is false if the connection ended instead.
 func (p *peer) next() (transport.Completion, bool) {

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"crypto/rand"
+	mrand "math/rand"
 	"os"
 	"testing"
 	"time"
@@ -338,4 +339,54 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("condition not reached in 5s")
+}
+
+// Malformed and hostile messages end only their own connection (or fail
+// only their request); the server goes on serving everyone else.
+func TestHostileMessages(t *testing.T) {
+	e := newEnv(t, Config{Credits: 8})
+	key, signing := e.session(5)
+	content := randBytes(64 << 10)
+	rk, _ := e.file(5, "f", content)
+	good := e.dial()
+	good.auth(key, signing, 4)
+	fid := uint16(good.register(rk, 5, 0).Ios.Information)
+	// The hostile connections are another session (a Fid is the session's:
+	// a CLOSE on the same session would rightly close the good one's file).
+	hkey, hsigning := e.session(6)
+	hrk, _ := e.file(6, "h", content)
+	rng := mrand.New(mrand.NewSource(1))
+	for i := 0; i < 60; i++ {
+		p := e.dial()
+		p.auth(hkey, hsigning, 8)
+		p.register(hrk, 6, protocol.FileNoIntermediateBuffering)
+		for j := 0; j < 4 && !p.closed; j++ {
+			h := protocol.Header{
+				Length: uint32(rng.Intn(3 << 20)), Opcode: protocol.Opcode(rng.Intn(12)),
+				Flags: uint8(rng.Intn(256)), Credits: uint8(rng.Intn(256)), Fid: uint16(rng.Intn(3)),
+				Offset: rng.Uint64() >> uint(rng.Intn(64)), DataVa: rng.Uint64(), DataMh: rng.Uint32(),
+				IosMh: rng.Uint32(), IosVa: rng.Uint64(),
+			}
+			msg := h.Append(nil)
+			msg = append(msg, randBytes(rng.Intn(200))...)
+			if rng.Intn(4) == 0 {
+				msg = msg[:rng.Intn(len(msg))]
+			}
+			if !p.trySend(msg) {
+				break
+			}
+			// Whatever happens, it must not be a hang: a response, immediate
+			// data, or the connection ending.
+			if _, ok := p.next(); ok {
+				continue
+			}
+		}
+		p.tc.Close()
+	}
+	// The well-behaved connection still works.
+	good.sendHeader(protocol.NewReadRequest(fid, 0, 4096, good.data.Addr(), good.data.Handle(), 1, protocol.InterruptMode(7, 7)))
+	if imm := good.wantImm("READ after the hostile ones"); imm != 7 || !bytes.Equal(good.data.Bytes()[:4096], content[:4096]) {
+		t.Fatal("the good connection was disturbed")
+	}
+	waitFor(t, func() bool { return e.srv.NumConns() == 1 })
 }
