@@ -48,27 +48,26 @@ func (c *countingKeys) RequestResumeKey(ctx context.Context, h session.Handle) (
 	return c.ResumeKeyer.RequestResumeKey(ctx, h)
 }
 
-// lwioMount runs a real session server and LWIO engine over softrdma in
-// process and mounts the share through the LWIO client engine.
-func lwioMount(t *testing.T, share string, mode client.Mode) (mnt string, keys *countingKeys, dp DataPath) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("mounts FUSE")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and /dev/fuse")
-	}
-	log := logrus.New()
-	log.SetLevel(logrus.WarnLevel)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+// testServers is a session server and an LWIO engine on softrdma, run in
+// process.
+type testServers struct {
+	engine           *server.Server
+	sess             *session.Server
+	sessAddr, lwAddr string
+}
 
+// startServers serves share as "s" to user u (password pw) on the given
+// addresses ("127.0.0.1:0" picks).
+func startServers(t *testing.T, share, sessAddr, lwAddr string) *testServers {
+	t.Helper()
+	log := logrus.New()
+	log.SetLevel(logrus.ErrorLevel)
 	auth := &authority{}
 	engine, err := server.New(server.Config{Authority: auth, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := engine.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
+	l, err := engine.Listen(soft.New(soft.Options{}), lwAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,36 +86,99 @@ func lwioMount(t *testing.T, share string, mode client.Mode) (mnt string, keys *
 	}
 	auth.s.Store(sess)
 	go engine.Serve(l)
-	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	nl, err := net.Listen("tcp", sessAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go sess.Serve(nl)
-	t.Cleanup(func() { engine.Close(); sess.Close() })
+	s := &testServers{engine: engine, sess: sess, sessAddr: nl.Addr().String(), lwAddr: l.Addr()}
+	t.Cleanup(s.stop)
+	return s
+}
 
-	c, err := session.Dial(ctx, nl.Addr().String(), session.ClientConfig{User: "u", Password: "pw"})
+func (s *testServers) stop() { s.engine.Close(); s.sess.Close() }
+
+// testDialer connects a Session to the servers at sessAddr: session setup,
+// tree connect, negotiate, LWIO client in mode. keys, when not nil,
+// counts resume-key requests.
+func testDialer(sessAddr string, mode client.Mode, keys *countingKeys) Dialer {
+	return func(ctx context.Context) (*Session, error) {
+		log := logrus.New()
+		log.SetLevel(logrus.ErrorLevel)
+		c, err := session.Dial(ctx, sessAddr, session.ClientConfig{User: "u", Password: "pw"})
+		if err != nil {
+			return nil, err
+		}
+		tree, err := c.TreeConnect(ctx, "s")
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		cl, err := client.New(ctx, client.Config{
+			Providers:  []transport.Provider{soft.New(soft.Options{})},
+			Negotiate:  tree.Negotiate,
+			SessionID:  c.SessionID(),
+			SigningKey: c.SessionKey(),
+			Completion: mode,
+			Logger:     log,
+		})
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		var rk ResumeKeyer = tree
+		if keys != nil {
+			keys.ResumeKeyer = tree
+			rk = keys
+		}
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-c.Done():
+			case <-cl.Done():
+			}
+			close(done)
+		}()
+		return &Session{
+			Tree: tree, Data: LWIODataPath(rk, cl, nil, log), Done: done,
+			Close: func() error { cl.Close(); return c.Close() },
+		}, nil
+	}
+}
+
+// lwioMount runs a real session server and LWIO engine over softrdma in
+// process and mounts the share through the LWIO client engine.
+func lwioMount(t *testing.T, share string, mode client.Mode) (mnt string, keys *countingKeys, dp DataPath) {
+	t.Helper()
+	needFUSE(t)
+	srv := startServers(t, share, "127.0.0.1:0", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	keys = &countingKeys{}
+	s, err := testDialer(srv.sessAddr, mode, keys)(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := c.TreeConnect(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { s.Close() })
+	mnt = mountOn(t, s.Tree, s.Data)
+	return mnt, keys, s.Data
+}
+
+func needFUSE(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("mounts FUSE")
 	}
-	cl, err := client.New(ctx, client.Config{
-		Providers:  []transport.Provider{soft.New(soft.Options{})},
-		Negotiate:  tree.Negotiate,
-		SessionID:  c.SessionID(),
-		SigningKey: c.SessionKey(),
-		Completion: mode,
-		Logger:     log,
-	})
-	if err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and /dev/fuse")
 	}
-	t.Cleanup(func() { cl.Close(); c.Close() })
-	keys = &countingKeys{ResumeKeyer: tree}
-	dp = LWIODataPath(keys, cl, nil, log)
-	mnt = t.TempDir()
+}
+
+func mountOn(t *testing.T, tree Tree, dp DataPath) string {
+	t.Helper()
+	log := logrus.New()
+	log.SetLevel(logrus.ErrorLevel)
+	mnt := t.TempDir()
 	srv, err := Mount(mnt, tree, dp, Options{AttrTimeout: time.Second, EntryTimeout: time.Second, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +188,7 @@ func lwioMount(t *testing.T, share string, mode client.Mode) (mnt string, keys *
 			t.Errorf("unmount: %v", err)
 		}
 	})
-	return mnt, keys, dp
+	return mnt
 }
 
 // TestLWIOSmoke mounts through the real engines and moves data both ways:

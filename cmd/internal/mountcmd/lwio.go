@@ -18,6 +18,7 @@ import (
 type dataPath struct {
 	fs.DataPath
 	close func() error
+	done  <-chan struct{} // closed when the data path died; nil: never
 }
 
 func (d *dataPath) Close() error {

@@ -60,12 +60,13 @@ func openLWIO(ctx context.Context, o *Options, c *session.Client, tree *session.
 	go func() {
 		<-cl.Done()
 		if err := cl.Err(); err != nil && !errors.Is(err, client.ErrClosed) {
-			log.WithError(err).Error("all LWIO connections lost: files opened from now on use the session channel")
+			log.WithError(err).Error("all LWIO connections lost")
 		}
 	}()
 	return &dataPath{
 		DataPath: fs.LWIODataPath(tree, cl, fs.SessionDataPath(tree), log.WithField("component", "fs")),
 		close:    cl.Close,
+		done:     cl.Done(),
 	}, nil
 }
 

@@ -203,42 +203,37 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
-	c, err := session.Dial(ctx, o.Addr(), session.ClientConfig{
-		User: o.Username, Domain: o.Domain, Password: o.password,
-		Logger: log.WithField("component", "session"),
-	})
-	if err != nil {
-		return connectError(o, "session", err)
+	first := true
+	dial := func(ctx context.Context) (*fs.Session, error) {
+		s, readOnly, err := dialSession(ctx, o, log)
+		if err == nil && first && readOnly && !o.ReadOnly {
+			log.WithField("share", o.Share).Info("share is read-only on the server: mounting read-only")
+			o.ReadOnly = true
+		}
+		first = false
+		return s, err
 	}
-	defer c.Close()
-	tree, err := c.TreeConnect(ctx, o.Share)
-	if err != nil {
-		return connectError(o, "tree", err)
-	}
-	if tree.ReadOnly() && !o.ReadOnly {
-		log.WithField("share", o.Share).Info("share is read-only on the server: mounting read-only")
-		o.ReadOnly = true
-	}
-	dp, err := openDataPath(ctx, o, c, tree, log)
+	// The first dial's errors (wrong password, unknown share, unreachable
+	// server) fail the mount; later ones are retried in the background.
+	r, err := fs.NewReconnector(ctx, dial, o.ReconnectWait, log.WithField("component", "fs"))
 	if err != nil {
 		return err
 	}
-	defer dp.Close()
+	defer r.Close()
 
 	fopts := o.fsOptions()
 	fopts.Logger = log.WithField("component", "fs")
-	srv, err := fs.Mount(o.Mountpoint, tree, dp, fopts)
+	srv, err := fs.Mount(o.Mountpoint, r, r, fopts)
 	if err != nil {
 		return fmt.Errorf("mount %s: %v", o.Mountpoint, unwrapPathErr(errors.Unwrap(err)))
 	}
 	log.WithFields(logrus.Fields{"source": o.Source(), "mountpoint": o.Mountpoint, "user": o.Username,
-		"data_path": dp.Name(), "read_only": o.ReadOnly}).Info("mounted")
+		"data_path": r.Name(), "read_only": o.ReadOnly}).Info("mounted")
 	ready.report(nil)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
-	lost := c.Done()
 	waited := make(chan struct{})
 	go func() { srv.Wait(); close(waited) }()
 	for {
@@ -256,9 +251,40 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 					log.WithError(derr).Error("lazy unmount failed")
 				}
 			}
-		case <-lost:
-			log.WithError(c.Err()).Error("session with the server lost; file operations fail until remounted")
-			lost = nil
 		}
 	}
+}
+
+// dialSession makes one session: setup, tree connect, data path. It
+// reports whether the share is read-only.
+func dialSession(ctx context.Context, o *Options, log *logrus.Logger) (*fs.Session, bool, error) {
+	c, err := session.Dial(ctx, o.Addr(), session.ClientConfig{
+		User: o.Username, Domain: o.Domain, Password: o.password,
+		Logger: log.WithField("component", "session"),
+	})
+	if err != nil {
+		return nil, false, connectError(o, "session", err)
+	}
+	tree, err := c.TreeConnect(ctx, o.Share)
+	if err != nil {
+		c.Close()
+		return nil, false, connectError(o, "tree", err)
+	}
+	dp, err := openDataPath(ctx, o, c, tree, log)
+	if err != nil {
+		c.Close()
+		return nil, false, err
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-c.Done():
+		case <-dp.done:
+		}
+		close(done)
+	}()
+	return &fs.Session{
+		Tree: tree, Data: dp, Done: done,
+		Close: func() error { dp.Close(); return c.Close() },
+	}, tree.ReadOnly(), nil
 }

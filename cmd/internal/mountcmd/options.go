@@ -41,6 +41,9 @@ type Options struct {
 	LogFile    string
 	LogLevel   string
 	LogFormat  string
+	// ReconnectWait bounds how long a file operation waits for a lost
+	// server to come back (0: fs.DefaultWaitTimeout).
+	ReconnectWait time.Duration
 }
 
 // Addr is the session channel address.
@@ -136,6 +139,8 @@ func (o *Options) applyOption(opt string) error {
 		}
 	case "entry_timeout":
 		o.EntryTimeout, err = seconds()
+	case "reconnect_timeout":
+		o.ReconnectWait, err = seconds()
 	case "allow_other":
 		o.AllowOther = true
 	case "debug":

@@ -1,0 +1,148 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/protocol/client"
+	"github.com/lwiofs/lwiofs/protocol/session"
+)
+
+// TestReconnect restarts the servers under a mount with a file open: the
+// open file carries on (re-opened and re-registered), calls made while the
+// server is away wait for it, and nothing acknowledged is lost.
+func TestReconnect(t *testing.T) {
+	needFUSE(t)
+	share := t.TempDir()
+	srv := startServers(t, share, "127.0.0.1:0", "127.0.0.1:0")
+	log := logrus.New()
+	log.SetLevel(logrus.ErrorLevel)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	keys := &countingKeys{}
+	r, err := NewReconnector(ctx, testDialer(srv.sessAddr, client.Interrupt, keys), 20*time.Second, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	mnt := mountOn(t, r, r)
+
+	f, err := os.OpenFile(filepath.Join(mnt, "f"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte("before "), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	registered := keys.n.Load()
+
+	// The server goes away and comes back on the same addresses.
+	srv.stop()
+	restarted := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		startServers(t, share, srv.sessAddr, srv.lwAddr)
+		close(restarted)
+	}()
+	// Made while the server is down: waits, then succeeds.
+	if _, err := f.WriteAt([]byte("after"), 7); err != nil {
+		t.Fatalf("write across a server restart: %v", err)
+	}
+	<-restarted
+	buf := make([]byte, 12)
+	if n, err := f.ReadAt(buf, 0); err != nil || string(buf[:n]) != "before after" {
+		t.Fatalf("read after reconnect: %q %v", buf[:n], err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync after reconnect: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(share, "f")); !bytes.Equal(got, []byte("before after")) {
+		t.Fatalf("server disk has %q", got)
+	}
+	if keys.n.Load() <= registered {
+		t.Errorf("the open file was not re-registered over LWIO after the reconnect")
+	}
+	// New opens and namespace operations work on the new session.
+	if err := os.WriteFile(filepath.Join(mnt, "g"), []byte("new"), 0o644); err != nil {
+		t.Fatalf("create after reconnect: %v", err)
+	}
+	if err := os.Rename(filepath.Join(mnt, "g"), filepath.Join(mnt, "h")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(mnt, "h")); string(got) != "new" {
+		t.Fatalf("read of a file created after reconnect: %q", got)
+	}
+}
+
+// TestReconnectWaitBounded: with the server gone for good, calls fail
+// (ENOTCONN) within the wait bound rather than hang.
+func TestReconnectWaitBounded(t *testing.T) {
+	needFUSE(t)
+	share := t.TempDir()
+	srv := startServers(t, share, "127.0.0.1:0", "127.0.0.1:0")
+	log := logrus.New()
+	log.SetLevel(logrus.PanicLevel)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := NewReconnector(ctx, testDialer(srv.sessAddr, client.Interrupt, nil), time.Second, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	mnt := mountOn(t, r, r)
+	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv.stop()
+	start := time.Now()
+	_, err = os.Stat(filepath.Join(mnt, "nope"))
+	if err == nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("stat with the server gone: %v after %v; want an error within the bound", err, time.Since(start))
+	}
+}
+
+func TestRenameFollowsOpenFiles(t *testing.T) {
+	r := &Reconnector{handles: map[session.Handle]*vhandle{}}
+	paths := []string{"a", "a/b", "ab", "x/a", "c"}
+	for i, p := range paths {
+		r.handles[session.Handle(i+1)] = &vhandle{path: p}
+	}
+	r.cur = &Session{Tree: renameOK{}, Done: make(chan struct{})}
+	r.gen = 1
+	if err := r.Rename(context.Background(), "a", "z/a", 0); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"z/a", "z/a/b", "ab", "x/a", "c"}
+	for i, w := range want {
+		if got := r.handles[session.Handle(i+1)].path; got != w {
+			t.Errorf("handle of %q now at %q, want %q", paths[i], got, w)
+		}
+	}
+	if err := r.Rename(context.Background(), "ab", "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	if !r.handles[5].unlinked || r.handles[3].path != "c" {
+		t.Errorf("rename over an open file: replaced %v, moved to %q", r.handles[5].unlinked, r.handles[3].path)
+	}
+	if err := r.Rename(context.Background(), "x/a", "z/a", 2); err != nil { // RENAME_EXCHANGE
+		t.Fatal(err)
+	}
+	if r.handles[4].path != "z/a" || r.handles[1].path != "x/a" || r.handles[2].path != "x/a/b" {
+		t.Errorf("exchange: %q %q %q", r.handles[4].path, r.handles[1].path, r.handles[2].path)
+	}
+}
+
+// renameOK is a session tree whose renames succeed.
+type renameOK struct{ *dirTree }
+
+func (renameOK) Rename(context.Context, string, string, uint32) error { return nil }
