@@ -104,6 +104,7 @@ options (comma separated, mount(8) style):
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
   conns=N            RDMA connections to open
+  reconnect_timeout=SEC  how long file operations wait for a lost server (default 30)
   debug              log every FUSE request
   bg | fg            return once mounted | stay in the foreground (default: fg,
                      bg when started by mount(8)/mount.fuse3)
