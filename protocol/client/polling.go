@@ -1,0 +1,155 @@
+package client
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"github.com/lwiofs/lwiofs/protocol"
+)
+
+// waitPoll is the polling-mode wait (FIG. 8, "Wakeup of Client in Polling
+// Mode"): spin on the status block for SpinTime, then send an INTERRUPT
+// and sleep until the server's next completion wakes us.
+func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
+	ios := sl.remote.Bytes()[:protocol.IOStatusBlockSize]
+	if r, ok := pollIOS(ios); ok {
+		return c.polled(sl, r), nil
+	}
+	if !raceEnabled && c.shouldSpin() {
+		// Spin, yielding between looks: on a machine with few cores the
+		// goroutines that deliver the completion need the CPU we would
+		// burn. Only a few requests per connection spin at once, and only
+		// while spinning pays (see shouldSpin); the rest sleep until an
+		// INTERRUPT's answer wakes them.
+		start := time.Now()
+		for time.Since(start) < c.cl.cfg.SpinTime {
+			runtime.Gosched()
+			if r, ok := pollIOS(ios); ok {
+				c.spun(true)
+				return c.polled(sl, r), nil
+			}
+		}
+		c.spun(false)
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	backoff := 50 * time.Microsecond
+	for {
+		c.intrMu.Lock()
+		wake := c.wake
+		c.intrMu.Unlock()
+		armed := c.requestInterrupt()
+		if r, ok := pollIOS(ios); ok {
+			return c.polled(sl, r), nil
+		}
+		var tick <-chan time.Time
+		if !armed {
+			// No credit for an INTERRUPT: every credit is a request in
+			// flight; look again shortly.
+			if timer == nil {
+				timer = time.NewTimer(backoff)
+			} else {
+				timer.Reset(backoff)
+			}
+			tick = timer.C
+			backoff = min(2*backoff, time.Millisecond)
+		}
+		select {
+		case <-wake:
+		case <-tick:
+		case <-ctx.Done():
+			if r, ok := pollIOS(ios); ok {
+				return c.polled(sl, r), nil
+			}
+			go func() {
+				// Keep watching so that the slot, its buffer and the credit
+				// come back when the server is done with them.
+				if _, err := c.waitPoll(context.Background(), sl); err == nil {
+					sl.unref()
+				}
+			}()
+			return result{}, ctx.Err()
+		case <-c.dead:
+			return result{}, c.connErr()
+		}
+		if r, ok := pollIOS(ios); ok {
+			return c.polled(sl, r), nil
+		}
+	}
+}
+
+func (c *conn) polled(sl *slot, r result) result {
+	sl.state.Store(slotDone)
+	c.credits.Release()
+	sl.unref() // the completion's reference
+	return r
+}
+
+// requestInterrupt makes sure an INTERRUPT (FIG. 9A) is outstanding; false
+// if none could be sent for want of a credit.
+func (c *conn) requestInterrupt() bool {
+	c.intrMu.Lock()
+	if c.intrOut {
+		c.intrMu.Unlock()
+		return true
+	}
+	if !c.credits.TryCharge() {
+		c.intrMu.Unlock()
+		return false
+	}
+	c.intrOut = true
+	c.intrMu.Unlock()
+	sl, err := c.getSlot(context.Background())
+	if err != nil {
+		c.credits.Release()
+		c.intrMu.Lock()
+		c.intrOut = false
+		c.intrMu.Unlock()
+		return false
+	}
+	h := protocol.NewInterruptRequest(c.hint(), 0)
+	c.cl.interrupts.Add(1)
+	if err := c.post(sl, kindInterrupt, &h, protocol.HeaderSize, nil); err != nil {
+		c.intrMu.Lock()
+		c.intrOut = false
+		c.intrMu.Unlock()
+		return false
+	}
+	// Nobody waits on the slot: the wake channel is the answer.
+	if sl.state.CompareAndSwap(slotWaiting, slotAbandoned) {
+		return true
+	}
+	<-sl.done
+	sl.unref()
+	return true
+}
+
+// shouldSpin decides whether a polling request spins before it sleeps: only
+// maxSpinners at once per connection, and only while recent spins mostly
+// saw their completion (a spin that fails costs a core and then the
+// INTERRUPT round trip anyway). Every 64th request probes again.
+func (c *conn) shouldSpin() bool {
+	if c.spinScore.Load() <= 0 && c.spinProbe.Add(1)%64 != 0 {
+		return false
+	}
+	if c.spinners.Add(1) > maxSpinners {
+		c.spinners.Add(-1)
+		return false
+	}
+	return true
+}
+
+// spun records a spin's outcome.
+func (c *conn) spun(won bool) {
+	c.spinners.Add(-1)
+	if s := c.spinScore.Load(); won && s < 16 {
+		c.spinScore.Add(1)
+	} else if !won && s > -16 {
+		c.spinScore.Add(-2)
+	}
+}
