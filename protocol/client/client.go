@@ -278,6 +278,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, firstErr
 	}
 	for _, c := range cl.conns {
+		c.counted.Store(true)
+		if !c.alive() {
+			c.countDeath() // died between AUTH and now
+		}
 		go c.reap()
 		log.WithFields(logrus.Fields{"provider": c.tc.Provider(), "remote": c.tc.RemoteAddr(), "credits": c.credits.Limit(), "mode": cfg.Completion}).Info("lwio: connected")
 	}

@@ -132,9 +132,11 @@ type conn struct {
 	intrOut bool
 	wake    chan struct{} // closed when an INTERRUPT completes
 
-	dieOnce sync.Once
-	dead    chan struct{}
-	err     error
+	dieOnce      sync.Once
+	counted      atomic.Bool // one of Client.conns: its death counts toward Done
+	deathCounted atomic.Bool
+	dead         chan struct{}
+	err          error
 }
 
 func (c *conn) alive() bool {
@@ -158,8 +160,17 @@ func (c *conn) die(err error) {
 		if !errors.Is(err, ErrClosed) {
 			c.log.WithError(err).Warn("lwio: connection lost")
 		}
-		c.cl.connDied(err)
+		if c.counted.Load() {
+			c.countDeath()
+		}
 	})
+}
+
+// countDeath reports the connection's death to the Client once.
+func (c *conn) countDeath() {
+	if c.deathCounted.CompareAndSwap(false, true) {
+		c.cl.connDied(c.err)
+	}
 }
 
 func (c *conn) name() string { return c.tc.Provider() + " " + c.tc.RemoteAddr() }
