@@ -101,6 +101,9 @@ func TestMountOptions(t *testing.T) {
 	if len(o.Options) != 1 || o.Options[0] != "ro" {
 		t.Errorf("Options %v, want [ro]", o.Options)
 	}
+	if o := (Options{AllowOther: true}).MountOptions(); !o.AllowOther || len(o.Options) != 1 || o.Options[0] != "default_permissions" {
+		t.Errorf("allow_other: AllowOther %v, Options %v; want default_permissions", o.AllowOther, o.Options)
+	}
 }
 
 // mountFake mounts a dirTree over backing at a fresh mountpoint.

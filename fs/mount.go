@@ -101,6 +101,11 @@ func (o Options) MountOptions() *gofs.Options {
 	if o.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 	}
+	if o.AllowOther {
+		// Other local users: let the kernel check the mode bits, since the
+		// server acts with the mounting user's credentials for everyone.
+		mo.Options = append(mo.Options, "default_permissions")
+	}
 	if o.Debug {
 		mo.Logger = log.New(logWriter{o.logger()}, "", 0)
 	}
