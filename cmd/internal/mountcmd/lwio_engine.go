@@ -23,7 +23,7 @@ func openLWIO(ctx context.Context, o *Options, c *session.Client, tree *session.
 	for _, p := range localProviders(o.Provider, log.WithField("component", "transport")) {
 		if err := p.Available(); err != nil {
 			why = append(why, fmt.Sprintf("%s: %v", p.Name(), err))
-			log.WithFields(logrus.Fields{"provider": p.Name()}).WithError(err).Info("provider not usable here")
+			log.WithFields(logrus.Fields{"provider": p.Name()}).WithError(err).Debug("provider not usable here")
 			continue
 		}
 		ps = append(ps, p)
