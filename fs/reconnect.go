@@ -196,8 +196,7 @@ func (r *Reconnector) redialLoop() {
 
 // session returns the live session, waiting up to r.wait for a reconnect.
 func (r *Reconnector) session(ctx context.Context) (*Session, uint64, error) {
-	deadline := time.NewTimer(r.wait)
-	defer deadline.Stop()
+	var deadline <-chan time.Time // started on the first wait only: the fast path stays cheap
 	for {
 		r.mu.Lock()
 		if r.closed {
@@ -219,11 +218,16 @@ func (r *Reconnector) session(ctx context.Context) (*Session, uint64, error) {
 		}
 		wait := r.redial
 		r.mu.Unlock()
+		if deadline == nil {
+			t := time.NewTimer(r.wait)
+			defer t.Stop()
+			deadline = t.C
+		}
 		select {
 		case <-wait:
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
-		case <-deadline.C:
+		case <-deadline:
 			return nil, 0, errNotConnected
 		}
 	}
