@@ -465,3 +465,75 @@ func forgedAuth(addr string, prov *soft.Provider) (bool, error) {
 		}
 	}
 }
+
+// TestStalledPeers: authenticated peers that stop taking what the server
+// sends — one posts no receives (every answer meets receiver-not-ready),
+// one stops reading its socket altogether (nothing is acknowledged). The
+// server ends each at its RNR or transport timeout, and serves others
+// meanwhile.
+func TestStalledPeers(t *testing.T) {
+	const rnr, transportTimeout = 500 * time.Millisecond, 2 * time.Second
+	s := newServer(t, rig.Options{Soft: soft.Options{RNRTimeout: rnr, TransportTimeout: transportTimeout}})
+	ls := newLWIOSession(t, s)
+
+	// No receives: after AUTH the peer's one receive is used up.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	tc, err := soft.New(soft.Options{}).Dial(ctx, s.SoftAddr, transport.Config{})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	p := &peer{t: t, tc: tc}
+	p.send = alloc(t, tc.Domain(), 1<<20, transport.AccessLocal)
+	p.recv = alloc(t, tc.Domain(), peerRecvs*peerRecvSize, transport.AccessLocal)
+	p.data = alloc(t, tc.Domain(), peerDataSize, transport.AccessLocal|transport.AccessRemoteWrite)
+	p.postRecv(0)
+	ap := authParams(ls.key, 4)
+	ap.Sign(ls.signing)
+	if err := p.sendMsg(p.authMsg(ap, 1)); err != nil {
+		t.Fatal(err)
+	}
+	wc, ok := p.next(10 * time.Second)
+	if !ok || wc.Len != protocol.StatusResponseSize {
+		t.Fatalf("AUTH: %+v %v", wc, ok)
+	}
+	start := time.Now()
+	for i := 0; i < 3; i++ {
+		if err := p.sendHeader(protocol.NewReadRequest(999, 0, 10, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, uint64(i+2)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	during := s.Check(t)
+	p.wantClosed("peer with no receives posted")
+	rnrEnd := time.Since(start)
+
+	// Stops reading: hello, one SEND frame carrying a valid AUTH, then
+	// silence with the socket open (softrdma frame: transport/soft/wire.go).
+	nc := helloed(t, s.SoftAddr)
+	defer nc.Close()
+	ap = authParams(ls.key, 4)
+	ap.Sign(ls.signing)
+	auth := protocol.NewAuthRequest(ap, 0x10000, 0x1234, 1)
+	msg := auth.Append(nil)
+	hdr := make([]byte, 32)
+	hdr[0] = 1 // SEND
+	binary.LittleEndian.PutUint32(hdr[8:], uint32(len(msg)))
+	start = time.Now()
+	if _, err := nc.Write(append(hdr, msg...)); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the server took it, then stop reading.
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Engine.NumConns() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	during2 := s.Check(t)
+	if n := s.WaitConns(0, transportTimeout+rnr+5*time.Second); n != 0 {
+		t.Fatalf("the server still holds %d connections %v after the peer went deaf", n, time.Since(start))
+	}
+	deafEnd := time.Since(start)
+	s.Check(t)
+	figure(t, "peer with no receives: connection ended %v after its requests (RNR timeout %v), legitimate client served meanwhile in %v; peer that stopped reading: ended after %v (transport timeout %v + RNR %v), legitimate client served in %v",
+		rnrEnd.Round(time.Millisecond), rnr, during.Round(time.Millisecond), deafEnd.Round(time.Millisecond), transportTimeout, rnr, during2.Round(time.Millisecond))
+}
