@@ -129,10 +129,11 @@ func TestRandomBytesOnListeners(t *testing.T) {
 
 // TestSlowLoris holds connections open without authenticating, at every
 // stage a client can stall in, while a legitimate client works; the server
-// drops each after its timeout (1 s here: AUTH, session setup, softrdma
-// hello) and none blocks anyone else.
+// drops each after its timeout (3 s here: AUTH, session setup, softrdma
+// hello) and none blocks anyone else: the legitimate client is served
+// before the first of them could have been dropped.
 func TestSlowLoris(t *testing.T) {
-	const limit = time.Second
+	const limit = 3 * time.Second
 	s := newServer(t, rig.Options{
 		Engine:  server.Config{AuthTimeout: limit},
 		Session: session.ServerConfig{SetupTimeout: limit},
@@ -191,10 +192,12 @@ func TestSlowLoris(t *testing.T) {
 			all = append(all, held{k, kind.open(), time.Now()})
 		}
 	}
-	// While they are all held: a legitimate client works, promptly.
+	// While they are all held: a legitimate client works, and finishes
+	// before any slow connection can have been dropped (so none was in
+	// its way).
 	during := s.Check(t)
-	if during > limit/2 {
-		t.Errorf("legitimate client took %v while %d slow connections were held", during, len(all))
+	if end := time.Since(all[0].opened); end >= limit {
+		t.Errorf("legitimate client took %v, finishing %v after the first slow connection opened (timeout %v): it may have waited for them", during, end, limit)
 	}
 	// Each is dropped after its timeout, not before, and not long after.
 	dropped := make([]int, len(kinds))
@@ -354,7 +357,7 @@ func TestConnectionFlood(t *testing.T) {
 		t.Errorf("%d LWIO connections remain after the flood", n)
 	}
 	after := s.Check(t)
-	figure(t, "%d connection attempts in %v (%.0f/s, %d goroutines): %d connected, %d forged AUTHs denied, %d wrong-password setups refused, %d authenticated, %d unexpected errors; %d legitimate checks during the flood, %d failed; served after in %v",
+	figure(t, "%d connection attempts in %v (%.0f/s, %d goroutines): %d ended as expected (reset, closed or refused), %d forged AUTHs denied, %d wrong-password setups refused, %d authenticated, %d unexpected errors; %d legitimate checks during the flood, %d failed; served after in %v",
 		made.Load(), elapsed.Round(time.Millisecond), float64(made.Load())/elapsed.Seconds(), workers,
 		connected.Load(), denied.Load(), logonFailed.Load(), authenticated.Load(), failed.Load(),
 		checks.Load(), checkFails.Load(), after.Round(time.Millisecond))
