@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -28,16 +29,22 @@ const sessionOpenFlags = syscall.O_ACCMODE | syscall.O_CREAT | syscall.O_EXCL | 
 	syscall.O_NOFOLLOW | syscall.O_SYNC | syscall.O_DSYNC
 
 // fileHandle is one open file: a session handle and the data file attached
-// to it (an LWIO Fid, or the session fallback).
+// to it (an LWIO Fid, or the session fallback). The data file is attached
+// on the first read or write, not at open: an open that moves no data —
+// touch, chmod through a descriptor, an O_CREAT that only makes the file —
+// then costs no resume key, REGISTER or LWIO CLOSE.
 type fileHandle struct {
 	node  *Node
 	h     session.Handle
-	data  DataFile
 	flags int
 	log   logrus.FieldLogger
 
+	data     atomic.Pointer[dataBox] // nil until attached
+	attachMu sync.Mutex
 	released atomic.Bool
 }
+
+type dataBox struct{ DataFile }
 
 var (
 	_ = (gofs.FileReader)((*fileHandle)(nil))
@@ -55,11 +62,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if err != nil {
 		return nil, 0, n.errno("open", p, err)
 	}
-	fh, errno := n.attach(ctx, p, h, int(flags))
-	if errno != 0 {
-		return nil, 0, errno
-	}
-	return fh, n.openFlags(a, int(flags)), 0
+	return n.newHandle(p, h, int(flags)), n.openFlags(a, int(flags)), 0
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -72,24 +75,38 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	child := n.newChild(ctx, a, out)
 	cn := child.Operations().(*Node)
-	fh, errno := cn.attach(ctx, p, h, int(flags))
-	if errno != 0 {
-		return nil, nil, 0, errno
-	}
-	return child, fh, cn.openFlags(a, int(flags)), 0
+	return child, cn.newHandle(p, h, int(flags)), cn.openFlags(a, int(flags)), 0
 }
 
-// attach puts a data path on session handle h; on failure it closes h.
-func (n *Node) attach(ctx context.Context, p string, h session.Handle, flags int) (*fileHandle, syscall.Errno) {
-	d, err := n.fs.data.Attach(ctx, h, flags)
-	if err != nil {
-		if cerr := n.fs.tree.CloseHandle(context.Background(), h); cerr != nil {
-			n.fs.log.WithFields(logrus.Fields{"op": "open", "path": p}).WithError(cerr).Debug("fs: closing handle after failed attach")
-		}
-		return nil, n.errno("register", p, err)
+func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
+	return &fileHandle{node: n, h: h, flags: flags,
+		log: n.fs.log.WithFields(logrus.Fields{"path": p, "handle": uint64(h)})}
+}
+
+// dataFile returns the attached data file, attaching it on first use
+// (resume key + REGISTER for LWIO). Registration runs to completion even if
+// the request that needed it is interrupted: a half-done REGISTER would
+// leave a Fid nobody closes.
+func (f *fileHandle) dataFile(ctx context.Context) (DataFile, error) {
+	if b := f.data.Load(); b != nil {
+		return b.DataFile, nil
 	}
-	return &fileHandle{node: n, h: h, data: d, flags: flags,
-		log: n.fs.log.WithFields(logrus.Fields{"path": p, "handle": uint64(h)})}, 0
+	f.attachMu.Lock()
+	defer f.attachMu.Unlock()
+	if b := f.data.Load(); b != nil {
+		return b.DataFile, nil
+	}
+	if f.released.Load() {
+		return nil, syscall.EBADF
+	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	d, err := f.node.fs.data.Attach(ctx, f.h, f.flags)
+	if err != nil {
+		return nil, err
+	}
+	f.data.Store(&dataBox{d})
+	return d, nil
 }
 
 // openFlags applies close-to-open: the kernel keeps its cached pages only
@@ -126,7 +143,11 @@ func (f *fileHandle) dirty() {
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if br, ok := f.data.(BufReader); ok && len(dest) <= br.MaxBuf() {
+	data, err := f.dataFile(ctx)
+	if err != nil {
+		return nil, f.errno("register", err)
+	}
+	if br, ok := data.(BufReader); ok && len(dest) <= br.MaxBuf() {
 		var b Buffer
 		_, err := f.run(ctx, func(ctx context.Context) (int, error) {
 			var err error
@@ -141,24 +162,28 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		}
 		return &bufResult{b}, 0
 	}
-	n, err := f.run(ctx, func(ctx context.Context) (int, error) { return f.data.ReadAt(ctx, dest, off) })
+	n, err := f.run(ctx, func(ctx context.Context) (int, error) { return data.ReadAt(ctx, dest, off) })
 	if err != nil && !isEOF(err) {
 		return nil, f.errno("read", err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
-func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, syscall.Errno) {
 	f.dirty()
-	vw, vec := f.data.(VectorWriter)
-	vec = vec && f.flags&syscall.O_DIRECT != 0 && len(data) > pageSize && len(data)%pageSize == 0
+	data, err := f.dataFile(ctx)
+	if err != nil {
+		return 0, f.errno("register", err)
+	}
+	vw, vec := data.(VectorWriter)
+	vec = vec && f.flags&syscall.O_DIRECT != 0 && len(buf) > pageSize && len(buf)%pageSize == 0
 	n, err := f.run(ctx, func(ctx context.Context) (int, error) {
 		if vec {
 			// O_DIRECT writes of whole pages go as VEC_WRITE, which the
 			// engine collapses to one page when all pages are the same.
-			return vw.WriteV(ctx, pages(data), off)
+			return vw.WriteV(ctx, pages(buf), off)
 		}
-		return f.data.WriteAt(ctx, data, off)
+		return data.WriteAt(ctx, buf, off)
 	})
 	if err != nil {
 		return uint32(n), f.errno("write", err)
@@ -240,7 +265,11 @@ func (f *fileHandle) run(ctx context.Context, op func(context.Context) (int, err
 // cancel sends LWIO CANCEL for the file, in the background: the kernel is
 // not waiting for it.
 func (f *fileHandle) cancel() {
-	c, ok := f.data.(Canceler)
+	b := f.data.Load()
+	if b == nil {
+		return
+	}
+	c, ok := b.DataFile.(Canceler)
 	if !ok {
 		return
 	}
@@ -266,9 +295,14 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	derr := f.data.Close(ctx)
-	if derr != nil {
-		f.log.WithField("op", "release").WithError(derr).Warn("fs: closing data path")
+	f.attachMu.Lock() // no attach after this
+	b := f.data.Load()
+	f.attachMu.Unlock()
+	var derr error
+	if b != nil {
+		if derr = b.Close(ctx); derr != nil {
+			f.log.WithField("op", "release").WithError(derr).Warn("fs: closing data path")
+		}
 	}
 	err := f.node.fs.tree.CloseHandle(ctx, f.h)
 	if err == nil {

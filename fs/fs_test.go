@@ -276,6 +276,19 @@ func TestMountPOSIX(t *testing.T) {
 		t.Errorf("readdir + stat of 100 entries cost %d GETATTRs; want the listing's attributes used", d)
 	}
 
+	// An open that moves no data attaches no data path (no REGISTER).
+	time.Sleep(100 * time.Millisecond)
+	before, _, _, _, _ = data.stats()
+	for i := range 20 {
+		g, err := os.Create(p(fmt.Sprintf("touched%d", i)))
+		must(err)
+		must(g.Chmod(0o600))
+		must(g.Close())
+	}
+	if after, _, _, _, _ := data.stats(); after != before {
+		t.Errorf("20 opens without I/O attached the data path %d times", after-before)
+	}
+
 	// every open was released: data closes match attaches, no handle left
 	time.Sleep(100 * time.Millisecond) // RELEASE is asynchronous
 	attached, closed, _, _, _ := data.stats()

@@ -21,7 +21,9 @@ func (c *cancelCounter) Cancel(context.Context) error { c.n.Add(1); return nil }
 func TestRunInterrupt(t *testing.T) {
 	newHandle := func() (*fileHandle, *cancelCounter) {
 		cc := &cancelCounter{}
-		return &fileHandle{data: cc, log: Options{}.logger()}, cc
+		f := &fileHandle{log: Options{}.logger()}
+		f.data.Store(&dataBox{cc})
+		return f, cc
 	}
 
 	// Interrupted, but done within the grace: success, no CANCEL.
