@@ -543,8 +543,17 @@ func TestNoRemoteWritableServerMemory(t *testing.T) {
 		t.Fatalf("the server registered %d regions with AccessRemoteWrite", n)
 	}
 	var total int64
+	receives := 0
 	for _, r := range regions {
 		total += int64(r.Len)
+		if r.Len == testMaxRecv {
+			receives++
+		}
+	}
+	// The log sees the engine's own registrations: the live connection's
+	// receive buffers (one per credit) are among them.
+	if receives < 4 {
+		t.Fatalf("the rig saw %d receive-buffer registrations, want at least the 4 credits' worth", receives)
 	}
 	// Targets: the newest regions (the live connection's receive buffers,
 	// slots, read buffer: the handles exist), then guesses.
