@@ -166,12 +166,16 @@ type fioCase struct {
 	bs      string
 	size    string
 	iodepth int
+	numjobs int // 0 or 1: one job on one file; more: one file per job, at once
 }
 
 func (c fioCase) name() string {
 	mode := "buffered"
 	if c.direct {
 		mode = "direct"
+	}
+	if c.numjobs > 1 {
+		return fmt.Sprintf("%s-%s-%s-%djobs", c.rw, c.engine, mode, c.numjobs)
 	}
 	return fmt.Sprintf("%s-%s-%s", c.rw, c.engine, mode)
 }
@@ -194,6 +198,9 @@ func fioCases() []fioCase {
 			}
 		}
 	}
+	// Four writers at once, each at queue depth 16 on its own file: many
+	// requests in flight on the mount's connections and credits.
+	cs = append(cs, fioCase{rw: "randwrite", engine: "io_uring", direct: true, bs: "16k", size: "8m", iodepth: 16, numjobs: 4})
 	return cs
 }
 
@@ -224,20 +231,31 @@ func runFIOVerify(t *testing.T, dir string, cases []fioCase) {
 			if c.direct {
 				direct = "1"
 			}
-			args := []string{
-				"--name=" + c.name(), "--directory=" + dir, "--filename=" + c.name() + ".dat",
-				"--rw=" + c.rw, "--bs=" + c.bs, "--size=" + c.size,
-				"--ioengine=" + c.engine, fmt.Sprintf("--iodepth=%d", c.iodepth), "--direct=" + direct,
+			args := []string{"--name=" + c.name(), "--directory=" + dir}
+			if c.numjobs > 1 {
+				args = append(args, fmt.Sprintf("--numjobs=%d", c.numjobs))
+			} else {
+				args = append(args, "--filename="+c.name()+".dat")
+			}
+			args = append(args,
+				"--rw="+c.rw, "--bs="+c.bs, "--size="+c.size,
+				"--ioengine="+c.engine, fmt.Sprintf("--iodepth=%d", c.iodepth), "--direct="+direct,
 				"--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--verify_dump=0",
 				"--mem=mmap", "--iomem_align=2m", "--randrepeat=0",
 				"--output-format=normal",
-			}
+			)
 			out := runCmd(t, dir, nil, "fio", args...)
 			if strings.Contains(out, "verify:") && strings.Contains(out, "bad") {
 				t.Fatalf("fio reported a verification failure:\n%s", tail(out, 8<<10))
 			}
-			if err := os.Remove(filepath.Join(dir, c.name()+".dat")); err != nil {
-				t.Errorf("remove fio file: %v", err)
+			files, _ := filepath.Glob(filepath.Join(dir, c.name()+"*"))
+			if len(files) < max(c.numjobs, 1) {
+				t.Errorf("fio left %d files, want %d: %v", len(files), max(c.numjobs, 1), files)
+			}
+			for _, f := range files {
+				if err := os.Remove(f); err != nil {
+					t.Errorf("remove fio file: %v", err)
+				}
 			}
 		})
 	}
