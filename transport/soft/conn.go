@@ -113,9 +113,11 @@ type conn struct {
 	ackTimer *time.Timer   // the fallback for a deferred acknowledgement
 	running  atomic.Int32  // reader and writer still running
 
-	rd      frameReader
-	wr      frameWriter
-	scratch []transport.Completion // reader's batch of send completions
+	rd        frameReader
+	ackUrgent bool // reader-owned: an ACK is owed that should not wait
+	owedBytes int  // reader-owned: payload placed since the reader last acknowledged
+	wr        frameWriter
+	scratch   []transport.Completion // reader's batch of send completions
 }
 
 var _ transport.Conn = (*conn)(nil)
@@ -151,7 +153,7 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 	}
 	c.cq = newCQ(delay)
 	c.log = p.log.WithFields(logrus.Fields{"provider": Name, "conn": c.local + "->" + c.remote})
-	c.rd.init(nc)
+	c.rd.init(nc, c.onIdle)
 	c.wr.init(nc)
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimeout)
 	c.ackTimer.Stop()

@@ -24,15 +24,21 @@ type frameReader struct {
 	// too: read only its header, then its payload straight into place,
 	// rather than a buffer-full of it into the buffer.
 	exact bool
+	// idle is called when the socket has nothing more to read, before
+	// the reader blocks: the moment to acknowledge.
+	idle func()
+	sys  sysReader
 }
 
 // largePayload is the payload size from which the reader expects more of
 // the same (see frameReader.exact).
 const largePayload = 16 << 10
 
-func (rd *frameReader) init(nc net.Conn) {
+func (rd *frameReader) init(nc *net.TCPConn, idle func()) {
 	rd.nc = nc
 	rd.buf = make([]byte, readBufSize)
+	rd.idle = idle
+	rd.sys.init(nc)
 }
 
 func (rd *frameReader) buffered() int { return rd.w - rd.r }
@@ -51,7 +57,15 @@ func (rd *frameReader) fill(n int) error {
 		end = n
 	}
 	for rd.w < n {
-		m, err := rd.nc.Read(rd.buf[rd.w:end])
+		// Try without blocking first: if the socket is empty, this is
+		// the time to acknowledge what was placed, then block.
+		m, err := rd.sys.tryRead(rd.buf[rd.w:end])
+		if errWouldBlock(err) {
+			if rd.idle != nil {
+				rd.idle()
+			}
+			m, err = rd.nc.Read(rd.buf[rd.w:end])
+		}
 		rd.w += m
 		if err != nil && rd.w < n {
 			if errors.Is(err, io.EOF) && rd.w > 0 {
@@ -139,16 +153,7 @@ func (c *conn) readLoop() {
 			if !ok {
 				return
 			}
-			// Acknowledge when there is nothing more to read at once: a
-			// burst of requests gets one cumulative ACK, or none if
-			// there is traffic to carry it on.
-			if c.rd.buffered() == 0 && c.placed.Load() != c.ackSent.Load() {
-				if completed && int(h.Length) < ackAtOnceSize && c.placed.Load()-c.ackSent.Load() < ackAtOnceCount {
-					c.deferAck()
-				} else {
-					c.transmit()
-				}
-			}
+			c.noteRequest(completed, int(h.Length))
 		}
 	}
 }
@@ -218,16 +223,47 @@ func (c *conn) refuse(st transport.Status, err error) {
 	_, _ = io.Copy(io.Discard, c.nc)
 }
 
-// Acknowledgement policy: a plain RDMA WRITE is acknowledged as soon as
-// the reader has nothing more to read, since nobody at this end hears of
-// it. A SEND or WRITE WITH IMMEDIATE produces a completion the application
-// usually answers, so its ACK waits to ride on that answer, or until the
-// application finds its CQ empty, or ackFallback, unless it is large or
-// many are owed.
+// Acknowledgement policy. ACKs are cumulative and ride on any frame going
+// the other way; a separate ACK is sent:
+//   - for plain RDMA WRITEs (nobody at this end hears of them) and large
+//     requests, when the socket has nothing more to read (onIdle), so a
+//     burst gets one ACK;
+//   - for a SEND or WRITE WITH IMMEDIATE, which produce a completion the
+//     application usually answers, only if no answer carries it first: when
+//     the application finds its CQ empty (flushAck) or after ackFallback;
+//   - at once, idle or not, when ackAtOnceCount requests or ackAtOnceBytes
+//     are owed, so a continuous stream keeps the initiator's queue moving.
 const (
 	ackAtOnceSize  = 64 << 10
 	ackAtOnceCount = 16
+	ackAtOnceBytes = 1 << 20
 )
+
+// noteRequest applies the acknowledgement policy after a request is placed.
+func (c *conn) noteRequest(completed bool, n int) {
+	if !completed || n >= ackAtOnceSize {
+		c.ackUrgent = true
+	}
+	c.owedBytes += n
+	if c.placed.Load()-c.ackSent.Load() >= ackAtOnceCount || c.owedBytes >= ackAtOnceBytes {
+		c.ackUrgent, c.owedBytes = false, 0
+		c.transmit()
+	}
+}
+
+// onIdle runs when the reader finds the socket empty.
+func (c *conn) onIdle() {
+	if c.placed.Load() == c.ackSent.Load() {
+		c.ackUrgent, c.owedBytes = false, 0
+		return
+	}
+	if c.ackUrgent {
+		c.ackUrgent, c.owedBytes = false, 0
+		c.transmit()
+		return
+	}
+	c.deferAck()
+}
 
 // onRequest carries out one SEND or RDMA WRITE from the peer. ok is
 // false when the connection is done; completed says a receive completed.

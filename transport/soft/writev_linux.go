@@ -2,6 +2,7 @@ package soft
 
 import (
 	"errors"
+	"io"
 	"net"
 	"syscall"
 	"unsafe"
@@ -89,4 +90,47 @@ func (s *sysWriter) peerClosed() bool {
 		return true
 	})
 	return closed
+}
+
+// sysReader does one non-blocking read(2) on the socket, through
+// RawConn.Read so it is serialized with the runtime's own reads.
+type sysReader struct {
+	rc  syscall.RawConn
+	p   []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool
+}
+
+func (s *sysReader) init(tc *net.TCPConn) {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return
+	}
+	s.rc = rc
+	s.fn = func(fd uintptr) bool {
+		s.n, s.err = syscall.Read(int(fd), s.p)
+		return true // one attempt: never wait for the socket here
+	}
+}
+
+// tryRead reads what is there; an empty socket is EAGAIN, end of stream
+// is io.EOF.
+func (s *sysReader) tryRead(p []byte) (int, error) {
+	if s.rc == nil {
+		return 0, syscall.EAGAIN
+	}
+	s.p = p
+	if err := s.rc.Read(s.fn); err != nil {
+		s.p = nil
+		return 0, err
+	}
+	s.p = nil
+	switch {
+	case s.err != nil:
+		return 0, s.err
+	case s.n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return s.n, nil
 }

@@ -17,3 +17,10 @@ func (s *sysWriter) init(*net.TCPConn)            {}
 func (s *sysWriter) writev([][]byte) (int, error) { return 0, errInlineUnsupported }
 func (s *sysWriter) peerClosed() bool             { return false }
 func errWouldBlock(err error) bool                { return errors.Is(err, errInlineUnsupported) }
+
+// sysReader: elsewhere than Linux every read blocks (the idle hook runs
+// before each).
+type sysReader struct{}
+
+func (s *sysReader) init(*net.TCPConn)           {}
+func (s *sysReader) tryRead([]byte) (int, error) { return 0, errInlineUnsupported }
