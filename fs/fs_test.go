@@ -92,8 +92,8 @@ func TestMountOptions(t *testing.T) {
 	if o.ExtraCapabilities&fuse.CAP_ASYNC_DIO == 0 || o.ExtraCapabilities&fuse.CAP_WRITEBACK_CACHE != 0 {
 		t.Errorf("ExtraCapabilities %#x: want ASYNC_DIO and no WRITEBACK_CACHE", o.ExtraCapabilities)
 	}
-	if o.DisabledCapabilities&fuse.CAP_PASSTHROUGH == 0 || !o.DirectMount {
-		t.Errorf("want passthrough disabled and DirectMount")
+	if o.DisabledCapabilities&fuse.CAP_PASSTHROUGH == 0 || !o.DirectMount || !o.IgnoreSecurityLabels {
+		t.Errorf("want passthrough disabled, DirectMount, IgnoreSecurityLabels")
 	}
 	if *o.AttrTimeout != 2*time.Second || *o.EntryTimeout != 0 {
 		t.Errorf("timeouts %v %v", *o.AttrTimeout, *o.EntryTimeout)
