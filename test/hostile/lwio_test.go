@@ -678,3 +678,61 @@ func TestRandomLWIOMessages(t *testing.T) {
 	}
 	figure(t, "%d random LWIO messages: %d connections ended (%d of them after STATUS_ACCESS_DENIED), 0 authenticated", closed, closed, denied)
 }
+
+// TestBadTargets has an authenticated peer name memory it does not own as
+// the destination of the server's RDMA WRITEs: READ data, a polling status
+// block, one VEC_READ region. The NIC check refuses the write, the
+// connection ends, nothing lands in the peer's real memory, and the
+// server serves others.
+func TestBadTargets(t *testing.T) {
+	s := newServer(t, rig.Options{})
+	ls := newLWIOSession(t, s)
+	rk := ls.file(t, "t", bytes.Repeat([]byte{9}, 16384))
+	r := mrand.New(mrand.NewPCG(5, 6))
+	cases := []struct {
+		name string
+		msg  func(p *peer, fid uint16) []byte
+	}{
+		{"READ into a guessed handle", func(p *peer, fid uint16) []byte {
+			h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), r.Uint32()|1, 0, protocol.InterruptMode(1, 1))
+			return h.Append(nil)
+		}},
+		{"READ past the end of the peer's region", func(p *peer, fid uint16) []byte {
+			h := protocol.NewReadRequest(fid, 0, 8192, p.data.Addr()+peerDataSize-4096, p.data.Handle(), 0, protocol.InterruptMode(1, 1))
+			return h.Append(nil)
+		}},
+		{"READ into the peer's local-only send buffer", func(p *peer, fid uint16) []byte {
+			h := protocol.NewReadRequest(fid, 0, 4096, p.send.Addr(), p.send.Handle(), 0, protocol.InterruptMode(1, 1))
+			return h.Append(nil)
+		}},
+		{"polling status block at a guessed handle", func(p *peer, fid uint16) []byte {
+			h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.PollingMode(p.data.Addr(), r.Uint32()|1))
+			return h.Append(nil)
+		}},
+		{"VEC_READ with one region at a guessed handle", func(p *peer, fid uint16) []byte {
+			regs := []protocol.RDMARegion{{DataVa: p.data.Addr(), DataMh: p.data.Handle(), Length: 4096}, {DataVa: p.data.Addr() + 4096, DataMh: r.Uint32() | 1, Length: 4096}}
+			v := protocol.NewVecReadRequest(fid, 0, 8192, 4096, regs, 0, protocol.InterruptMode(1, 1))
+			return v.Append(nil)
+		}},
+	}
+	for _, c := range cases {
+		p := dialPeer(t, s)
+		p.auth(ls, 4)
+		st, fid := p.register(ls, rk)
+		if st != protocol.StatusSuccess {
+			t.Fatal(st)
+		}
+		if err := p.sendMsg(c.msg(p, fid)); err != nil {
+			t.Fatal(err)
+		}
+		p.wantClosed(c.name)
+		if c.name != "VEC_READ with one region at a guessed handle" && !p.untouched(peerDataSize-4096, 4096) {
+			t.Errorf("%s: data landed in the peer's region", c.name)
+		}
+		if n := s.WaitConns(0, 5*time.Second); n != 0 {
+			t.Fatalf("%s: %d server connections remain", c.name, n)
+		}
+		s.Check(t)
+	}
+	figure(t, "%d requests aiming the server's RDMA WRITEs at memory the peer does not own: %d connections ended by the remote access check, legitimate client served after each", len(cases), len(cases))
+}
