@@ -25,6 +25,9 @@ type rawSession struct {
 	key []byte // the NTLM exported session key
 	id  uint64 // the session id
 	msg uint64 // the last message id sent
+	// authTok is the AUTHENTICATE message sent: what an observer of the
+	// setup captures.
+	authTok []byte
 }
 
 const sigOffset = 40 // Signature in the frame header (docs/session.md)
@@ -71,6 +74,7 @@ func dialRaw(t testing.TB, s *rig.Server, password string) (*rawSession, protoco
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.authTok = auth
 	r.write(frame(session.Header{MessageID: r.nextID(), Command: session.CmdSessionSetup}, blob(auth), nil))
 	f = r.read("AUTHENTICATE")
 	if f.Status != protocol.StatusSuccess {
@@ -268,8 +272,26 @@ func TestSessionSetupRefused(t *testing.T) {
 		failures++
 	}
 	r2.wantClosed("after three logon failures")
+	// A captured AUTHENTICATE (right password) replayed on a new
+	// connection answers an old challenge: refused.
+	good, st := dialRaw(t, s, rig.Password)
+	if st != protocol.StatusSuccess {
+		t.Fatal(st)
+	}
+	nc3 := dial(t, s.SessionAddr)
+	r3 := &rawSession{t: t, nc: nc3}
+	cl := smbauth.NewClient(smbauth.ClientConfig{User: rig.User, Password: "unknown to the attacker", Workstation: "hostile"})
+	neg, _ := cl.Negotiate()
+	r3.write(frame(session.Header{MessageID: r3.nextID(), Command: session.CmdSessionSetup}, blob(neg), nil))
+	if f := r3.read("NEGOTIATE"); f.Status != protocol.StatusMoreProcessingReq {
+		t.Fatal(f.Status)
+	}
+	r3.write(frame(session.Header{MessageID: r3.nextID(), Command: session.CmdSessionSetup}, blob(good.authTok), nil))
+	if f := r3.read("replayed AUTHENTICATE"); f.Status != protocol.StatusLogonFailure {
+		t.Fatalf("a replayed AUTHENTICATE answered %v, want LOGON_FAILURE", f.Status)
+	}
 	s.Check(t)
-	figure(t, "6 commands before session setup: STATUS_ACCESS_DENIED; %d wrong-password setups: LOGON_FAILURE, the third on one connection closes it", failures)
+	figure(t, "6 commands before session setup: STATUS_ACCESS_DENIED; %d wrong-password setups: LOGON_FAILURE, the third on one connection closes it; a captured AUTHENTICATE replayed on a new connection: LOGON_FAILURE", failures)
 }
 
 // TestPathEscapes tries to leave the share through the client API: ..,
