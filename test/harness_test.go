@@ -274,6 +274,7 @@ type Server struct {
 	Soft   string // softrdma listener
 	Shares map[string]string
 	p      *proc
+	args   []string
 }
 
 // ServerConfig is what a test asks of a server. A share path ending in
@@ -299,6 +300,7 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 			args = append(args, "-share", name+"="+path)
 		}
 		args = append(args, cfg.Args...)
+		s.args = args
 		s.p = startProc(t, "lwio-server", []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, args...)
 		if waitListening(s.Addr, s.p) {
 			t.Cleanup(func() {
@@ -335,6 +337,18 @@ func waitListening(addr string, p *proc) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return false
+}
+
+// crashAndRestart kills the server with SIGKILL (no goodbye to anyone) and
+// starts a new one with the same shares on the same addresses.
+func (s *Server) crashAndRestart(t testing.TB) {
+	t.Helper()
+	_ = s.p.cmd.Process.Kill()
+	<-s.p.done
+	s.p = startProc(t, "lwio-server (restarted)", []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, s.args...)
+	if !waitListening(s.Addr, s.p) {
+		t.Fatalf("the restarted lwio-server is not listening on %s:\n%s", s.Addr, s.p.out)
+	}
 }
 
 // URL is the //host:port/share argument of lwio-mount.
