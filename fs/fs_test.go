@@ -237,6 +237,17 @@ func TestMountPOSIX(t *testing.T) {
 	if !bytes.Contains(xb[:n], []byte("user.k\x00")) {
 		t.Fatalf("listxattr %q", xb[:n])
 	}
+	// security.* is the server host's policy: not shown, not settable,
+	// and no round trip (ls -l asks for security.selinux of every file).
+	must(unix.Setxattr(filepath.Join(backing, "b"), "security.lwio-test", []byte("x"), 0))
+	_, err = unix.Getxattr(p("b"), "security.lwio-test", xb)
+	wantErrno(err, syscall.ENODATA)
+	n, err = unix.Listxattr(p("b"), xb)
+	must(err)
+	if bytes.Contains(xb[:n], []byte("security.")) {
+		t.Fatalf("listxattr shows %q", xb[:n])
+	}
+	wantErrno(unix.Setxattr(p("b"), "security.lwio-test", []byte("y"), 0), syscall.EOPNOTSUPP)
 	must(unix.Removexattr(p("b"), "user.k"))
 	_, err = unix.Getxattr(p("b"), "user.k", xb)
 	wantErrno(err, syscall.ENODATA)

@@ -281,7 +281,18 @@ func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) sysca
 	return n.errno("fsync", p, err)
 }
 
+// hostLocalXattr reports whether an extended attribute belongs to the host
+// that reads it rather than to the file: security.* names (SELinux and
+// other LSM labels, file capabilities) are the server's security policy,
+// meaningless on this client — and ls -l asks for security.selinux of every
+// file, a round trip each. They are neither shown nor set through the mount
+// (as on NFS without labeled NFS).
+func hostLocalXattr(name string) bool { return strings.HasPrefix(name, "security.") }
+
 func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if hostLocalXattr(attr) {
+		return 0, syscall.ENODATA
+	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
@@ -299,6 +310,9 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if hostLocalXattr(attr) {
+		return syscall.EOPNOTSUPP
+	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
@@ -306,6 +320,9 @@ func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 }
 
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if hostLocalXattr(attr) {
+		return syscall.ENODATA
+	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
@@ -322,6 +339,9 @@ func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	}
 	var b strings.Builder
 	for _, name := range names {
+		if hostLocalXattr(name) {
+			continue
+		}
 		b.WriteString(name)
 		b.WriteByte(0)
 	}
