@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,6 +182,7 @@ func TestSlowLoris(t *testing.T) {
 			return nc
 		}},
 	}
+	goroutinesBefore := runtime.NumGoroutine()
 	type held struct {
 		kind   int
 		nc     net.Conn
@@ -230,7 +232,16 @@ func TestSlowLoris(t *testing.T) {
 		t.Errorf("%d LWIO connections remain", n)
 	}
 	s.Check(t)
-	figure(t, "legitimate client while %d slow connections were held: served in %v", len(all), during.Round(time.Millisecond))
+	goroutinesAfter := runtime.NumGoroutine()
+	for deadline := time.Now().Add(10 * time.Second); goroutinesAfter > goroutinesBefore+10 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		goroutinesAfter = runtime.NumGoroutine()
+	}
+	if goroutinesAfter > goroutinesBefore+10 {
+		t.Errorf("%d goroutines after the slow connections were dropped, %d before", goroutinesAfter, goroutinesBefore)
+	}
+	figure(t, "legitimate client while %d slow connections were held: served in %v; goroutines %d before, %d after they were dropped",
+		len(all), during.Round(time.Millisecond), goroutinesBefore, goroutinesAfter)
 }
 
 func dial(t testing.TB, addr string) net.Conn {
@@ -287,6 +298,7 @@ func TestConnectionFlood(t *testing.T) {
 		next, made, connected, denied, logonFailed, authenticated, failed atomic.Int64
 	)
 	prov := soft.New(soft.Options{RNRTimeout: 500 * time.Millisecond})
+	goroutinesBefore := runtime.NumGoroutine()
 	stopCheck := make(chan struct{})
 	var checks, checkFails atomic.Int64
 	var checkErr atomic.Value
@@ -357,6 +369,16 @@ func TestConnectionFlood(t *testing.T) {
 		t.Errorf("%d LWIO connections remain after the flood", n)
 	}
 	after := s.Check(t)
+	// Nothing the flood started may linger: goroutines settle back.
+	goroutinesAfter := runtime.NumGoroutine()
+	for deadline := time.Now().Add(10 * time.Second); goroutinesAfter > goroutinesBefore+10 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		goroutinesAfter = runtime.NumGoroutine()
+	}
+	if goroutinesAfter > goroutinesBefore+10 {
+		t.Errorf("%d goroutines after the flood, %d before", goroutinesAfter, goroutinesBefore)
+	}
+	figure(t, "goroutines in the process: %d before the flood, %d after", goroutinesBefore, goroutinesAfter)
 	figure(t, "%d connection attempts in %v (%.0f/s, %d goroutines): %d ended as expected (reset, closed or refused), %d forged AUTHs denied, %d wrong-password setups refused, %d authenticated, %d unexpected errors; %d legitimate checks during the flood, %d failed; served after in %v",
 		made.Load(), elapsed.Round(time.Millisecond), float64(made.Load())/elapsed.Seconds(), workers,
 		connected.Load(), denied.Load(), logonFailed.Load(), authenticated.Load(), failed.Load(),
