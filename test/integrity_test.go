@@ -16,7 +16,7 @@ import (
 // testRandomModel writes and reads random ranges of a file on the mount and
 // of a model file on local disk, in lock step, and compares every read, the
 // whole file after reopening, and the server's copy on disk.
-func testRandomModel(t *testing.T, dir, backing string) {
+func testRandomModel(t testing.TB, dir, backing string) {
 	const (
 		span  = 12 << 20 // offsets land below this
 		maxIO = 300 << 10
@@ -79,7 +79,7 @@ func testRandomModel(t *testing.T, dir, backing string) {
 	}
 }
 
-func wantSame(t *testing.T, path, modelPath string) {
+func wantSame(t testing.TB, path, modelPath string) {
 	t.Helper()
 	want, err := os.ReadFile(modelPath)
 	if err != nil {
@@ -89,7 +89,7 @@ func wantSame(t *testing.T, path, modelPath string) {
 }
 
 // alignedBuf returns n bytes aligned for O_DIRECT (mmap'd: page aligned).
-func alignedBuf(t *testing.T, n int) []byte {
+func alignedBuf(t testing.TB, n int) []byte {
 	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func alignedBuf(t *testing.T, n int) []byte {
 // testDirectModel is testRandomModel with O_DIRECT and 4 KiB-aligned I/O,
 // the path that skips the page cache and reaches the server one request
 // per call.
-func testDirectModel(t *testing.T, dir, backing string) {
+func testDirectModel(t testing.TB, dir, backing string) {
 	const (
 		span = 8 << 20
 		ops  = 400
@@ -206,7 +206,7 @@ func fioCases() []fioCase {
 
 // ioURingWorks tells whether fio's io_uring engine runs on local disk here;
 // when it does not, the kernel forbids it and the mount is not to blame.
-func ioURingWorks(t *testing.T) (bool, string) {
+func ioURingWorks(t testing.TB) (bool, string) {
 	dir := t.TempDir()
 	out, err := exec.Command("fio", "--name=probe", "--directory="+dir, "--size=64k", "--bs=4k",
 		"--rw=write", "--ioengine=io_uring", "--output-format=terse").CombinedOutput()
@@ -216,9 +216,9 @@ func ioURingWorks(t *testing.T) (bool, string) {
 	return true, ""
 }
 
-// runFIOVerify runs each case in dir: fio writes with crc32c checksums in
-// every block, then reads everything back and verifies; any mismatch makes
-// fio exit non-zero.
+// runFIOVerify runs each case in dir as a subtest: fio writes with crc32c
+// checksums in every block, then reads everything back and verifies; any
+// mismatch makes fio exit non-zero.
 func runFIOVerify(t *testing.T, dir string, cases []fioCase) {
 	needTool(t, "fio")
 	uring, why := ioURingWorks(t)
@@ -227,36 +227,40 @@ func runFIOVerify(t *testing.T, dir string, cases []fioCase) {
 			if c.engine == "io_uring" && !uring {
 				t.Skipf("SKIP: fio's io_uring engine fails on local disk here too: %s", why)
 			}
-			direct := "0"
-			if c.direct {
-				direct = "1"
-			}
-			args := []string{"--name=" + c.name(), "--directory=" + dir}
-			if c.numjobs > 1 {
-				args = append(args, fmt.Sprintf("--numjobs=%d", c.numjobs))
-			} else {
-				args = append(args, "--filename="+c.name()+".dat")
-			}
-			args = append(args,
-				"--rw="+c.rw, "--bs="+c.bs, "--size="+c.size,
-				"--ioengine="+c.engine, fmt.Sprintf("--iodepth=%d", c.iodepth), "--direct="+direct,
-				"--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--verify_dump=0",
-				"--mem=mmap", "--iomem_align=2m", "--randrepeat=0",
-				"--output-format=normal",
-			)
-			out := runCmd(t, dir, nil, "fio", args...)
-			if strings.Contains(out, "verify:") && strings.Contains(out, "bad") {
-				t.Fatalf("fio reported a verification failure:\n%s", tail(out, 8<<10))
-			}
-			files, _ := filepath.Glob(filepath.Join(dir, c.name()+"*"))
-			if len(files) < max(c.numjobs, 1) {
-				t.Errorf("fio left %d files, want %d: %v", len(files), max(c.numjobs, 1), files)
-			}
-			for _, f := range files {
-				if err := os.Remove(f); err != nil {
-					t.Errorf("remove fio file: %v", err)
-				}
-			}
+			fioVerify(t, dir, c)
 		})
+	}
+}
+
+func fioVerify(t testing.TB, dir string, c fioCase) {
+	direct := "0"
+	if c.direct {
+		direct = "1"
+	}
+	args := []string{"--name=" + c.name(), "--directory=" + dir}
+	if c.numjobs > 1 {
+		args = append(args, fmt.Sprintf("--numjobs=%d", c.numjobs))
+	} else {
+		args = append(args, "--filename="+c.name()+".dat")
+	}
+	args = append(args,
+		"--rw="+c.rw, "--bs="+c.bs, "--size="+c.size,
+		"--ioengine="+c.engine, fmt.Sprintf("--iodepth=%d", c.iodepth), "--direct="+direct,
+		"--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--verify_dump=0",
+		"--mem=mmap", "--iomem_align=2m", "--randrepeat=0",
+		"--output-format=normal",
+	)
+	out := runCmd(t, dir, nil, "fio", args...)
+	if strings.Contains(out, "verify:") && strings.Contains(out, "bad") {
+		t.Fatalf("fio reported a verification failure:\n%s", tail(out, 8<<10))
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, c.name()+"*"))
+	if len(files) < max(c.numjobs, 1) {
+		t.Errorf("fio left %d files, want %d: %v", len(files), max(c.numjobs, 1), files)
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil {
+			t.Errorf("remove fio file: %v", err)
+		}
 	}
 }

@@ -86,14 +86,14 @@ func pattern(seed byte, n int) []byte {
 	return b
 }
 
-func mustWrite(t *testing.T, path string, data []byte) {
+func mustWrite(t testing.TB, path string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func wantContent(t *testing.T, path string, want []byte) {
+func wantContent(t testing.TB, path string, want []byte) {
 	t.Helper()
 	got, err := os.ReadFile(path)
 	if err != nil {
