@@ -64,16 +64,17 @@ type failure struct {
 	seq    uint64           // with hasSeq: the send WR that gets status
 	status transport.Status // instead of StatusFlushed
 	hasSeq bool
-	nak    bool             // tell the peer its request nakSeq failed
-	nakSeq uint32           // with nakStatus, then drain the socket
-	nakSt  transport.Status //
-	reset  bool             // abort the TCP connection (RST)
+	nak    bool   // tell the peer its request nakSeq failed with nakSt,
+	nakSeq uint32 // then drain the socket
+	nakSt  transport.Status
+	reset  bool // abort the TCP connection (RST)
 }
 
 // conn is a softrdma queue pair over one TCP connection. A reader
-// goroutine places incoming data and generates every completion; a writer
-// goroutine transmits requests and acknowledgements. Post and PostRecv
-// only queue work and wake them.
+// goroutine places incoming data and generates every completion. Post (and
+// the reader, for acknowledgements) transmit from the calling goroutine
+// with one non-blocking writev; a writer goroutine finishes what the socket
+// did not take at once, and sends the NAK when the connection fails.
 type conn struct {
 	p       *Provider
 	nc      *net.TCPConn
@@ -106,7 +107,7 @@ type conn struct {
 	timer                *time.Timer
 
 	placed   atomic.Uint32 // peer requests placed here: the Ack we owe
-	ackSent  atomic.Uint32 // the last Ack the writer sent
+	ackSent  atomic.Uint32 // the last Ack sent (on any frame)
 	ops      atomic.Int64  // operations carried, for Faults
 	dropped  atomic.Bool   // Faults.DropAfterOps tripped: a black hole
 	ackArmed atomic.Bool   // ackTimer is running
