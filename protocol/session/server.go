@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -218,9 +219,9 @@ func (s *Server) Serve(l net.Listener) error {
 			if closing {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if temporaryAcceptError(err) {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.WithError(err).WithField("backoff", backoff).Warn("session: accept failed; retrying")
 				time.Sleep(backoff)
 				continue
 			}
@@ -349,4 +350,23 @@ func orQuiet(l logrus.FieldLogger) logrus.FieldLogger {
 	q.Out = io.Discard
 	q.Level = logrus.PanicLevel
 	return q
+}
+
+// temporaryAcceptError reports whether an Accept error is a passing
+// condition the listener survives, as net/http's Server treats it: a
+// timeout, or running out of descriptors or memory (EMFILE, ENFILE,
+// ENOBUFS, ENOMEM — what a connection flood produces), or a connection
+// that died before it was accepted (ECONNABORTED). Serving must not end
+// for those.
+func temporaryAcceptError(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
