@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -71,7 +72,15 @@ func serve(c *Config, log *logrus.Logger) error {
 	}
 	softAddrs, _ := c.softrdmaAddrs()
 	if len(softAddrs) > 0 {
-		p := soft.New(soft.Options{Logger: log.WithField("provider", soft.Name)})
+		faults, err := soft.FaultsFromEnv()
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("%s: %v", soft.EnvFaults, err)
+		}
+		if faults != nil {
+			log.WithField("faults", faults.String()).Warn("softrdma fault injection on (" + soft.EnvFaults + ")")
+		}
+		p := soft.New(soft.Options{Logger: log.WithField("provider", soft.Name), Faults: faults})
 		for _, a := range softAddrs {
 			ll, err := listen(engine, p, a)
 			if err != nil {
@@ -105,21 +114,29 @@ func serve(c *Config, log *logrus.Logger) error {
 	auth.s = sess
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 1+len(lls))
+	stopping := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := sess.Serve(sl); err != nil && !errors.Is(err, session.ErrServerClosed) {
-			errc <- fmt.Errorf("session channel: %w", err)
-		}
+		keepServing(log.WithFields(logrus.Fields{"listener": "session", "addr": sl.Addr().String()}), stopping, func() error {
+			err := sess.Serve(sl)
+			if errors.Is(err, session.ErrServerClosed) {
+				return nil
+			}
+			return err
+		})
 	}()
 	for _, ll := range lls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := engine.Serve(ll.l); err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, server.ErrServerClosed) {
-				errc <- fmt.Errorf("%s listener %s: %w", ll.provider, ll.l.Addr(), err)
-			}
+			keepServing(log.WithFields(logrus.Fields{"listener": "lwio", "provider": ll.provider, "addr": ll.l.Addr()}), stopping, func() error {
+				err := engine.Serve(ll.l)
+				if errors.Is(err, transport.ErrClosed) || errors.Is(err, server.ErrServerClosed) {
+					return nil
+				}
+				return err
+			})
 		}()
 	}
 	logStart(c, log, sl.Addr().String(), lls)
@@ -129,14 +146,10 @@ func serve(c *Config, log *logrus.Logger) error {
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	var runErr error
-	select {
-	case s := <-sig:
-		log.WithField("signal", s.String()).Info("shutting down: no new connections, finishing requests in flight")
-	case runErr = <-errc:
-		log.WithError(runErr).Error("listener failed, shutting down")
-	}
+	s := <-sig
+	log.WithField("signal", s.String()).Info("shutting down: no new connections, finishing requests in flight")
 	signal.Stop(sig)
+	close(stopping)
 	// Stop accepting everywhere, then let in-flight LWIO requests finish
 	// (or fail at the engine's shutdown timeout), then end the sessions.
 	for _, ll := range lls {
@@ -152,7 +165,33 @@ func serve(c *Config, log *logrus.Logger) error {
 		log.WithError(sessErr).Warn("session server shutdown")
 	}
 	log.Info("stopped")
-	return runErr
+	return nil
+}
+
+// keepServing runs serve until it returns nil (the server closed) or
+// stopping is closed. An accept error — EMFILE under a connection flood,
+// say — is logged and serving resumes after a backoff: one bad moment on a
+// listener must not end the server for everyone.
+func keepServing(log logrus.FieldLogger, stopping <-chan struct{}, serve func() error) {
+	backoff := 10 * time.Millisecond
+	for {
+		err := serve()
+		if err == nil {
+			return
+		}
+		select {
+		case <-stopping:
+			return
+		default:
+		}
+		log.WithError(err).WithField("retry_in", backoff.String()).Error("listener failed; serving it again")
+		select {
+		case <-stopping:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // listen opens one provider listener and works out the instances the

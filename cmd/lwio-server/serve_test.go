@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -63,5 +65,36 @@ func TestSessionConfig(t *testing.T) {
 	if len(sc.Providers) != 2 || sc.Providers[0].Name != "verbs" || sc.Providers[1].Name != "softrdma" ||
 		len(sc.Providers[1].Instances) != 2 {
 		t.Errorf("providers %v: want verbs first, softrdma with both instances", sc.Providers)
+	}
+}
+
+func TestKeepServing(t *testing.T) {
+	log := logrus.New()
+	log.Out = io.Discard
+	// Accept errors are retried; a clean close ends it.
+	calls := 0
+	keepServing(log, make(chan struct{}), func() error {
+		calls++
+		if calls < 3 {
+			return errors.New("accept4: too many open files")
+		}
+		return nil
+	})
+	if calls != 3 {
+		t.Errorf("serve called %d times, want 3", calls)
+	}
+	// Shutting down ends it even while the listener keeps failing.
+	stopping := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		keepServing(log, stopping, func() error { return errors.New("broken") })
+		close(done)
+	}()
+	time.Sleep(30 * time.Millisecond)
+	close(stopping)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("keepServing did not stop")
 	}
 }

@@ -59,7 +59,10 @@ func localProviders(want string, log logrus.FieldLogger) []transport.Provider {
 		ps = append(ps, verbs.New(verbs.Options{Logger: log}))
 	}
 	if want == "auto" || want == soft.Name {
-		ps = append(ps, soft.New(soft.Options{Logger: log}))
+		// LWIO_SOFT_FAULTS injects faults for end-to-end tests; a bad
+		// specification was already refused at start-up (checkFaultsEnv).
+		faults, _ := soft.FaultsFromEnv()
+		ps = append(ps, soft.New(soft.Options{Logger: log, Faults: faults}))
 	}
 	return ps
 }
@@ -78,4 +81,17 @@ func describeProviders(w io.Writer) {
 	} else {
 		fmt.Fprintln(w, "=> a mount uses softrdma when the server offers it, else the session channel (no RDMA)")
 	}
+}
+
+// checkFaultsEnv refuses a malformed LWIO_SOFT_FAULTS and says loudly when
+// fault injection is on.
+func checkFaultsEnv(log logrus.FieldLogger) error {
+	faults, err := soft.FaultsFromEnv()
+	if err != nil {
+		return fmt.Errorf("%s: %v", soft.EnvFaults, err)
+	}
+	if faults != nil {
+		log.WithField("faults", faults.String()).Warn("softrdma fault injection on (" + soft.EnvFaults + ")")
+	}
+	return nil
 }

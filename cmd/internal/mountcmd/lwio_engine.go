@@ -20,7 +20,10 @@ import (
 func openLWIO(ctx context.Context, o *Options, c *session.Client, tree *session.Tree, log *logrus.Logger) (*dataPath, error) {
 	var ps []transport.Provider
 	var why []string
-	for _, p := range localProviders(o.Provider, log.WithField("component", "transport")) {
+	// The providers are made once per mount and reused by every reconnect:
+	// their registered memory and device contexts are not per session.
+	o.providersOnce.Do(func() { o.providers = localProviders(o.Provider, log.WithField("component", "transport")) })
+	for _, p := range o.providers {
 		if err := p.Available(); err != nil {
 			why = append(why, fmt.Sprintf("%s: %v", p.Name(), err))
 			log.WithFields(logrus.Fields{"provider": p.Name()}).WithError(err).Debug("provider not usable here")

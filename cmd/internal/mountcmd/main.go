@@ -83,6 +83,10 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(2, err)
 	}
+	if err := checkFaultsEnv(log); err != nil {
+		ready.report(err)
+		return fail(2, err)
+	}
 	err = mount(o, log, ready)
 	ready.report(err)
 	if err != nil {

@@ -8,9 +8,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lwiofs/lwiofs/fs"
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // DefaultPort is the session channel's port when the source names none.
@@ -44,6 +46,9 @@ type Options struct {
 	// ReconnectWait bounds how long a file operation waits for a lost
 	// server to come back (0: fs.DefaultWaitTimeout).
 	ReconnectWait time.Duration
+
+	providersOnce sync.Once
+	providers     []transport.Provider
 }
 
 // Addr is the session channel address.
