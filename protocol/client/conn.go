@@ -124,6 +124,14 @@ type conn struct {
 	recvFree   []int
 	recvExcess int
 
+	// The reaper role (see reap.go): whoever holds reaping polls the CQ
+	// and dispatches every completion in it. expect counts the CQ events
+	// requests are owed (SEND completions, interrupt-mode answers).
+	reaping  atomic.Bool
+	expect   atomic.Int32
+	reapKick chan struct{}            // one slot: wakes the background reaper
+	wcs      [64]transport.Completion // the role holder's batch
+
 	spinners  atomic.Int32 // polling requests spinning now
 	spinScore atomic.Int32 // > 0 while recent spins mostly succeeded
 	spinProbe atomic.Uint32
@@ -192,12 +200,13 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 		return nil, err
 	}
 	c := &conn{
-		cl:   cl,
-		tc:   tc,
-		log:  cl.log.WithFields(logrus.Fields{"conn": idx, "provider": tc.Provider(), "remote": tc.RemoteAddr()}),
-		free: make(chan *slot, maxSlots),
-		wake: make(chan struct{}),
-		dead: make(chan struct{}),
+		cl:       cl,
+		tc:       tc,
+		log:      cl.log.WithFields(logrus.Fields{"conn": idx, "provider": tc.Provider(), "remote": tc.RemoteAddr()}),
+		free:     make(chan *slot, maxSlots),
+		reapKick: make(chan struct{}, 1),
+		wake:     make(chan struct{}),
+		dead:     make(chan struct{}),
 	}
 	ok := false
 	defer func() {
@@ -253,13 +262,21 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	var resp *protocol.StatusResponse
 	sent := false
 	var wcs [8]transport.Completion
-	for resp == nil || !sent {
+	answered := false // the server answered, then went away (a refusal does)
+	for (resp == nil || !sent) && !answered {
 		n, err := tc.CQ().Wait(ctx, wcs[:])
 		if err != nil {
+			if resp != nil {
+				break
+			}
 			return nil, fmt.Errorf("waiting for AUTH response: %w", err)
 		}
 		for _, wc := range wcs[:n] {
 			if err := wc.Err(); err != nil {
+				if resp != nil {
+					answered = true
+					break
+				}
 				return nil, fmt.Errorf("AUTH %v: %w", wc.Op, err)
 			}
 			switch {
@@ -368,38 +385,6 @@ func (c *conn) recvDone(id uint64) {
 	}
 }
 
-// reap is the connection's completion loop.
-func (c *conn) reap() {
-	var wcs [64]transport.Completion
-	cq := c.tc.CQ()
-	defer c.pool.drop()
-	for {
-		n, err := cq.Wait(context.Background(), wcs[:])
-		if err != nil {
-			c.die(err)
-			return
-		}
-		for i := range wcs[:n] {
-			wc := &wcs[i]
-			if err := wc.Err(); err != nil {
-				c.die(err)
-				continue
-			}
-			switch wc.Op {
-			case transport.OpRecv:
-				c.onRecv(wc)
-			default:
-				if wc.ID == authID {
-					continue
-				}
-				if sl := c.slotAt(int(wc.ID)); sl != nil {
-					sl.unref()
-				}
-			}
-		}
-	}
-}
-
 func (c *conn) slotAt(i int) *slot {
 	if i < 0 || i >= maxSlots {
 		return nil
@@ -417,6 +402,7 @@ func (c *conn) onRecv(wc *transport.Completion) {
 			c.die(fmt.Errorf("protocol violation: immediate data %#x names no request", wc.Imm))
 			return
 		}
+		c.expect.Add(-1)
 		c.complete(sl, result{info: sl.reqLen, st: protocol.StatusSuccess})
 		return
 	}
@@ -439,6 +425,7 @@ func (c *conn) onRecv(wc *transport.Completion) {
 		c.die(fmt.Errorf("protocol violation: response cookie %#x names no request", r.Cookie))
 		return
 	}
+	c.expect.Add(-1)
 	c.complete(sl, result{info: r.Ios.Information, st: r.Ios.Status})
 }
 
@@ -619,7 +606,13 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 	sl.refs.Store(3)
 	sl.state.Store(slotWaiting)
 	sl.wr[0] = transport.SendWR{ID: uint64(sl.idx), Op: transport.OpSend, SGL: sgl}
+	owed := int32(1) // the SEND's completion
+	if !sl.polling {
+		owed++ // and the answer
+	}
+	c.expect.Add(owed)
 	if err := c.tc.Post(sl.wr[:]...); err != nil {
+		c.expect.Add(-owed)
 		sl.state.Store(slotIdle)
 		sl.refs.Store(0)
 		c.credits.Release()
@@ -630,6 +623,11 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 		c.die(fmt.Errorf("post: %w", err))
 		return c.connErr()
 	}
+	if (sl.polling || kind == kindInterrupt) && !c.reaping.Load() {
+		// Nobody will wait on the CQ for this one: the background
+		// reaper reaps its completions.
+		signal(c.reapKick)
+	}
 	return nil
 }
 
@@ -638,6 +636,11 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 func (c *conn) wait(ctx context.Context, sl *slot) (result, error) {
 	if sl.polling {
 		return c.waitPoll(ctx, sl)
+	}
+	if c.reaping.CompareAndSwap(false, true) {
+		if r, ok := c.lead(ctx, sl); ok {
+			return r, nil
+		}
 	}
 	select {
 	case r := <-sl.done:

@@ -1,0 +1,144 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// Completions are reaped by whoever holds the connection's reaper role
+// (conn.reaping), one goroutine at a time, so they are dispatched in order:
+//
+//   - An interrupt-mode requester that finds the role free takes it and
+//     waits on the CQ itself, dispatching every completion it finds (others'
+//     go to their slots' channels) until its own has come; then it gives the
+//     role back. At queue depth 1 the completion thus wakes the requester
+//     straight from the provider, with no reaper goroutine in between, and
+//     the provider's deferred acknowledgement rides on the next request
+//     rather than going out as a message of its own.
+//   - The background reaper (one goroutine per connection) takes the role
+//     whenever completions are owed and nobody holds it, and keeps it while
+//     they are owed. A requester leaving the role while others still wait
+//     kicks it.
+//   - With nothing owed, nobody waits on the CQ; the background reaper looks
+//     every idlePoll for what the server sends unasked (delta credits) and
+//     for the connection's death.
+
+// idlePoll is how often an idle connection's CQ is looked at.
+const idlePoll = 10 * time.Millisecond
+
+// dispatch handles a batch of completions; the caller holds the role.
+func (c *conn) dispatch(wcs []transport.Completion) {
+	for i := range wcs {
+		wc := &wcs[i]
+		if err := wc.Err(); err != nil {
+			c.die(err)
+			continue
+		}
+		switch wc.Op {
+		case transport.OpRecv:
+			c.onRecv(wc)
+		default:
+			if wc.ID == authID {
+				continue
+			}
+			if sl := c.slotAt(int(wc.ID)); sl != nil {
+				c.expect.Add(-1)
+				sl.unref()
+			}
+		}
+	}
+}
+
+// lead is an interrupt-mode requester holding the role: it reaps until sl
+// has its completion, then gives the role back. ok is false when it gave
+// up (its context ended, the connection died): the caller then waits as a
+// follower, which sorts out which.
+func (c *conn) lead(ctx context.Context, sl *slot) (r result, ok bool) {
+	cq := c.tc.CQ()
+	for {
+		select {
+		case r = <-sl.done:
+			c.unlead()
+			return r, true
+		default:
+		}
+		n, err := cq.Wait(ctx, c.wcs[:])
+		if err != nil {
+			if ctx.Err() == nil {
+				c.die(err)
+			}
+			c.unlead()
+			return result{}, false
+		}
+		c.dispatch(c.wcs[:n])
+		if !c.alive() {
+			c.unlead()
+			return result{}, false
+		}
+	}
+}
+
+// unlead gives the role back and wakes the background reaper if
+// completions are still owed (or the connection is to be drained).
+func (c *conn) unlead() {
+	c.reaping.Store(false)
+	if c.expect.Load() > 0 || !c.alive() {
+		signal(c.reapKick)
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// reap is the background reaper. It returns once the connection is dead
+// and its CQ drained.
+func (c *conn) reap() {
+	cq := c.tc.CQ()
+	defer c.pool.drop()
+	var wcs [64]transport.Completion
+	idle := time.NewTimer(idlePoll)
+	defer idle.Stop()
+	dead := c.dead
+	look := false
+	for {
+		if (look || c.expect.Load() > 0 || dead == nil) && c.reaping.CompareAndSwap(false, true) {
+			look = false
+			for {
+				var n int
+				var err error
+				if c.expect.Load() > 0 || !c.alive() {
+					n, err = cq.Wait(context.Background(), wcs[:])
+				} else {
+					n = cq.Poll(wcs[:])
+				}
+				if err != nil {
+					c.die(err)
+					c.reaping.Store(false)
+					return
+				}
+				c.dispatch(wcs[:n])
+				if n == 0 && c.expect.Load() <= 0 && c.alive() {
+					break
+				}
+			}
+			c.reaping.Store(false)
+			if c.expect.Load() > 0 {
+				continue // a requester may have missed the role as it left
+			}
+		}
+		select {
+		case <-c.reapKick:
+		case <-idle.C:
+			look = true
+			idle.Reset(idlePoll)
+		case <-dead:
+			dead = nil
+		}
+	}
+}
