@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -73,6 +74,16 @@ type conn struct {
 	endAfter   int        // slot index+1 whose completion ends the connection (AUTH refused)
 	reqs       sync.WaitGroup
 	idle       chan struct{} // closing: signalled when nothing is outstanding
+
+	// The reaper role (see reap): hand is epoch<<1 | 1 while the reaper
+	// runs a request inline; stall hands the role to a new goroutine if
+	// that takes longer than stallAfter. reapEnd is closed by the reaper
+	// that sees the CQ close. pend is the request the reaper runs inline
+	// after its batch.
+	hand    atomic.Uint64
+	stall   *time.Timer
+	reapEnd chan struct{}
+	pend    *slot
 }
 
 type recvBuf struct {
@@ -94,6 +105,9 @@ func newConn(s *Server, tc transport.Conn) *conn {
 		}),
 		data: newBufPool(tc.Domain(), transport.AccessLocal, s.cfg.MaxRdmaWindowSize),
 	}
+	c.reapEnd = make(chan struct{})
+	c.stall = time.AfterFunc(time.Hour, c.takeOver)
+	c.stall.Stop()
 	c.sq.init(tc.Limits().SendQueueDepth)
 	c.slots.init(tc.Domain())
 	c.slots.data = c.data
@@ -129,6 +143,7 @@ func (c *conn) run() {
 			}
 		})
 		c.reap()
+		<-c.reapEnd // the role may have moved to another goroutine
 		timer.Stop()
 	}
 	c.teardown()
@@ -168,7 +183,11 @@ func (c *conn) fail(err error) {
 
 // reap is the connection's completion loop: receives are dispatched to
 // request goroutines, send completions return send-queue slots and finish
-// the request they end.
+// the request they end. One goroutine at a time holds the role. The last
+// I/O request of a batch may run inline, on the reaper, saving the hand-off
+// to a goroutine (see onRecv); if it outlasts stallAfter (a slow disk) a
+// new goroutine takes the role over, so the connection is never stalled
+// for longer, and this one returns once its request is done.
 func (c *conn) reap() {
 	var wcs [64]transport.Completion
 	cq := c.tc.CQ()
@@ -179,14 +198,21 @@ func (c *conn) reap() {
 				c.fail(err)
 			}
 			c.fail(transport.ErrClosed)
+			close(c.reapEnd)
 			return
+		}
+		lastRecv := -1
+		for i := range wcs[:n] {
+			if wcs[i].Op == transport.OpRecv {
+				lastRecv = i
+			}
 		}
 		sent := 0
 		for i := range wcs[:n] {
 			wc := &wcs[i]
 			switch wc.Op {
 			case transport.OpRecv:
-				c.onRecv(wc)
+				c.onRecv(wc, i == lastRecv)
 			default:
 				sent++
 				c.onSent(wc)
@@ -195,7 +221,42 @@ func (c *conn) reap() {
 		if sent > 0 {
 			c.sq.release(sent)
 		}
+		if sl := c.pend; sl != nil {
+			c.pend = nil
+			if !c.runInline(sl) {
+				return // the role moved on while this one did the disk work
+			}
+		}
 	}
+}
+
+// stallAfter is how long an inline request may hold the reaper before the
+// role moves to a new goroutine.
+const stallAfter = 100 * time.Microsecond
+
+// inlineMax is the largest request run inline when others are in flight
+// on the connection (alone, any size is).
+const inlineMax = 128 << 10
+
+// runInline runs an I/O request on the reaper; false if the role was
+// taken over meanwhile.
+func (c *conn) runInline(sl *slot) bool {
+	v := c.hand.Load() &^ 1
+	c.hand.Store(v | 1)
+	c.stall.Reset(stallAfter)
+	c.execIO(sl, true)
+	c.stall.Stop()
+	return c.hand.CompareAndSwap(v|1, v)
+}
+
+// takeOver is the stall timer: the reaper is busy with a slow inline
+// request, so this goroutine becomes the reaper.
+func (c *conn) takeOver() {
+	v := c.hand.Load()
+	if v&1 == 0 || !c.hand.CompareAndSwap(v, (v>>1+1)<<1) {
+		return
+	}
+	c.reap()
 }
 
 // onSent handles the completion of one of our SENDs or RDMA WRITEs.
@@ -221,8 +282,9 @@ func (c *conn) onSent(wc *transport.Completion) {
 	}
 }
 
-// onRecv handles one received message.
-func (c *conn) onRecv(wc *transport.Completion) {
+// onRecv handles one received message; last says no other message follows
+// it in the reaper's batch.
+func (c *conn) onRecv(wc *transport.Completion, last bool) {
 	if err := wc.Err(); err != nil {
 		var ce *transport.CompletionError
 		if errors.As(err, &ce) && ce.Status == transport.StatusLocalLength {
@@ -273,6 +335,7 @@ func (c *conn) onRecv(wc *transport.Completion) {
 	sl.hdr = h
 	sl.msg = msg
 	sl.recv = rb
+	sl.inline = false
 	switch h.Opcode {
 	case protocol.OpRead, protocol.OpVecRead, protocol.OpWrite, protocol.OpVecWrite:
 		sl.fid = c.sess.lookup(h.Fid)
@@ -281,6 +344,7 @@ func (c *conn) onRecv(wc *transport.Completion) {
 		}
 		c.mu.Lock()
 		c.ioInflight++
+		inflight := c.ioInflight
 		closing := c.state == stateClosing
 		c.mu.Unlock()
 		c.policy(h.Credits)
@@ -292,7 +356,18 @@ func (c *conn) onRecv(wc *transport.Completion) {
 			}()
 			return
 		}
-		go c.execIO(sl)
+		// The last request of the batch runs inline when a disk worker is
+		// free at once, and it is alone on the connection or small.
+		if last && (inflight == 1 || int(h.Length) <= inlineMax) && h.Opcode != protocol.OpVecRead {
+			select {
+			case c.s.workers <- struct{}{}:
+				sl.inline = true
+				c.pend = sl
+				return
+			default:
+			}
+		}
+		go c.execIO(sl, false)
 	case protocol.OpCredit, protocol.OpInterrupt:
 		// Their order matters (−N … −1; which INTERRUPT is held), so they
 		// are decided here, in arrival order; only the answer is posted
@@ -378,9 +453,29 @@ func (c *conn) post(wrs []transport.SendWR) error {
 }
 
 // postOrDrop posts the slot's chain; if that fails the connection is going
-// away and the slot is freed here.
+// away and the slot is freed here. A request run inline on the reaper must
+// not wait for send-queue room, which only the reaper frees: without room
+// it posts from a goroutine.
 func (c *conn) postOrDrop(sl *slot, wrs []transport.SendWR) {
 	wrs[len(wrs)-1].ID = wrLast | uint64(sl.idx)
+	if sl.inline {
+		sl.inline = false
+		if !c.sq.tryAcquire(len(wrs)) {
+			c.reqs.Add(1)
+			go func() {
+				defer c.reqs.Done()
+				c.postOrDrop(sl, wrs)
+			}()
+			return
+		}
+		if err := c.tc.Post(wrs...); err != nil {
+			c.sq.release(len(wrs))
+			c.fail(fmt.Errorf("post: %w", err))
+			c.slots.put(sl.idx)
+			c.checkIdle()
+		}
+		return
+	}
 	if err := c.post(wrs); err != nil {
 		c.fail(fmt.Errorf("post: %w", err))
 		c.slots.put(sl.idx)
@@ -427,8 +522,10 @@ func (c *conn) completeIO(sl *slot, wrs []transport.SendWR, st protocol.Status, 
 	intr := c.intr
 	c.intr = nil
 	c.mu.Unlock()
-	c.postOrDrop(sl, wrs)
+	inline := sl.inline
+	c.postOrDrop(sl, wrs) // sl may be reused from here on
 	if intr != nil {
+		intr.inline = inline
 		c.completeControl(intr, protocol.StatusSuccess, 0, false)
 	}
 }
@@ -525,6 +622,7 @@ func (c *conn) teardown() {
 	for _, rb := range recv {
 		rb.region.Deregister()
 	}
+	c.stall.Stop()
 	c.slots.drop()
 	c.data.drop()
 	c.log.Info("lwio: connection closed")
@@ -563,6 +661,17 @@ func (q *sendQueue) acquire(n int) error {
 	}
 	q.avail -= n
 	return nil
+}
+
+// tryAcquire takes n entries if they are free now.
+func (q *sendQueue) tryAcquire(n int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed || n > q.avail {
+		return false
+	}
+	q.avail -= n
+	return true
 }
 
 func (q *sendQueue) release(n int) {

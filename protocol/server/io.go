@@ -12,26 +12,31 @@ import (
 )
 
 // execIO runs a READ, VEC_READ, WRITE or VEC_WRITE: it validates the
-// request, waits for a disk worker (CANCEL fails it while it waits), does
-// the disk work and completes it.
-func (c *conn) execIO(sl *slot) {
+// request, waits for a disk worker (CANCEL fails it while it waits) unless
+// it holds one already, does the disk work and completes it.
+func (c *conn) execIO(sl *slot, worker bool) {
 	defer c.reqs.Done()
+	if worker {
+		defer func() { <-c.s.workers }()
+	}
 	h := &sl.hdr
 	fe := sl.fid
 	if fe == nil {
 		c.completeIO(sl, nil, protocol.StatusInvalidHandle, 0, false)
 		return
 	}
-	select {
-	case c.s.workers <- struct{}{}:
-	case <-sl.cancel:
-		c.completeIO(sl, nil, protocol.StatusCancelled, 0, false)
-		return
-	case <-c.ctx.Done():
-		c.completeIO(sl, nil, protocol.StatusCancelled, 0, false)
-		return
+	if !worker {
+		select {
+		case c.s.workers <- struct{}{}:
+		case <-sl.cancel:
+			c.completeIO(sl, nil, protocol.StatusCancelled, 0, false)
+			return
+		case <-c.ctx.Done():
+			c.completeIO(sl, nil, protocol.StatusCancelled, 0, false)
+			return
+		}
+		defer func() { <-c.s.workers }()
 	}
-	defer func() { <-c.s.workers }()
 	select {
 	case <-sl.cancel:
 		// Cancelled while it waited; a worker came free at the same time.

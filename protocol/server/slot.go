@@ -29,6 +29,7 @@ type slot struct {
 	wrs     []transport.SendWR
 	segs    []transport.Segment
 	tail    [1]transport.Segment // the completing STATUS_RESPONSE or status block
+	inline  bool                 // runs on the reaper: its posts must not wait
 }
 
 // sgl returns a one-entry gather list backed by the slot (no allocation).
