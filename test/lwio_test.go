@@ -228,6 +228,21 @@ func within(t *testing.T, d time.Duration, what string, f func() error) {
 	}
 }
 
+// TestReadOnlyMountOption: -o ro on a writable share mounts read-only.
+func TestReadOnlyMountOption(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	mustWrite(t, filepath.Join(s.Shares["share"], "f"), []byte("x"))
+	m := mountShare(t, s, MountConfig{Options: []string{"ro"}})
+	wantContent(t, filepath.Join(m.Dir, "f"), []byte("x"))
+	err := os.WriteFile(filepath.Join(m.Dir, "new"), []byte("x"), 0o644)
+	if !errors.Is(err, syscall.EROFS) {
+		t.Errorf("create on a -o ro mount: %v, want EROFS", err)
+	}
+	if _, err := os.OpenFile(filepath.Join(m.Dir, "f"), os.O_WRONLY, 0); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("open for writing on a -o ro mount: %v, want EROFS", err)
+	}
+}
+
 // TestMountErrors: a mount that cannot work fails with one line on stderr,
 // a non-zero exit, and no mount left behind.
 func TestMountErrors(t *testing.T) {

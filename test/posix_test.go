@@ -52,6 +52,7 @@ var posixSuite = map[string]func(t *testing.T, e posixEnv){
 	"ExclusiveCreate":  testExclusiveCreate,
 	"SparseAndEOFRead": testSparseAndEOFRead,
 	"SignalDuringIO":   testSignalDuringIO,
+	"LargeOffsets":     testLargeOffsets,
 }
 
 // runPOSIXSuite runs every check as a subtest in its own directory under
@@ -877,6 +878,68 @@ func testSignalDuringIO(t *testing.T, e posixEnv) {
 		unix.Close(fd)
 		if failure != nil {
 			t.Fatal(failure)
+		}
+	}
+}
+
+// testLargeOffsets writes and reads across the 4 GiB boundary and near
+// 1 TiB of a sparse file: offsets must travel as 64-bit values everywhere.
+func testLargeOffsets(t *testing.T, e posixEnv) {
+	p := filepath.Join(e.Dir, "sparse")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cases := []struct {
+		off int64
+		n   int
+	}{{1<<32 - 2048, 8192}, {1<<40 + 7, 3000}}
+	for i, c := range cases {
+		if _, err := f.WriteAt(pattern(byte(40+i), c.n), c.off); err != nil {
+			t.Fatalf("write %d bytes at %d: %v", c.n, c.off, err)
+		}
+	}
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := cases[1].off + int64(cases[1].n); st.Size() != want {
+		t.Errorf("size %d, want %d", st.Size(), want)
+	}
+	for i, c := range cases {
+		got := make([]byte, c.n)
+		if _, err := f.ReadAt(got, c.off); err != nil {
+			t.Fatalf("read %d bytes at %d: %v", c.n, c.off, err)
+		}
+		if !bytes.Equal(got, pattern(byte(40+i), c.n)) {
+			t.Errorf("read at %d differs at %d", c.off, firstDiff(got, pattern(byte(40+i), c.n)))
+		}
+	}
+	// The same across 4 GiB with O_DIRECT, page-aligned.
+	fd, err := unix.Open(p, unix.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf := alignedBuf(t, 16384)
+	copy(buf, pattern(50, len(buf)))
+	if n, err := unix.Pwrite(fd, buf, 1<<32-8192); err != nil || n != len(buf) {
+		t.Fatalf("O_DIRECT pwrite across 4 GiB: %d, %v", n, err)
+	}
+	clear(buf)
+	if n, err := unix.Pread(fd, buf, 1<<32-8192); err != nil || n != len(buf) || !bytes.Equal(buf, pattern(50, len(buf))) {
+		t.Fatalf("O_DIRECT pread across 4 GiB: %d, %v, equal %v", n, err, bytes.Equal(buf, pattern(50, len(buf))))
+	}
+	if e.Backing != "" {
+		b, err := os.Open(filepath.Join(e.Backing, "sparse"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		got := make([]byte, 3000)
+		if _, err := b.ReadAt(got, 1<<40+7); err != nil || !bytes.Equal(got, pattern(41, 3000)) {
+			t.Errorf("the server's copy near 1 TiB: %v, equal %v", err, bytes.Equal(got, pattern(41, 3000)))
 		}
 	}
 }
