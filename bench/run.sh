@@ -12,6 +12,11 @@ if [ "$(id -u)" != 0 ]; then
 	echo "bench: run as root (drop_caches, FUSE mounts, a throwaway sshd)" >&2
 	exit 1
 fi
+if [ -z "${BENCH_LABEL:-}" ] && [ -z "${BENCH_BIN:-}" ] && git rev-parse --git-dir >/dev/null 2>&1; then
+	# make bench builds bin/ from the working tree: say which.
+	BENCH_LABEL="binaries built from the working tree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- cmd fs protocol transport smbauth || echo ' with uncommitted changes')"
+	export BENCH_LABEL
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/runner" ./bench/runner

@@ -72,6 +72,7 @@ func main() {
 		size     = flag.String("size", "", "data file size (default 1g, quick 256m)")
 		workRoot = flag.String("work", "/var/tmp", "where the exported directory and mountpoints are made (a real disk, not tmpfs)")
 		report   = flag.String("report", "", "only regenerate tables and plot from this raw.json")
+		label    = flag.String("label", os.Getenv("BENCH_LABEL"), "what was measured, e.g. the commit the binaries were built from (written into results.md)")
 		only     = flag.String("jobs", "", "comma-separated job names to run (default all; e.g. seqread-qd1-direct,meta)")
 	)
 	flag.Parse()
@@ -134,6 +135,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r, err := run(ctx, cfg, *binDir, *nullfs, *workRoot)
+	if r != nil {
+		r.Label = *label
+	}
 	if r != nil && len(r.Records) > 0 {
 		if werr := os.MkdirAll(*out, 0o755); werr != nil {
 			fatalf("%v", werr)
@@ -164,6 +168,7 @@ func logf(format string, a ...any) {
 // runResult is everything one run measured; raw.json holds it.
 type runResult struct {
 	Started  time.Time
+	Label    string // what was measured (-label)
 	Duration float64 // seconds
 	Config   config
 	Machine  machine

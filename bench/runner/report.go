@@ -148,6 +148,9 @@ func writeReport(out string, r *runResult) error {
 	w("Mode %s: data file %s, fio runtime cap %ds per job, %d repetition(s), interleaved "+
 		"(every job runs on every target before the next job). Medians over repetitions. Run took %.0fs.\n\n",
 		mode, r.Config.Size, r.Config.Runtime, r.Config.Repeat, r.Duration)
+	if r.Label != "" {
+		w("Measured: %s.\n\n", r.Label)
+	}
 	w("Machine: %s, %d CPUs, %.0f GiB RAM, kernel %s, %s, %s; load average at start: %s.\n\n",
 		r.Machine.CPU, r.Machine.CPUs, r.Machine.MemGiB, r.Machine.Kernel, r.Machine.GoVersion, r.Machine.FIO, r.Machine.Load)
 	for _, n := range r.Notes {
