@@ -168,7 +168,7 @@ func logf(format string, a ...any) {
 // runResult is everything one run measured; raw.json holds it.
 type runResult struct {
 	Started  time.Time
-	Label    string // what was measured (-label)
+	Label    string  // what was measured (-label)
 	Duration float64 // seconds
 	Config   config
 	Machine  machine
