@@ -3,9 +3,11 @@ package hostile
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -430,4 +432,91 @@ func pathEscapes(t *testing.T, walk bool) {
 	s.Check(t)
 	figure(t, "%d path escapes through the client API (.., absolute, absolute/relative/nested symlinks, /proc magic link, create/rename/link/unlink/setattr through them): %d refused, outside directory unchanged",
 		len(attempts), refused)
+}
+
+// call sends a signed request and reads its answer (the raw session has
+// nothing else in flight).
+func (r *rawSession) call(cmd session.Command, tree uint32, body []byte) session.Frame {
+	r.t.Helper()
+	id := r.nextID()
+	r.write(frame(session.Header{MessageID: id, Command: cmd, SessionID: r.id, TreeID: tree}, body, r.key))
+	f := r.read(cmd.String())
+	if f.MessageID != id {
+		r.t.Fatalf("%v: answer to message %d, want %d", cmd, f.MessageID, id)
+	}
+	return f
+}
+
+func str16(s string) []byte {
+	return append(binary.LittleEndian.AppendUint16(nil, uint16(len(s))), s...)
+}
+
+// TestSessionNonReader: an authenticated session pipelines 1 MiB READs
+// and never reads the answers. The server may not block on it for more
+// than its WriteTimeout (1 s here), nor hold more than MaxInFlight
+// requests: it drops the connection and serves everyone else meanwhile.
+func TestSessionNonReader(t *testing.T) {
+	writeTimeout := time.Second
+	if d, err := time.ParseDuration(os.Getenv("LWIO_HOSTILE_WRITE_TIMEOUT")); err == nil {
+		writeTimeout = d
+	}
+	s := newServer(t, rig.Options{Session: session.ServerConfig{WriteTimeout: writeTimeout}})
+	if err := os.WriteFile(filepath.Join(s.Dir, "big"), make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, st := dialRaw(t, s, rig.Password)
+	if st != protocol.StatusSuccess {
+		t.Fatal(st)
+	}
+	f := r.call(session.CmdTreeConnect, 0, str16(rig.Share))
+	if f.Status != protocol.StatusSuccess || len(f.Body) < 4 {
+		t.Fatalf("TREE_CONNECT: %v", f.Status)
+	}
+	tree := binary.LittleEndian.Uint32(f.Body)
+	open := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(str16("big"), uint32(os.O_RDONLY)), 0)
+	f = r.call(session.CmdOpen, tree, open)
+	if f.Status != protocol.StatusSuccess || len(f.Body) < 8 {
+		t.Fatalf("OPEN: %v", f.Status)
+	}
+	handle := binary.LittleEndian.Uint64(f.Body)
+	base := s.Check(t)
+	goroutinesBefore := runtime.NumGoroutine()
+	// 200 READs of 1 MiB, written without reading a byte back.
+	const reads = 200
+	start := time.Now()
+	sent := 0
+	r.nc.SetWriteDeadline(time.Now().Add(15 * time.Second))
+	for i := 0; i < reads; i++ {
+		body := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, handle), 0), 1<<20)
+		if _, err := r.nc.Write(frame(session.Header{MessageID: r.nextID(), Command: session.CmdRead, SessionID: r.id, TreeID: tree}, body, r.key)); err != nil {
+			break // the server stopped reading, or dropped us
+		}
+		sent++
+	}
+	during := s.Check(t)
+	// Still not reading, for longer than the server's WriteTimeout.
+	time.Sleep(writeTimeout + 2*time.Second)
+	// By now the server must have given up on us: what it had sent
+	// drains, then the stream ends (EOF or reset); it does not go on.
+	r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.Copy(io.Discard, r.nc)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open %v after %d unread 1 MiB READs", time.Since(start), sent)
+	}
+	if got > 80<<20 {
+		t.Errorf("the server sent %d MiB to a client that read nothing for %v", got>>20, writeTimeout+2*time.Second)
+	}
+	ended := time.Since(start)
+	goroutinesAfter := runtime.NumGoroutine()
+	for deadline := time.Now().Add(10 * time.Second); goroutinesAfter > goroutinesBefore+10 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		goroutinesAfter = runtime.NumGoroutine()
+	}
+	if goroutinesAfter > goroutinesBefore+10 {
+		t.Errorf("%d goroutines after the non-reader was dropped, %d before", goroutinesAfter, goroutinesBefore)
+	}
+	s.Check(t)
+	figure(t, "session pipelining %d of %d 1 MiB READs without reading for %v: connection ended (all read by %v; WriteTimeout %v; %.1f MiB had been buffered toward it); legitimate client served in %v before, %v meanwhile; goroutines %d before, %d after",
+		sent, reads, writeTimeout+2*time.Second, ended.Round(time.Millisecond), writeTimeout, float64(got)/(1<<20), base.Round(time.Millisecond), during.Round(time.Millisecond), goroutinesBefore, goroutinesAfter)
 }
