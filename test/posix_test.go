@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -812,6 +813,8 @@ func entNames(ents []os.DirEntry) []string {
 	return s
 }
 
+var catchSIGUSR1 sync.Once
+
 // testSignalDuringIO reads and writes a file, buffered and O_DIRECT, while
 // another thread keeps sending the reader a caught signal (as the Go
 // runtime's SIGURG preemption, SIGCHLD or SIGALRM do to real programs).
@@ -820,13 +823,17 @@ func entNames(ents []os.DirEntry) []string {
 func testSignalDuringIO(t *testing.T, e posixEnv) {
 	p := filepath.Join(e.Dir, "f")
 	mustWrite(t, p, pattern(6, 4<<20))
-	sig := make(chan os.Signal, 1024)
-	signal.Notify(sig, syscall.SIGUSR1) // Go installs its handlers with SA_RESTART
-	defer signal.Stop(sig)
-	go func() {
-		for range sig {
-		}
-	}()
+	catchSIGUSR1.Do(func() {
+		// Caught for the rest of the run: a signal still in flight when a
+		// check ends must not meet the default action (exit). Go installs
+		// its handlers with SA_RESTART.
+		sig := make(chan os.Signal, 1024)
+		signal.Notify(sig, syscall.SIGUSR1)
+		go func() {
+			for range sig {
+			}
+		}()
+	})
 	for _, direct := range []bool{false, true} {
 		flags := unix.O_RDWR
 		if direct {
