@@ -1,10 +1,36 @@
 // Package test holds lwiofs's end-to-end tests: the real lwio-server and
-// lwio-mount binaries, built once per run, a real FUSE mount of a share in a
-// temporary directory, and real tools (fio, tar, git, sqlite3) on it.
+// lwio-mount binaries, built once per run by TestMain, a real server on a
+// free loopback port exporting a t.TempDir() share, a real FUSE mount of it
+// at a t.TempDir() mountpoint, and real tools (fio, tar, diff, git,
+// sqlite3) on it. Every mount and server is stopped by t.Cleanup (SIGTERM,
+// which must give a clean unmount and exit 0; a lazy unmount otherwise).
 //
-// harness_test.go starts and stops the processes; posix_test.go is the named
-// POSIX suite every configuration runs; the other files are the suites of
-// issue 7, item 5. The tests skip, saying why, when /dev/fuse is missing or
-// when the binaries' sources are not in the tree yet; they fail when the
-// sources are there and do not build.
+//	go test ./test/                          # all of it (root, /dev/fuse)
+//	go test ./test/ -run 'TestPOSIX/polling'  # one suite in one mode
+//	go test ./test/ -run TestPOSIX -v         # each named check
+//
+// Files:
+//
+//   - harness_test.go: TestMain (builds the binaries), servers, mounts,
+//     mountinfo, process handling.
+//   - posix_test.go: the named POSIX suite (a map name → check) that every
+//     configuration runs.
+//   - integrity_test.go: random I/O against a model file, buffered and
+//     O_DIRECT; fio --verify=crc32c over psync/io_uring, buffered/O_DIRECT,
+//     sequential/random, and four concurrent writers.
+//   - apps_test.go: tar -x + diff -r of a real source tree, git, sqlite3.
+//   - lwio_test.go: the lwiofs configurations: the suites in interrupt and
+//     polling completion mode, two mounts of one share (close-to-open),
+//     read-only shares and mounts, a server crash and restart, and mounts
+//     that must fail with one line (wrong password, unknown share,
+//     unreachable server, non-empty mountpoint, mountpoint not a directory).
+//   - reference_test.go: the same checks on a plain directory and on
+//     bench/nullfs (go-fuse loopback), where they must pass by definition.
+//   - mutation_test.go: the data checks on an in-process FUSE filesystem
+//     that flips a bit per read, where they must fail.
+//
+// The tests skip, saying why, when /dev/fuse is missing, a tool is not
+// installed, or the binaries' sources are not in the tree; they fail when
+// the sources are there and do not build. -short skips the reference and
+// mutation runs.
 package test
