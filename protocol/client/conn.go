@@ -623,9 +623,10 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 		c.die(fmt.Errorf("post: %w", err))
 		return c.connErr()
 	}
-	if (sl.polling || kind == kindInterrupt) && !c.reaping.Load() {
-		// Nobody will wait on the CQ for this one: the background
-		// reaper reaps its completions.
+	if kind == kindInterrupt && !c.reaping.Load() {
+		// Nobody waits on the CQ for its answer, which wakes the polling
+		// waiters: the background reaper reaps it. (A polling request
+		// reaps its own SEND completion: see reapNow.)
 		signal(c.reapKick)
 	}
 	return nil

@@ -87,6 +87,7 @@ func (c *conn) polled(sl *slot, r result) result {
 	sl.state.Store(slotDone)
 	c.credits.Release()
 	sl.unref() // the completion's reference
+	c.reapNow()
 	return r
 }
 

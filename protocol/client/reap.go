@@ -21,6 +21,8 @@ import (
 //     whenever completions are owed and nobody holds it, and keeps it while
 //     they are owed. A requester leaving the role while others still wait
 //     kicks it.
+//   - A polling requester, once its status block has come, reaps what is in
+//     the CQ (its SEND's completion) if the role is free (reapNow).
 //   - With nothing owed, nobody waits on the CQ; the background reaper looks
 //     every idlePoll for what the server sends unasked (delta credits) and
 //     for the connection's death.
@@ -78,6 +80,19 @@ func (c *conn) lead(ctx context.Context, sl *slot) (r result, ok bool) {
 			return result{}, false
 		}
 	}
+}
+
+// reapNow is a polling request whose status block has come: it looks at
+// the CQ once if nobody is reaping, for its SEND's completion is there by
+// now (the provider's acknowledgement arrives before the status block it
+// rides with), so the slot is free again without waking anyone.
+func (c *conn) reapNow() {
+	if !c.reaping.CompareAndSwap(false, true) {
+		return
+	}
+	n := c.tc.CQ().Poll(c.wcs[:])
+	c.dispatch(c.wcs[:n])
+	c.unlead()
 }
 
 // unlead gives the role back and wakes the background reaper if
