@@ -9,8 +9,11 @@
 // fails; a SEND longer than the posted buffer fails with a length error;
 // send completions come only after the peer acknowledged placement; on
 // disconnect every outstanding work request is flushed. Incoming data is
-// placed by the connection's own reader goroutine, read from the socket
-// into the target memory, before the application hears of it.
+// placed by the provider's receive engine, read from the socket into the
+// target memory, before the application hears of it: the engine runs in
+// the connection's reader goroutine, or, while an application goroutine
+// waits in CQ.Wait, in that goroutine (readside.go), never waiting for the
+// application.
 package soft
 
 import (
