@@ -129,6 +129,7 @@ type conn struct {
 	// requests are owed (SEND completions, interrupt-mode answers).
 	reaping  atomic.Bool
 	expect   atomic.Int32
+	sticky   atomic.Bool              // the last I/O request was a polling one
 	reapKick chan struct{}            // one slot: wakes the background reaper
 	wcs      [64]transport.Completion // the role holder's batch
 
@@ -611,6 +612,9 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 		owed++ // and the answer
 	}
 	c.expect.Add(owed)
+	if kind == kindIO && sl.polling != c.sticky.Load() {
+		c.sticky.Store(sl.polling)
+	}
 	if err := c.tc.Post(sl.wr[:]...); err != nil {
 		c.expect.Add(-owed)
 		sl.state.Store(slotIdle)
@@ -623,11 +627,8 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 		c.die(fmt.Errorf("post: %w", err))
 		return c.connErr()
 	}
-	if kind == kindInterrupt && !c.reaping.Load() {
-		// Nobody waits on the CQ for its answer, which wakes the polling
-		// waiters: the background reaper reaps it. (A polling request
-		// reaps its own SEND completion: see reapNow.)
-		signal(c.reapKick)
+	if sl.polling && !c.reaping.Load() {
+		signal(c.reapKick) // the background reaper takes the role (sticky)
 	}
 	return nil
 }

@@ -47,6 +47,13 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 		if r, ok := pollIOS(ios); ok {
 			return c.polled(sl, r), nil
 		}
+		if armed && c.reaping.CompareAndSwap(false, true) {
+			// Reap until the INTERRUPT's answer (or our status block)
+			// comes, rather than have another goroutine woken for it.
+			if r, ok := c.leadPoll(ctx, ios, wake); ok {
+				return c.polled(sl, r), nil
+			}
+		}
 		var tick <-chan time.Time
 		if !armed {
 			// No credit for an INTERRUPT: every credit is a request in
@@ -79,6 +86,35 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 		}
 		if r, ok := pollIOS(ios); ok {
 			return c.polled(sl, r), nil
+		}
+	}
+}
+
+// leadPoll holds the reaper role for a sleeping polling request: it reaps
+// until wake closes, the status block shows a result (ok) or it must give up
+// (context, connection); it gives the role back before returning.
+func (c *conn) leadPoll(ctx context.Context, ios []byte, wake chan struct{}) (result, bool) {
+	cq := c.tc.CQ()
+	defer c.unlead()
+	for {
+		select {
+		case <-wake:
+			return pollIOS(ios)
+		default:
+		}
+		n, err := cq.Wait(ctx, c.wcs[:])
+		if err != nil {
+			if ctx.Err() == nil {
+				c.die(err)
+			}
+			return result{}, false
+		}
+		c.dispatch(c.wcs[:n])
+		if r, ok := pollIOS(ios); ok {
+			return r, true
+		}
+		if !c.alive() {
+			return result{}, false
 		}
 	}
 }

@@ -22,7 +22,15 @@ import (
 //     they are owed. A requester leaving the role while others still wait
 //     kicks it.
 //   - A polling requester, once its status block has come, reaps what is in
-//     the CQ (its SEND's completion) if the role is free (reapNow).
+//     the CQ (its SEND's completion) if the role is free (reapNow); one that
+//     sleeps after sending an INTERRUPT takes the free role and reaps until
+//     the answer comes (leadPoll).
+//   - While the connection's last I/O request was a polling one (sticky),
+//     the background reaper keeps the role and waits on the CQ even with
+//     nothing owed, as a plain reaper loop would: polling requests do not
+//     wait on the CQ, and waking the reaper for each would cost more than
+//     the hop saved. The next interrupt-mode request clears sticky, and the
+//     role is free again after the next batch.
 //   - With nothing owed, nobody waits on the CQ; the background reaper looks
 //     every idlePoll for what the server sends unasked (delta credits) and
 //     for the connection's death.
@@ -127,7 +135,7 @@ func (c *conn) reap() {
 			for {
 				var n int
 				var err error
-				if c.expect.Load() > 0 || !c.alive() {
+				if c.expect.Load() > 0 || !c.alive() || c.sticky.Load() {
 					n, err = cq.Wait(context.Background(), wcs[:])
 				} else {
 					n = cq.Poll(wcs[:])
@@ -138,7 +146,7 @@ func (c *conn) reap() {
 					return
 				}
 				c.dispatch(wcs[:n])
-				if n == 0 && c.expect.Load() <= 0 && c.alive() {
+				if n == 0 && c.expect.Load() <= 0 && c.alive() && !c.sticky.Load() {
 					break
 				}
 			}
