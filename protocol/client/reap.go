@@ -32,11 +32,15 @@ import (
 //     the hop saved. The next interrupt-mode request clears sticky, and the
 //     role is free again after the next batch.
 //   - With nothing owed, nobody waits on the CQ; the background reaper looks
-//     every idlePoll for what the server sends unasked (delta credits) and
-//     for the connection's death.
+//     every idlePoll (backing off to idlePollMax) for what the server sends
+//     unasked (delta credits) and for the connection's death.
 
-// idlePoll is how often an idle connection's CQ is looked at.
-const idlePoll = 10 * time.Millisecond
+// idlePoll is how often an idle connection's CQ is looked at; the period
+// doubles up to idlePollMax while the looks find nothing.
+const (
+	idlePoll    = 10 * time.Millisecond
+	idlePollMax = 160 * time.Millisecond
+)
 
 // dispatch handles a batch of completions; the caller holds the role.
 func (c *conn) dispatch(wcs []transport.Completion) {
@@ -125,14 +129,15 @@ func (c *conn) reap() {
 	cq := c.tc.CQ()
 	defer c.pool.drop()
 	var wcs [64]transport.Completion
-	idle := time.NewTimer(idlePoll)
+	period := idlePoll
+	idle := time.NewTimer(period)
 	defer idle.Stop()
 	dead := c.dead
 	look := false
 	for {
 		if (look || c.expect.Load() > 0 || dead == nil) && c.reaping.CompareAndSwap(false, true) {
 			look = false
-			for {
+			for first := true; ; first = false {
 				var n int
 				var err error
 				if c.expect.Load() > 0 || !c.alive() || c.sticky.Load() {
@@ -146,6 +151,9 @@ func (c *conn) reap() {
 					return
 				}
 				c.dispatch(wcs[:n])
+				if n > 0 && first {
+					period = idlePoll
+				}
 				if n == 0 && c.expect.Load() <= 0 && c.alive() && !c.sticky.Load() {
 					break
 				}
@@ -157,9 +165,11 @@ func (c *conn) reap() {
 		}
 		select {
 		case <-c.reapKick:
+			period = idlePoll
 		case <-idle.C:
 			look = true
-			idle.Reset(idlePoll)
+			idle.Reset(period)
+			period = min(2*period, idlePollMax)
 		case <-dead:
 			dead = nil
 		}
