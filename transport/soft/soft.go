@@ -200,10 +200,54 @@ type listener struct {
 	cancel context.CancelFunc
 	closed <-chan struct{}
 	wg     sync.WaitGroup
+	// hellos are the connections whose hello is in progress, oldest first.
+	hellos helloTable
 }
 
-// maxHandshakes bounds hellos in progress at once.
+// maxHandshakes bounds hellos in progress at once. When the table is full
+// the oldest hello is abandoned to make room: a peer that connects and says
+// nothing must not be able to hold the listener for HandshakeTimeout by
+// opening maxHandshakes sockets.
 const maxHandshakes = 64
+
+// helloTable tracks the sockets whose hello is in progress, oldest first.
+type helloTable struct {
+	mu    sync.Mutex
+	conns []*net.TCPConn
+}
+
+func (h *helloTable) add(tc *net.TCPConn) {
+	h.mu.Lock()
+	h.conns = append(h.conns, tc)
+	h.mu.Unlock()
+}
+
+// remove forgets tc; it reports false if tc was already evicted.
+func (h *helloTable) remove(tc *net.TCPConn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, c := range h.conns {
+		if c == tc {
+			h.conns = append(h.conns[:i], h.conns[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// evictOldest cuts the oldest hello short: its deadline passes at once, so
+// its handshake fails and frees its slot. It returns the evicted socket.
+func (h *helloTable) evictOldest() *net.TCPConn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.conns) == 0 {
+		return nil
+	}
+	tc := h.conns[0]
+	h.conns = h.conns[1:]
+	_ = tc.SetDeadline(time.Unix(1, 0))
+	return tc
+}
 
 func (l *listener) acceptLoop() {
 	defer l.wg.Done()
@@ -230,15 +274,24 @@ func (l *listener) acceptLoop() {
 		}
 		select {
 		case sem <- struct{}{}:
-		case <-l.closed:
-			_ = nc.Close()
-			return
+		default:
+			if old := l.hellos.evictOldest(); old != nil {
+				l.p.log.WithField("peer", old.RemoteAddr().String()).Info("softrdma: hello table full; dropped the oldest hello in progress")
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-l.closed:
+				_ = nc.Close()
+				return
+			}
 		}
+		tc := nc.(*net.TCPConn)
+		l.hellos.add(tc)
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
 			defer func() { <-sem }()
-			l.admit(nc.(*net.TCPConn))
+			l.admit(tc)
 		}()
 	}
 }
@@ -248,6 +301,9 @@ func (l *listener) admit(tc *net.TCPConn) {
 	stop := context.AfterFunc(l.ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
 	peer, err := l.p.handshake(tc, l.cfg)
 	stop()
+	if !l.hellos.remove(tc) && err == nil {
+		err = errors.New("evicted: hello table full")
+	}
 	if err != nil {
 		l.p.log.WithError(err).WithField("peer", tc.RemoteAddr().String()).Info("softrdma: handshake failed")
 		_ = tc.Close()
