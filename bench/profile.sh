@@ -39,8 +39,11 @@ if [ "$job" = meta ]; then
 	tar -cf "$work/tree.tar" -C "$(go env GOROOT 2>/dev/null || echo /usr/local/go)/src" net
 	(end=$((SECONDS + secs + 2)); while [ $SECONDS -lt $end ]; do bench/meta.sh "$work/mnt" "$work/tree.tar" 2000 >/dev/null; done) &
 else
+	# Time-based here, whatever the job file says: a one-pass sequential job
+	# would end before perf has sampled anything.
+	{ cat "bench/fio/$job.fio"; echo "time_based=1"; } >"$work/job.fio"
 	BENCH_DIR="$work/mnt" BENCH_SIZE=256m BENCH_RUNTIME=$((secs + 2)) BENCH_DIRECT=$direct \
-		fio --output-format=json --output="$work/fio.json" "bench/fio/$job.fio" &
+		fio --output-format=json --output="$work/fio.json" "$work/job.fio" &
 fi
 fio_pid=$!
 # Context switches of every thread of a process (voluntary + involuntary).
