@@ -357,8 +357,10 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 			return
 		}
 		// The last request of the batch runs inline when a disk worker is
-		// free at once, and it is alone on the connection or small.
-		if last && (inflight == 1 || int(h.Length) <= inlineMax) && h.Opcode != protocol.OpVecRead {
+		// free at once, and it is alone on the connection or small. Not
+		// in polling mode: measured slower there (the client spins, and
+		// its INTERRUPT must not wait behind the reaper's disk work).
+		if last && h.Flags&protocol.FlagInterrupt != 0 && (inflight == 1 || int(h.Length) <= inlineMax) && h.Opcode != protocol.OpVecRead {
 			select {
 			case c.s.workers <- struct{}{}:
 				sl.inline = true
