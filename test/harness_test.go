@@ -48,6 +48,11 @@ var binaries struct {
 }
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(corruptFSEnv); dir != "" {
+		// This binary re-executed as the corrupting filesystem of
+		// mutation_test.go: serve it, then exit.
+		os.Exit(serveCorruptFS(dir, os.Args[len(os.Args)-1]))
+	}
 	code := func() int {
 		dir, err := os.MkdirTemp("", "lwiofs-e2e-bin-")
 		if err != nil {
@@ -231,7 +236,9 @@ func startProc(t testing.TB, name string, env []string, bin string, args ...stri
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out
 	// Its own process group: a test's Ctrl-C or SIGTERM is for the test.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// SIGTERM when the test binary dies (a -timeout panic, a crash), so a
+	// mount or server never outlives the test that started it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}

@@ -3,8 +3,11 @@ package test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -164,13 +167,39 @@ func (f *corruptFile) Read(ctx context.Context, buf []byte, off int64) (fuse.Rea
 	return fuse.ReadResultData(out), 0
 }
 
-// mountCorrupting mounts dir with the corrupting loopback in this process
-// (passthrough off, so reads do reach Read) until the test ends.
+// corruptFSEnv, when set, makes the test binary serve the corrupting
+// filesystem over the directory it names instead of running tests (see
+// TestMain): the mount then lives in its own process, which unmounts on
+// SIGTERM and gets one if this test binary dies.
+const corruptFSEnv = "LWIOFS_TEST_CORRUPTFS"
+
+// mountCorrupting mounts dir with the corrupting loopback, served by this
+// test binary re-executed, until the test ends.
 func mountCorrupting(t *testing.T, dir string, poison int64) string {
 	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	p := startProc(t, "corruptfs", []string{corruptFSEnv + "=" + dir, fmt.Sprintf("LWIOFS_TEST_POISON=%d", poison)},
+		self, "-test.run=^$", mnt)
+	waitMounted(t, p, mnt, dir)
+	return mnt
+}
+
+// serveCorruptFS mounts the corrupting loopback of dir at mnt and serves it
+// until SIGTERM or SIGINT; it returns the exit code.
+func serveCorruptFS(dir, mnt string) int {
+	poison, err := strconv.ParseInt(os.Getenv("LWIOFS_TEST_POISON"), 10, 64)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "corruptfs: LWIOFS_TEST_POISON: %v\n", err)
+		return 2
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(dir, &st); err != nil {
-		t.Fatal(err)
+		fmt.Fprintf(os.Stderr, "corruptfs: %v\n", err)
+		return 1
 	}
 	root := &gofs.LoopbackRoot{Path: dir, Dev: uint64(st.Dev)}
 	root.NewNode = func(r *gofs.LoopbackRoot, _ *gofs.Inode, _ string, _ *syscall.Stat_t) gofs.InodeEmbedder {
@@ -178,7 +207,6 @@ func mountCorrupting(t *testing.T, dir string, poison int64) string {
 	}
 	rootNode := root.NewNode(root, nil, "", &st)
 	root.RootNode = rootNode
-	mnt := t.TempDir()
 	zero := time.Duration(0)
 	server, err := gofs.Mount(mnt, rootNode, &gofs.Options{
 		AttrTimeout: &zero, EntryTimeout: &zero, NegativeTimeout: &zero,
@@ -188,13 +216,19 @@ func mountCorrupting(t *testing.T, dir string, poison int64) string {
 		},
 	})
 	if err != nil {
-		t.Fatalf("mount the corrupting filesystem: %v", err)
+		fmt.Fprintf(os.Stderr, "corruptfs: mount %s: %v\n", mnt, err)
+		return 1
 	}
-	t.Cleanup(func() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-sig
 		if err := server.Unmount(); err != nil {
-			t.Errorf("unmount the corrupting filesystem: %v", err)
-			forceUnmount(mnt)
+			fmt.Fprintf(os.Stderr, "corruptfs: unmount: %v\n", err)
+			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+			os.Exit(1)
 		}
-	})
-	return mnt
+	}()
+	server.Wait()
+	return 0
 }
