@@ -3,7 +3,8 @@
 // free loopback port exporting a t.TempDir() share, a real FUSE mount of it
 // at a t.TempDir() mountpoint, and real tools (fio, tar, diff, git,
 // sqlite3) on it. Every mount and server is stopped by t.Cleanup (SIGTERM,
-// which must give a clean unmount and exit 0; a lazy unmount otherwise).
+// which must give a clean unmount and exit 0; a lazy unmount otherwise),
+// and gets SIGTERM if the test binary dies first.
 //
 //	go test ./test/                          # all of it (root, /dev/fuse)
 //	go test ./test/ -run 'TestPOSIX/polling'  # one suite in one mode
@@ -26,8 +27,9 @@
 //     unreachable server, non-empty mountpoint, mountpoint not a directory).
 //   - reference_test.go: the same checks on a plain directory and on
 //     bench/nullfs (go-fuse loopback), where they must pass by definition.
-//   - mutation_test.go: the data checks on an in-process FUSE filesystem
-//     that flips a bit per read, where they must fail.
+//   - mutation_test.go: the data checks on a FUSE filesystem that flips a
+//     bit per read (served by this test binary re-executed), where they
+//     must fail.
 //
 // The tests skip, saying why, when /dev/fuse is missing, a tool is not
 // installed, or the binaries' sources are not in the tree; they fail when
