@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -63,6 +64,7 @@ type Client struct {
 	err     error                 // why the connection died
 
 	key        atomic.Pointer[[]byte] // session key, set during setup
+	macs       atomic.Pointer[macs]   // signs and verifies with key
 	signing    atomic.Bool            // every frame signed both ways
 	sessionID  uint64
 	serverName string
@@ -159,6 +161,7 @@ func (c *Client) setup(ctx context.Context) error {
 		return fmt.Errorf("session setup: %w", err)
 	}
 	c.key.Store(&key)
+	c.macs.Store(newMACs(key))
 	var done sessionSetupDone
 	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, &done)
 	if err != nil {
@@ -231,8 +234,9 @@ func (c *Client) fail(err error) {
 }
 
 func (c *Client) readLoop() {
+	br := bufio.NewReaderSize(c.nc, readBufferSize)
 	for {
-		f, raw, err := ReadFrame(c.nc)
+		f, raw, err := ReadFrame(br)
 		if err != nil {
 			select {
 			case <-c.done:
@@ -256,8 +260,8 @@ func (c *Client) accept(f Frame, raw []byte) error {
 		return errors.New("session: server sent a request frame")
 	}
 	if f.Flags&FlagSigned != 0 {
-		k := c.key.Load()
-		if k == nil || !verifyFrame(*k, raw) {
+		m := c.macs.Load()
+		if m == nil || !m.verifyFrame(raw) {
 			return ErrBadSignature
 		}
 	} else if c.signing.Load() {
@@ -338,7 +342,7 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 	c.mu.Unlock()
 	putMessageID(raw, id)
 	if c.signing.Load() {
-		signFrame(*c.key.Load(), raw)
+		c.macs.Load().signFrame(raw)
 	}
 	c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 	_, werr := c.nc.Write(raw)

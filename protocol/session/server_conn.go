@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -108,14 +109,19 @@ func (c *serverConn) serve() {
 	}
 }
 
+// readBufferSize is the read buffer of a connection: a frame's length and
+// the rest of it (and often the frames after it) come in one read(2).
+const readBufferSize = 64 << 10
+
 func (c *serverConn) readLoop() error {
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.SetupTimeout))
+	br := bufio.NewReaderSize(c.nc, readBufferSize)
 	for {
 		limit := uint32(MaxFrameSize)
 		if c.sess.Load() == nil {
 			limit = maxSetupFrameSize
 		}
-		f, raw, err := readFrame(c.nc, limit)
+		f, raw, err := readFrame(br, limit)
 		if err != nil {
 			return err
 		}
@@ -132,7 +138,7 @@ func (c *serverConn) readLoop() error {
 			if f.Flags&FlagSigned == 0 {
 				return ErrUnsigned
 			}
-			if !verifyFrame(ss.key, raw) {
+			if !ss.macs.verifyFrame(raw) {
 				c.log.WithFields(logrus.Fields{"msgid": f.MessageID, "cmd": f.Command}).Warn("bad signature")
 				return ErrBadSignature
 			}
@@ -156,6 +162,19 @@ func (c *serverConn) readLoop() error {
 			c.setState(stateClosed)
 			return nil
 		}
+		if len(c.sem) == 0 && inlineCommand(f.Command) && br.Buffered() == 0 {
+			// Nothing else in flight and nothing more read: a quick
+			// namespace operation runs on the reader itself, saving a
+			// goroutine hand-off (and the wake-up of an idle thread
+			// that comes with it) on every round trip at queue depth 1.
+			// A request that comes meanwhile waits for it, as it
+			// would for a free thread.
+			if err := c.handle(ss, f); err != nil {
+				c.log.WithError(err).WithField("cmd", f.Command).Warn("dropping connection: malformed request")
+				return err
+			}
+			continue
+		}
 		c.sem <- struct{}{}
 		c.inflight.Add(1)
 		go func() {
@@ -167,6 +186,20 @@ func (c *serverConn) readLoop() error {
 			}
 		}()
 	}
+}
+
+// inlineCommand reports whether a request is quick enough to run on the
+// connection's reader when it is alone: single-inode namespace operations
+// on the local disk. Data (READ, WRITE), FSYNC, READDIR (a whole
+// directory) and the pipe go to their own goroutine.
+func inlineCommand(cmd Command) bool {
+	switch cmd {
+	case CmdGetAttr, CmdSetAttr, CmdMkdir, CmdRmdir, CmdOpen, CmdClose, CmdUnlink, CmdRename,
+		CmdSymlink, CmdReadlink, CmdLink, CmdGetXattr, CmdSetXattr, CmdListXattr, CmdRemoveXattr,
+		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS:
+		return true
+	}
+	return false
 }
 
 // sessionSetup runs one round of the NTLM exchange (MS-SMB2 3.3.5.5):
@@ -210,6 +243,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	ss := &serverSession{
 		id:      c.s.nextSession.Add(1),
 		key:     res.SessionKey,
+		macs:    newMACs(res.SessionKey),
 		user:    strings.ToLower(res.User),
 		trees:   map[uint32]*share{},
 		handles: map[Handle]*openFile{},
@@ -222,7 +256,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	h.SessionID = ss.id
 	// The final response is the first signed frame; the session key is in
 	// force for every frame after it, both ways.
-	c.respondSigned(h, ss.key, protocol.StatusSuccess, &sessionSetupDone{ServerName: c.s.cfg.ServerName})
+	c.respondSigned(h, ss.macs, protocol.StatusSuccess, &sessionSetupDone{ServerName: c.s.cfg.ServerName})
 	c.sess.Store(ss)
 	c.setState(stateEstablished)
 	if c.stopping.Load() {
@@ -239,15 +273,15 @@ func (c *serverConn) setState(to connState) {
 
 // respond writes a response to req, signed when a session is established.
 func (c *serverConn) respond(req Header, st protocol.Status, body message) {
-	var key []byte
+	var m *macs
 	if ss := c.sess.Load(); ss != nil {
-		key = ss.key
+		m = ss.macs
 		req.SessionID = ss.id
 	}
-	c.respondSigned(req, key, st, body)
+	c.respondSigned(req, m, st, body)
 }
 
-func (c *serverConn) respondSigned(req Header, key []byte, st protocol.Status, body message) {
+func (c *serverConn) respondSigned(req Header, m *macs, st protocol.Status, body message) {
 	h := Header{
 		MessageID: req.MessageID,
 		Command:   req.Command,
@@ -268,8 +302,8 @@ func (c *serverConn) respondSigned(req Header, key []byte, st protocol.Status, b
 			Status: protocol.StatusBufferOverflow, SessionID: h.SessionID, TreeID: h.TreeID}, nil)
 	}
 	putLength(raw)
-	if key != nil {
-		signFrame(key, raw)
+	if m != nil {
+		m.signFrame(raw)
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()

@@ -22,6 +22,7 @@ const StatusNetworkNameDeleted = protocol.Status(0xC00000C9)
 type serverSession struct {
 	id   uint64
 	key  []byte
+	macs *macs  // signs and verifies with key
 	user string // lower-cased
 
 	mu       sync.Mutex
