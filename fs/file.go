@@ -42,6 +42,9 @@ type fileHandle struct {
 	data     atomic.Pointer[dataBox] // nil until attached
 	attachMu sync.Mutex
 	released atomic.Bool
+	// inlined counts the bytes written over the session channel before
+	// the data path was attached (see inlineWrite).
+	inlined atomic.Int64
 }
 
 type dataBox struct{ DataFile }
@@ -58,10 +61,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
+	g := n.forget()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
 	if err != nil {
 		return nil, 0, n.errno("open", p, err)
 	}
+	n.rememberAt(g, a)
 	return n.newHandle(p, h, int(flags)), n.openFlags(a, int(flags)), 0
 }
 
@@ -69,6 +74,8 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
+	n.forget()
+	defer n.forget()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
 	if err != nil {
 		return nil, nil, 0, n.errno("create", p, err)
@@ -139,6 +146,8 @@ func (f *fileHandle) dirty() {
 	n := f.node
 	n.mu.Lock()
 	n.cache = validator{}
+	n.freshValid = false // size and mtime move
+	n.freshGen++
 	n.mu.Unlock()
 }
 
@@ -169,8 +178,42 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
+// InlineWriteMax is how many bytes a file handle writes over the session
+// channel (its WRITE command, on the open handle) before it attaches the
+// LWIO data path. Attaching costs a resume key and a REGISTER before the
+// first write and an LWIO CLOSE at release — three round trips — which for
+// a small file (tar -x, a compiler's output, an editor's save) cost more
+// than its data. A handle that writes more than this, or writes with
+// O_DIRECT, attaches and moves the rest over LWIO; both paths write
+// through to the same server file before the kernel is answered.
+const InlineWriteMax = 128 << 10
+
+// inlineWrite reports whether a write of n bytes goes over the session
+// channel: nothing attached yet, and the handle's inline budget holds it.
+func (f *fileHandle) inlineWrite(n int) (HandleIO, bool) {
+	if f.data.Load() != nil || f.flags&syscall.O_DIRECT != 0 || f.node.fs.opts.NoInlineWrites {
+		return nil, false
+	}
+	hio, ok := f.node.fs.tree.(HandleIO)
+	if !ok {
+		return nil, false
+	}
+	if f.inlined.Add(int64(n)) > InlineWriteMax {
+		return nil, false
+	}
+	return hio, true
+}
+
 func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, syscall.Errno) {
 	f.dirty()
+	defer f.dirty() // and attributes fetched during the write predate it
+	if hio, ok := f.inlineWrite(len(buf)); ok {
+		n, err := f.run(ctx, func(ctx context.Context) (int, error) { return hio.WriteAt(ctx, f.h, buf, off) })
+		if err != nil {
+			return uint32(n), f.errno("write", err)
+		}
+		return uint32(n), 0
+	}
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return 0, f.errno("register", err)

@@ -44,6 +44,9 @@ type Options struct {
 	// MaxBackground bounds asynchronous requests the kernel keeps in
 	// flight (readahead, O_DIRECT with ASYNC_DIO); 0 means MaxBackground.
 	MaxBackground int
+	// NoInlineWrites sends every write over the data path: no file
+	// writes its first InlineWriteMax bytes over the session channel.
+	NoInlineWrites bool
 	// Logger receives the filesystem's logs; nil means quiet.
 	Logger logrus.FieldLogger
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -32,6 +33,74 @@ type Node struct {
 	// cache is the validator the kernel's page cache of this file was
 	// filled under (close-to-open; see keepCache).
 	cache validator
+	// fresh holds the attributes the server last sent for this node and
+	// when they came (see freshAttr).
+	fresh      session.Attr
+	freshAt    time.Time
+	freshValid bool
+	freshGen   uint64 // bumped by every change this mount makes
+}
+
+// freshAttrAge bounds how long a GETATTR is answered from attributes the
+// server just sent in another reply (a SETATTR's, a LOOKUP's, a CREATE's),
+// capped by the mount's attribute timeout. The kernel asks for attributes
+// it has just been given: before every chown (to recompute the set-user-ID
+// bits it may have to clear), after a rename or link… — `tar -x` does
+// "utimens, chown, chmod" per file, and the chown's GETATTR would be a
+// round trip for what the utimens answered a moment ago. Every operation
+// of this mount that changes the node (a write, a setattr, a namespace
+// change in or of it, an xattr change) drops them, so they are only ever
+// as stale as a change made by another client within this window — well
+// inside what attr_timeout already allows.
+const freshAttrAge = 100 * time.Millisecond
+
+// forget drops the remembered attributes — this mount is changing the
+// node — and returns the new generation: attributes fetched by a request
+// that overlapped the change are not remembered (rememberAt).
+func (n *Node) forget() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.freshValid = false
+	n.freshGen++
+	return n.freshGen
+}
+
+// gen is the current generation of the remembered attributes.
+func (n *Node) gen() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.freshGen
+}
+
+// rememberAt records attributes the server sent in answer to a request
+// begun at generation g, unless the node changed meanwhile.
+func (n *Node) rememberAt(g uint64, a session.Attr) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.freshGen == g {
+		n.fresh, n.freshAt, n.freshValid = a, time.Now(), true
+	}
+}
+
+// freshAttr returns remembered attributes if they are recent enough.
+func (n *Node) freshAttr() (session.Attr, bool) {
+	age := min(freshAttrAge, n.fs.opts.AttrTimeout)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.freshValid || age <= 0 || time.Since(n.freshAt) >= age {
+		return session.Attr{}, false
+	}
+	return n.fresh, true
+}
+
+// forgetChild drops the remembered attributes of the child called name,
+// if the kernel knows it.
+func (n *Node) forgetChild(name string) {
+	if c := n.GetChild(name); c != nil {
+		if cn, ok := c.Operations().(*Node); ok {
+			cn.forget()
+		}
+	}
 }
 
 var (
@@ -91,7 +160,14 @@ func fillAttr(out *fuse.Attr, a session.Attr) {
 // fills out with them.
 func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut) *gofs.Inode {
 	fillAttr(&out.Attr, a)
-	return n.NewInode(ctx, &Node{fs: n.fs}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	fresh := &Node{fs: n.fs}
+	child := n.NewInode(ctx, fresh, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	if child.Operations() == fresh {
+		// A node nothing else can have changed yet. (An existing one
+		// may have a change in flight that these attributes predate.)
+		fresh.rememberAt(0, a)
+	}
+	return child
 }
 
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -108,7 +184,12 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	if a, ok := n.freshAttr(); ok {
+		fillAttr(&out.Attr, a)
+		return 0
+	}
 	p := n.path()
+	g := n.gen()
 	a, err := n.fs.tree.GetAttr(ctx, p)
 	if fh, ok := f.(*fileHandle); ok && err != nil {
 		// fstat of a file unlinked or renamed elsewhere: ask by handle
@@ -118,6 +199,7 @@ func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 	if err != nil {
 		return n.errno("getattr", p, err)
 	}
+	n.rememberAt(g, a)
 	fillAttr(&out.Attr, a)
 	return 0
 }
@@ -169,10 +251,13 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		h = fh.h
 	}
 	s := setAttrIn(in)
+	g := n.forget()
 	a, err := n.fs.tree.SetAttr(ctx, p, h, s)
 	if err != nil {
+		n.forget()
 		return n.errno("setattr", p, err)
 	}
+	n.rememberAt(g, a)
 	if s.Valid&session.SetSize != 0 {
 		n.mu.Lock()
 		n.cache = validator{} // the kernel truncated its pages; the server's mtime moved
@@ -186,6 +271,8 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
+	n.forget()
+	defer n.forget()
 	a, err := n.fs.tree.Mkdir(ctx, p, mode)
 	if err != nil {
 		return nil, n.errno("mkdir", p, err)
@@ -197,6 +284,10 @@ func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
+	n.forget()
+	n.forgetChild(name)
+	defer n.forgetChild(name)
+	defer n.forget()
 	return n.errno("rmdir", p, n.fs.tree.Rmdir(ctx, p))
 }
 
@@ -204,6 +295,10 @@ func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
+	n.forget()
+	n.forgetChild(name)
+	defer n.forgetChild(name)
+	defer n.forget()
 	return n.errno("unlink", p, n.fs.tree.Unlink(ctx, p))
 }
 
@@ -212,6 +307,16 @@ func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	defer cancel()
 	oldPath := n.childPath(name)
 	newPath := joinPath(newParent.EmbeddedInode().Path(n.Root()), newName)
+	forgetAll := func() {
+		n.forget()
+		n.forgetChild(name)
+		if np, ok := newParent.(*Node); ok {
+			np.forget()
+			np.forgetChild(newName)
+		}
+	}
+	forgetAll()
+	defer forgetAll()
 	return n.errno("rename", oldPath, n.fs.tree.Rename(ctx, oldPath, newPath, flags))
 }
 
@@ -219,6 +324,8 @@ func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
+	n.forget()
+	defer n.forget()
 	a, err := n.fs.tree.Symlink(ctx, target, p)
 	if err != nil {
 		return nil, n.errno("symlink", p, err)
@@ -242,6 +349,14 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	defer cancel()
 	oldPath := target.EmbeddedInode().Path(n.Root())
 	p := n.childPath(name)
+	forgetAll := func() {
+		n.forget()
+		if tn, ok := target.(*Node); ok {
+			tn.forget()
+		}
+	}
+	forgetAll()
+	defer forgetAll()
 	a, err := n.fs.tree.Link(ctx, oldPath, p)
 	if err != nil {
 		return nil, n.errno("link", p, err)
@@ -316,6 +431,8 @@ func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
+	n.forget()
+	defer n.forget()
 	return n.errno("setxattr", p, n.fs.tree.SetXattr(ctx, p, attr, data, int(flags)))
 }
 
@@ -326,6 +443,8 @@ func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
+	n.forget()
+	defer n.forget()
 	return n.errno("removexattr", p, n.fs.tree.RemoveXattr(ctx, p, attr))
 }
 

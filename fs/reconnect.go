@@ -480,6 +480,36 @@ func (r *Reconnector) RemoveXattr(ctx context.Context, path, name string) error 
 
 // Data path.
 
+var _ HandleIO = (*Reconnector)(nil)
+
+// ReadAt reads from an open file over the session channel (HandleIO),
+// re-opening it after a reconnect; replayed, as the offset is explicit.
+func (r *Reconnector) ReadAt(ctx context.Context, vh session.Handle, p []byte, off int64) (n int, err error) {
+	err = r.do(ctx, true, func(s *Session, gen uint64) error {
+		real, err := r.realHandle(ctx, s, gen, vh)
+		if err != nil {
+			return err
+		}
+		n, err = s.Tree.ReadAt(ctx, real, p, off)
+		return err
+	})
+	return n, err
+}
+
+// WriteAt writes to an open file over the session channel (HandleIO),
+// re-opening it after a reconnect; replayed, as the offset is explicit.
+func (r *Reconnector) WriteAt(ctx context.Context, vh session.Handle, p []byte, off int64) (n int, err error) {
+	err = r.do(ctx, true, func(s *Session, gen uint64) error {
+		real, err := r.realHandle(ctx, s, gen, vh)
+		if err != nil {
+			return err
+		}
+		n, err = s.Tree.WriteAt(ctx, real, p, off)
+		return err
+	})
+	return n, err
+}
+
 // Attach returns a data file that re-attaches itself (re-open, resume key,
 // REGISTER) after a reconnect.
 func (r *Reconnector) Attach(ctx context.Context, vh session.Handle, flags int) (DataFile, error) {
