@@ -256,11 +256,26 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 
 	// FIG. 5: connect and authenticate, spreading over the instances.
+	// A negotiate Key authenticates one connection only (the server refuses
+	// it a second time, so a captured AUTH cannot be replayed), so every
+	// connection after the first asks the pipe for a Key of its own.
 	var firstErr error
+	authKey, keyUsed := resp.Key, false
 	for i := 0; len(cl.conns) < cfg.Connections && i < cfg.Connections+len(targets); i++ {
 		t := targets[i%len(targets)]
+		if keyUsed {
+			more, err := cfg.Negotiate(ctx, protocol.NewNegotiateRequest(cfg.ClientName, key, offer))
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("lwio client: negotiate: %w", err)
+				}
+				break
+			}
+			authKey = more.Key
+		}
+		keyUsed = true
 		cctx, cancel := context.WithTimeout(ctx, cfg.AuthTimeout)
-		c, err := dial(cctx, cl, len(cl.conns), t.p, t.addr, resp.Key)
+		c, err := dial(cctx, cl, len(cl.conns), t.p, t.addr, authKey)
 		cancel()
 		if err != nil {
 			log.WithFields(logrus.Fields{"provider": t.p.Name(), "addr": t.addr}).WithError(err).Warn("lwio: connection failed")

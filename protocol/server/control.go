@@ -61,6 +61,10 @@ func (c *conn) auth(h *protocol.Header, msg []byte) {
 		deny("SessionId of another session", protocol.StatusAccessDenied)
 		return
 	}
+	if !c.s.claimKey(p.Key) {
+		deny("Key already authenticated a connection (replayed AUTH?)", protocol.StatusAccessDenied)
+		return
+	}
 	want := int(p.Credits)
 	if want <= 0 || want > c.s.cfg.Credits {
 		want = c.s.cfg.Credits

@@ -113,11 +113,11 @@ func TestCreditBudget(t *testing.T) {
 		t.Fatalf("first connection got %d credits", sp.Credits)
 	}
 	b := e.dial()
-	if sp := b.auth(key, signing, 4); sp.Credits != 2 {
+	if sp := b.auth(e.another(key), signing, 4); sp.Credits != 2 {
 		t.Fatalf("second connection got %d credits, want the 2 left", sp.Credits)
 	}
 	c := e.dial()
-	ap := c.authParams(key, 4)
+	ap := c.authParams(e.another(key), 4)
 	ap.Sign(signing)
 	req := protocol.NewAuthRequest(ap, c.data.Addr(), c.data.Handle(), 9)
 	c.sendMsg(req.Append(nil))
@@ -212,5 +212,27 @@ func TestInterruptHeld(t *testing.T) {
 	st, _ := protocol.DecodeIOStatusBlock(p.data.Bytes()[1<<20 : 1<<20+8])
 	if st.Status != protocol.StatusSuccess || st.Information != 4096 {
 		t.Fatalf("status block %+v", st)
+	}
+}
+
+// A negotiate Key authenticates one connection: the bytes of a captured AUTH
+// sent again on a new connection are refused, and the first connection goes
+// on being served.
+func TestAuthKeyOnce(t *testing.T) {
+	e := newEnv(t, Config{})
+	key, signing := e.session(7)
+	a := e.dial()
+	a.auth(key, signing, 4)
+	b := e.dial()
+	ap := b.authParams(key, 4)
+	ap.Sign(signing)
+	req := protocol.NewAuthRequest(ap, b.data.Addr(), b.data.Handle(), 9)
+	b.sendMsg(req.Append(nil))
+	if r := b.wantResponse("AUTH"); r.Ios.Status != protocol.StatusAccessDenied {
+		t.Fatalf("second AUTH with a used Key: %+v, want STATUS_ACCESS_DENIED", r)
+	}
+	c := e.dial()
+	if sp := c.auth(e.another(key), signing, 4); sp.Credits == 0 {
+		t.Fatalf("AUTH with a fresh Key of the same session: %+v", sp)
 	}
 }

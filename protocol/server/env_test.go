@@ -132,6 +132,18 @@ func (e *env) session(id uint64) (key [16]byte, signing []byte) {
 	return key, signing
 }
 
+// another issues one more negotiate Key for the session that key belongs
+// to, as a second \PIPE\LWIO negotiate would: a Key authenticates one
+// connection only.
+func (e *env) another(key [16]byte) [16]byte {
+	e.auth.mu.Lock()
+	defer e.auth.mu.Unlock()
+	var k [16]byte
+	rand.Read(k[:])
+	e.auth.sessions[k] = e.auth.sessions[key]
+	return k
+}
+
 func (e *env) file(id uint64, name string, content []byte) (protocol.ResumeKey, *os.File) {
 	path := filepath.Join(e.dir, name)
 	if err := os.WriteFile(path, content, 0o644); err != nil {

@@ -141,9 +141,16 @@ type Server struct {
 	budget  *protocol.CreditPool
 	workers chan struct{}
 
-	mu        sync.Mutex
-	closed    bool
-	sessions  map[uint64]*session
+	mu       sync.Mutex
+	closed   bool
+	sessions map[uint64]*session
+	// usedKeys are the negotiate Keys that have authenticated a connection.
+	// A Key is good for one connection: the AUTH parameters carry nothing
+	// fresh, so without this the bytes of any AUTH seen on the wire would
+	// authenticate a new connection as that session. Entries go once the
+	// Authority no longer knows the Key (its session ended).
+	usedKeys  map[[16]byte]struct{}
+	sweepKeys int // len(usedKeys) at which the next sweep runs
 	conns     map[*conn]struct{}
 	listeners map[transport.Listener]struct{}
 	wg        sync.WaitGroup // Serve loops and connections
@@ -177,6 +184,8 @@ func New(cfg Config) (*Server, error) {
 		budget:    protocol.NewCreditPool(cfg.CreditBudget),
 		workers:   make(chan struct{}, cfg.Workers),
 		sessions:  make(map[uint64]*session),
+		usedKeys:  make(map[[16]byte]struct{}),
+		sweepKeys: 64,
 		conns:     make(map[*conn]struct{}),
 		listeners: make(map[transport.Listener]struct{}),
 	}, nil
@@ -417,4 +426,25 @@ func (s *Server) detach(ss *session) {
 	if ss.refs == 0 {
 		delete(s.sessions, ss.id)
 	}
+}
+
+// claimKey marks a negotiate Key as having authenticated a connection; it
+// reports false if the Key already had. When the set has doubled since the
+// last sweep, Keys of sessions that have ended are forgotten.
+func (s *Server) claimKey(key [16]byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, used := s.usedKeys[key]; used {
+		return false
+	}
+	s.usedKeys[key] = struct{}{}
+	if len(s.usedKeys) >= s.sweepKeys {
+		for k := range s.usedKeys {
+			if _, _, ok := s.cfg.Authority.SessionByKey(k); !ok {
+				delete(s.usedKeys, k)
+			}
+		}
+		s.sweepKeys = max(64, 2*len(s.usedKeys))
+	}
+	return true
 }

@@ -358,7 +358,7 @@ func TestHostileMessages(t *testing.T) {
 	rng := mrand.New(mrand.NewSource(1))
 	for i := 0; i < 60; i++ {
 		p := e.dial()
-		p.auth(hkey, hsigning, 8)
+		p.auth(e.another(hkey), hsigning, 8)
 		p.register(hrk, 6, protocol.FileNoIntermediateBuffering)
 		for j := 0; j < 4 && !p.closed; j++ {
 			h := protocol.Header{
