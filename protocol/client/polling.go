@@ -54,18 +54,24 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 				return c.polled(sl, r), nil
 			}
 		}
-		var tick <-chan time.Time
-		if !armed {
-			// No credit for an INTERRUPT: every credit is a request in
-			// flight; look again shortly.
-			if timer == nil {
-				timer = time.NewTimer(backoff)
-			} else {
-				timer.Reset(backoff)
-			}
-			tick = timer.C
+		// Look again after a while even with an INTERRUPT armed. Unarmed
+		// (no credit for an INTERRUPT: every credit is a request in flight)
+		// that is soon. Armed, it covers a status block still on its way
+		// when we looked just now: the server may have finished before our
+		// INTERRUPT reached it, and then holds the INTERRUPT until its next
+		// I/O completion, which may never come.
+		wait := backoff
+		if armed {
+			wait = armedRecheck
+		} else {
 			backoff = min(2*backoff, time.Millisecond)
 		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		tick := timer.C
 		select {
 		case <-wake:
 		case <-tick:
@@ -90,6 +96,10 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 	}
 }
 
+// armedRecheck is how often a sleeping polling request looks at its status
+// block although an INTERRUPT is armed to wake it.
+const armedRecheck = 20 * time.Millisecond
+
 // leadPoll holds the reaper role for a sleeping polling request: it reaps
 // until wake closes, the status block shows a result (ok) or it must give up
 // (context, connection); it gives the role back before returning.
@@ -102,11 +112,18 @@ func (c *conn) leadPoll(ctx context.Context, ios []byte, wake chan struct{}) (re
 			return pollIOS(ios)
 		default:
 		}
-		n, err := cq.Wait(ctx, c.wcs[:])
+		// Bounded, for the reason armedRecheck gives.
+		wctx, cancel := context.WithTimeout(ctx, armedRecheck)
+		n, err := cq.Wait(wctx, c.wcs[:])
+		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				c.die(err)
+			switch {
+			case ctx.Err() != nil:
+				return result{}, false
+			case wctx.Err() != nil:
+				return pollIOS(ios)
 			}
+			c.die(err)
 			return result{}, false
 		}
 		c.dispatch(c.wcs[:n])
