@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/cmd/internal/cli"
@@ -203,11 +204,32 @@ func unwrapOp(err error) error {
 
 // mount connects, mounts, and serves until unmounted or signalled.
 func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
+	// Catch SIGINT/SIGTERM from the start: one that comes as the mount
+	// appears must unmount cleanly, not kill the process with the mount
+	// left behind (a signal before the mount is up unmounts it at once).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	if err := checkMountpoint(o.Mountpoint); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
+	// Until the mount is up a signal aborts the connect; it is passed on
+	// to the serving loop below, which then unmounts at once.
+	early := make(chan os.Signal, 1)
+	connecting, connected := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sig:
+			early <- s
+			cancel()
+		case <-connecting.Done():
+		}
+	}()
+	defer func() { connected(); <-watched }()
 	first := true
 	dial := func(ctx context.Context) (*fs.Session, error) {
 		s, readOnly, err := dialSession(ctx, o, log)
@@ -222,6 +244,11 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 	// server) fail the mount; later ones are retried in the background.
 	r, err := fs.NewReconnector(ctx, dial, o.ReconnectWait, log.WithField("component", "fs"))
 	if err != nil {
+		select {
+		case s := <-early:
+			return fmt.Errorf("interrupted by %v while connecting", s)
+		default:
+		}
 		return err
 	}
 	defer r.Close()
@@ -235,10 +262,9 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 	log.WithFields(logrus.Fields{"source": o.Source(), "mountpoint": o.Mountpoint, "user": o.Username,
 		"data_path": r.Name(), "read_only": o.ReadOnly}).Info("mounted")
 	ready.report(nil)
+	connected()
+	<-watched
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	waited := make(chan struct{})
 	go func() { srv.Wait(); close(waited) }()
 	for {
@@ -246,16 +272,24 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		case <-waited:
 			log.WithField("mountpoint", o.Mountpoint).Info("unmounted")
 			return nil
+		case s := <-early:
+			log.WithField("signal", s.String()).Info("signalled while mounting: unmounting")
+			unmount(srv, o.Mountpoint, log)
 		case s := <-sig:
 			log.WithField("signal", s.String()).Info("unmounting")
-			if err := srv.Unmount(); err != nil {
-				// Busy: detach it so the name is free at once; the kernel
-				// finishes with open files, and we exit after.
-				log.WithError(err).Warn("unmount failed; detaching (lazy unmount)")
-				if derr := syscall.Unmount(o.Mountpoint, syscall.MNT_DETACH); derr != nil {
-					log.WithError(derr).Error("lazy unmount failed")
-				}
-			}
+			unmount(srv, o.Mountpoint, log)
+		}
+	}
+}
+
+// unmount unmounts, detaching (lazily) when the mount is busy.
+func unmount(srv *fuse.Server, mountpoint string, log *logrus.Logger) {
+	if err := srv.Unmount(); err != nil {
+		// Busy: detach it so the name is free at once; the kernel
+		// finishes with open files, and we exit after.
+		log.WithError(err).Warn("unmount failed; detaching (lazy unmount)")
+		if derr := syscall.Unmount(mountpoint, syscall.MNT_DETACH); derr != nil {
+			log.WithError(derr).Error("lazy unmount failed")
 		}
 	}
 }
