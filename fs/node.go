@@ -48,8 +48,8 @@ type Node struct {
 // bits it may have to clear), after a rename or link… — `tar -x` does
 // "utimens, chown, chmod" per file, and the chown's GETATTR would be a
 // round trip for what the utimens answered a moment ago. Every operation
-// of this mount that changes the node (a write, a setattr, a namespace
-// change in or of it, an xattr change) drops them, so they are only ever
+// of this mount that changes the node (a write, a read — the atime —, a
+// setattr, a namespace change in or of it, an xattr change) drops them, so they are only ever
 // as stale as a change made by another client within this window — well
 // inside what attr_timeout already allows.
 const freshAttrAge = 100 * time.Millisecond
@@ -163,9 +163,13 @@ func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut)
 	fresh := &Node{fs: n.fs}
 	child := n.NewInode(ctx, fresh, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
 	if child.Operations() == fresh {
-		// A node nothing else can have changed yet. (An existing one
-		// may have a change in flight that these attributes predate.)
+		// A node nothing else can have changed yet.
 		fresh.rememberAt(0, a)
+	} else if cn, ok := child.Operations().(*Node); ok {
+		// An existing one may have a change in flight that these
+		// attributes predate, or have changed (a create that opened
+		// and truncated it): remember nothing.
+		cn.forget()
 	}
 	return child
 }
