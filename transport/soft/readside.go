@@ -101,7 +101,8 @@ func (c *conn) appRead(ctx context.Context) bool {
 	}
 	var stop func() bool
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, c.intr.interrupt)
+		epoch := c.intr.begin()
+		stop = context.AfterFunc(ctx, func() { c.intr.interrupt(epoch) })
 	}
 	for {
 		r := c.step(true)
@@ -114,11 +115,13 @@ func (c *conn) appRead(ctx context.Context) bool {
 		}
 	}
 	c.lastAppRead.Store(time.Now().UnixNano())
-	c.rdMu.Unlock()
+	// Clear an interruption before giving up the socket: the reader
+	// goroutine must never read with the past deadline it left.
 	if stop != nil {
 		stop()
-		c.intr.reset(c)
 	}
+	c.intr.reset(c)
+	c.rdMu.Unlock()
 	return true
 }
 
@@ -150,11 +153,24 @@ type readIntr struct {
 	mu        sync.Mutex
 	inRead    bool
 	cancelled bool
+	// epoch names one appRead's turn at the socket: an interruption meant
+	// for an earlier turn (its context ended as that turn finished) must
+	// not touch a later reader's read.
+	epoch uint64
 }
 
-func (i *readIntr) interrupt() {
+// begin starts a new turn and returns its epoch.
+func (i *readIntr) begin() uint64 {
 	i.mu.Lock()
-	if i.inRead {
+	defer i.mu.Unlock()
+	i.epoch++
+	return i.epoch
+}
+
+// interrupt cuts the blocking header read of turn epoch short.
+func (i *readIntr) interrupt(epoch uint64) {
+	i.mu.Lock()
+	if i.inRead && i.epoch == epoch {
 		i.cancelled = true
 		_ = i.nc.SetReadDeadline(time.Unix(1, 0))
 	}
@@ -183,6 +199,7 @@ func (i *readIntr) leave() bool {
 // failing (then the deadline is drainAfterNak's business).
 func (i *readIntr) reset(c *conn) {
 	i.mu.Lock()
+	i.epoch++ // a late interrupt for the turn just ended is stale now
 	if i.cancelled {
 		i.cancelled = false
 		if c.isOpen() {
