@@ -577,7 +577,7 @@ func TestStalledPeers(t *testing.T) {
 	p.recv = alloc(t, tc.Domain(), peerRecvs*peerRecvSize, transport.AccessLocal)
 	p.data = alloc(t, tc.Domain(), peerDataSize, transport.AccessLocal|transport.AccessRemoteWrite)
 	p.postRecv(0)
-	ap := authParams(ls.key, 4)
+	ap := authParams(ls.fresh(t), 4)
 	ap.Sign(ls.signing)
 	if err := p.sendMsg(p.authMsg(ap, 1)); err != nil {
 		t.Fatal(err)
@@ -600,7 +600,7 @@ func TestStalledPeers(t *testing.T) {
 	// silence with the socket open (softrdma frame: transport/soft/wire.go).
 	nc := helloed(t, s.SoftAddr)
 	defer nc.Close()
-	ap = authParams(ls.key, 4)
+	ap = authParams(ls.fresh(t), 4)
 	ap.Sign(ls.signing)
 	auth := protocol.NewAuthRequest(ap, 0x10000, 0x1234, 1)
 	msg := auth.Append(nil)

@@ -222,11 +222,11 @@ func (p *peer) authMsg(ap protocol.AuthParams, cookie uint64) []byte {
 	return req.Append(nil)
 }
 
-// auth authenticates with the session's negotiate key; it returns the
-// credits granted.
+// auth authenticates with a fresh negotiate Key of the session (a Key
+// authenticates one connection); it returns the credits granted.
 func (p *peer) auth(ls *lwioSession, credits int) int {
 	p.t.Helper()
-	ap := authParams(ls.key, credits)
+	ap := authParams(ls.fresh(p.t), credits)
 	ap.Sign(ls.signing)
 	if err := p.sendMsg(p.authMsg(ap, 42)); err != nil {
 		p.t.Fatal(err)
@@ -282,6 +282,22 @@ func newLWIOSession(t testing.TB, s *rig.Server) *lwioSession {
 		t.Fatal(err)
 	}
 	return &lwioSession{Session: ss, id: ss.C.SessionID(), signing: ss.C.SessionKey(), key: resp.Key}
+}
+
+// fresh asks \PIPE\LWIO for another negotiate Key of the session, as the
+// client engine does for each connection: the server lets a Key
+// authenticate one connection only.
+func (ls *lwioSession) fresh(t testing.TB) [16]byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var ck [16]byte
+	rand.Read(ck[:])
+	resp, err := ls.Tree.Negotiate(ctx, protocol.NewNegotiateRequest("hostile", ck, []protocol.ProviderInfo{{Name: soft.Name}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Key
 }
 
 // file creates name in the share with content through the session and
