@@ -114,17 +114,11 @@ type conn struct {
 	ackTimer *time.Timer   // the fallback for a deferred acknowledgement
 	running  atomic.Int32  // reader and writer still running
 
-	rdMu        sync.Mutex    // the read side: held by whoever runs the receive engine
-	pend        frameHeader   // a request an application goroutine left to the reader goroutine
-	pendValid   bool          //
-	bgWake      chan struct{} // wakes the reader goroutine from yieldRead (one slot)
-	lastAppRead atomic.Int64  // unix ns an application goroutine last read
-	intr        readIntr
-	rd          frameReader
-	ackUrgent   bool // reader-owned: an ACK is owed that should not wait
-	owedBytes   int  // reader-owned: payload placed since the reader last acknowledged
-	wr          frameWriter
-	scratch     []transport.Completion // reader's batch of send completions
+	rd        frameReader
+	ackUrgent bool // reader-owned: an ACK is owed that should not wait
+	owedBytes int  // reader-owned: payload placed since the reader last acknowledged
+	wr        frameWriter
+	scratch   []transport.Completion // reader's batch of send completions
 }
 
 var _ transport.Conn = (*conn)(nil)
@@ -151,7 +145,6 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 		kick:     make(chan struct{}, 1),
 		recvKick: make(chan struct{}, 1),
 		closing:  make(chan struct{}),
-		bgWake:   make(chan struct{}, 1),
 		sq:       make([]sendEntry, cfg.SendQueueDepth),
 		rq:       make([]transport.RecvWR, cfg.RecvQueueDepth),
 	}
@@ -166,8 +159,6 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimeout)
 	c.ackTimer.Stop()
 	c.cq.idle = c.flushAck
-	c.cq.read = c.appRead
-	c.intr.nc = nc
 	c.running.Store(2)
 	if t := p.opts.TransportTimeout; t > 0 {
 		c.timer = time.AfterFunc(checkPeriod(t), c.checkProgress)

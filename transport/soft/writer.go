@@ -134,7 +134,6 @@ func (c *conn) writeLoop() {
 			if len(c.wr.iov) > 0 {
 				c.mu.Unlock()
 				c.wr.bufs = net.Buffers(c.wr.iov)
-				raceRelease()
 				_, err := c.wr.bufs.WriteTo(c.nc)
 				clear(c.wr.iov)
 				c.wr.iov = c.wr.iov[:0]
@@ -173,7 +172,6 @@ func (c *conn) flushBatch() {
 		return
 	}
 	c.wr.bufs = net.Buffers(c.wr.iov)
-	raceRelease()
 	_, _ = c.wr.bufs.WriteTo(c.nc)
 	clear(c.wr.iov)
 	c.wr.iov = c.wr.iov[:0]
