@@ -285,17 +285,16 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	p := n.childPath(name)
-	n.forget()
-	n.forgetChild(name)
-	defer n.forgetChild(name)
-	defer n.forget()
-	return n.errno("rmdir", p, n.fs.tree.Rmdir(ctx, p))
+	return n.removeChild(ctx, "rmdir", name, n.fs.tree.Rmdir)
 }
 
 func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return n.removeChild(ctx, "unlink", name, n.fs.tree.Unlink)
+}
+
+// removeChild removes the name with remove (RMDIR or UNLINK), dropping the
+// remembered attributes of this directory and of the child before and after.
+func (n *Node) removeChild(ctx context.Context, op, name string, remove func(context.Context, string) error) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
@@ -303,7 +302,7 @@ func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
 	n.forgetChild(name)
 	defer n.forgetChild(name)
 	defer n.forget()
-	return n.errno("unlink", p, n.fs.tree.Unlink(ctx, p))
+	return n.errno(op, p, remove(ctx, p))
 }
 
 func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
