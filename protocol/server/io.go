@@ -78,19 +78,8 @@ func (c *conn) read(sl *slot, fe *fidEntry) {
 		return
 	}
 	c.releaseRecv(sl, false) // everything needed is in sl.hdr
-	buf, err := c.data.get(n)
-	if err != nil {
-		c.completeIO(sl, nil, protocol.StatusInsufficientResources, 0, false)
-		return
-	}
-	sl.data = buf
-	got, err := fe.file.ReadAt(buf.Bytes()[:n], int64(h.Offset))
-	if got == 0 {
-		st := protocol.StatusEndOfFile
-		if err != nil && !errors.Is(err, io.EOF) {
-			st = statusOf(err)
-		}
-		c.completeIO(sl, nil, st, 0, false)
+	buf, got, ok := c.readFile(sl, fe, n)
+	if !ok {
 		return
 	}
 	imm := got == n && h.Flags&protocol.FlagInterrupt != 0 && !c.s.cfg.NoImmediate
@@ -104,6 +93,29 @@ func (c *conn) read(sl *slot, fe *fidEntry) {
 	}
 	sl.wrs = append(sl.wrs[:0], wr)
 	c.completeIO(sl, sl.wrs, protocol.StatusSuccess, uint32(got), imm)
+}
+
+// readFile reads n bytes at the request's offset into a data buffer (kept
+// in sl.data until the request completes) and returns it with the bytes
+// read. When nothing can be sent — no buffer, nothing read — it completes
+// the request itself (END_OF_FILE at or past the end) and reports !ok.
+func (c *conn) readFile(sl *slot, fe *fidEntry, n int) (transport.Region, int, bool) {
+	buf, err := c.data.get(n)
+	if err != nil {
+		c.completeIO(sl, nil, protocol.StatusInsufficientResources, 0, false)
+		return nil, 0, false
+	}
+	sl.data = buf
+	got, err := fe.file.ReadAt(buf.Bytes()[:n], int64(sl.hdr.Offset))
+	if got == 0 {
+		st := protocol.StatusEndOfFile
+		if err != nil && !errors.Is(err, io.EOF) {
+			st = statusOf(err)
+		}
+		c.completeIO(sl, nil, st, 0, false)
+		return nil, 0, false
+	}
+	return buf, got, true
 }
 
 // vecRead serves VEC_READ (FIG. 16A–D): the contiguous file range is read
@@ -130,19 +142,8 @@ func (c *conn) vecRead(sl *slot, fe *fidEntry) {
 		}
 	}
 	c.releaseRecv(sl, false)
-	buf, err := c.data.get(n)
-	if err != nil {
-		c.completeIO(sl, nil, protocol.StatusInsufficientResources, 0, false)
-		return
-	}
-	sl.data = buf
-	got, err := fe.file.ReadAt(buf.Bytes()[:n], int64(h.Offset))
-	if got == 0 {
-		st := protocol.StatusEndOfFile
-		if err != nil && !errors.Is(err, io.EOF) {
-			st = statusOf(err)
-		}
-		c.completeIO(sl, nil, st, 0, false)
+	buf, got, ok := c.readFile(sl, fe, n)
+	if !ok {
 		return
 	}
 	imm := got == n && h.Flags&protocol.FlagInterrupt != 0 && !c.s.cfg.NoImmediate
