@@ -293,15 +293,7 @@ func (f *File) ReadV(ctx context.Context, pages [][]byte, off int64) (int, error
 	}
 	if ps > f.cl.MaxRead() {
 		// A page exceeds the read window: plain reads, split to fit.
-		total := 0
-		for _, pg := range pages {
-			n, err := f.ReadAt(ctx, pg, off+int64(total))
-			total += n
-			if err != nil {
-				return total, err
-			}
-		}
-		return total, nil
+		return eachPage(ctx, pages, off, f.ReadAt)
 	}
 	per := min(f.cl.conns[0].maxRegions, f.cl.MaxRead()/ps)
 	total := 0
@@ -416,15 +408,7 @@ func (f *File) WriteV(ctx context.Context, pages [][]byte, off int64) (int, erro
 	}
 	if ps > f.cl.MaxWrite() {
 		// A page does not fit one SEND: plain writes, split to fit.
-		done := 0
-		for _, pg := range pages {
-			n, err := f.WriteAt(ctx, pg, off+int64(done))
-			done += n
-			if err != nil {
-				return done, err
-			}
-		}
-		return done, nil
+		return eachPage(ctx, pages, off, f.WriteAt)
 	}
 	per := f.cl.MaxWrite() / ps
 	done := 0
@@ -548,4 +532,18 @@ func (f *File) control(ctx context.Context, h protocol.Header) error {
 	}
 	sl.unref()
 	return r.st.Err()
+}
+
+// eachPage moves pages one after another at consecutive offsets from off
+// with io (ReadAt or WriteAt), stopping at the first error.
+func eachPage(ctx context.Context, pages [][]byte, off int64, io func(context.Context, []byte, int64) (int, error)) (int, error) {
+	total := 0
+	for _, pg := range pages {
+		n, err := io(ctx, pg, off+int64(total))
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
