@@ -32,32 +32,16 @@ import (
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
-var figures struct {
-	sync.Mutex
-	lines []string
-}
+// figures collects the numbers the tests measured; TestMain prints them
+// after the run.
+var figures rig.Figures
 
 func figure(t testing.TB, format string, args ...any) {
 	t.Helper()
-	line := fmt.Sprintf(format, args...)
-	t.Log(line)
-	figures.Lock()
-	figures.lines = append(figures.lines, t.Name()+": "+line)
-	figures.Unlock()
+	figures.Add(t, format, args...)
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	figures.Lock()
-	if len(figures.lines) > 0 {
-		fmt.Println("load figures:")
-		for _, l := range figures.lines {
-			fmt.Println("  " + l)
-		}
-	}
-	figures.Unlock()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { figures.Main(m, "load figures:") }
 
 // The server's shape for the load: small buffers so 32 clients fit a
 // shared CI machine; the budget is exactly what the clients ask for, plus
