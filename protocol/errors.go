@@ -49,3 +49,32 @@ func exact(msg string, size, have int) error {
 	}
 	return nil
 }
+
+// ConnectionError is the error of a request whose connection ended under
+// it — an LWIO RDMA connection or the session channel. Its scope is the
+// connection, as x/net/http2's ConnectionError: the request may or may not
+// have run, every other request on that connection fails the same way, and
+// the caller's remedy is a new connection (fs's reconnect), not a retry on
+// this one. Callers ask with errors.As or IsConnectionLost instead of
+// knowing each package's error values.
+type ConnectionError struct {
+	// Conn names the connection for logs: provider or channel and remote
+	// address, e.g. "softrdma 127.0.0.1:4451" or "session 127.0.0.1:4450".
+	Conn string
+	// Err is why it ended (a transport error, io.EOF, a FieldError, ...).
+	Err error
+}
+
+// Error implements error.
+func (e *ConnectionError) Error() string {
+	return "lwio: connection " + e.Conn + " lost: " + fmt.Sprint(e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *ConnectionError) Unwrap() error { return e.Err }
+
+// IsConnectionLost reports whether err is, or wraps, a *ConnectionError.
+func IsConnectionLost(err error) bool {
+	var ce *ConnectionError
+	return errors.As(err, &ce)
+}
