@@ -22,7 +22,7 @@ export PREFIX BINDIR SBINDIR MANDIR DATADIR UNITDIR SYSCONFDIR DESTDIR BIN
 BUILDVCS  := $(shell git rev-parse --git-dir >/dev/null 2>&1 && echo true || echo false)
 MANPAGES  := $(patsubst docs/man/%.md,$(BIN)/man/%,$(wildcard docs/man/*.md))
 
-.PHONY: all build deps test test-short test-verbs vet fuzz bench run clean \
+.PHONY: all build deps test test-short test-verbs test-install vet fuzz bench run clean \
 	man install uninstall deb
 
 all: build
@@ -51,6 +51,12 @@ uninstall:
 deb: build man
 	@scripts/deps.sh deb
 	dist/mkdeb.sh
+
+# As root: make install, mounts through mount -t fuse.lwio and an fstab
+# line, make uninstall leaving nothing; then the same with the .deb.
+test-install:
+	@scripts/deps.sh install
+	dist/test-install.sh
 
 # The full default suite: unit tests, conformance, engines and the FUSE
 # end-to-end tests, under the race detector.
