@@ -144,12 +144,8 @@ func comparedLiterals(n ast.Node, fn func(other ast.Expr, lit string, prefix boo
 			if n.Tag == nil {
 				break
 			}
-			for _, st := range n.Body.List {
-				for _, e := range st.(*ast.CaseClause).List {
-					if s, ok := strLit(e); ok {
-						fn(n.Tag, s, false)
-					}
-				}
+			for _, s := range caseStrings(n) {
+				fn(n.Tag, s, false)
 			}
 		case *ast.CallExpr:
 			if isSel(n.Fun, "strings", "HasPrefix") && len(n.Args) == 2 {
@@ -246,6 +242,48 @@ func readCommandLine(t *testing.T, p *goPackage) commandLine {
 	return cl
 }
 
+// mustFunc finds the function named fn or fails the test.
+func (p *goPackage) mustFunc(t *testing.T, fn string) *ast.FuncDecl {
+	t.Helper()
+	fd := p.funcDecl(fn)
+	if fd == nil {
+		t.Fatalf("%s: no function %s", p.dir, fn)
+	}
+	return fd
+}
+
+// firstSwitch is the first expression switch in n, in source order, with
+// the string literals of its cases; nil if there is none.
+func firstSwitch(n ast.Node) (*ast.SwitchStmt, map[string]bool) {
+	var sw *ast.SwitchStmt
+	ast.Inspect(n, func(n ast.Node) bool {
+		if s, ok := n.(*ast.SwitchStmt); ok && sw == nil && s.Tag != nil {
+			sw = s
+		}
+		return sw == nil
+	})
+	cases := map[string]bool{}
+	if sw != nil {
+		for _, s := range caseStrings(sw) {
+			cases[s] = true
+		}
+	}
+	return sw, cases
+}
+
+// caseStrings lists the string literals among a switch's cases.
+func caseStrings(sw *ast.SwitchStmt) []string {
+	var out []string
+	for _, st := range sw.Body.List {
+		for _, e := range st.(*ast.CaseClause).List {
+			if s, ok := strLit(e); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
 // readMountOptions collects the -o options the function named fn accepts
 // (mountcmd's applyOption): the cases of its first switch, whose tag is
 // the option's key; other literals compared with that key (key ==
@@ -254,23 +292,16 @@ func readCommandLine(t *testing.T, p *goPackage) commandLine {
 // (ignoredOptions[key]).
 func readMountOptions(t *testing.T, p *goPackage, fn string) map[string]bool {
 	t.Helper()
-	fd := p.funcDecl(fn)
-	if fd == nil {
-		t.Fatalf("%s: no function %s", p.dir, fn)
+	fd := p.mustFunc(t, fn)
+	sw, out := firstSwitch(fd.Body)
+	var keyID *ast.Ident
+	if sw != nil {
+		keyID, _ = sw.Tag.(*ast.Ident)
 	}
-	var key string
-	ast.Inspect(fd.Body, func(n ast.Node) bool {
-		if sw, ok := n.(*ast.SwitchStmt); ok && key == "" {
-			if id, ok := sw.Tag.(*ast.Ident); ok {
-				key = id.Name
-			}
-		}
-		return key == ""
-	})
-	if key == "" {
+	if keyID == nil {
 		t.Fatalf("%s: %s has no switch on the option key", p.dir, fn)
 	}
-	out := map[string]bool{}
+	key := keyID.Name
 	comparedLiterals(fd.Body, func(other ast.Expr, lit string, prefix bool) {
 		if !isIdent(other, key) {
 			return
@@ -309,28 +340,8 @@ func readMountOptions(t *testing.T, p *goPackage, fn string) map[string]bool {
 // keys).
 func readFirstSwitch(t *testing.T, p *goPackage, fn string) map[string]bool {
 	t.Helper()
-	fd := p.funcDecl(fn)
-	if fd == nil {
-		t.Fatalf("%s: no function %s", p.dir, fn)
-	}
-	out := map[string]bool{}
-	done := false
-	ast.Inspect(fd.Body, func(n ast.Node) bool {
-		sw, ok := n.(*ast.SwitchStmt)
-		if done || !ok {
-			return !done
-		}
-		done = true
-		for _, st := range sw.Body.List {
-			for _, e := range st.(*ast.CaseClause).List {
-				if s, ok := strLit(e); ok {
-					out[s] = true
-				}
-			}
-		}
-		return false
-	})
-	return out
+	_, cases := firstSwitch(p.mustFunc(t, fn).Body)
+	return cases
 }
 
 // readTOMLKeys lists the keys of the TOML struct named root, dotted by
