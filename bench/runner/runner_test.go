@@ -195,8 +195,8 @@ func TestDefaultJobs(t *testing.T) {
 		return direct, buffered, names
 	}
 	d, b, full := count(defaultJobs(false))
-	if d != len(allJobFiles) || b != len(allJobFiles)-4 || !full["cp"] || !full["meta"] || full["randread-qd16-buffered"] {
-		t.Errorf("full mode: %d O_DIRECT, %d buffered jobs (%v); want every file O_DIRECT, buffered but the 4 qd16, cp and meta", d, b, full)
+	if d != len(allJobFiles) || b != 4 || !full["cp"] || !full["meta"] || full["randread-qd16-buffered"] || !full["randwrite-qd1-buffered"] {
+		t.Errorf("full mode: %d O_DIRECT, %d buffered jobs (%v); want every file O_DIRECT, the 4 qd1 ones buffered, cp and meta", d, b, full)
 	}
 	d, b, quick := count(defaultJobs(true))
 	if d != len(allJobFiles)-2 || b != 3 || !quick["cp"] || !quick["meta"] || quick["randread-4jobs-direct"] {
