@@ -446,9 +446,12 @@ func (tb *table) perGiB(t string, jobs []string) perGiB {
 		return p
 	}
 	gib := bytes / (1 << 30)
-	p.app, p.machine = app/gib, mach/gib
-	if secs > 0 {
-		p.others = (mach - app - c - s) / secs
+	// Runs before these figures existed recorded no machine CPU at all.
+	if mach > 0 {
+		p.app, p.machine = app/gib, mach/gib
+		if secs > 0 {
+			p.others = (mach - app - c - s) / secs
+		}
 	}
 	if hasC {
 		p.client = c / gib

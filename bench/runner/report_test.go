@@ -75,6 +75,12 @@ func TestGoals(t *testing.T) {
 	if p := tb.perGiB("nullfs", kindJobs(tb, "randread")); p.client != 1 || !math.IsNaN(p.server) || !math.IsNaN(p.wire) {
 		t.Errorf("nullfs per GiB of random reads: %+v, want client 1, no server, no wire", p)
 	}
+	// A run from before machine CPU was recorded: no whole-machine figure,
+	// rather than 0.
+	old := aggregate(&runResult{Records: []record{{Target: "nullfs", Job: "seqread-qd1-direct", Bytes: 1 << 30, ClientCPU: 1, HasClient: true}}}, exportDisk)
+	if p := old.perGiB("nullfs", bigDirect); p.client != 1 || !math.IsNaN(p.machine) || !math.IsNaN(p.others) || !math.IsNaN(p.app) {
+		t.Errorf("per GiB of an old record: %+v, want client 1 and no app, machine or others figure", p)
+	}
 	lines := strings.Join(goals(tb, aggregateProbes(probes())), "\n")
 	for _, want := range []string{
 		"| 16: lwio-polling 1 MiB read qd1 ÷ passthrough | 0.95× | ≥ 0.90× | met |",
