@@ -84,8 +84,10 @@ fuzz:
 run: build
 	scripts/run.sh
 
-# fio and metadata jobs through the mount against the alternatives, in one
-# interleaved run; BENCH_QUICK=1 for the short form.
+# fio, cp and metadata jobs through the mount against the export itself, a
+# no-op FUSE passthrough and sshfs, on a tmpfs export (then, in full mode, on
+# disk), in one interleaved run, beside the pieces of a 4 KiB read measured
+# alone (docs/bench.md); BENCH_QUICK=1 for the short form.
 bench: build
 	bench/run.sh
 
