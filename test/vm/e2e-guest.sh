@@ -31,7 +31,7 @@ set -u
 share=${LWIOFS_VM_SHARE:-$(dirname "$0")}
 out=$share/out/e2e
 ip=${LWIOFS_VERBS_ADDR:-10.77.0.1}
-dev=${LWIOFS_E2E_DEVICE:-rxe0}
+dev=rxe0 # run.sh makes it on dum0
 work=/tmp/e2e
 backing=/srv/e2e # on the guest's ext4 root: O_DIRECT and user xattrs work there
 password="e2e over verbs"
