@@ -91,7 +91,8 @@ run: build
 bench: build
 	bench/run.sh
 
-# The transport conformance suite on real verbs: Soft-RoCE in a qemu guest.
+# Real verbs in a qemu guest with Soft-RoCE: the transport conformance suite,
+# then the mount over verbs end to end (docs/verbs.md).
 test-verbs:
 	@scripts/deps.sh vm
 	test/vm/test-verbs.sh
