@@ -109,7 +109,7 @@ type conn struct {
 	log logrus.FieldLogger
 
 	credits    *protocol.Credits
-	pool       *bufPool
+	pool       *transport.BufferPool
 	maxRead    int
 	maxWrite   int
 	maxRegions int
@@ -335,7 +335,7 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	c.maxRegions = max(min(maxVecRegions, c.maxWrite/protocol.RDMARegionSize), 1)
 	c.serverPage = int(sp.PageSize)
 	c.spinScore.Store(4)
-	c.pool = newBufPool(dom, transport.AccessLocal|transport.AccessRemoteWrite, max(c.maxRead, c.maxWrite))
+	c.pool = transport.NewBufferPool(dom, transport.AccessLocal|transport.AccessRemoteWrite, max(c.maxRead, c.maxWrite))
 	ok = true
 	return c, nil
 }
@@ -561,7 +561,7 @@ func (c *conn) freeSlot(sl *slot) {
 			// sees: not reused under -race (see poll_race.go).
 			sl.buf.Deregister()
 		} else {
-			c.pool.put(sl.buf)
+			c.pool.Put(sl.buf)
 		}
 		sl.buf = nil
 	}

@@ -121,7 +121,7 @@ func (f *File) readChunk(ctx context.Context, p []byte, off int64) (int, error) 
 	if n <= c.cl.cfg.BounceThreshold {
 		dst = transport.Segment{Region: sl.remote, Offset: bounceOff, Length: n}
 	} else {
-		buf, err := c.pool.get(n)
+		buf, err := c.pool.Get(n)
 		if err != nil {
 			c.abort(sl)
 			return 0, err
@@ -177,7 +177,7 @@ func (f *File) ReadBuf(ctx context.Context, off int64, n int) (*Buf, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf, err := c.pool.get(n)
+	buf, err := c.pool.Get(n)
 	if err != nil {
 		c.abort(sl)
 		return nil, err
@@ -203,7 +203,7 @@ func (f *File) ReadBuf(ctx context.Context, off int64, n int) (*Buf, error) {
 	}
 	if sl.polling && raceEnabled {
 		// See poll_race.go: hand out a copy, not the peer-written buffer.
-		nb, err := c.pool.get(n)
+		nb, err := c.pool.Get(n)
 		if err != nil {
 			return nil, err
 		}
@@ -256,7 +256,7 @@ func (c *conn) sendWrite(ctx context.Context, sl *slot, h *protocol.Header, p []
 	if len(p) <= inlineWrite {
 		hdrLen += copy(sl.send.Bytes()[protocol.HeaderSize:], p)
 	} else {
-		buf, err := c.pool.get(len(p))
+		buf, err := c.pool.Get(len(p))
 		if err != nil {
 			c.abort(sl)
 			return 0, err
@@ -331,7 +331,7 @@ func (f *File) vecRead(ctx context.Context, pages [][]byte, ps int, off int64) (
 		c.abort(sl)
 		return 0, fmt.Errorf("lwio readv: %d bytes exceed the read window %d", n, c.maxRead)
 	}
-	buf, err := c.pool.get(len(pages) * ps)
+	buf, err := c.pool.Get(len(pages) * ps)
 	if err != nil {
 		c.abort(sl)
 		return 0, err
@@ -477,7 +477,7 @@ func (f *File) gatherWrite(ctx context.Context, pages [][]byte, ps int, off int6
 		}
 		hdrLen += n
 	} else {
-		buf, err := c.pool.get(n)
+		buf, err := c.pool.Get(n)
 		if err != nil {
 			c.abort(sl)
 			return 0, err

@@ -127,7 +127,7 @@ func signal(ch chan struct{}) {
 // and its CQ drained.
 func (c *conn) reap() {
 	cq := c.tc.CQ()
-	defer c.pool.drop()
+	defer c.pool.Drop()
 	var wcs [64]transport.Completion
 	period := idlePoll
 	idle := time.NewTimer(period)
