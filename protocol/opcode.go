@@ -51,6 +51,11 @@ func (o Opcode) String() string {
 // Valid reports whether o is one of the ten LWIO opcodes.
 func (o Opcode) Valid() bool { return int(o) < NumOpcodes }
 
+// IsIO reports whether o moves file data: READ, WRITE, VEC_READ or
+// VEC_WRITE, the requests that carry Marker 0xFF and complete in the mode
+// their Flags choose (FIG. 8); the others are control requests.
+func (o Opcode) IsIO() bool { return o <= OpVecWrite }
+
 // Header flags (seed: LWIO_HDR_FLAG_*).
 const (
 	// FlagInterrupt asks the server to complete the request with an RDMA
