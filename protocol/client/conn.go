@@ -89,7 +89,8 @@ type slot struct {
 	// refs: the SEND completion, the request's completion and the
 	// requester each hold one; the slot is free when all three let go.
 	refs    atomic.Int32
-	buf     transport.Region // data buffer, back to the pool with the slot
+	buf     transport.Region      // data buffer, back to the pool with the slot
+	regions []protocol.RDMARegion // a VEC_READ's list, kept for the next
 	kind    slotKind
 	reqLen  uint32
 	mode    Mode // wanted by the request (kindIO only)
@@ -505,8 +506,8 @@ func (c *conn) sendCredit(v int32, kind slotKind) bool {
 		c.credits.Release()
 		return false
 	}
-	h := protocol.NewCreditRequest(v, c.hint(), 0)
-	_, err = c.roundTrip(ctx, sl, kind, &h, protocol.HeaderSize, nil)
+	h := protocol.NewCreditRequest(v, c.hint(), c.prepare(sl, kind).Cookie)
+	_, err = c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
 	return err == nil
 }
 
@@ -572,31 +573,35 @@ func (c *conn) freeSlot(sl *slot) {
 	}
 }
 
-// roundTrip posts the request whose header is h (already holding its
-// opcode and parameters; the first hdrLen bytes of the send area are sent,
-// then data if any) and waits for its completion. The caller has charged a
-// credit. Control requests always complete in interrupt mode; kindIO
-// requests use the client's mode.
-func (c *conn) roundTrip(ctx context.Context, sl *slot, kind slotKind, h *protocol.Header, hdrLen int, data *transport.Segment) (result, error) {
-	if err := c.post(sl, kind, h, hdrLen, data); err != nil {
-		return result{}, err
-	}
-	return c.wait(ctx, sl)
-}
-
-func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, data *transport.Segment) error {
+// prepare readies sl for a request of kind: a fresh cookie (generation<<16
+// | index) and its completion mode. It returns the Completion the request's
+// protocol constructor takes (control requests use its Cookie): polling
+// for an I/O request of a polling file, with the slot's status block armed,
+// else interrupt mode with the cookie in both ImmediateCookie and Cookie.
+func (c *conn) prepare(sl *slot, kind slotKind) protocol.Completion {
 	sl.kind = kind
 	sl.polling = kind == kindIO && sl.mode == Polling
 	cookie := (sl.cookie.Load()>>16+1)<<16 | uint64(sl.idx)
 	sl.cookie.Store(cookie)
 	if sl.polling {
-		h.Flags &^= protocol.FlagInterrupt
-		h.IosVa, h.IosMh = sl.remote.Addr(), sl.remote.Handle()
 		putPending(sl.remote.Bytes())
-	} else {
-		h.Flags |= protocol.FlagInterrupt
-		h.SetCookies(uint32(cookie), cookie)
+		return protocol.PollingMode(sl.remote.Addr(), sl.remote.Handle())
 	}
+	return protocol.InterruptMode(uint32(cookie), cookie)
+}
+
+// roundTrip posts the request whose header is h (built by a protocol
+// constructor with prepare's Completion; the first hdrLen bytes of the send
+// area are sent, then data if any) and waits for its completion. The
+// caller has charged a credit.
+func (c *conn) roundTrip(ctx context.Context, sl *slot, h *protocol.Header, hdrLen int, data *transport.Segment) (result, error) {
+	if err := c.post(sl, h, hdrLen, data); err != nil {
+		return result{}, err
+	}
+	return c.wait(ctx, sl)
+}
+
+func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Segment) error {
 	h.Put(sl.send.Bytes())
 	sl.segs[0] = transport.Segment{Region: sl.send, Length: hdrLen}
 	sgl := sl.segs[:1]
@@ -612,7 +617,7 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 		owed++ // and the answer
 	}
 	c.expect.Add(owed)
-	if kind == kindIO && sl.polling != c.sticky.Load() {
+	if sl.kind == kindIO && sl.polling != c.sticky.Load() {
 		c.sticky.Store(sl.polling)
 	}
 	if err := c.tc.Post(sl.wr[:]...); err != nil {

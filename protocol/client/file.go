@@ -36,9 +36,9 @@ func (cl *Client) Register(ctx context.Context, key protocol.ResumeKey, flagsAnd
 	}
 	req := protocol.NewRegisterRequest(protocol.FidParams{
 		ResumeKey: key, SessionID: cl.cfg.SessionID, FlagsAndAttributes: flagsAndAttributes,
-	}, c.hint(), 0)
+	}, c.hint(), c.prepare(sl, kindControl).Cookie)
 	req.Params.Put(sl.send.Bytes()[protocol.HeaderSize:])
-	r, err := c.roundTrip(ctx, sl, kindControl, &req.Header, protocol.RegisterRequestSize, nil)
+	r, err := c.roundTrip(ctx, sl, &req.Header, protocol.RegisterRequestSize, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -129,9 +129,9 @@ func (f *File) readChunk(ctx context.Context, p []byte, off int64) (int, error) 
 		sl.buf = buf
 		dst = transport.Segment{Region: buf, Length: n}
 	}
-	h := protocol.NewReadRequest(f.fid, uint64(off), uint32(n), dst.Region.Addr()+uint64(dst.Offset), dst.Region.Handle(), c.hint(), protocol.Completion{})
+	h := protocol.NewReadRequest(f.fid, uint64(off), uint32(n), dst.Region.Addr()+uint64(dst.Offset), dst.Region.Handle(), c.hint(), c.prepare(sl, kindIO))
 	sl.reqLen = uint32(n)
-	r, err := c.roundTrip(ctx, sl, kindIO, &h, protocol.HeaderSize, nil)
+	r, err := c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -183,9 +183,9 @@ func (f *File) ReadBuf(ctx context.Context, off int64, n int) (*Buf, error) {
 		return nil, err
 	}
 	sl.buf = buf
-	h := protocol.NewReadRequest(f.fid, uint64(off), uint32(n), buf.Addr(), buf.Handle(), c.hint(), protocol.Completion{})
+	h := protocol.NewReadRequest(f.fid, uint64(off), uint32(n), buf.Addr(), buf.Handle(), c.hint(), c.prepare(sl, kindIO))
 	sl.reqLen = uint32(n)
-	r, err := c.roundTrip(ctx, sl, kindIO, &h, protocol.HeaderSize, nil)
+	r, err := c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +219,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	total := 0
 	for total < len(p) || len(p) == 0 {
 		n := min(len(p)-total, f.cl.MaxWrite())
-		got, err := f.writeChunk(ctx, protocol.OpWrite, p[total:total+n], off+int64(total), 0)
+		got, err := f.writeChunk(ctx, p[total:total+n], off+int64(total))
 		total += got
 		if err != nil {
 			return total, err
@@ -234,38 +234,46 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return total, nil
 }
 
-// writeChunk is one WRITE (FIG. 15A–D) or non-collapsed VEC_WRITE (FIG.
-// 17A): the data follows the header in the SEND, copied behind it when
-// small, else as a second segment from a pooled registered buffer.
-func (f *File) writeChunk(ctx context.Context, op protocol.Opcode, p []byte, off int64, pageSize uint16) (int, error) {
+// writeChunk is one WRITE (FIG. 15A–D).
+func (f *File) writeChunk(ctx context.Context, p []byte, off int64) (int, error) {
 	c, sl, err := f.begin(ctx)
 	if err != nil {
 		return 0, err
 	}
-	h := protocol.Header{Length: uint32(len(p)), Opcode: op, Marker: protocol.MarkerIO, Fid: f.fid, Offset: uint64(off)}
-	if op == protocol.OpVecWrite {
-		h.SetVec(uint16(protocol.PagesSpanned(uint32(len(p)), pageSize)), pageSize)
+	dst, seg, err := c.writeArea(sl, len(p))
+	if err != nil {
+		return 0, err
 	}
-	return c.sendWrite(ctx, sl, &h, p)
+	copy(dst, p)
+	req := protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO))
+	return c.sendWrite(ctx, sl, &req, seg)
 }
 
-func (c *conn) sendWrite(ctx context.Context, sl *slot, h *protocol.Header, p []byte) (int, error) {
-	h.Credits = c.hint()
-	var data *transport.Segment
-	hdrLen := protocol.HeaderSize
-	if len(p) <= inlineWrite {
-		hdrLen += copy(sl.send.Bytes()[protocol.HeaderSize:], p)
-	} else {
-		buf, err := c.pool.Get(len(p))
-		if err != nil {
-			c.abort(sl)
-			return 0, err
-		}
-		sl.buf = buf
-		copy(buf.Bytes(), p)
-		data = &transport.Segment{Region: buf, Length: len(p)}
+// writeArea returns where n bytes of write data go (FIG. 15A: the data
+// follows the header in the SEND): behind the header in the slot's send
+// area when they fit, else a pooled registered buffer sent as the SEND's
+// second segment, seg. On error the slot and credit are given back.
+func (c *conn) writeArea(sl *slot, n int) (dst []byte, seg *transport.Segment, err error) {
+	if n <= inlineWrite {
+		return sl.send.Bytes()[protocol.HeaderSize : protocol.HeaderSize+n], nil, nil
 	}
-	r, err := c.roundTrip(ctx, sl, kindIO, h, hdrLen, data)
+	buf, err := c.pool.Get(n)
+	if err != nil {
+		c.abort(sl)
+		return nil, nil, err
+	}
+	sl.buf = buf
+	return buf.Bytes()[:n], &transport.Segment{Region: buf, Length: n}, nil
+}
+
+// sendWrite posts a WRITE or VEC_WRITE whose data writeArea placed and
+// returns the bytes the server wrote.
+func (c *conn) sendWrite(ctx context.Context, sl *slot, req *protocol.WriteRequest, seg *transport.Segment) (int, error) {
+	hdrLen := protocol.HeaderSize
+	if seg == nil {
+		hdrLen += len(req.Data)
+	}
+	r, err := c.roundTrip(ctx, sl, &req.Header, hdrLen, seg)
 	if err != nil {
 		return 0, err
 	}
@@ -273,8 +281,8 @@ func (c *conn) sendWrite(ctx context.Context, sl *slot, h *protocol.Header, p []
 	if r.st != protocol.StatusSuccess {
 		return 0, r.st
 	}
-	if int(r.info) > int(h.Length) {
-		return 0, fmt.Errorf("lwio write: server reports %d bytes for a %d-byte write: %w", r.info, h.Length, protocol.StatusInvalidNetworkResp)
+	if int(r.info) > int(req.Header.Length) {
+		return 0, fmt.Errorf("lwio write: server reports %d bytes for a %d-byte write: %w", r.info, req.Header.Length, protocol.StatusInvalidNetworkResp)
 	}
 	return int(r.info), nil
 }
@@ -337,20 +345,20 @@ func (f *File) vecRead(ctx context.Context, pages [][]byte, ps int, off int64) (
 		return 0, err
 	}
 	sl.buf = buf
-	area := sl.send.Bytes()[protocol.HeaderSize:]
+	regions := sl.regions[:0]
 	for i, pg := range pages {
 		l := ps
 		if i == len(pages)-1 {
 			// The final region: a multiple of the sector size (FIG. 16A).
 			l = min(ps, (len(pg)+protocol.SectorSize-1)/protocol.SectorSize*protocol.SectorSize)
 		}
-		r := protocol.RDMARegion{DataVa: buf.Addr() + uint64(i*ps), DataMh: buf.Handle(), Length: uint32(l)}
-		r.Put(area[i*protocol.RDMARegionSize:])
+		regions = append(regions, protocol.RDMARegion{DataVa: buf.Addr() + uint64(i*ps), DataMh: buf.Handle(), Length: uint32(l)})
 	}
-	h := protocol.Header{Length: uint32(n), Opcode: protocol.OpVecRead, Marker: protocol.MarkerIO, Fid: f.fid, Offset: uint64(off), Credits: c.hint()}
-	h.SetVec(uint16(len(pages)), uint16(ps))
+	sl.regions = regions
+	req := protocol.NewVecReadRequest(f.fid, uint64(off), uint32(n), uint16(ps), regions, c.hint(), c.prepare(sl, kindIO))
+	req.Put(sl.send.Bytes())
 	sl.reqLen = uint32(n)
-	r, err := c.roundTrip(ctx, sl, kindIO, &h, protocol.HeaderSize+len(pages)*protocol.RDMARegionSize, nil)
+	r, err := c.roundTrip(ctx, sl, &req.Header, req.Size(), nil)
 	if err != nil {
 		return 0, err
 	}
@@ -452,9 +460,14 @@ func (f *File) collapsed(ctx context.Context, page []byte, total int, off int64)
 	if err != nil {
 		return 0, err
 	}
-	req := protocol.NewCollapsedVecWriteRequest(f.fid, uint64(off), uint32(total), page, 0, protocol.Completion{})
+	dst, seg, err := c.writeArea(sl, min(total, len(page)))
+	if err != nil {
+		return 0, err
+	}
+	req := protocol.NewCollapsedVecWriteRequest(f.fid, uint64(off), uint32(total), page, c.hint(), c.prepare(sl, kindIO))
+	req.Data = dst[:copy(dst, req.Data)]
 	f.cl.collapsed.Add(1)
-	return c.sendWrite(ctx, sl, &req.Header, req.Data)
+	return c.sendWrite(ctx, sl, &req, seg)
 }
 
 func (f *File) gatherWrite(ctx context.Context, pages [][]byte, ps int, off int64) (int, error) {
@@ -466,39 +479,16 @@ func (f *File) gatherWrite(ctx context.Context, pages [][]byte, ps int, off int6
 	if err != nil {
 		return 0, err
 	}
-	h := protocol.Header{Length: uint32(n), Opcode: protocol.OpVecWrite, Marker: protocol.MarkerIO, Fid: f.fid, Offset: uint64(off)}
-	h.SetVec(uint16(len(pages)), uint16(ps))
-	var data *transport.Segment
-	hdrLen := protocol.HeaderSize
-	if n <= inlineWrite {
-		w := sl.send.Bytes()[protocol.HeaderSize:]
-		for _, pg := range pages {
-			w = w[copy(w, pg):]
-		}
-		hdrLen += n
-	} else {
-		buf, err := c.pool.Get(n)
-		if err != nil {
-			c.abort(sl)
-			return 0, err
-		}
-		sl.buf = buf
-		w := buf.Bytes()
-		for _, pg := range pages {
-			w = w[copy(w, pg):]
-		}
-		data = &transport.Segment{Region: buf, Length: n}
-	}
-	h.Credits = c.hint()
-	r, err := c.roundTrip(ctx, sl, kindIO, &h, hdrLen, data)
+	dst, seg, err := c.writeArea(sl, n)
 	if err != nil {
 		return 0, err
 	}
-	sl.unref()
-	if r.st != protocol.StatusSuccess {
-		return 0, r.st
+	w := dst
+	for _, pg := range pages {
+		w = w[copy(w, pg):]
 	}
-	return int(r.info), nil
+	req := protocol.NewVecWriteRequest(f.fid, uint64(off), dst, uint16(ps), c.hint(), c.prepare(sl, kindIO))
+	return c.sendWrite(ctx, sl, &req, seg)
 }
 
 // Close closes the Fid on the server (FIG. 12A/B): later requests on it
@@ -507,7 +497,7 @@ func (f *File) Close(ctx context.Context) error {
 	if f.closed.Swap(true) {
 		return ErrClosed
 	}
-	return f.control(ctx, protocol.NewCloseRequest(f.fid, 0, 0))
+	return f.control(ctx, protocol.NewCloseRequest)
 }
 
 // Cancel cancels the requests queued on the server for this file (FIG.
@@ -517,16 +507,18 @@ func (f *File) Cancel(ctx context.Context) error {
 	if f.closed.Load() {
 		return ErrClosed
 	}
-	return f.control(ctx, protocol.NewCancelRequest(f.fid, 0, 0))
+	return f.control(ctx, protocol.NewCancelRequest)
 }
 
-func (f *File) control(ctx context.Context, h protocol.Header) error {
+// control sends the header-only request build makes (CLOSE, CANCEL) for
+// the file and returns its status.
+func (f *File) control(ctx context.Context, build func(fid uint16, credits uint8, cookie uint64) protocol.Header) error {
 	c, sl, err := f.cl.begin(ctx)
 	if err != nil {
 		return err
 	}
-	h.Credits = c.hint()
-	r, err := c.roundTrip(ctx, sl, kindControl, &h, protocol.HeaderSize, nil)
+	h := build(f.fid, c.hint(), c.prepare(sl, kindControl).Cookie)
+	r, err := c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
 	if err != nil {
 		return err
 	}

@@ -166,9 +166,9 @@ func (c *conn) requestInterrupt() bool {
 		c.intrMu.Unlock()
 		return false
 	}
-	h := protocol.NewInterruptRequest(c.hint(), 0)
+	h := protocol.NewInterruptRequest(c.hint(), c.prepare(sl, kindInterrupt).Cookie)
 	c.cl.interrupts.Add(1)
-	if err := c.post(sl, kindInterrupt, &h, protocol.HeaderSize, nil); err != nil {
+	if err := c.post(sl, &h, protocol.HeaderSize, nil); err != nil {
 		c.intrMu.Lock()
 		c.intrOut = false
 		c.intrMu.Unlock()
