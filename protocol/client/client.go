@@ -148,18 +148,6 @@ func (c Config) withDefaults() Config {
 // ErrClosed is returned by calls on a closed Client or File.
 var ErrClosed = errors.New("lwio client: closed")
 
-// ConnError is returned by requests whose connection died; the Client (or
-// that connection) must be replaced. It wraps the cause.
-type ConnError struct {
-	Conn string // provider and remote address
-	Err  error
-}
-
-func (e *ConnError) Error() string {
-	return "lwio client: connection " + e.Conn + " lost: " + e.Err.Error()
-}
-func (e *ConnError) Unwrap() error { return e.Err }
-
 // Client is a set of authenticated LWIO connections to one server for one
 // session.
 type Client struct {
@@ -391,7 +379,7 @@ func (cl *Client) pick() (*conn, error) {
 		if err == nil {
 			err = ErrClosed
 		}
-		return nil, &ConnError{Conn: "all", Err: err}
+		return nil, &protocol.ConnectionError{Conn: "all", Err: err}
 	}
 	return best, nil
 }

@@ -164,7 +164,7 @@ func (c *conn) die(err error) {
 		c.err = err
 		close(c.dead)
 		if c.credits != nil {
-			c.credits.Close(&ConnError{Conn: c.name(), Err: err})
+			c.credits.Close(&protocol.ConnectionError{Conn: c.name(), Err: err})
 		}
 		c.tc.Close()
 		if !errors.Is(err, ErrClosed) {
@@ -185,7 +185,9 @@ func (c *conn) countDeath() {
 
 func (c *conn) name() string { return c.tc.Provider() + " " + c.tc.RemoteAddr() }
 
-func (c *conn) connErr() error { return &ConnError{Conn: c.name(), Err: c.err} }
+// connErr is the error of a request whose connection died: its scope is
+// the connection (protocol.ConnectionError), the remedy a new Client.
+func (c *conn) connErr() error { return &protocol.ConnectionError{Conn: c.name(), Err: c.err} }
 
 // dial connects to addr and authenticates (FIG. 5, 6A–C).
 func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr string, key [16]byte) (*conn, error) {

@@ -338,9 +338,9 @@ func TestServerKilledMidIO(t *testing.T) {
 			watchdog := time.AfterFunc(10*time.Second, func() { panic("client calls hung after the server died") })
 			defer watchdog.Stop()
 			for i := 0; i < n; i++ {
-				var ce *ConnError
+				var ce *protocol.ConnectionError
 				if err := <-results; !errors.As(err, &ce) {
-					t.Fatalf("outstanding read: %v, want *ConnError", err)
+					t.Fatalf("outstanding read: %v, want *protocol.ConnectionError", err)
 				}
 			}
 			<-cl.Done()
