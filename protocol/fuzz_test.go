@@ -5,6 +5,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // Every decoder has a Fuzz target: decoding never panics, every error is a
@@ -169,9 +171,9 @@ func FuzzDecodeResumeKeyResponse(f *testing.F) {
 	})
 }
 
-func fuzzProviders() []ProviderInfo {
-	return []ProviderInfo{
-		{Name: "softrdma", Instances: []Instance{{HostAddress: []byte{10, 0, 0, 1}, Discriminator: []byte{0x12, 0x34}}, {}}},
+func fuzzProviders() []transport.ProviderInfo {
+	return []transport.ProviderInfo{
+		{Name: "softrdma", Instances: []transport.Instance{{HostAddress: []byte{10, 0, 0, 1}, Discriminator: []byte{0x12, 0x34}}, {}}},
 		{Name: "verbs"},
 	}
 }

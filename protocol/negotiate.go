@@ -106,43 +106,14 @@ func decodeControlHeader(msg string, b []byte) (ControlHeader, error) {
 	return h, nil
 }
 
-// Instance is LWIO_NET_ADDRESS (FIG. 4A): HostAddressLen u16 @0,
-// DiscriminatorLen u16 @2, then the host address bytes and the
-// discriminator bytes. What the bytes mean belongs to the provider (see
-// transport.Instance).
-type Instance struct {
-	HostAddress   []byte
-	Discriminator []byte
-}
+// The provider list of both negotiate messages (FIG. 4A, 4B) is
+// []transport.ProviderInfo: an entry is LwioAddressBlk_t, Name
+// WCHAR[MaxProviderName] @0, InstanceCount u16 @64, then the instance
+// table; an instance (transport.Instance) is LWIO_NET_ADDRESS,
+// HostAddressLen u16 @0, DiscriminatorLen u16 @2, then the host address
+// bytes and the discriminator bytes, whose meaning is the provider's.
 
-// ProviderInfo is LwioAddressBlk_t (FIG. 4A): Name WCHAR[MaxProviderName]
-// @0, InstanceCount u16 @64, then the instance table.
-type ProviderInfo struct {
-	Name      string
-	Instances []Instance
-}
-
-// TransportInstances converts the instance table to transport.Instance
-// values; the byte slices are shared, not copied.
-func (p *ProviderInfo) TransportInstances() []transport.Instance {
-	out := make([]transport.Instance, len(p.Instances))
-	for i, in := range p.Instances {
-		out[i] = transport.Instance{HostAddress: in.HostAddress, Discriminator: in.Discriminator}
-	}
-	return out
-}
-
-// ProviderFromTransport builds a ProviderInfo named name from transport
-// instances; the byte slices are shared, not copied.
-func ProviderFromTransport(name string, ins []transport.Instance) ProviderInfo {
-	p := ProviderInfo{Name: name, Instances: make([]Instance, len(ins))}
-	for i, in := range ins {
-		p.Instances[i] = Instance{HostAddress: in.HostAddress, Discriminator: in.Discriminator}
-	}
-	return p
-}
-
-func providersSize(ps []ProviderInfo) int {
+func providersSize(ps []transport.ProviderInfo) int {
 	n := 0
 	for i := range ps {
 		n += ProviderFixedSize
@@ -155,7 +126,7 @@ func providersSize(ps []ProviderInfo) int {
 
 // putProviders writes the provider list into w, which has exactly the
 // room providersSize says.
-func putProviders(msg string, w []byte, ps []ProviderInfo) error {
+func putProviders(msg string, w []byte, ps []transport.ProviderInfo) error {
 	le := binary.LittleEndian
 	for i := range ps {
 		p := &ps[i]
@@ -183,14 +154,14 @@ func putProviders(msg string, w []byte, ps []ProviderInfo) error {
 
 // decodeProviders reads exactly count providers filling all of b. Counts
 // are checked against the bytes left before anything is allocated for them.
-func decodeProviders(msg string, b []byte, count int) ([]ProviderInfo, error) {
+func decodeProviders(msg string, b []byte, count int) ([]transport.ProviderInfo, error) {
 	if count > len(b)/ProviderFixedSize {
 		return nil, fieldErr(msg, "ProviderCount", "%d providers cannot fit in %d bytes", count, len(b))
 	}
 	le := binary.LittleEndian
-	var ps []ProviderInfo
+	var ps []transport.ProviderInfo
 	if count > 0 {
-		ps = make([]ProviderInfo, count)
+		ps = make([]transport.ProviderInfo, count)
 	}
 	for i := range ps {
 		if len(b) < ProviderFixedSize {
@@ -207,7 +178,7 @@ func decodeProviders(msg string, b []byte, count int) ([]ProviderInfo, error) {
 			return nil, fieldErr(msg, fmt.Sprintf("Providers[%d].InstanceCount", i), "%d instances cannot fit in %d bytes", ic, len(b))
 		}
 		if ic > 0 {
-			ps[i].Instances = make([]Instance, ic)
+			ps[i].Instances = make([]transport.Instance, ic)
 		}
 		for j := range ps[i].Instances {
 			f := fmt.Sprintf("Providers[%d].Instances[%d]", i, j)
@@ -219,7 +190,7 @@ func decodeProviders(msg string, b []byte, count int) ([]ProviderInfo, error) {
 			if hl+dl > len(b) {
 				return nil, fieldErr(msg, f+".HostAddressLen", "%d+%d address bytes run past the %d left", hl, dl, len(b))
 			}
-			ps[i].Instances[j] = Instance{
+			ps[i].Instances[j] = transport.Instance{
 				HostAddress:   append([]byte{}, b[:hl]...),
 				Discriminator: append([]byte{}, b[hl:hl+dl]...),
 			}
@@ -245,12 +216,12 @@ type NegotiateRequest struct {
 	Key [16]byte
 	// ResponseLength is the size of the client's buffer for the response.
 	ResponseLength uint16
-	Providers      []ProviderInfo
+	Providers      []transport.ProviderInfo
 }
 
 // NewNegotiateRequest returns a negotiate request (FIG. 4A) with RevId set
 // to LWIO_REV_ID and ResponseLength to the largest control message.
-func NewNegotiateRequest(clientName string, key [16]byte, providers []ProviderInfo) NegotiateRequest {
+func NewNegotiateRequest(clientName string, key [16]byte, providers []transport.ProviderInfo) NegotiateRequest {
 	return NegotiateRequest{RevID: RevID, ClientName: clientName, Key: key, ResponseLength: MaxControlMessage, Providers: providers}
 }
 
@@ -327,12 +298,12 @@ type NegotiateResponse struct {
 	// request (FIG. 6A), as 16 opaque bytes.
 	Key [16]byte
 	// Providers are the providers common to client and server.
-	Providers []ProviderInfo
+	Providers []transport.ProviderInfo
 }
 
 // NewNegotiateResponse returns a negotiate response (FIG. 4B) with RevId
 // set to LWIO_REV_ID.
-func NewNegotiateResponse(srvName string, key [16]byte, providers []ProviderInfo) NegotiateResponse {
+func NewNegotiateResponse(srvName string, key [16]byte, providers []transport.ProviderInfo) NegotiateResponse {
 	return NegotiateResponse{RevID: RevID, SrvName: srvName, Key: key, Providers: providers}
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // edit returns a copy of b changed by f.
@@ -129,7 +131,7 @@ func TestDecodeRequestRejects(t *testing.T) {
 }
 
 func TestDecodeSessionRejects(t *testing.T) {
-	provs := []ProviderInfo{{Name: "p", Instances: []Instance{{HostAddress: []byte{1, 2, 3, 4}, Discriminator: []byte{5, 6}}}}}
+	provs := []transport.ProviderInfo{{Name: "p", Instances: []transport.Instance{{HostAddress: []byte{1, 2, 3, 4}, Discriminator: []byte{5, 6}}}}}
 	nq := NewNegotiateRequest("client", testKey(), provs)
 	q, err := nq.Append(nil)
 	if err != nil {
@@ -222,10 +224,10 @@ func TestEncodeRejects(t *testing.T) {
 	if _, err := (&NegotiateResponse{SrvName: "a\x00b"}).Append(nil); !IsProtocolError(err) {
 		t.Errorf("NUL in name: %v", err)
 	}
-	if _, err := (&NegotiateResponse{Providers: []ProviderInfo{{Name: strings.Repeat("p", MaxProviderName+1)}}}).Append(nil); !IsProtocolError(err) {
+	if _, err := (&NegotiateResponse{Providers: []transport.ProviderInfo{{Name: strings.Repeat("p", MaxProviderName+1)}}}).Append(nil); !IsProtocolError(err) {
 		t.Errorf("long provider name: %v", err)
 	}
-	big := []ProviderInfo{{Name: "p", Instances: []Instance{{HostAddress: make([]byte, 0x10000)}}}}
+	big := []transport.ProviderInfo{{Name: "p", Instances: []transport.Instance{{HostAddress: make([]byte, 0x10000)}}}}
 	if _, err := (&NegotiateRequest{Providers: big}).Append(nil); !IsProtocolError(err) {
 		t.Errorf("oversized message: %v", err)
 	}

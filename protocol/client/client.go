@@ -202,7 +202,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	byName := map[string]transport.Provider{}
-	var offer []protocol.ProviderInfo
+	var offer []transport.ProviderInfo
 	for _, p := range cfg.Providers {
 		if err := p.Available(); err != nil {
 			log.WithField("provider", p.Name()).WithError(err).Info("lwio: provider unavailable")
@@ -212,7 +212,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			continue
 		}
 		byName[p.Name()] = p
-		offer = append(offer, protocol.ProviderInfo{Name: p.Name()})
+		offer = append(offer, transport.ProviderInfo{Name: p.Name()})
 	}
 	if len(offer) == 0 {
 		return nil, errors.New("lwio client: no usable provider")
@@ -231,7 +231,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		if p == nil {
 			continue
 		}
-		for _, in := range pi.TransportInstances() {
+		for _, in := range pi.Instances {
 			addr, err := in.Addr()
 			if err != nil {
 				continue

@@ -147,8 +147,8 @@ func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) 
 	for _, p := range req.Providers {
 		if p.Name == soft.Name {
 			key := s.e.auth.negotiateKey(s.id, s.key)
-			return protocol.NewNegotiateResponse("test", key, []protocol.ProviderInfo{
-				protocol.ProviderFromTransport(soft.Name, []transport.Instance{in}),
+			return protocol.NewNegotiateResponse("test", key, []transport.ProviderInfo{
+				{Name: soft.Name, Instances: []transport.Instance{in}},
 			}), nil
 		}
 	}
