@@ -59,14 +59,40 @@ const (
 	kindInterrupt                 // INTERRUPT (polling wakeup)
 )
 
-// Slot states.
+// slotState is where a request is between its post and its slot's reuse.
+// A requester waiting in wait or waitPoll moves Waiting to Done when the
+// completion comes, or to Abandoned when its context ends first; then the
+// completion moves Abandoned to Finished and frees the slot. A second
+// completion for one cookie finds neither Waiting nor Abandoned and ends
+// the connection.
+type slotState int32
+
 const (
-	slotIdle      int32 = iota
-	slotWaiting         // posted, the requester waits
-	slotDone            // completed and handed to the requester
-	slotAbandoned       // the requester left (context); the completion frees it
-	slotFinished        // abandoned and completed
+	slotIdle      slotState = iota // free, or being filled
+	slotWaiting                    // posted, the requester waits
+	slotDone                       // completed and handed to the requester
+	slotAbandoned                  // the requester left (context); the completion frees it
+	slotFinished                   // abandoned and completed
 )
+
+var slotStateNames = [...]string{"idle", "waiting", "done", "abandoned", "finished"}
+
+func (s slotState) String() string {
+	if int(s) >= 0 && int(s) < len(slotStateNames) {
+		return slotStateNames[s]
+	}
+	return fmt.Sprintf("slotState(%d)", int32(s))
+}
+
+// atomicSlotState is a slotState changed by compare-and-swap, since the
+// requester and the completion race for it.
+type atomicSlotState struct{ v atomic.Int32 }
+
+func (a *atomicSlotState) Load() slotState   { return slotState(a.v.Load()) }
+func (a *atomicSlotState) Store(s slotState) { a.v.Store(int32(s)) }
+func (a *atomicSlotState) CompareAndSwap(old, new slotState) bool {
+	return a.v.CompareAndSwap(int32(old), int32(new))
+}
 
 type result struct {
 	info uint32
@@ -85,7 +111,7 @@ type slot struct {
 	segs   [2]transport.Segment
 	wr     [1]transport.SendWR
 	done   chan result
-	state  atomic.Int32
+	state  atomicSlotState
 	// refs: the SEND completion, the request's completion and the
 	// requester each hold one; the slot is free when all three let go.
 	refs    atomic.Int32
@@ -128,15 +154,17 @@ type conn struct {
 	// The reaper role (see reap.go): whoever holds reaping polls the CQ
 	// and dispatches every completion in it. expect counts the CQ events
 	// requests are owed (SEND completions, interrupt-mode answers).
-	reaping  atomic.Bool
-	expect   atomic.Int32
-	sticky   atomic.Bool              // the last I/O request was a polling one
-	reapKick chan struct{}            // one slot: wakes the background reaper
-	wcs      [64]transport.Completion // the role holder's batch
+	reaping atomic.Bool
+	expect  atomic.Int32
+	// lastPolled: the connection's last I/O request was a polling one,
+	// so the background reaper keeps the role (see reap.go).
+	lastPolled atomic.Bool
+	reapKick   chan struct{}            // one slot: wakes the background reaper
+	wcs        [64]transport.Completion // the role holder's batch
 
-	spinners  atomic.Int32 // polling requests spinning now
-	spinScore atomic.Int32 // > 0 while recent spins mostly succeeded
-	spinProbe atomic.Uint32
+	spinners  atomic.Int32  // polling requests spinning now
+	spinScore atomic.Int32  // > 0 while recent spins mostly succeeded
+	spinSkips atomic.Uint32 // polling requests that did not spin; every 64th spins anyway (shouldSpin)
 
 	intrMu  sync.Mutex
 	intrOut bool
@@ -464,7 +492,7 @@ func (c *conn) complete(sl *slot, res result) {
 			}
 			sl.unref() // for the requester that left
 		default:
-			c.die(fmt.Errorf("protocol violation: second completion for cookie %#x", sl.cookie.Load()))
+			c.die(fmt.Errorf("protocol violation: second completion for cookie %#x (slot %v)", sl.cookie.Load(), s))
 			return
 		}
 		break
@@ -619,8 +647,8 @@ func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Se
 		owed++ // and the answer
 	}
 	c.expect.Add(owed)
-	if sl.kind == kindIO && sl.polling != c.sticky.Load() {
-		c.sticky.Store(sl.polling)
+	if sl.kind == kindIO && sl.polling != c.lastPolled.Load() {
+		c.lastPolled.Store(sl.polling)
 	}
 	if err := c.tc.Post(sl.wr[:]...); err != nil {
 		c.expect.Add(-owed)
@@ -635,7 +663,7 @@ func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Se
 		return c.connErr()
 	}
 	if sl.polling && !c.reaping.Load() {
-		signal(c.reapKick) // the background reaper takes the role (sticky)
+		signal(c.reapKick) // the background reaper takes the role (lastPolled)
 	}
 	return nil
 }
@@ -647,7 +675,7 @@ func (c *conn) wait(ctx context.Context, sl *slot) (result, error) {
 		return c.waitPoll(ctx, sl)
 	}
 	if c.reaping.CompareAndSwap(false, true) {
-		if r, ok := c.lead(ctx, sl); ok {
+		if r, ok := c.reapUntilDone(ctx, sl); ok {
 			return r, nil
 		}
 	}
