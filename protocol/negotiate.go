@@ -232,57 +232,26 @@ func (r *NegotiateRequest) Size() int { return NegotiateRequestFixedSize + provi
 // its array, a count or length overflows its field, or the message exceeds
 // MaxControlMessage.
 func (r *NegotiateRequest) Append(b []byte) ([]byte, error) {
-	const msg = "NEGOTIATE_REQUEST"
-	size := r.Size()
-	if size > MaxControlMessage {
-		return b, fieldErr(msg, "Length", "message of %d bytes exceeds %d", size, MaxControlMessage)
-	}
-	if len(r.Providers) > 0xFFFF {
-		return b, fieldErr(msg, "ProviderCount", "%d providers", len(r.Providers))
-	}
 	n := len(b)
-	b = grow(b, size)
-	w := b[n:]
-	ch := ControlHeader{RevID: r.RevID, Opcode: ControlOpNegotiate, Length: uint16(size)}
-	ch.Put(w)
-	if !putFixedName(w[12:12+2*MaxHostName], r.ClientName) {
-		return b[:n], fieldErr(msg, "ClientName", "not encodable in %d WCHARs", MaxHostName)
+	b, err := requestShape.append(b, negotiateFields{r.RevID, r.ClientName, r.Key, r.Providers})
+	if err == nil {
+		binary.LittleEndian.PutUint16(b[n+156:], r.ResponseLength)
 	}
-	copy(w[140:], r.Key[:])
-	binary.LittleEndian.PutUint16(w[156:], r.ResponseLength)
-	binary.LittleEndian.PutUint16(w[158:], uint16(len(r.Providers)))
-	if err := putProviders(msg, w[NegotiateRequestFixedSize:], r.Providers); err != nil {
-		return b[:n], err
-	}
-	return b, nil
+	return b, err
 }
 
 // DecodeNegotiateRequest decodes exactly one negotiate request. The control
 // header's Length must equal len(b). Host addresses and discriminators are
 // copied out of b.
 func DecodeNegotiateRequest(b []byte) (NegotiateRequest, error) {
-	const msg = "NEGOTIATE_REQUEST"
-	ch, err := decodeControlHeader(msg, b)
+	f, err := requestShape.decode(b)
 	if err != nil {
 		return NegotiateRequest{}, err
 	}
-	if len(b) < NegotiateRequestFixedSize {
-		return NegotiateRequest{}, truncated(msg, "ProviderCount", NegotiateRequestFixedSize, len(b))
-	}
-	r := NegotiateRequest{RevID: ch.RevID}
-	name, ok := getFixedName(b[12 : 12+2*MaxHostName])
-	if !ok {
-		return NegotiateRequest{}, fieldErr(msg, "ClientName", "not a zero-padded UTF-16LE name")
-	}
-	r.ClientName = name
-	copy(r.Key[:], b[140:156])
-	r.ResponseLength = binary.LittleEndian.Uint16(b[156:])
-	count := int(binary.LittleEndian.Uint16(b[158:]))
-	r.Providers, err = decodeProviders(msg, b[NegotiateRequestFixedSize:], count)
-	if err != nil {
-		return NegotiateRequest{}, err
-	}
-	return r, nil
+	return NegotiateRequest{
+		RevID: f.rev, ClientName: f.name, Key: f.key, Providers: f.providers,
+		ResponseLength: binary.LittleEndian.Uint16(b[156:]),
+	}, nil
 }
 
 // NegotiateResponse is the negotiate response (FIG. 4B). The seed gives it
@@ -315,51 +284,87 @@ func (r *NegotiateResponse) Size() int {
 // Append appends the encoded response to b, failing as
 // NegotiateRequest.Append does.
 func (r *NegotiateResponse) Append(b []byte) ([]byte, error) {
-	const msg = "NEGOTIATE_RESPONSE"
-	size := r.Size()
-	if size > MaxControlMessage {
-		return b, fieldErr(msg, "Length", "message of %d bytes exceeds %d", size, MaxControlMessage)
+	return responseShape.append(b, negotiateFields{r.RevID, r.SrvName, r.Key, r.Providers})
+}
+
+// DecodeNegotiateResponse decodes exactly one negotiate response.
+func DecodeNegotiateResponse(b []byte) (NegotiateResponse, error) {
+	f, err := responseShape.decode(b)
+	if err != nil {
+		return NegotiateResponse{}, err
 	}
-	if len(r.Providers) > 0xFFFF {
-		return b, fieldErr(msg, "ProviderCount", "%d providers", len(r.Providers))
+	return NegotiateResponse{RevID: f.rev, SrvName: f.name, Key: f.key, Providers: f.providers}, nil
+}
+
+// negotiateShape is what the two negotiate messages share (FIG. 4A, 4B):
+// the control header @0, a host name WCHAR[MaxHostName] @12 and the Key
+// @140; the request has ResponseLength @156 before its ProviderCount, so
+// the count sits at countOff and the provider list at fixed.
+type negotiateShape struct {
+	msg, nameField  string
+	countOff, fixed int
+}
+
+var (
+	requestShape  = negotiateShape{"NEGOTIATE_REQUEST", "ClientName", 158, NegotiateRequestFixedSize}
+	responseShape = negotiateShape{"NEGOTIATE_RESPONSE", "SrvName", 156, NegotiateResponseFixedSize}
+)
+
+// negotiateFields are the values the two messages share.
+type negotiateFields struct {
+	rev       uint32
+	name      string
+	key       [16]byte
+	providers []transport.ProviderInfo
+}
+
+// append appends the message with f to b, leaving the request's
+// ResponseLength zero. It fails if the name does not fit its array, a
+// count or length overflows its field, or the message exceeds
+// MaxControlMessage; b is then returned as it was.
+func (s negotiateShape) append(b []byte, f negotiateFields) ([]byte, error) {
+	size := s.fixed + providersSize(f.providers)
+	if size > MaxControlMessage {
+		return b, fieldErr(s.msg, "Length", "message of %d bytes exceeds %d", size, MaxControlMessage)
+	}
+	if len(f.providers) > 0xFFFF {
+		return b, fieldErr(s.msg, "ProviderCount", "%d providers", len(f.providers))
 	}
 	n := len(b)
 	b = grow(b, size)
 	w := b[n:]
-	ch := ControlHeader{RevID: r.RevID, Opcode: ControlOpNegotiate, Length: uint16(size)}
+	ch := ControlHeader{RevID: f.rev, Opcode: ControlOpNegotiate, Length: uint16(size)}
 	ch.Put(w)
-	if !putFixedName(w[12:12+2*MaxHostName], r.SrvName) {
-		return b[:n], fieldErr(msg, "SrvName", "not encodable in %d WCHARs", MaxHostName)
+	if !putFixedName(w[12:12+2*MaxHostName], f.name) {
+		return b[:n], fieldErr(s.msg, s.nameField, "not encodable in %d WCHARs", MaxHostName)
 	}
-	copy(w[140:], r.Key[:])
-	binary.LittleEndian.PutUint16(w[156:], uint16(len(r.Providers)))
-	if err := putProviders(msg, w[NegotiateResponseFixedSize:], r.Providers); err != nil {
+	copy(w[140:], f.key[:])
+	binary.LittleEndian.PutUint16(w[s.countOff:], uint16(len(f.providers)))
+	if err := putProviders(s.msg, w[s.fixed:], f.providers); err != nil {
 		return b[:n], err
 	}
 	return b, nil
 }
 
-// DecodeNegotiateResponse decodes exactly one negotiate response.
-func DecodeNegotiateResponse(b []byte) (NegotiateResponse, error) {
-	const msg = "NEGOTIATE_RESPONSE"
-	ch, err := decodeControlHeader(msg, b)
+// decode decodes exactly one message of this shape: the control header's
+// Length must equal len(b); host addresses and discriminators are copied.
+func (s negotiateShape) decode(b []byte) (negotiateFields, error) {
+	ch, err := decodeControlHeader(s.msg, b)
 	if err != nil {
-		return NegotiateResponse{}, err
+		return negotiateFields{}, err
 	}
-	if len(b) < NegotiateResponseFixedSize {
-		return NegotiateResponse{}, truncated(msg, "ProviderCount", NegotiateResponseFixedSize, len(b))
+	if len(b) < s.fixed {
+		return negotiateFields{}, truncated(s.msg, "ProviderCount", s.fixed, len(b))
 	}
-	r := NegotiateResponse{RevID: ch.RevID}
 	name, ok := getFixedName(b[12 : 12+2*MaxHostName])
 	if !ok {
-		return NegotiateResponse{}, fieldErr(msg, "SrvName", "not a zero-padded UTF-16LE name")
+		return negotiateFields{}, fieldErr(s.msg, s.nameField, "not a zero-padded UTF-16LE name")
 	}
-	r.SrvName = name
-	copy(r.Key[:], b[140:156])
-	count := int(binary.LittleEndian.Uint16(b[156:]))
-	r.Providers, err = decodeProviders(msg, b[NegotiateResponseFixedSize:], count)
-	if err != nil {
-		return NegotiateResponse{}, err
+	f := negotiateFields{rev: ch.RevID, name: name}
+	copy(f.key[:], b[140:156])
+	count := int(binary.LittleEndian.Uint16(b[s.countOff:]))
+	if f.providers, err = decodeProviders(s.msg, b[s.fixed:], count); err != nil {
+		return negotiateFields{}, err
 	}
-	return r, nil
+	return f, nil
 }
