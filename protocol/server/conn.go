@@ -27,16 +27,11 @@ const (
 	stateClosed                   // torn down; every request has completed or failed
 )
 
+var connStateNames = [...]string{"auth", "open", "closing", "closed"}
+
 func (s connState) String() string {
-	switch s {
-	case stateAuth:
-		return "auth"
-	case stateOpen:
-		return "open"
-	case stateClosing:
-		return "closing"
-	case stateClosed:
-		return "closed"
+	if int(s) < len(connStateNames) {
+		return connStateNames[s]
 	}
 	return fmt.Sprintf("connState(%d)", uint8(s))
 }
