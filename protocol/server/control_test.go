@@ -89,7 +89,7 @@ func TestCreditGrantFromHint(t *testing.T) {
 	p := e.dial()
 	p.auth(key, signing, 2)
 	fid := uint16(p.register(rk, 5, 0).Ios.Information)
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 2, protocol.InterruptMode(1, 1)))
+	p.read(fid, 0, 10, 2, 1)
 	r := p.wantResponse("delta credit")
 	if !r.IsDeltaCredit() || r.CreditDelta() != 2 {
 		t.Fatalf("delta %+v, want +2 (doubling)", r)
@@ -117,11 +117,7 @@ func TestCreditBudget(t *testing.T) {
 		t.Fatalf("second connection got %d credits, want the 2 left", sp.Credits)
 	}
 	c := e.dial()
-	ap := c.authParams(e.another(key), 4)
-	ap.Sign(signing)
-	req := protocol.NewAuthRequest(ap, c.data.Addr(), c.data.Handle(), 9)
-	c.sendMsg(req.Append(nil))
-	if r := c.wantResponse("AUTH"); r.Ios.Status != protocol.StatusInsufficientResources {
+	if r := c.tryAuth(e.another(key), signing, 4, 9); r.Ios.Status != protocol.StatusInsufficientResources {
 		t.Fatalf("AUTH with the budget spent: %+v", r)
 	}
 }
@@ -132,13 +128,11 @@ func TestCancelQueued(t *testing.T) {
 	e := newEnv(t, Config{Workers: 1})
 	key, signing := e.session(5)
 	rk, g := e.gated(5)
-	p := e.dial()
-	p.auth(key, signing, 8)
-	fid := uint16(p.register(rk, 5, 0).Ios.Information)
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 1)))
+	p, fid := e.open(key, signing, 5, rk)
+	p.read(fid, 0, 4096, 1, 1)
 	<-g.entered // executing, holding the one worker
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 2, protocol.InterruptMode(2, 2)))
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 3, protocol.InterruptMode(3, 3)))
+	p.read(fid, 0, 4096, 2, 2)
+	p.read(fid, 0, 4096, 3, 3)
 	p.sendHeader(protocol.NewCancelRequest(fid, 4, 4))
 	got := map[uint64]protocol.Status{}
 	for len(got) < 3 {
@@ -153,7 +147,7 @@ func TestCancelQueued(t *testing.T) {
 		t.Fatalf("imm %d, want 1", imm)
 	}
 	// The Fid still works after CANCEL.
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(5, 5)))
+	p.read(fid, 0, 10, 1, 5)
 	if imm := p.wantImm("READ after CANCEL"); imm != 5 {
 		t.Fatalf("imm %d", imm)
 	}
@@ -165,12 +159,10 @@ func TestCloseInFlight(t *testing.T) {
 	e := newEnv(t, Config{Workers: 1})
 	key, signing := e.session(5)
 	rk, g := e.gated(5)
-	p := e.dial()
-	p.auth(key, signing, 8)
-	fid := uint16(p.register(rk, 5, 0).Ios.Information)
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 1)))
+	p, fid := e.open(key, signing, 5, rk)
+	p.read(fid, 0, 4096, 1, 1)
 	<-g.entered
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 2, protocol.InterruptMode(2, 2)))
+	p.read(fid, 0, 4096, 2, 2)
 	p.sendHeader(protocol.NewCloseRequest(fid, 3, 3))
 	got := map[uint64]protocol.Status{}
 	for len(got) < 2 {
@@ -182,7 +174,7 @@ func TestCloseInFlight(t *testing.T) {
 	}
 	g.open()
 	p.wantImm("the executing READ finishes")
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(5, 5)))
+	p.read(fid, 0, 10, 1, 5)
 	if r := p.wantResponse("READ after CLOSE"); r.Ios.Status != protocol.StatusInvalidHandle {
 		t.Fatalf("READ after CLOSE: %v", r.Ios.Status)
 	}
@@ -194,9 +186,7 @@ func TestInterruptHeld(t *testing.T) {
 	e := newEnv(t, Config{})
 	key, signing := e.session(5)
 	rk, g := e.gated(5)
-	p := e.dial()
-	p.auth(key, signing, 8)
-	fid := uint16(p.register(rk, 5, 0).Ios.Information)
+	p, fid := e.open(key, signing, 5, rk)
 	ios := p.data.Addr() + 1<<20
 	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.PollingMode(ios, p.data.Handle())))
 	<-g.entered
@@ -224,11 +214,7 @@ func TestAuthKeyOnce(t *testing.T) {
 	a := e.dial()
 	a.auth(key, signing, 4)
 	b := e.dial()
-	ap := b.authParams(key, 4)
-	ap.Sign(signing)
-	req := protocol.NewAuthRequest(ap, b.data.Addr(), b.data.Handle(), 9)
-	b.sendMsg(req.Append(nil))
-	if r := b.wantResponse("AUTH"); r.Ios.Status != protocol.StatusAccessDenied {
+	if r := b.tryAuth(key, signing, 4, 9); r.Ios.Status != protocol.StatusAccessDenied {
 		t.Fatalf("second AUTH with a used Key: %+v, want STATUS_ACCESS_DENIED", r)
 	}
 	c := e.dial()

@@ -77,11 +77,7 @@ func TestAuthViolations(t *testing.T) {
 		p := e.dial()
 		var other [16]byte
 		rand.Read(other[:])
-		ap := p.authParams(other, 4)
-		ap.Sign(signing)
-		req := protocol.NewAuthRequest(ap, p.data.Addr(), p.data.Handle(), 9)
-		p.sendMsg(req.Append(nil))
-		if r := p.wantResponse("AUTH"); r.Ios.Status != protocol.StatusAccessDenied {
+		if r := p.tryAuth(other, signing, 4, 9); r.Ios.Status != protocol.StatusAccessDenied {
 			t.Fatalf("AUTH with an unknown Key: %+v, want STATUS_ACCESS_DENIED", r)
 		}
 		p.wantClosed("after ACCESS_DENIED")
@@ -198,9 +194,7 @@ func TestTranscriptVecRead(t *testing.T) {
 	key, signing := e.session(5)
 	content := randBytes(64 << 10)
 	rk, _ := e.file(5, "f", content)
-	p := e.dial()
-	p.auth(key, signing, 8)
-	fid := uint16(p.register(rk, 5, 0).Ios.Information)
+	p, fid := e.open(key, signing, 5, rk)
 	// Four pages of 4 KiB scattered in reverse order, the last one 1 KiB.
 	const ps = 4096
 	length := 3*ps + 1024
