@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"reflect"
@@ -16,27 +17,13 @@ import (
 func fill(h Header) Header {
 	h.Sequence = 0x1234
 	h.Tid = 0x89abcdef
-	if h.Credits == 0 {
-		h.Credits = 0x21
-	}
-	if h.Fid == 0 {
-		h.Fid = 0x0102
-	}
-	if h.Offset == 0 {
-		h.Offset = 0x1122334455667788
-	}
-	if h.DataVa == 0 {
-		h.DataVa = 0x0a0b0c0d0e0f1011
-	}
-	if h.DataMh == 0 {
-		h.DataMh = 0x55aa55aa
-	}
-	if h.IosMh == 0 {
-		h.IosMh = 0x66bb66bb
-	}
-	if h.IosVa == 0 {
-		h.IosVa = 0x7788990011223344
-	}
+	h.Credits = cmp.Or(h.Credits, 0x21)
+	h.Fid = cmp.Or(h.Fid, 0x0102)
+	h.Offset = cmp.Or(h.Offset, 0x1122334455667788)
+	h.DataVa = cmp.Or(h.DataVa, 0x0a0b0c0d0e0f1011)
+	h.DataMh = cmp.Or(h.DataMh, 0x55aa55aa)
+	h.IosMh = cmp.Or(h.IosMh, 0x66bb66bb)
+	h.IosVa = cmp.Or(h.IosVa, 0x7788990011223344)
 	return h
 }
 

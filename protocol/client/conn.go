@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -221,12 +222,8 @@ func (c *conn) connErr() error { return &protocol.ConnectionError{Conn: c.name()
 func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr string, key [16]byte) (*conn, error) {
 	cfg := &cl.cfg
 	tcfg := cfg.Transport
-	if tcfg.SendQueueDepth == 0 {
-		tcfg.SendQueueDepth = maxSlots + 8
-	}
-	if tcfg.RecvQueueDepth == 0 {
-		tcfg.RecvQueueDepth = cfg.MaxCredits + 8
-	}
+	tcfg.SendQueueDepth = cmp.Or(tcfg.SendQueueDepth, maxSlots+8)
+	tcfg.RecvQueueDepth = cmp.Or(tcfg.RecvQueueDepth, cfg.MaxCredits+8)
 	tc, err := p.Dial(ctx, addr, tcfg)
 	if err != nil {
 		return nil, err
