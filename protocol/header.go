@@ -168,9 +168,11 @@ func DecodeIOStatusBlock(b []byte) (IOStatusBlock, error) {
 	}, nil
 }
 
-// StatusResponse is LWIO_MSG_STATUS_RESPONSE (FIG. 6C, 7B, 11A, 11C, ...):
-// Cookie u64 @0, Ios @8. The server RDMA-writes it to the IosVa/IosMh the
-// request named, or sends it, to complete a request.
+// StatusResponse is LWIO_MSG_STATUS_RESPONSE (FIG. 6C, 7B, 9B, 11A, 11C,
+// 12B, 13B, 14B, 15B, 16B, 17D): Cookie u64 @0, Ios @8. The server sends it
+// to complete a control request or an interrupt-mode I/O request (a
+// polling one gets the IOStatusBlock RDMA-written instead, FIG. 8), and as
+// a delta-credit message (FIG. 11A).
 type StatusResponse struct {
 	Cookie uint64
 	Ios    IOStatusBlock

@@ -122,23 +122,37 @@ func TestCreditBudget(t *testing.T) {
 	}
 }
 
-// FIG. 13A/B: queued requests complete STATUS_CANCELLED, executing ones
-// finish.
-func TestCancelQueued(t *testing.T) {
-	e := newEnv(t, Config{Workers: 1})
+// gatedPeer starts a server with cfg and a connection of session 5 with a
+// gated file registered: its I/O waits until g.open.
+func gatedPeer(t *testing.T, cfg Config) (*peer, uint16, *gatedFile) {
+	e := newEnv(t, cfg)
 	key, signing := e.session(5)
 	rk, g := e.gated(5)
 	p, fid := e.open(key, signing, 5, rk)
+	return p, fid, g
+}
+
+// responses collects the next n STATUS_RESPONSEs by cookie.
+func (p *peer) responses(n int, why string) map[uint64]protocol.Status {
+	p.t.Helper()
+	got := map[uint64]protocol.Status{}
+	for len(got) < n {
+		r := p.wantResponse(why)
+		got[r.Cookie] = r.Ios.Status
+	}
+	return got
+}
+
+// FIG. 13A/B: queued requests complete STATUS_CANCELLED, executing ones
+// finish.
+func TestCancelQueued(t *testing.T) {
+	p, fid, g := gatedPeer(t, Config{Workers: 1})
 	p.read(fid, 0, 4096, 1, 1)
 	<-g.entered // executing, holding the one worker
 	p.read(fid, 0, 4096, 2, 2)
 	p.read(fid, 0, 4096, 3, 3)
 	p.sendHeader(protocol.NewCancelRequest(fid, 4, 4))
-	got := map[uint64]protocol.Status{}
-	for len(got) < 3 {
-		r := p.wantResponse("CANCEL and the cancelled reads")
-		got[r.Cookie] = r.Ios.Status
-	}
+	got := p.responses(3, "CANCEL and the cancelled reads")
 	if got[4] != protocol.StatusSuccess || got[2] != protocol.StatusCancelled || got[3] != protocol.StatusCancelled {
 		t.Fatalf("completions %v, want cookie 4 success, 2 and 3 cancelled", got)
 	}
@@ -156,19 +170,12 @@ func TestCancelQueued(t *testing.T) {
 // FIG. 12A/B with requests in flight: the executing one finishes, queued
 // ones are cancelled, later ones fail.
 func TestCloseInFlight(t *testing.T) {
-	e := newEnv(t, Config{Workers: 1})
-	key, signing := e.session(5)
-	rk, g := e.gated(5)
-	p, fid := e.open(key, signing, 5, rk)
+	p, fid, g := gatedPeer(t, Config{Workers: 1})
 	p.read(fid, 0, 4096, 1, 1)
 	<-g.entered
 	p.read(fid, 0, 4096, 2, 2)
 	p.sendHeader(protocol.NewCloseRequest(fid, 3, 3))
-	got := map[uint64]protocol.Status{}
-	for len(got) < 2 {
-		r := p.wantResponse("CLOSE and the queued read")
-		got[r.Cookie] = r.Ios.Status
-	}
+	got := p.responses(2, "CLOSE and the queued read")
 	if got[3] != protocol.StatusSuccess || got[2] != protocol.StatusCancelled {
 		t.Fatalf("completions %v", got)
 	}
@@ -183,10 +190,7 @@ func TestCloseInFlight(t *testing.T) {
 // FIG. 9A/B: an INTERRUPT is held until the next I/O completes; a second
 // one while it is held is refused.
 func TestInterruptHeld(t *testing.T) {
-	e := newEnv(t, Config{})
-	key, signing := e.session(5)
-	rk, g := e.gated(5)
-	p, fid := e.open(key, signing, 5, rk)
+	p, fid, g := gatedPeer(t, Config{})
 	ios := p.data.Addr() + 1<<20
 	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.PollingMode(ios, p.data.Handle())))
 	<-g.entered
