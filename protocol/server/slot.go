@@ -63,28 +63,26 @@ type slotTable struct {
 
 func (t *slotTable) init(dom transport.Domain) { t.dom = dom }
 
+// get returns a free slot, registering a new one while the table grows
+// (under the lock: that happens only until the connection is warm).
 func (t *slotTable) get() (*slot, error) {
-	t.mu.Lock()
-	if n := len(t.free); n > 0 {
-		sl := t.all[t.free[n-1]]
-		t.free = t.free[:n-1]
-		t.used++
-		t.mu.Unlock()
-		return sl, nil
-	}
-	t.mu.Unlock()
-	r, err := t.dom.Alloc(respSize, transport.AccessLocal)
-	if err != nil {
-		return nil, err
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.dropped {
-		r.Deregister()
 		return nil, transport.ErrClosed
 	}
-	sl := &slot{idx: len(t.all), resp: r}
-	t.all = append(t.all, sl)
+	var sl *slot
+	if n := len(t.free); n > 0 {
+		sl = t.all[t.free[n-1]]
+		t.free = t.free[:n-1]
+	} else {
+		r, err := t.dom.Alloc(respSize, transport.AccessLocal)
+		if err != nil {
+			return nil, err
+		}
+		sl = &slot{idx: len(t.all), resp: r}
+		t.all = append(t.all, sl)
+	}
 	t.used++
 	return sl, nil
 }
