@@ -10,7 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/lwiofs/lwiofs/protocol/client"
+	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
@@ -235,8 +235,7 @@ func (r *Reconnector) session(ctx context.Context) (*Session, uint64, error) {
 
 // isLost reports whether err means the connection, not the request, failed.
 func isLost(err error) bool {
-	var ce *client.ConnError
-	return errors.Is(err, session.ErrClosed) || errors.As(err, &ce) || errors.Is(err, syscall.ECONNRESET) ||
+	return errors.Is(err, session.ErrClosed) || protocol.IsConnectionLost(err) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE)
 }
 

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // The golden encodings below are written by hand from the layout tables of
@@ -197,7 +199,7 @@ func TestGoldenSessionMessages(t *testing.T) {
 		t.Errorf("SRV_REQUEST_RESUME_KEY decode: %+v %v", back, err)
 	}
 
-	provs := []ProviderInfo{{Name: "s", Instances: []Instance{{HostAddress: []byte{10, 0, 0, 1}, Discriminator: []byte{0x12, 0x34}}}}}
+	provs := []transport.ProviderInfo{{Name: "s", Instances: []transport.Instance{{HostAddress: []byte{10, 0, 0, 1}, Discriminator: []byte{0x12, 0x34}}}}}
 	provHex := `
 		7300 ` + z(62) + ` | Name "s", zero-padded to 32 WCHARs
 		0100 | InstanceCount

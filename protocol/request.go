@@ -59,11 +59,8 @@ func DecodeRequest(b []byte) (Request, error) {
 		return r, fieldErr(msg, "Flags", "COLLAPSE_IO on a %s request", msg)
 	}
 	body := b[HeaderSize:]
-	switch h.Opcode {
-	case OpRead, OpWrite, OpVecRead, OpVecWrite:
-		if h.Marker != MarkerIO {
-			return r, fieldErr(msg, "Marker", "0x%02x, want 0x%02x", h.Marker, MarkerIO)
-		}
+	if h.Opcode.IsIO() && h.Marker != MarkerIO {
+		return r, fieldErr(msg, "Marker", "0x%02x, want 0x%02x", h.Marker, MarkerIO)
 	}
 	switch h.Opcode {
 	case OpRead:
@@ -89,24 +86,18 @@ func DecodeRequest(b []byte) (Request, error) {
 			return r, fieldErr(msg, "Length", "%d, but %d data bytes follow the header", h.Length, len(body))
 		}
 		r.Data = body
-	case OpAuth:
+	case OpAuth, OpRegister:
 		if uint64(h.Length) != uint64(len(b)) {
 			return r, fieldErr(msg, "Length", "%d, but the message is %d bytes", h.Length, len(b))
 		}
-		p, err := DecodeAuthParams(body)
+		if h.Opcode == OpAuth {
+			r.Auth, err = DecodeAuthParams(body)
+		} else {
+			r.Register, err = DecodeFidParams(body)
+		}
 		if err != nil {
 			return r, err
 		}
-		r.Auth = p
-	case OpRegister:
-		if uint64(h.Length) != uint64(len(b)) {
-			return r, fieldErr(msg, "Length", "%d, but the message is %d bytes", h.Length, len(b))
-		}
-		p, err := DecodeFidParams(body)
-		if err != nil {
-			return r, err
-		}
-		r.Register = p
 	default: // CLOSE, CANCEL, CREDIT, INTERRUPT: the header alone.
 		if len(body) != 0 {
 			return r, fieldErr(msg, "Length", "%d unexpected bytes after the header", len(body))

@@ -89,16 +89,7 @@ func TestLogonFailures(t *testing.T) {
 
 func TestChallengeUsedOnce(t *testing.T) {
 	s := testServer()
-	c := NewClient(ClientConfig{User: "alice", Password: "correct horse"})
-	neg, _ := c.Negotiate()
-	ch, st, err := s.Challenge(neg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth, _, err := c.Authenticate(ch)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, auth := handshake(t, s, ClientConfig{User: "alice", Password: "correct horse"})
 	if _, err := st.Authenticate(auth); err != nil {
 		t.Fatalf("first Authenticate: %v", err)
 	}

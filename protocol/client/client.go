@@ -148,18 +148,6 @@ func (c Config) withDefaults() Config {
 // ErrClosed is returned by calls on a closed Client or File.
 var ErrClosed = errors.New("lwio client: closed")
 
-// ConnError is returned by requests whose connection died; the Client (or
-// that connection) must be replaced. It wraps the cause.
-type ConnError struct {
-	Conn string // provider and remote address
-	Err  error
-}
-
-func (e *ConnError) Error() string {
-	return "lwio client: connection " + e.Conn + " lost: " + e.Err.Error()
-}
-func (e *ConnError) Unwrap() error { return e.Err }
-
 // Client is a set of authenticated LWIO connections to one server for one
 // session.
 type Client struct {
@@ -214,7 +202,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	byName := map[string]transport.Provider{}
-	var offer []protocol.ProviderInfo
+	var offer []transport.ProviderInfo
 	for _, p := range cfg.Providers {
 		if err := p.Available(); err != nil {
 			log.WithField("provider", p.Name()).WithError(err).Info("lwio: provider unavailable")
@@ -224,7 +212,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			continue
 		}
 		byName[p.Name()] = p
-		offer = append(offer, protocol.ProviderInfo{Name: p.Name()})
+		offer = append(offer, transport.ProviderInfo{Name: p.Name()})
 	}
 	if len(offer) == 0 {
 		return nil, errors.New("lwio client: no usable provider")
@@ -243,7 +231,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		if p == nil {
 			continue
 		}
-		for _, in := range pi.TransportInstances() {
+		for _, in := range pi.Instances {
 			addr, err := in.Addr()
 			if err != nil {
 				continue
@@ -391,7 +379,7 @@ func (cl *Client) pick() (*conn, error) {
 		if err == nil {
 			err = ErrClosed
 		}
-		return nil, &ConnError{Conn: "all", Err: err}
+		return nil, &protocol.ConnectionError{Conn: "all", Err: err}
 	}
 	return best, nil
 }

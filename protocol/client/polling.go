@@ -50,7 +50,7 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 		if armed && c.reaping.CompareAndSwap(false, true) {
 			// Reap until the INTERRUPT's answer (or our status block)
 			// comes, rather than have another goroutine woken for it.
-			if r, ok := c.leadPoll(ctx, ios, wake); ok {
+			if r, ok := c.reapUntilWoken(ctx, ios, wake); ok {
 				return c.polled(sl, r), nil
 			}
 		}
@@ -100,12 +100,12 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 // block although an INTERRUPT is armed to wake it.
 const armedRecheck = 20 * time.Millisecond
 
-// leadPoll holds the reaper role for a sleeping polling request: it reaps
+// reapUntilWoken holds the reaper role for a sleeping polling request: it reaps
 // until wake closes, the status block shows a result (ok) or it must give up
 // (context, connection); it gives the role back before returning.
-func (c *conn) leadPoll(ctx context.Context, ios []byte, wake chan struct{}) (result, bool) {
+func (c *conn) reapUntilWoken(ctx context.Context, ios []byte, wake chan struct{}) (result, bool) {
 	cq := c.tc.CQ()
-	defer c.unlead()
+	defer c.releaseReaper()
 	for {
 		select {
 		case <-wake:
@@ -166,9 +166,9 @@ func (c *conn) requestInterrupt() bool {
 		c.intrMu.Unlock()
 		return false
 	}
-	h := protocol.NewInterruptRequest(c.hint(), 0)
+	h := protocol.NewInterruptRequest(c.hint(), c.prepare(sl, kindInterrupt).Cookie)
 	c.cl.interrupts.Add(1)
-	if err := c.post(sl, kindInterrupt, &h, protocol.HeaderSize, nil); err != nil {
+	if err := c.post(sl, &h, protocol.HeaderSize, nil); err != nil {
 		c.intrMu.Lock()
 		c.intrOut = false
 		c.intrMu.Unlock()
@@ -188,7 +188,7 @@ func (c *conn) requestInterrupt() bool {
 // saw their completion (a spin that fails costs a core and then the
 // INTERRUPT round trip anyway). Every 64th request probes again.
 func (c *conn) shouldSpin() bool {
-	if c.spinScore.Load() <= 0 && c.spinProbe.Add(1)%64 != 0 {
+	if c.spinScore.Load() <= 0 && c.spinSkips.Add(1)%64 != 0 {
 		return false
 	}
 	if c.spinners.Add(1) > maxSpinners {

@@ -10,6 +10,7 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -122,12 +123,8 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	if c.Transport.SendQueueDepth == 0 {
-		c.Transport.SendQueueDepth = 1024
-	}
-	if c.Transport.RecvQueueDepth == 0 {
-		c.Transport.RecvQueueDepth = c.MaxCredits + 8
-	}
+	c.Transport.SendQueueDepth = cmp.Or(c.Transport.SendQueueDepth, 1024)
+	c.Transport.RecvQueueDepth = cmp.Or(c.Transport.RecvQueueDepth, c.MaxCredits+8)
 	if c.Transport.MaxMessageSize != 0 && c.Transport.MaxMessageSize < c.MaxRdmaWindowSize {
 		c.MaxRdmaWindowSize = c.Transport.MaxMessageSize
 	}

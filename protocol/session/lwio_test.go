@@ -115,9 +115,9 @@ func TestNegotiate(t *testing.T) {
 	})
 	tr := e.tree("data")
 	ctx := ctxT(t)
-	clientProv := []protocol.ProviderInfo{
-		protocol.ProviderFromTransport("softrdma", prov("softrdma", "127.0.0.2").Instances),
-		protocol.ProviderFromTransport("other", prov("other", "1.2.3.4").Instances),
+	clientProv := []transport.ProviderInfo{
+		prov("softrdma", "127.0.0.2"),
+		prov("other", "1.2.3.4"),
 	}
 	req := protocol.NewNegotiateRequest("client", [16]byte{1, 2, 3}, clientProv)
 	resp, err := tr.Negotiate(ctx, req)
@@ -128,7 +128,7 @@ func TestNegotiate(t *testing.T) {
 		t.Errorf("SrvName = %q", resp.SrvName)
 	}
 	got := fmt.Sprint(resp.Providers)
-	want := fmt.Sprint([]protocol.ProviderInfo{protocol.ProviderFromTransport("softrdma", prov("softrdma", "127.0.0.1").Instances)})
+	want := fmt.Sprint([]transport.ProviderInfo{prov("softrdma", "127.0.0.1")})
 	if got != want {
 		t.Errorf("common providers = %s, want %s", got, want)
 	}

@@ -41,15 +41,7 @@ func (s *Server) pipeTransact(ss *serverSession, r *pipeTransactReq) (message, e
 	if err != nil {
 		return nil, protocol.StatusInvalidParameter
 	}
-	remote := make([]transport.ProviderInfo, len(req.Providers))
-	for i := range req.Providers {
-		remote[i] = transport.ProviderInfo{Name: req.Providers[i].Name, Instances: req.Providers[i].TransportInstances()}
-	}
-	common := transport.Common(s.cfg.Providers, remote)
-	out := make([]protocol.ProviderInfo, len(common))
-	for i, p := range common {
-		out[i] = protocol.ProviderFromTransport(p.Name, p.Instances)
-	}
+	out := transport.Common(s.cfg.Providers, req.Providers)
 	key, err := s.newLWIOKey(ss)
 	if err != nil {
 		return nil, err

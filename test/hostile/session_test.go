@@ -508,14 +508,7 @@ func TestSessionNonReader(t *testing.T) {
 		t.Errorf("the server sent %d MiB to a client that read nothing for %v", got>>20, writeTimeout+2*time.Second)
 	}
 	ended := time.Since(start)
-	goroutinesAfter := runtime.NumGoroutine()
-	for deadline := time.Now().Add(10 * time.Second); goroutinesAfter > goroutinesBefore+10 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-		goroutinesAfter = runtime.NumGoroutine()
-	}
-	if goroutinesAfter > goroutinesBefore+10 {
-		t.Errorf("%d goroutines after the non-reader was dropped, %d before", goroutinesAfter, goroutinesBefore)
-	}
+	goroutinesAfter := settled(t, goroutinesBefore, "the non-reader was dropped")
 	s.Check(t)
 	figure(t, "session pipelining %d of %d 1 MiB READs without reading for %v: connection ended (all read by %v; WriteTimeout %v; %.1f MiB had been buffered toward it); legitimate client served in %v before, %v meanwhile; goroutines %d before, %d after",
 		sent, reads, writeTimeout+2*time.Second, ended.Round(time.Millisecond), writeTimeout, float64(got)/(1<<20), base.Round(time.Millisecond), during.Round(time.Millisecond), goroutinesBefore, goroutinesAfter)
