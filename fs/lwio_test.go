@@ -18,6 +18,7 @@ import (
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/session"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
@@ -56,9 +57,9 @@ type testServers struct {
 	sessAddr, lwAddr string
 }
 
-// startServers serves share as "s" to user u (password pw) on the given
+// startServers serves dir as "s" to user u (password pw) on the given
 // addresses ("127.0.0.1:0" picks).
-func startServers(t *testing.T, share, sessAddr, lwAddr string) *testServers {
+func startServers(t *testing.T, dir, sessAddr, lwAddr string) *testServers {
 	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
@@ -76,7 +77,7 @@ func startServers(t *testing.T, share, sessAddr, lwAddr string) *testServers {
 		t.Fatal(err)
 	}
 	sess, err := session.NewServer(session.ServerConfig{
-		Shares:    []session.Share{{Name: "s", Path: share}},
+		Shares:    []share.Config{{Name: "s", Path: dir}},
 		Users:     map[string][16]byte{"u": smbauth.NTHash("pw")},
 		Providers: []transport.ProviderInfo{{Name: soft.Name, Instances: []transport.Instance{in}}},
 		Logger:    log,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/session"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
@@ -260,7 +261,7 @@ func sessionConfig(c *Config, lls []lwioListener, log *logrus.Logger) session.Se
 	}
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
-		sc.Shares = append(sc.Shares, session.Share{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users})
+		sc.Shares = append(sc.Shares, share.Config{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users})
 	}
 	// One ProviderInfo per provider name, in listener order (verbs was
 	// listed after softrdma in the config, but prefer it when present).

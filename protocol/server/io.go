@@ -179,10 +179,7 @@ func (c *conn) write(sl *slot, fe *fidEntry, data []byte) {
 		c.completeIO(sl, nil, protocol.StatusInvalidParameter, 0, false)
 		return
 	}
-	if fe.file.ReadOnly() {
-		c.completeIO(sl, nil, protocol.StatusAccessDenied, 0, false)
-		return
-	}
+	// A write the share's read-only rule forbids fails in WriteAt.
 	got, err := fe.file.WriteAt(data, int64(h.Offset))
 	st := protocol.StatusSuccess
 	if err != nil {
@@ -208,10 +205,6 @@ func (c *conn) vecWrite(sl *slot, fe *fidEntry) {
 	if fe.flags&protocol.FileNoIntermediateBuffering == 0 || !pageSizesCompatible(ps, c.s.cfg.PageSize) ||
 		np == 0 || ps == 0 || n > np*ps || n <= (np-1)*ps || len(data) != min(ps, n) {
 		c.completeIO(sl, nil, protocol.StatusInvalidParameter, 0, false)
-		return
-	}
-	if fe.file.ReadOnly() {
-		c.completeIO(sl, nil, protocol.StatusAccessDenied, 0, false)
 		return
 	}
 	chunk := collapseChunk(n, ps)

@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -54,7 +55,7 @@ func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 	e.hook = hook
 	cfg := ServerConfig{
 		ServerName: testServer,
-		Shares: []Share{
+		Shares: []share.Config{
 			{Name: "data", Path: e.share},
 			{Name: "ro", Path: filepath.Join(dir, "ro"), ReadOnly: true},
 			{Name: "bobs", Path: e.share, Users: []string{"bob"}},

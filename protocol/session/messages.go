@@ -81,8 +81,8 @@ func (m *treeConnectResp) decode(d *decoder) { m.TreeID = d.u32(); m.Flags = d.u
 
 type attrMsg struct{ Attr Attr }
 
-func (m *attrMsg) encode(e *encoder) { m.Attr.encode(e) }
-func (m *attrMsg) decode(d *decoder) { m.Attr.decode(d) }
+func (m *attrMsg) encode(e *encoder) { encodeAttr(e, &m.Attr) }
+func (m *attrMsg) decode(d *decoder) { decodeAttr(d, &m.Attr) }
 
 type setAttrReq struct {
 	Path   string
@@ -90,11 +90,15 @@ type setAttrReq struct {
 	In     SetAttrIn
 }
 
-func (m *setAttrReq) encode(e *encoder) { e.str(m.Path); e.u64(uint64(m.Handle)); m.In.encode(e) }
+func (m *setAttrReq) encode(e *encoder) {
+	e.str(m.Path)
+	e.u64(uint64(m.Handle))
+	encodeSetAttrIn(e, &m.In)
+}
 func (m *setAttrReq) decode(d *decoder) {
 	m.Path = d.str()
 	m.Handle = Handle(d.u64())
-	m.In.decode(d)
+	decodeSetAttrIn(d, &m.In)
 }
 
 // readDirReq asks for the entries of Path whose names sort after After
@@ -118,7 +122,7 @@ func (m *readDirResp) encode(e *encoder) {
 	e.u32(uint32(len(m.Entries)))
 	for i := range m.Entries {
 		e.str(m.Entries[i].Name)
-		m.Entries[i].Attr.encode(e)
+		encodeAttr(e, &m.Entries[i].Attr)
 	}
 }
 
@@ -135,7 +139,7 @@ func (m *readDirResp) decode(d *decoder) {
 	for range n {
 		var de DirEntry
 		de.Name = d.str()
-		de.Attr.decode(d)
+		decodeAttr(d, &de.Attr)
 		if d.err != nil {
 			return
 		}
@@ -168,8 +172,8 @@ type openResp struct {
 	Attr   Attr
 }
 
-func (m *openResp) encode(e *encoder) { e.u64(uint64(m.Handle)); m.Attr.encode(e) }
-func (m *openResp) decode(d *decoder) { m.Handle = Handle(d.u64()); m.Attr.decode(d) }
+func (m *openResp) encode(e *encoder) { e.u64(uint64(m.Handle)); encodeAttr(e, &m.Attr) }
+func (m *openResp) decode(d *decoder) { m.Handle = Handle(d.u64()); decodeAttr(d, &m.Attr) }
 
 type handleMsg struct{ Handle Handle }
 
@@ -227,8 +231,8 @@ func (m *twoPathReq) decode(d *decoder) { m.Old = d.str(); m.New = d.str(); m.Fl
 
 type statFSMsg struct{ StatFS StatFS }
 
-func (m *statFSMsg) encode(e *encoder) { m.StatFS.encode(e) }
-func (m *statFSMsg) decode(d *decoder) { m.StatFS.decode(d) }
+func (m *statFSMsg) encode(e *encoder) { encodeStatFS(e, &m.StatFS) }
+func (m *statFSMsg) decode(d *decoder) { decodeStatFS(d, &m.StatFS) }
 
 type fsyncReq struct {
 	Handle   Handle

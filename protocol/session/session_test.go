@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,8 +256,8 @@ func TestDeadServerFailsCallsPromptly(t *testing.T) {
 	waitDone(t, c)
 	start := time.Now()
 	_, err := tr.GetAttr(context.Background(), "")
-	if !errors.Is(err, ErrClosed) {
-		t.Errorf("GetAttr after server close = %v, want ErrClosed", err)
+	if !errors.Is(err, ErrClosed) || !protocol.IsConnectionLost(err) || ToErrno(err) != syscall.ENOTCONN {
+		t.Errorf("GetAttr after server close = %v, want a ConnectionError wrapping ErrClosed (ENOTCONN)", err)
 	}
 	if time.Since(start) > time.Second {
 		t.Error("call on a dead connection was slow")
@@ -321,8 +322,9 @@ func TestPendingCallsFailWhenConnectionDies(t *testing.T) {
 	for range n {
 		select {
 		case err := <-errs:
-			if !errors.Is(err, ErrClosed) {
-				t.Errorf("pending call = %v, want ErrClosed", err)
+			var ce *protocol.ConnectionError
+			if !errors.Is(err, ErrClosed) || !errors.As(err, &ce) || !strings.HasPrefix(ce.Conn, "session ") {
+				t.Errorf("pending call = %v, want a session ConnectionError wrapping ErrClosed", err)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("pending call hangs after the connection died")

@@ -1,28 +1,33 @@
 package session
 
-import "time"
+import "github.com/lwiofs/lwiofs/protocol/share"
 
 // Handle names an open file (or pipe) on a session. Handles are only
 // meaningful on the session that opened them.
 type Handle uint64
 
-// Attr is a file's attributes as lstat(2) reports them.
-type Attr struct {
-	Ino     uint64
-	Mode    uint32 // unix mode including the S_IFMT type bits
-	Nlink   uint32
-	Uid     uint32
-	Gid     uint32
-	Rdev    uint32
-	Blksize uint32
-	Size    uint64
-	Blocks  uint64 // 512-byte blocks
-	Atime   time.Time
-	Mtime   time.Time
-	Ctime   time.Time
-}
+// The attributes, directory entries, setattr requests and filesystem
+// statistics the session channel carries are protocol/share's: what the
+// server's disk code returns goes on the wire as it is.
+type (
+	Attr        = share.Attr
+	DirEntry    = share.DirEntry
+	SetAttrMask = share.SetAttrMask
+	SetAttrIn   = share.SetAttrIn
+	StatFS      = share.StatFS
+)
 
-func (a *Attr) encode(e *encoder) {
+// SetAttrIn fields (share's).
+const (
+	SetMode  = share.SetMode
+	SetUid   = share.SetUid
+	SetGid   = share.SetGid
+	SetSize  = share.SetSize
+	SetAtime = share.SetAtime
+	SetMtime = share.SetMtime
+)
+
+func encodeAttr(e *encoder, a *Attr) {
 	e.u64(a.Ino)
 	e.u32(a.Mode)
 	e.u32(a.Nlink)
@@ -37,7 +42,7 @@ func (a *Attr) encode(e *encoder) {
 	e.time(a.Ctime)
 }
 
-func (a *Attr) decode(d *decoder) {
+func decodeAttr(d *decoder, a *Attr) {
 	a.Ino = d.u64()
 	a.Mode = d.u32()
 	a.Nlink = d.u32()
@@ -55,40 +60,7 @@ func (a *Attr) decode(d *decoder) {
 // attrWireSize is the encoded size of an Attr.
 const attrWireSize = 8 + 6*4 + 8 + 8 + 3*12
 
-// DirEntry is one directory entry with its attributes (lstat of the entry).
-type DirEntry struct {
-	Name string
-	Attr Attr
-}
-
-// SetAttrMask says which fields of a SetAttrIn apply.
-type SetAttrMask uint32
-
-// SetAttrIn fields; the names follow FATTR_* of the FUSE protocol.
-const (
-	SetMode  SetAttrMask = 1 << 0
-	SetUid   SetAttrMask = 1 << 1
-	SetGid   SetAttrMask = 1 << 2
-	SetSize  SetAttrMask = 1 << 3
-	SetAtime SetAttrMask = 1 << 4
-	SetMtime SetAttrMask = 1 << 5
-)
-
-// SetAttrIn is a setattr request. Only the fields named in Valid are
-// applied. With SetAtime (SetMtime), AtimeNow (MtimeNow) means "the
-// server's current time" (UTIME_NOW) and Atime (Mtime) is ignored.
-type SetAttrIn struct {
-	Valid    SetAttrMask
-	Mode     uint32 // permission bits (07777); type bits are ignored
-	Uid, Gid uint32
-	Size     uint64
-	Atime    time.Time
-	Mtime    time.Time
-	AtimeNow bool
-	MtimeNow bool
-}
-
-func (s *SetAttrIn) encode(e *encoder) {
+func encodeSetAttrIn(e *encoder, s *SetAttrIn) {
 	e.u32(uint32(s.Valid))
 	e.u32(s.Mode)
 	e.u32(s.Uid)
@@ -100,7 +72,7 @@ func (s *SetAttrIn) encode(e *encoder) {
 	e.bool(s.MtimeNow)
 }
 
-func (s *SetAttrIn) decode(d *decoder) {
+func decodeSetAttrIn(d *decoder, s *SetAttrIn) {
 	s.Valid = SetAttrMask(d.u32())
 	s.Mode = d.u32()
 	s.Uid = d.u32()
@@ -112,16 +84,7 @@ func (s *SetAttrIn) decode(d *decoder) {
 	s.MtimeNow = d.bool()
 }
 
-// StatFS is a filesystem's statistics as statfs(2) reports them for the
-// share root.
-type StatFS struct {
-	Blocks, Bfree, Bavail uint64
-	Files, Ffree          uint64
-	Bsize, Frsize         uint32
-	NameLen               uint32
-}
-
-func (s *StatFS) encode(e *encoder) {
+func encodeStatFS(e *encoder, s *StatFS) {
 	e.u64(s.Blocks)
 	e.u64(s.Bfree)
 	e.u64(s.Bavail)
@@ -132,7 +95,7 @@ func (s *StatFS) encode(e *encoder) {
 	e.u32(s.NameLen)
 }
 
-func (s *StatFS) decode(d *decoder) {
+func decodeStatFS(d *decoder, s *StatFS) {
 	s.Blocks = d.u64()
 	s.Bfree = d.u64()
 	s.Bavail = d.u64()

@@ -30,6 +30,7 @@ import (
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/session"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
@@ -135,7 +136,7 @@ func Start(t testing.TB, o Options) *Server {
 	sc := o.Session
 	sc.ServerName = "rig"
 	sc.Users = map[string][16]byte{User: smbauth.NTHash(Password)}
-	sc.Shares = []session.Share{{Name: Share, Path: s.Dir}}
+	sc.Shares = []share.Config{{Name: Share, Path: s.Dir}}
 	sc.Providers = []session.ProviderInfo{{Name: soft.Name, Instances: []transport.Instance{in}}}
 	if sc.Logger == nil {
 		sc.Logger = Logger("session")
