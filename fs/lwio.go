@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"strings"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -26,27 +27,18 @@ type lwioPath struct {
 	log      logrus.FieldLogger
 }
 
-// LWIODataPath returns the data path that registers every opened file with
+// lwioDataPath returns the data path that registers every opened file with
 // the LWIO client engine cl. A file whose registration fails (the RDMA
 // connections are gone, say) uses fallback instead if it is not nil, with
 // a warning; otherwise its open fails.
-func LWIODataPath(keys ResumeKeyer, cl *client.Client, fallback DataPath, log logrus.FieldLogger) DataPath {
-	if log == nil {
-		log = Options{}.logger()
-	}
+func lwioDataPath(keys ResumeKeyer, cl *client.Client, fallback DataPath, log logrus.FieldLogger) DataPath {
 	return &lwioPath{keys: keys, cl: cl, fallback: fallback, log: log}
 }
 
+// Name is "lwio/" and the providers of the LWIO connections, e.g.
+// "lwio/softrdma".
 func (p *lwioPath) Name() string {
-	name := "lwio"
-	seen := map[string]bool{}
-	for _, pr := range p.cl.Providers() {
-		if !seen[pr] {
-			seen[pr] = true
-			name += "/" + pr
-		}
-	}
-	return name
+	return strings.Join(append([]string{"lwio"}, dedupe(p.cl.Providers())...), "/")
 }
 
 func (p *lwioPath) Attach(ctx context.Context, h session.Handle, flags int) (DataFile, error) {

@@ -16,7 +16,7 @@ import (
 
 // Session is one connection's worth of what a mount runs on: the tree
 // connected on a session, the data path attached to that session, and a
-// channel closed when either has died.
+// channel closed when either has died. Dial makes one.
 type Session struct {
 	Tree interface {
 		Tree
@@ -25,6 +25,8 @@ type Session struct {
 	Data  DataPath
 	Done  <-chan struct{}
 	Close func() error
+	// ReadOnly says the share refuses changes (its TREE_CONNECT flag).
+	ReadOnly bool
 }
 
 // Dialer establishes a Session from nothing: session setup, tree connect,

@@ -38,6 +38,7 @@ type ServerConfig struct {
 	Users map[string][16]byte
 	// Providers is the server's local RDMA provider list, intersected with
 	// the client's in the \PIPE\LWIO negotiate. Nil means none in common.
+	// Advertise replaces it.
 	Providers []ProviderInfo
 	// Logger receives connection-level events; nil means quiet.
 	Logger logrus.FieldLogger
@@ -71,6 +72,7 @@ type Server struct {
 	shares map[string]*share.Share // by lower-cased name
 
 	mu         sync.Mutex
+	providers  []ProviderInfo // what the negotiate offers
 	closing    bool
 	listeners  map[net.Listener]struct{}
 	conns      map[*serverConn]struct{}
@@ -116,6 +118,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		sessions:   map[uint64]*serverSession{},
 		lwioKeys:   map[[16]byte]*serverSession{},
 		resumeKeys: map[[24]byte]*openFile{},
+		providers:  cfg.Providers,
 	}
 	users := map[string][16]byte{}
 	for u, h := range cfg.Users {
@@ -230,6 +233,15 @@ func (s *Server) Close() error {
 	s.connWG.Wait()
 	s.closeShares()
 	return nil
+}
+
+// Advertise sets the RDMA providers the \PIPE\LWIO negotiate offers: a
+// server whose LWIO listeners are opened after it (they need the engine,
+// which needs this server as its Authority) learns them here.
+func (s *Server) Advertise(ps []ProviderInfo) {
+	s.mu.Lock()
+	s.providers = ps
+	s.mu.Unlock()
 }
 
 // SessionByKey returns the session a negotiate Key was issued to over
