@@ -31,7 +31,7 @@ func (s *Server) pipeOpen(ss *serverSession, name string) (message, error) {
 // negotiate response (FIG. 4B): the server's name, a fresh Key GUID bound
 // to this session (SessionByKey finds it again when an RDMA connection
 // authenticates, FIG. 5), and the providers common to both sides as
-// transport.Common computes them against the advertised providers.
+// transport.Common computes them against ServerConfig.Providers.
 func (s *Server) pipeTransact(ss *serverSession, r *pipeTransactReq) (message, error) {
 	of, ok := ss.handle(r.Handle)
 	if !ok || of.file != nil { // not the pipe
@@ -45,10 +45,7 @@ func (s *Server) pipeTransact(ss *serverSession, r *pipeTransactReq) (message, e
 	for i := range req.Providers {
 		remote[i] = transport.ProviderInfo{Name: req.Providers[i].Name, Instances: req.Providers[i].TransportInstances()}
 	}
-	s.mu.Lock()
-	local := s.providers
-	s.mu.Unlock()
-	common := transport.Common(local, remote)
+	common := transport.Common(s.cfg.Providers, remote)
 	out := make([]protocol.ProviderInfo, len(common))
 	for i, p := range common {
 		out[i] = protocol.ProviderFromTransport(p.Name, p.Instances)

@@ -72,7 +72,6 @@ type Server struct {
 	shares map[string]*share.Share // by lower-cased name
 
 	mu         sync.Mutex
-	providers  []ProviderInfo // what the negotiate offers
 	closing    bool
 	listeners  map[net.Listener]struct{}
 	conns      map[*serverConn]struct{}
@@ -118,7 +117,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		sessions:   map[uint64]*serverSession{},
 		lwioKeys:   map[[16]byte]*serverSession{},
 		resumeKeys: map[[24]byte]*openFile{},
-		providers:  cfg.Providers,
 	}
 	users := map[string][16]byte{}
 	for u, h := range cfg.Users {
@@ -235,14 +233,11 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Advertise sets the RDMA providers the \PIPE\LWIO negotiate offers: a
-// server whose LWIO listeners are opened after it (they need the engine,
-// which needs this server as its Authority) learns them here.
-func (s *Server) Advertise(ps []ProviderInfo) {
-	s.mu.Lock()
-	s.providers = ps
-	s.mu.Unlock()
-}
+// Advertise sets ServerConfig.Providers, the RDMA providers the
+// \PIPE\LWIO negotiate offers, for a server whose LWIO listeners are opened
+// after it (they need the engine, which needs this server as its
+// Authority). Call it before Serve.
+func (s *Server) Advertise(ps []ProviderInfo) { s.cfg.Providers = ps }
 
 // SessionByKey returns the session a negotiate Key was issued to over
 // \PIPE\LWIO, with its signing key (the NTLM exported session key). It is
