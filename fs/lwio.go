@@ -67,30 +67,27 @@ func (p *lwioPath) register(ctx context.Context, h session.Handle, flags int) (D
 	if err != nil {
 		return nil, err
 	}
-	return &lwioFile{File: f, maxBuf: p.cl.MaxRead()}, nil
+	return lwioFile{File: f, maxRead: p.cl.MaxRead()}, nil
 }
 
-// lwioFile is a registered file. *client.File already has ReadAt, WriteAt,
-// WriteV, Cancel and Close with the DataFile signatures; ReadBuf needs its
-// result as a Buffer.
+// lwioFile is a registered file: *client.File has every DataFile method
+// but ReadBuf as fs declares it — the client's returns its own *client.Buf
+// and serves at most one READ (MaxRead bytes) — so this is where a
+// longer read goes through ReadAt into dest instead.
 type lwioFile struct {
 	*client.File
-	maxBuf int
+	maxRead int
 }
 
-var (
-	_ DataFile     = (*lwioFile)(nil)
-	_ VectorWriter = (*lwioFile)(nil)
-	_ BufReader    = (*lwioFile)(nil)
-	_ Canceler     = (*lwioFile)(nil)
-)
+var _ DataFile = lwioFile{}
 
-func (f *lwioFile) MaxBuf() int { return f.maxBuf }
-
-func (f *lwioFile) ReadBuf(ctx context.Context, off int64, n int) (Buffer, error) {
-	b, err := f.File.ReadBuf(ctx, off, n)
+func (f lwioFile) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
+	if len(dest) > f.maxRead {
+		return readInto(ctx, f, dest, off)
+	}
+	b, err := f.File.ReadBuf(ctx, off, len(dest))
 	if b == nil {
-		return nil, err
+		return nil, err // not a typed nil in the interface
 	}
 	return b, err
 }

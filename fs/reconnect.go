@@ -10,7 +10,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
@@ -235,11 +237,14 @@ func (r *Reconnector) session(ctx context.Context) (*Session, uint64, error) {
 	}
 }
 
-// isLost reports whether err means the connection, not the request, failed.
+// isLost reports whether err means the connection, not the request, failed:
+// protocol.IsConnectionLost, whichever channel it was. Until the LWIO
+// client returns *protocol.ConnectionError itself (issue 13's protocol
+// half), its *client.ConnError counts too; with that half merged this is
+// protocol.IsConnectionLost alone.
 func isLost(err error) bool {
 	var ce *client.ConnError
-	return errors.Is(err, session.ErrClosed) || errors.As(err, &ce) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE)
+	return protocol.IsConnectionLost(err) || errors.As(err, &ce)
 }
 
 // do runs op on the live session. A replayable op whose session died under
@@ -345,7 +350,7 @@ func (r *Reconnector) realHandle(ctx context.Context, s *Session, gen uint64, vh
 	if err != nil {
 		if !isLost(err) {
 			r.log.WithError(err).WithField("path", h.path).Warn("fs: re-opening a file after reconnect failed")
-			if session.ToErrno(err) == syscall.ENOENT {
+			if ntstatus.ToErrno(err) == syscall.ENOENT {
 				return 0, syscall.ESTALE
 			}
 		}
@@ -574,60 +579,27 @@ func (f *reFile) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 }
 
 func (f *reFile) WriteV(ctx context.Context, pages [][]byte, off int64) (int, error) {
-	return f.io(ctx, func(df DataFile) (int, error) {
-		if vw, ok := df.(VectorWriter); ok {
-			return vw.WriteV(ctx, pages, off)
-		}
-		total := 0
-		for _, p := range pages {
-			n, err := df.WriteAt(ctx, p, off+int64(total))
-			total += n
-			if err != nil {
-				return total, err
-			}
-		}
-		return total, nil
-	})
+	return f.io(ctx, func(df DataFile) (int, error) { return df.WriteV(ctx, pages, off) })
 }
 
-// ReadBuf reads without a copy when the current data path can; MaxBuf is
-// that of the data file attached at open.
-func (f *reFile) ReadBuf(ctx context.Context, off int64, n int) (b Buffer, err error) {
+func (f *reFile) ReadBuf(ctx context.Context, dest []byte, off int64) (b Buffer, err error) {
 	_, err = f.io(ctx, func(df DataFile) (int, error) {
-		if br, ok := df.(BufReader); ok && n <= br.MaxBuf() {
-			b, err = br.ReadBuf(ctx, off, n)
-			return 0, err
-		}
-		p := make([]byte, n)
-		got, err := df.ReadAt(ctx, p, off)
-		if got > 0 || err == nil {
-			b = heapBuf(p[:got])
-		}
-		if got > 0 && isEOF(err) {
-			err = nil
-		}
-		return got, err
+		b, err = df.ReadBuf(ctx, dest, off)
+		return 0, err
 	})
 	return b, err
 }
 
-func (f *reFile) MaxBuf() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if br, ok := f.df.(BufReader); ok {
-		return br.MaxBuf()
-	}
-	return MaxWrite
-}
-
+// Cancel cancels the queued requests of the current generation's file:
+// those of an older one died with its session.
 func (f *reFile) Cancel(ctx context.Context) error {
 	f.mu.Lock()
 	df := f.df
 	f.mu.Unlock()
-	if c, ok := df.(Canceler); ok {
-		return c.Cancel(ctx)
+	if df == nil {
+		return nil
 	}
-	return nil
+	return df.Cancel(ctx)
 }
 
 func (f *reFile) Close(ctx context.Context) error {
@@ -647,9 +619,3 @@ func (f *reFile) Close(ctx context.Context) error {
 	}
 	return err
 }
-
-// heapBuf is a Buffer in ordinary memory.
-type heapBuf []byte
-
-func (b heapBuf) Bytes() []byte { return b }
-func (b heapBuf) Release()      {}
