@@ -61,7 +61,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	g := n.forget()
+	g := n.dropAttr()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
 	if err != nil {
 		return nil, 0, n.errno("open", p, err)
@@ -74,8 +74,8 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
-	n.forget()
-	defer n.forget()
+	n.dropAttr()
+	defer n.dropAttr()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
 	if err != nil {
 		return nil, nil, 0, n.errno("create", p, err)
@@ -152,7 +152,7 @@ func (f *fileHandle) dirty() {
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f.node.forget() // the server may move the atime
+	f.node.dropAttr() // the server may move the atime
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return nil, f.errno("register", err)

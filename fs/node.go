@@ -54,10 +54,10 @@ type Node struct {
 // inside what attr_timeout already allows.
 const freshAttrAge = 100 * time.Millisecond
 
-// forget drops the remembered attributes — this mount is changing the
+// dropAttr drops the remembered attributes — this mount is changing the
 // node — and returns the new generation: attributes fetched by a request
 // that overlapped the change are not remembered (rememberAt).
-func (n *Node) forget() uint64 {
+func (n *Node) dropAttr() uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.freshValid = false
@@ -93,12 +93,12 @@ func (n *Node) freshAttr() (session.Attr, bool) {
 	return n.fresh, true
 }
 
-// forgetChild drops the remembered attributes of the child called name,
+// dropChildAttr drops the remembered attributes of the child called name,
 // if the kernel knows it.
-func (n *Node) forgetChild(name string) {
+func (n *Node) dropChildAttr(name string) {
 	if c := n.GetChild(name); c != nil {
 		if cn, ok := c.Operations().(*Node); ok {
-			cn.forget()
+			cn.dropAttr()
 		}
 	}
 }
@@ -169,7 +169,7 @@ func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut)
 		// An existing one may have a change in flight that these
 		// attributes predate, or have changed (a create that opened
 		// and truncated it): remember nothing.
-		cn.forget()
+		cn.dropAttr()
 	}
 	return child
 }
@@ -255,10 +255,10 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		h = fh.h
 	}
 	s := setAttrIn(in)
-	g := n.forget()
+	g := n.dropAttr()
 	a, err := n.fs.tree.SetAttr(ctx, p, h, s)
 	if err != nil {
-		n.forget()
+		n.dropAttr()
 		return n.errno("setattr", p, err)
 	}
 	n.rememberAt(g, a)
@@ -275,8 +275,8 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
-	n.forget()
-	defer n.forget()
+	n.dropAttr()
+	defer n.dropAttr()
 	a, err := n.fs.tree.Mkdir(ctx, p, mode)
 	if err != nil {
 		return nil, n.errno("mkdir", p, err)
@@ -298,10 +298,10 @@ func (n *Node) removeChild(ctx context.Context, op, name string, remove func(con
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
-	n.forget()
-	n.forgetChild(name)
-	defer n.forgetChild(name)
-	defer n.forget()
+	n.dropAttr()
+	n.dropChildAttr(name)
+	defer n.dropChildAttr(name)
+	defer n.dropAttr()
 	return n.errno(op, p, remove(ctx, p))
 }
 
@@ -310,16 +310,16 @@ func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	defer cancel()
 	oldPath := n.childPath(name)
 	newPath := joinPath(newParent.EmbeddedInode().Path(n.Root()), newName)
-	forgetAll := func() {
-		n.forget()
-		n.forgetChild(name)
+	dropAttrs := func() {
+		n.dropAttr()
+		n.dropChildAttr(name)
 		if np, ok := newParent.(*Node); ok {
-			np.forget()
-			np.forgetChild(newName)
+			np.dropAttr()
+			np.dropChildAttr(newName)
 		}
 	}
-	forgetAll()
-	defer forgetAll()
+	dropAttrs()
+	defer dropAttrs()
 	return n.errno("rename", oldPath, n.fs.tree.Rename(ctx, oldPath, newPath, flags))
 }
 
@@ -327,8 +327,8 @@ func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
-	n.forget()
-	defer n.forget()
+	n.dropAttr()
+	defer n.dropAttr()
 	a, err := n.fs.tree.Symlink(ctx, target, p)
 	if err != nil {
 		return nil, n.errno("symlink", p, err)
@@ -352,14 +352,14 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	defer cancel()
 	oldPath := target.EmbeddedInode().Path(n.Root())
 	p := n.childPath(name)
-	forgetAll := func() {
-		n.forget()
+	dropAttrs := func() {
+		n.dropAttr()
 		if tn, ok := target.(*Node); ok {
-			tn.forget()
+			tn.dropAttr()
 		}
 	}
-	forgetAll()
-	defer forgetAll()
+	dropAttrs()
+	defer dropAttrs()
 	a, err := n.fs.tree.Link(ctx, oldPath, p)
 	if err != nil {
 		return nil, n.errno("link", p, err)
@@ -434,8 +434,8 @@ func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	n.forget()
-	defer n.forget()
+	n.dropAttr()
+	defer n.dropAttr()
 	return n.errno("setxattr", p, n.fs.tree.SetXattr(ctx, p, attr, data, int(flags)))
 }
 
@@ -446,8 +446,8 @@ func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	n.forget()
-	defer n.forget()
+	n.dropAttr()
+	defer n.dropAttr()
 	return n.errno("removexattr", p, n.fs.tree.RemoveXattr(ctx, p, attr))
 }
 
