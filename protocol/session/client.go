@@ -325,7 +325,7 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 	e.b = make([]byte, 0, frameCap(req))
 	e.b = AppendFrame(e.b, Header{Command: cmd, SessionID: c.sessionID, TreeID: tree}, nil)
 	if req != nil {
-		req.encode(&e)
+		req.code(&e)
 	}
 	raw := e.b
 	if len(raw) > MaxFrameSize {

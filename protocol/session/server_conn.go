@@ -295,7 +295,7 @@ func (c *serverConn) respondSigned(req Header, m *macs, st protocol.Status, body
 	e.b = make([]byte, 0, frameCap(body))
 	e.b = AppendFrame(e.b, h, nil)
 	if body != nil && (st == protocol.StatusSuccess || st == protocol.StatusMoreProcessingReq) {
-		body.encode(&e)
+		body.code(&e)
 	}
 	raw := e.b
 	if len(raw) > MaxFrameSize {
