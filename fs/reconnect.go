@@ -458,13 +458,7 @@ func (r *Reconnector) StatFS(ctx context.Context) (st session.StatFS, err error)
 }
 
 func (r *Reconnector) Fsync(ctx context.Context, vh session.Handle, datasync bool) error {
-	return r.do(ctx, true, func(s *Session, gen uint64) error {
-		real, err := r.realHandle(ctx, s, gen, vh)
-		if err != nil {
-			return err
-		}
-		return s.Tree.Fsync(ctx, real, datasync)
-	})
+	return r.withHandle(ctx, vh, func(s *Session, real session.Handle) error { return s.Tree.Fsync(ctx, real, datasync) })
 }
 
 func (r *Reconnector) GetXattr(ctx context.Context, path, name string) (v []byte, err error) {
@@ -492,11 +486,7 @@ var _ HandleIO = (*Reconnector)(nil)
 // ReadAt reads from an open file over the session channel (HandleIO),
 // re-opening it after a reconnect; replayed, as the offset is explicit.
 func (r *Reconnector) ReadAt(ctx context.Context, vh session.Handle, p []byte, off int64) (n int, err error) {
-	err = r.do(ctx, true, func(s *Session, gen uint64) error {
-		real, err := r.realHandle(ctx, s, gen, vh)
-		if err != nil {
-			return err
-		}
+	err = r.withHandle(ctx, vh, func(s *Session, real session.Handle) error {
 		n, err = s.Tree.ReadAt(ctx, real, p, off)
 		return err
 	})
@@ -506,15 +496,23 @@ func (r *Reconnector) ReadAt(ctx context.Context, vh session.Handle, p []byte, o
 // WriteAt writes to an open file over the session channel (HandleIO),
 // re-opening it after a reconnect; replayed, as the offset is explicit.
 func (r *Reconnector) WriteAt(ctx context.Context, vh session.Handle, p []byte, off int64) (n int, err error) {
-	err = r.do(ctx, true, func(s *Session, gen uint64) error {
-		real, err := r.realHandle(ctx, s, gen, vh)
-		if err != nil {
-			return err
-		}
+	err = r.withHandle(ctx, vh, func(s *Session, real session.Handle) error {
 		n, err = s.Tree.WriteAt(ctx, real, p, off)
 		return err
 	})
 	return n, err
+}
+
+// withHandle runs op, replayed, on the live session with vh's handle there,
+// re-opening the file by its path after a reconnect.
+func (r *Reconnector) withHandle(ctx context.Context, vh session.Handle, op func(s *Session, real session.Handle) error) error {
+	return r.do(ctx, true, func(s *Session, gen uint64) error {
+		real, err := r.realHandle(ctx, s, gen, vh)
+		if err != nil {
+			return err
+		}
+		return op(s, real)
+	})
 }
 
 // Attach returns a data file that re-attaches itself (re-open, resume key,

@@ -103,8 +103,8 @@ func TestStart(t *testing.T) {
 	}
 }
 
-// TestStartFailsCleanly: a port taken, a bad share: the error says so and
-// nothing stays open.
+// TestStartFailsCleanly: a port taken, a bad share: Start fails, and the
+// session port it had opened is free again.
 func TestStartFailsCleanly(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -114,18 +114,40 @@ func TestStartFailsCleanly(t *testing.T) {
 	if _, err := Start(Config{SessionAddr: taken.Addr().String()}); err == nil {
 		t.Error("Start on a taken session port succeeded")
 	}
-	free := "127.0.0.1:0"
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := l.Addr().String()
+	l.Close()
 	cfg := Config{
 		Session:     session.ServerConfig{Shares: []share.Config{{Name: "s", Path: filepath.Join(t.TempDir(), "missing")}}},
 		SessionAddr: free,
 	}
-	if _, err := Start(cfg); err == nil {
-		t.Error("Start with a missing share directory succeeded")
-	}
-	cfg.Session.Shares[0].Path = t.TempDir()
-	cfg.Listeners = []Listener{{Provider: soft.New(soft.Options{}), Addr: taken.Addr().String()}}
-	if _, err := Start(cfg); err == nil {
-		t.Error("Start with a taken LWIO port succeeded")
+	good := cfg.Session.Shares[0]
+	good.Path = t.TempDir()
+	for _, tc := range []struct {
+		what  string
+		share share.Config
+		lwio  string
+	}{
+		{"a missing share directory", cfg.Session.Shares[0], ""},
+		{"a taken LWIO port", good, taken.Addr().String()},
+	} {
+		cfg.Session.Shares[0] = tc.share
+		cfg.Listeners = nil
+		if tc.lwio != "" {
+			cfg.Listeners = []Listener{{Provider: soft.New(soft.Options{}), Addr: tc.lwio}}
+		}
+		if _, err := Start(cfg); err == nil {
+			t.Errorf("Start with %s succeeded", tc.what)
+		}
+		l, err := net.Listen("tcp", free)
+		if err != nil {
+			t.Errorf("after Start failed on %s, its session port: %v", tc.what, err)
+			continue
+		}
+		l.Close()
 	}
 }
 

@@ -139,6 +139,16 @@ func (e *env) waitLogged(s string) bool {
 	return false
 }
 
+// each runs fn(0) … fn(n-1), each in a goroutine of its own, and returns
+// their n results as they come.
+func each[T any](n int, fn func(i int) T) <-chan T {
+	out := make(chan T, n)
+	for i := range n {
+		go func() { out <- fn(i) }()
+	}
+	return out
+}
+
 // eventually polls cond for up to two seconds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()

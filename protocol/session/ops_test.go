@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -201,44 +200,31 @@ func TestXattrs(t *testing.T) {
 }
 
 func TestConcurrentRequests(t *testing.T) {
-	e := newEnv(t)
-	tr := e.tree("data")
+	tr := newEnv(t).tree("data")
 	ctx := ctxT(t)
 	const n = 64
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			name := fmt.Sprintf("f%02d", i)
-			want := bytes.Repeat([]byte{byte(i)}, 1000+i*37)
-			h, _, err := tr.Open(ctx, name, os.O_RDWR|os.O_CREATE, 0o600)
-			if err != nil {
-				errs <- err
-				return
-			}
-			if _, err := tr.WriteAt(ctx, h, want, 0); err != nil {
-				errs <- err
-				return
-			}
-			got := make([]byte, len(want))
-			if _, err := tr.ReadAt(ctx, h, got, 0); err != nil || !bytes.Equal(got, want) {
-				errs <- fmt.Errorf("%s: read back %v, equal %v", name, err, bytes.Equal(got, want))
-				return
-			}
-			a, err := tr.GetAttr(ctx, name)
-			if err != nil || a.Size != uint64(len(want)) {
-				errs <- fmt.Errorf("%s: GetAttr %v size %d want %d", name, err, a.Size, len(want))
-				return
-			}
-			errs <- tr.CloseHandle(ctx, h)
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	errs := each(n, func(i int) error {
+		name := fmt.Sprintf("f%02d", i)
+		want := bytes.Repeat([]byte{byte(i)}, 1000+i*37)
+		h, _, err := tr.Open(ctx, name, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
+			return err
+		}
+		if _, err := tr.WriteAt(ctx, h, want, 0); err != nil {
+			return err
+		}
+		got := make([]byte, len(want))
+		if _, err := tr.ReadAt(ctx, h, got, 0); err != nil || !bytes.Equal(got, want) {
+			return fmt.Errorf("%s: read back %v, equal %v", name, err, bytes.Equal(got, want))
+		}
+		a, err := tr.GetAttr(ctx, name)
+		if err != nil || a.Size != uint64(len(want)) {
+			return fmt.Errorf("%s: GetAttr %v size %d want %d", name, err, a.Size, len(want))
+		}
+		return tr.CloseHandle(ctx, h)
+	})
+	for range n {
+		if err := <-errs; err != nil {
 			t.Error(err)
 		}
 	}

@@ -111,18 +111,11 @@ func (s *Server) newResumeKey(of *openFile) ([24]byte, error) {
 	if of.resumeKey != nil {
 		return *of.resumeKey, nil
 	}
-	var k [24]byte
-	for {
-		if _, err := rand.Read(k[:]); err != nil {
-			return k, err
-		}
-		if _, taken := s.resumeKeys[k]; !taken {
-			break
-		}
+	k, err := issue(s.resumeKeys, of, func(k *[24]byte) []byte { return k[:] })
+	if err == nil {
+		of.resumeKey = &k
 	}
-	s.resumeKeys[k] = of
-	of.resumeKey = &k
-	return k, nil
+	return k, err
 }
 
 // maxLWIOKeys bounds the negotiate keys one session holds; the oldest is
@@ -136,16 +129,10 @@ func (s *Server) newLWIOKey(ss *serverSession) ([16]byte, error) {
 	if _, live := s.sessions[ss.id]; !live {
 		return [16]byte{}, protocol.StatusAccessDenied
 	}
-	var k [16]byte
-	for {
-		if _, err := rand.Read(k[:]); err != nil {
-			return k, err
-		}
-		if _, taken := s.lwioKeys[k]; !taken {
-			break
-		}
+	k, err := issue(s.lwioKeys, ss, func(k *[16]byte) []byte { return k[:] })
+	if err != nil {
+		return k, err
 	}
-	s.lwioKeys[k] = ss
 	ss.lwioKeys = append(ss.lwioKeys, k)
 	if len(ss.lwioKeys) > maxLWIOKeys {
 		// A client negotiates once per mount or reconnect; a session that
@@ -154,4 +141,19 @@ func (s *Server) newLWIOKey(ss *serverSession) ([16]byte, error) {
 		ss.lwioKeys = append(ss.lwioKeys[:0], ss.lwioKeys[1:]...)
 	}
 	return k, nil
+}
+
+// issue binds v to a key from crypto/rand that keys does not hold yet;
+// bytes gives a key's bytes to fill.
+func issue[K comparable, V any](keys map[K]V, v V, bytes func(*K) []byte) (K, error) {
+	var k K
+	for {
+		if _, err := rand.Read(bytes(&k)); err != nil {
+			return k, err
+		}
+		if _, taken := keys[k]; !taken {
+			keys[k] = v
+			return k, nil
+		}
+	}
 }
