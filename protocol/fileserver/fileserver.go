@@ -79,12 +79,7 @@ type Server struct {
 // Start opens the shares and every listener and serves them until Close.
 // Nothing is left open when it fails.
 func Start(cfg Config) (*Server, error) {
-	s := &Server{log: cfg.Logger, stopping: make(chan struct{})}
-	if s.log == nil {
-		l := logrus.New()
-		l.Out = io.Discard
-		s.log = l
-	}
+	s := &Server{log: orQuiet(cfg.Logger), stopping: make(chan struct{})}
 	// The session channel's port first: a taken port is the likeliest
 	// start-up error.
 	var err error
@@ -156,6 +151,16 @@ func (s *Server) abort() {
 		s.engine.Close()
 	}
 	s.sess.Close()
+}
+
+// orQuiet is l, or a logger that writes nothing when l is nil.
+func orQuiet(l logrus.FieldLogger) logrus.FieldLogger {
+	if l != nil {
+		return l
+	}
+	q := logrus.New()
+	q.Out = io.Discard
+	return q
 }
 
 // serve runs one listener's Serve in the background, served again when it

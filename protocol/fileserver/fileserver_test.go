@@ -3,15 +3,12 @@ package fileserver
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
@@ -193,8 +190,7 @@ func TestInstances(t *testing.T) {
 }
 
 func TestKeepServing(t *testing.T) {
-	log := logrus.New()
-	log.Out = io.Discard
+	log := orQuiet(nil)
 	// Accept errors are retried; a clean close ends it.
 	calls := 0
 	keepServing(log, make(chan struct{}), func() error {
