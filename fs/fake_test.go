@@ -360,6 +360,13 @@ func (f *countingFile) ReadAt(ctx context.Context, p []byte, off int64) (int, er
 	return f.DataFile.ReadAt(ctx, p, off)
 }
 
+func (f *countingFile) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
+	f.c.mu.Lock()
+	f.c.reads++
+	f.c.mu.Unlock()
+	return f.DataFile.ReadBuf(ctx, dest, off)
+}
+
 func (f *countingFile) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	f.c.mu.Lock()
 	f.c.writes++

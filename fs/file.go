@@ -61,7 +61,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	g := n.forget()
+	g := n.dropAttr()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
 	if err != nil {
 		return nil, 0, n.errno("open", p, err)
@@ -74,8 +74,8 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
-	n.forget()
-	defer n.forget()
+	n.dropAttr()
+	defer n.dropAttr()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
 	if err != nil {
 		return nil, nil, 0, n.errno("create", p, err)
@@ -152,31 +152,24 @@ func (f *fileHandle) dirty() {
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f.node.forget() // the server may move the atime
+	f.node.dropAttr() // the server may move the atime
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return nil, f.errno("register", err)
 	}
-	if br, ok := data.(BufReader); ok && len(dest) <= br.MaxBuf() {
-		var b Buffer
-		_, err := f.run(ctx, func(ctx context.Context) (int, error) {
-			var err error
-			b, err = br.ReadBuf(ctx, off, len(dest))
-			return 0, err
-		})
-		if err != nil && !isEOF(err) {
-			return nil, f.errno("read", err)
-		}
-		if b == nil {
-			return fuse.ReadResultData(nil), 0
-		}
-		return &bufResult{b}, 0
-	}
-	n, err := f.run(ctx, func(ctx context.Context) (int, error) { return data.ReadAt(ctx, dest, off) })
+	var b Buffer
+	_, err = f.run(ctx, func(ctx context.Context) (int, error) {
+		var err error
+		b, err = data.ReadBuf(ctx, dest, off)
+		return 0, err
+	})
 	if err != nil && !isEOF(err) {
 		return nil, f.errno("read", err)
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	if b == nil {
+		return fuse.ReadResultData(nil), 0
+	}
+	return &bufResult{b}, 0
 }
 
 // InlineWriteMax is how many bytes a file handle writes over the session
@@ -219,13 +212,12 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, 
 	if err != nil {
 		return 0, f.errno("register", err)
 	}
-	vw, vec := data.(VectorWriter)
-	vec = vec && f.flags&syscall.O_DIRECT != 0 && len(buf) > pageSize && len(buf)%pageSize == 0
+	vec := f.flags&syscall.O_DIRECT != 0 && len(buf) > pageSize && len(buf)%pageSize == 0
 	n, err := f.run(ctx, func(ctx context.Context) (int, error) {
 		if vec {
 			// O_DIRECT writes of whole pages go as VEC_WRITE, which the
 			// engine collapses to one page when all pages are the same.
-			return vw.WriteV(ctx, pages(buf), off)
+			return data.WriteV(ctx, pages(buf), off)
 		}
 		return data.WriteAt(ctx, buf, off)
 	})
@@ -313,14 +305,10 @@ func (f *fileHandle) cancel() {
 	if b == nil {
 		return
 	}
-	c, ok := b.DataFile.(Canceler)
-	if !ok {
-		return
-	}
 	go func() {
 		ctx, done := context.WithTimeout(context.Background(), cancelTimeout)
 		defer done()
-		if err := c.Cancel(ctx); err != nil {
+		if err := b.Cancel(ctx); err != nil {
 			f.log.WithField("op", "cancel").WithError(err).Debug("fs: LWIO CANCEL")
 		}
 	}()

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"syscall"
@@ -11,12 +10,13 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
 // Session is one connection's worth of what a mount runs on: the tree
 // connected on a session, the data path attached to that session, and a
-// channel closed when either has died.
+// channel closed when either has died. Dial makes one.
 type Session struct {
 	Tree interface {
 		Tree
@@ -25,6 +25,8 @@ type Session struct {
 	Data  DataPath
 	Done  <-chan struct{}
 	Close func() error
+	// ReadOnly says the share refuses changes (its TREE_CONNECT flag).
+	ReadOnly bool
 }
 
 // Dialer establishes a Session from nothing: session setup, tree connect,
@@ -233,12 +235,6 @@ func (r *Reconnector) session(ctx context.Context) (*Session, uint64, error) {
 	}
 }
 
-// isLost reports whether err means the connection, not the request, failed.
-func isLost(err error) bool {
-	return errors.Is(err, session.ErrClosed) || protocol.IsConnectionLost(err) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE)
-}
-
 // do runs op on the live session. A replayable op whose session died under
 // it runs again on the next one.
 func (r *Reconnector) do(ctx context.Context, replay bool, op func(s *Session, gen uint64) error) error {
@@ -248,7 +244,7 @@ func (r *Reconnector) do(ctx context.Context, replay bool, op func(s *Session, g
 			return err
 		}
 		err = op(s, gen)
-		if err == nil || !isLost(err) || ctx.Err() != nil {
+		if err == nil || !protocol.IsConnectionLost(err) || ctx.Err() != nil {
 			return err
 		}
 		r.lost(gen)
@@ -340,9 +336,9 @@ func (r *Reconnector) realHandle(ctx context.Context, s *Session, gen uint64, vh
 	// on exclusivity again.
 	real, _, err := s.Tree.Open(ctx, h.path, h.flags&^(syscall.O_CREAT|syscall.O_EXCL|syscall.O_TRUNC), 0)
 	if err != nil {
-		if !isLost(err) {
+		if !protocol.IsConnectionLost(err) {
 			r.log.WithError(err).WithField("path", h.path).Warn("fs: re-opening a file after reconnect failed")
-			if session.ToErrno(err) == syscall.ENOENT {
+			if ntstatus.ToErrno(err) == syscall.ENOENT {
 				return 0, syscall.ESTALE
 			}
 		}
@@ -367,7 +363,7 @@ func (r *Reconnector) CloseHandle(ctx context.Context, vh session.Handle) error 
 		return nil // it died with its session
 	}
 	err := s.Tree.CloseHandle(ctx, h.real)
-	if isLost(err) {
+	if protocol.IsConnectionLost(err) {
 		return nil
 	}
 	return err
@@ -450,13 +446,7 @@ func (r *Reconnector) StatFS(ctx context.Context) (st session.StatFS, err error)
 }
 
 func (r *Reconnector) Fsync(ctx context.Context, vh session.Handle, datasync bool) error {
-	return r.do(ctx, true, func(s *Session, gen uint64) error {
-		real, err := r.realHandle(ctx, s, gen, vh)
-		if err != nil {
-			return err
-		}
-		return s.Tree.Fsync(ctx, real, datasync)
-	})
+	return r.withHandle(ctx, vh, func(s *Session, real session.Handle) error { return s.Tree.Fsync(ctx, real, datasync) })
 }
 
 func (r *Reconnector) GetXattr(ctx context.Context, path, name string) (v []byte, err error) {
@@ -484,11 +474,7 @@ var _ HandleIO = (*Reconnector)(nil)
 // ReadAt reads from an open file over the session channel (HandleIO),
 // re-opening it after a reconnect; replayed, as the offset is explicit.
 func (r *Reconnector) ReadAt(ctx context.Context, vh session.Handle, p []byte, off int64) (n int, err error) {
-	err = r.do(ctx, true, func(s *Session, gen uint64) error {
-		real, err := r.realHandle(ctx, s, gen, vh)
-		if err != nil {
-			return err
-		}
+	err = r.withHandle(ctx, vh, func(s *Session, real session.Handle) error {
 		n, err = s.Tree.ReadAt(ctx, real, p, off)
 		return err
 	})
@@ -498,15 +484,23 @@ func (r *Reconnector) ReadAt(ctx context.Context, vh session.Handle, p []byte, o
 // WriteAt writes to an open file over the session channel (HandleIO),
 // re-opening it after a reconnect; replayed, as the offset is explicit.
 func (r *Reconnector) WriteAt(ctx context.Context, vh session.Handle, p []byte, off int64) (n int, err error) {
-	err = r.do(ctx, true, func(s *Session, gen uint64) error {
-		real, err := r.realHandle(ctx, s, gen, vh)
-		if err != nil {
-			return err
-		}
+	err = r.withHandle(ctx, vh, func(s *Session, real session.Handle) error {
 		n, err = s.Tree.WriteAt(ctx, real, p, off)
 		return err
 	})
 	return n, err
+}
+
+// withHandle runs op, replayed, on the live session with vh's handle there,
+// re-opening the file by its path after a reconnect.
+func (r *Reconnector) withHandle(ctx context.Context, vh session.Handle, op func(s *Session, real session.Handle) error) error {
+	return r.do(ctx, true, func(s *Session, gen uint64) error {
+		real, err := r.realHandle(ctx, s, gen, vh)
+		if err != nil {
+			return err
+		}
+		return op(s, real)
+	})
 }
 
 // Attach returns a data file that re-attaches itself (re-open, resume key,
@@ -571,60 +565,27 @@ func (f *reFile) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 }
 
 func (f *reFile) WriteV(ctx context.Context, pages [][]byte, off int64) (int, error) {
-	return f.io(ctx, func(df DataFile) (int, error) {
-		if vw, ok := df.(VectorWriter); ok {
-			return vw.WriteV(ctx, pages, off)
-		}
-		total := 0
-		for _, p := range pages {
-			n, err := df.WriteAt(ctx, p, off+int64(total))
-			total += n
-			if err != nil {
-				return total, err
-			}
-		}
-		return total, nil
-	})
+	return f.io(ctx, func(df DataFile) (int, error) { return df.WriteV(ctx, pages, off) })
 }
 
-// ReadBuf reads without a copy when the current data path can; MaxBuf is
-// that of the data file attached at open.
-func (f *reFile) ReadBuf(ctx context.Context, off int64, n int) (b Buffer, err error) {
+func (f *reFile) ReadBuf(ctx context.Context, dest []byte, off int64) (b Buffer, err error) {
 	_, err = f.io(ctx, func(df DataFile) (int, error) {
-		if br, ok := df.(BufReader); ok && n <= br.MaxBuf() {
-			b, err = br.ReadBuf(ctx, off, n)
-			return 0, err
-		}
-		p := make([]byte, n)
-		got, err := df.ReadAt(ctx, p, off)
-		if got > 0 || err == nil {
-			b = heapBuf(p[:got])
-		}
-		if got > 0 && isEOF(err) {
-			err = nil
-		}
-		return got, err
+		b, err = df.ReadBuf(ctx, dest, off)
+		return 0, err
 	})
 	return b, err
 }
 
-func (f *reFile) MaxBuf() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if br, ok := f.df.(BufReader); ok {
-		return br.MaxBuf()
-	}
-	return MaxWrite
-}
-
+// Cancel cancels the queued requests of the current generation's file:
+// those of an older one died with its session.
 func (f *reFile) Cancel(ctx context.Context) error {
 	f.mu.Lock()
 	df := f.df
 	f.mu.Unlock()
-	if c, ok := df.(Canceler); ok {
-		return c.Cancel(ctx)
+	if df == nil {
+		return nil
 	}
-	return nil
+	return df.Cancel(ctx)
 }
 
 func (f *reFile) Close(ctx context.Context) error {
@@ -639,14 +600,8 @@ func (f *reFile) Close(ctx context.Context) error {
 		return nil // died with its session
 	}
 	err := df.Close(ctx)
-	if isLost(err) {
+	if protocol.IsConnectionLost(err) {
 		return nil
 	}
 	return err
 }
-
-// heapBuf is a Buffer in ordinary memory.
-type heapBuf []byte
-
-func (b heapBuf) Bytes() []byte { return b }
-func (b heapBuf) Release()      {}

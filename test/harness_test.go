@@ -150,23 +150,24 @@ func needFUSE(t testing.TB) {
 // needLWIO skips or fails depending on whether the binaries are expected.
 func needLWIO(t testing.TB) {
 	t.Helper()
-	needFUSE(t)
-	if binaries.lwioSkip != "" {
-		t.Skip("SKIP: " + binaries.lwioSkip)
-	}
-	if binaries.lwioErr != nil {
-		t.Fatalf("the binaries are in the tree but do not build: %v", binaries.lwioErr)
-	}
+	needBuilt(t, binaries.lwioSkip, binaries.lwioErr, "the binaries are in the tree but do not build")
 }
 
 func needNullFS(t testing.TB) {
 	t.Helper()
+	needBuilt(t, binaries.nullSkip, binaries.nullErr, "bench/nullfs does not build")
+}
+
+// needBuilt needs FUSE and a program: skipped with skip's reason when it
+// is not in the tree, failed with what and err when it does not build.
+func needBuilt(t testing.TB, skip string, err error, what string) {
+	t.Helper()
 	needFUSE(t)
-	if binaries.nullSkip != "" {
-		t.Skip("SKIP: " + binaries.nullSkip)
+	if skip != "" {
+		t.Skip("SKIP: " + skip)
 	}
-	if binaries.nullErr != nil {
-		t.Fatalf("bench/nullfs does not build: %v", binaries.nullErr)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 

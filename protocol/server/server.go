@@ -21,27 +21,26 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
-// Authority is what the engine needs from the session layer.
+// Authority is what the engine needs from the session layer;
+// *session.Server implements it.
 type Authority interface {
 	// SessionByKey returns the session a negotiate Key was issued to over
 	// \PIPE\LWIO, with its signing key (the session key from NTLM).
 	SessionByKey(key [16]byte) (id uint64, signingKey []byte, ok bool)
 	// OpenByResumeKey resolves a resume key on a session to its open file.
 	// The key must have been issued on that session for a handle still open.
-	OpenByResumeKey(sessionID uint64, key [24]byte) (File, error)
+	OpenByResumeKey(sessionID uint64, key [24]byte) (share.File, error)
 }
 
-// File is an open file as the session layer hands it to the engine. ReadAt
-// and WriteAt may be called concurrently.
-type File interface {
-	ReadAt(p []byte, off int64) (int, error)
-	WriteAt(p []byte, off int64) (int, error)
-	Sync() error
-	ReadOnly() bool
-}
+// File is share.File, the one open-file interface (protocol/share): the
+// engine reads and writes registered files through it, and the share
+// refuses writes its read-only rule forbids. The name stays for this
+// package's tests.
+type File = share.File
 
 // Defaults for the zero values of Config.
 const (

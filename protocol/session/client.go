@@ -15,12 +15,18 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
-// ErrClosed is returned by every call on a client whose connection is
-// closed or broken; ToErrno maps it to ENOTCONN.
+// ErrClosed is why every call fails on a client whose connection is
+// closed or broken: they return a *protocol.ConnectionError wrapping it
+// (and the cause, when the connection broke), which ToErrno maps to
+// ENOTCONN.
 var ErrClosed = errors.New("session: connection closed")
+
+// ToErrno is ntstatus.ToErrno, the one status → errno mapping.
+var ToErrno = ntstatus.ToErrno
 
 // ErrLogonFailure is returned by Dial when the server refuses the
 // credentials; it wraps protocol.StatusLogonFailure.
@@ -200,11 +206,12 @@ func (c *Client) SessionKey() []byte {
 // ServerName is the name the server gave at session setup.
 func (c *Client) ServerName() string { return c.serverName }
 
-// Done is closed when the connection is gone; every call then fails with
-// ErrClosed (or the error that broke the connection).
+// Done is closed when the connection is gone; every call then fails with a
+// *protocol.ConnectionError wrapping ErrClosed (and what broke it).
 func (c *Client) Done() <-chan struct{} { return c.done }
 
-// Err returns why the connection ended, or nil while it is up.
+// Err returns why the connection ended (a *protocol.ConnectionError), or
+// nil while it is up.
 func (c *Client) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -221,12 +228,11 @@ func (c *Client) Close() error {
 // fail breaks the connection once, failing every pending call.
 func (c *Client) fail(err error) {
 	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		if errors.Is(err, ErrClosed) {
-			c.err = err
-		} else {
-			c.err = fmt.Errorf("%w: %w", ErrClosed, err)
+		if !errors.Is(err, ErrClosed) {
+			err = fmt.Errorf("%w: %w", ErrClosed, err)
 		}
+		c.mu.Lock()
+		c.err = &protocol.ConnectionError{Conn: "session " + c.nc.RemoteAddr().String(), Err: err}
 		c.mu.Unlock()
 		c.nc.Close()
 		close(c.done)
@@ -319,7 +325,7 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 	e.b = make([]byte, 0, frameCap(req))
 	e.b = AppendFrame(e.b, Header{Command: cmd, SessionID: c.sessionID, TreeID: tree}, nil)
 	if req != nil {
-		req.encode(&e)
+		req.code(&e)
 	}
 	raw := e.b
 	if len(raw) > MaxFrameSize {

@@ -20,7 +20,7 @@ func (s *Server) pipeOpen(ss *serverSession, name string) (message, error) {
 	if !strings.EqualFold(name, LWIOPipe) {
 		return nil, protocol.StatusObjectNameNotFound
 	}
-	h, err := ss.addHandle(&openFile{sess: ss, pipe: true, readOnly: true}, s.cfg.MaxHandles)
+	h, err := ss.addHandle(&openFile{sess: ss}, s.cfg.MaxHandles)
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +34,7 @@ func (s *Server) pipeOpen(ss *serverSession, name string) (message, error) {
 // transport.Common computes them against ServerConfig.Providers.
 func (s *Server) pipeTransact(ss *serverSession, r *pipeTransactReq) (message, error) {
 	of, ok := ss.handle(r.Handle)
-	if !ok || !of.pipe {
+	if !ok || of.file != nil { // not the pipe
 		return nil, protocol.StatusInvalidHandle
 	}
 	req, err := protocol.DecodeNegotiateRequest(r.Data)

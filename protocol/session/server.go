@@ -17,22 +17,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
-
-// Share is a directory served under a name.
-type Share struct {
-	// Name is what clients tree-connect to; matched case-insensitively.
-	Name string
-	// Path is the directory on the server's disk. Nothing outside it is
-	// reachable through the share.
-	Path string
-	// ReadOnly refuses every modifying operation with
-	// STATUS_MEDIA_WRITE_PROTECTED.
-	ReadOnly bool
-	// Users may tree-connect; empty means every authenticated user.
-	Users []string
-}
 
 // ServerConfig configures a Server. Zero values are usable defaults except
 // for Shares and Users, which must be filled for the server to be useful.
@@ -43,13 +30,15 @@ type ServerConfig struct {
 	ServerName string
 	// Domain is the NTLM target (domain) name. Empty means "LWIO".
 	Domain string
-	// Shares are the shares served.
-	Shares []Share
+	// Shares are the shares served; protocol/share opens them and does
+	// every disk operation on them.
+	Shares []share.Config
 	// Users maps user names (matched case-insensitively, as NTLM does) to
 	// NT hashes (smbauth.NTHash). Passwords are never kept.
 	Users map[string][16]byte
 	// Providers is the server's local RDMA provider list, intersected with
 	// the client's in the \PIPE\LWIO negotiate. Nil means none in common.
+	// Advertise replaces it.
 	Providers []ProviderInfo
 	// Logger receives connection-level events; nil means quiet.
 	Logger logrus.FieldLogger
@@ -80,7 +69,7 @@ type Server struct {
 	cfg    ServerConfig
 	log    logrus.FieldLogger
 	auth   *smbauth.Server
-	shares map[string]*share
+	shares map[string]*share.Share // by lower-cased name
 
 	mu         sync.Mutex
 	closing    bool
@@ -93,14 +82,6 @@ type Server struct {
 
 	nextSession atomic.Uint64
 	nextConn    atomic.Uint64
-}
-
-// share is a served share with its open root.
-type share struct {
-	Share
-	root  *shareRoot
-	users map[string]bool // lower-cased; nil = everyone
-	umask uint32          // the process umask at NewServer
 }
 
 // NewServer opens every share's root and returns a server ready to Serve.
@@ -130,7 +111,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{
 		cfg:        cfg,
 		log:        orQuiet(cfg.Logger),
-		shares:     map[string]*share{},
+		shares:     map[string]*share.Share{},
 		listeners:  map[net.Listener]struct{}{},
 		conns:      map[*serverConn]struct{}{},
 		sessions:   map[uint64]*serverSession{},
@@ -151,34 +132,22 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			return h, ok
 		},
 	})
-	umask := processUmask()
-	if umask != 0 {
+	if umask := share.Umask(); umask != 0 {
 		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")
 	}
-	for _, sh := range cfg.Shares {
-		key := strings.ToLower(sh.Name)
-		if key == "" || strings.ContainsAny(key, `\/`) {
-			s.closeShares()
-			return nil, fmt.Errorf("session: bad share name %q", sh.Name)
-		}
+	for _, c := range cfg.Shares {
+		key := strings.ToLower(c.Name)
 		if _, dup := s.shares[key]; dup {
 			s.closeShares()
-			return nil, fmt.Errorf("session: share %q listed twice", sh.Name)
+			return nil, fmt.Errorf("session: share %q listed twice", c.Name)
 		}
-		root, err := openShareRoot(sh.Path, cfg.DisableOpenat2)
+		sh, err := share.Open(c, cfg.DisableOpenat2)
 		if err != nil {
 			s.closeShares()
-			return nil, fmt.Errorf("session: share %q: %w", sh.Name, err)
+			return nil, fmt.Errorf("session: %w", err)
 		}
-		ns := &share{Share: sh, root: root, umask: umask}
-		if len(sh.Users) > 0 {
-			ns.users = map[string]bool{}
-			for _, u := range sh.Users {
-				ns.users[strings.ToLower(u)] = true
-			}
-		}
-		s.shares[key] = ns
-		s.log.WithFields(logrus.Fields{"share": sh.Name, "path": sh.Path, "readonly": sh.ReadOnly, "openat2": !root.walk}).Debug("share ready")
+		s.shares[key] = sh
+		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "resolver": sh.Resolver()}).Debug("share ready")
 	}
 	var seed [8]byte
 	rand.Read(seed[:])
@@ -190,7 +159,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 func (s *Server) closeShares() {
 	for _, sh := range s.shares {
-		sh.root.close()
+		sh.Close()
 	}
 }
 
@@ -264,6 +233,12 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// Advertise sets ServerConfig.Providers, the RDMA providers the
+// \PIPE\LWIO negotiate offers, for a server whose LWIO listeners are opened
+// after it (they need the engine, which needs this server as its
+// Authority). Call it before Serve.
+func (s *Server) Advertise(ps []ProviderInfo) { s.cfg.Providers = ps }
+
 // SessionByKey returns the session a negotiate Key was issued to over
 // \PIPE\LWIO, with its signing key (the NTLM exported session key). It is
 // the LWIO server engine's way to authenticate an RDMA connection (FIG. 5,
@@ -278,27 +253,19 @@ func (s *Server) SessionByKey(key [16]byte) (id uint64, signingKey []byte, ok bo
 	return ss.id, append([]byte(nil), ss.key...), true
 }
 
-// File is an open file as the LWIO engine sees it through a resume key.
-type File interface {
-	ReadAt(p []byte, off int64) (int, error)
-	WriteAt(p []byte, off int64) (int, error)
-	Sync() error
-	ReadOnly() bool
-}
-
 // OpenByResumeKey resolves a resume key issued by FSCTL_SRV_REQUEST_RESUME_KEY
 // on session sessionID to its open file (FIG. 7A: registration names the
 // file by its resume key). An unknown key, a key issued on another session
 // and the key of a closed handle all give STATUS_ACCESS_DENIED, so that
 // nothing can be learnt by probing keys.
-func (s *Server) OpenByResumeKey(sessionID uint64, key [24]byte) (File, error) {
+func (s *Server) OpenByResumeKey(sessionID uint64, key [24]byte) (share.File, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	of, ok := s.resumeKeys[key]
 	if !ok || of.sess.id != sessionID || of.closed.Load() {
 		return nil, protocol.StatusAccessDenied
 	}
-	return of, nil
+	return of.file, nil
 }
 
 // registerSession makes an authenticated session known.
@@ -335,8 +302,8 @@ func (s *Server) closeOpen(of *openFile) error {
 		delete(s.resumeKeys, *of.resumeKey)
 	}
 	s.mu.Unlock()
-	if of.f != nil {
-		return of.f.Close()
+	if of.file != nil {
+		return of.file.Close()
 	}
 	return nil
 }

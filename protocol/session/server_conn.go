@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -245,7 +246,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		key:     res.SessionKey,
 		macs:    newMACs(res.SessionKey),
 		user:    strings.ToLower(res.User),
-		trees:   map[uint32]*share{},
+		trees:   map[uint32]*share.Tree{},
 		handles: map[Handle]*openFile{},
 	}
 	c.s.registerSession(ss)
@@ -294,7 +295,7 @@ func (c *serverConn) respondSigned(req Header, m *macs, st protocol.Status, body
 	e.b = make([]byte, 0, frameCap(body))
 	e.b = AppendFrame(e.b, h, nil)
 	if body != nil && (st == protocol.StatusSuccess || st == protocol.StatusMoreProcessingReq) {
-		body.encode(&e)
+		body.code(&e)
 	}
 	raw := e.b
 	if len(raw) > MaxFrameSize {

@@ -173,11 +173,19 @@ func unwrapPathErr(err error) error {
 }
 
 // connectError turns a failure to reach, log on to, or tree-connect to the
-// server into the one-line message a user needs.
-func connectError(o *Options, stage string, err error) error {
+// server, or to bring up the RDMA data path asked for, into the one-line
+// message a user needs.
+func connectError(o *Options, err error) error {
 	var ne net.Error
 	var oe *net.OpError
+	stage := "dial"
+	var de *fs.DialError
+	if errors.As(err, &de) {
+		stage, err = de.Step, de.Err
+	}
 	switch {
+	case stage == "lwio":
+		return fmt.Errorf("provider=%s: %v", o.Provider, err)
 	case errors.Is(err, session.ErrLogonFailure), errors.Is(err, protocol.StatusLogonFailure):
 		return fmt.Errorf("logon to %s as %q failed: wrong user name or password", o.Addr(), o.Username)
 	case stage == "tree" && errors.Is(err, protocol.StatusBadNetworkName):
@@ -232,8 +240,8 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 	defer func() { connected(); <-watched }()
 	first := true
 	dial := func(ctx context.Context) (*fs.Session, error) {
-		s, readOnly, err := dialSession(ctx, o, log)
-		if err == nil && first && readOnly && !o.ReadOnly {
+		s, err := dialSession(ctx, o, log)
+		if err == nil && first && s.ReadOnly && !o.ReadOnly {
 			log.WithField("share", o.Share).Info("share is read-only on the server: mounting read-only")
 			o.ReadOnly = true
 		}
@@ -294,36 +302,12 @@ func unmount(srv *fuse.Server, mountpoint string, log *logrus.Logger) {
 	}
 }
 
-// dialSession makes one session: setup, tree connect, data path. It
-// reports whether the share is read-only.
-func dialSession(ctx context.Context, o *Options, log *logrus.Logger) (*fs.Session, bool, error) {
-	c, err := session.Dial(ctx, o.Addr(), session.ClientConfig{
-		User: o.Username, Domain: o.Domain, Password: o.password,
-		Logger: log.WithField("component", "session"),
-	})
+// dialSession makes one session of the mount (fs.Dial) and turns a
+// failure into the message a user needs.
+func dialSession(ctx context.Context, o *Options, log *logrus.Logger) (*fs.Session, error) {
+	s, err := fs.Dial(ctx, dialConfig(o, log))
 	if err != nil {
-		return nil, false, connectError(o, "session", err)
+		return nil, connectError(o, err)
 	}
-	tree, err := c.TreeConnect(ctx, o.Share)
-	if err != nil {
-		c.Close()
-		return nil, false, connectError(o, "tree", err)
-	}
-	dp, err := openDataPath(ctx, o, c, tree, log)
-	if err != nil {
-		c.Close()
-		return nil, false, err
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-c.Done():
-		case <-dp.done:
-		}
-		close(done)
-	}()
-	return &fs.Session{
-		Tree: tree, Data: dp, Done: done,
-		Close: func() error { dp.Close(); return c.Close() },
-	}, tree.ReadOnly(), nil
+	return s, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/fs"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
@@ -160,8 +161,10 @@ func TestConnectError(t *testing.T) {
 		{"tree", protocol.StatusAccessDenied, `may not use share "s"`},
 		{"session", refused, "cannot reach server h:4450: connection refused"},
 		{"session", errors.New("odd"), "session h:4450: odd"},
+		{"lwio", errors.New("no usable local RDMA provider"), "provider=auto: no usable local RDMA provider"},
 	} {
-		got := connectError(o, tc.stage, tc.err).Error()
+		o.Provider = "auto"
+		got := connectError(o, &fs.DialError{Step: tc.stage, Err: tc.err}).Error()
 		if !strings.Contains(got, tc.want) || strings.Contains(got, "\n") {
 			t.Errorf("connectError(%v) = %q, want it to say %q", tc.err, got, tc.want)
 		}
