@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -165,8 +166,8 @@ func (c *conn) register(sl *slot) (protocol.Status, uint32) {
 	}
 	f, err := c.s.cfg.Authority.OpenByResumeKey(c.sess.id, [24]byte(fp.ResumeKey))
 	if err != nil {
-		st := statusOf(err)
-		if st == protocol.StatusIOError {
+		st := ntstatus.FromError(err)
+		if st == protocol.StatusUnsuccessful {
 			st = protocol.StatusInvalidHandle
 		}
 		return st, 0

@@ -3,11 +3,10 @@ package server
 import (
 	"errors"
 	"io"
-	"io/fs"
 	"sync"
-	"syscall"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -113,7 +112,7 @@ func (c *conn) readFile(sl *slot, fe *fidEntry, n int) (transport.Region, int, p
 	got, err := fe.file.ReadAt(buf.Bytes()[:n], int64(sl.req.Header.Offset))
 	if got == 0 {
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, 0, statusOf(err)
+			return nil, 0, ntstatus.FromError(err)
 		}
 		return nil, 0, protocol.StatusEndOfFile
 	}
@@ -164,7 +163,7 @@ func (c *conn) vecRead(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Sta
 func (c *conn) write(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status, uint32) {
 	// A write the share's read-only rule forbids fails in WriteAt.
 	got, err := fe.file.WriteAt(sl.req.Data, int64(sl.req.Header.Offset))
-	return nil, statusOrSuccess(err), uint32(got)
+	return nil, ntstatus.FromError(err), uint32(got)
 }
 
 // vecWrite serves VEC_WRITE (FIG. 17A–C). With COLLAPSE one page of data
@@ -196,15 +195,7 @@ func (c *conn) vecWrite(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.St
 		written += got
 	}
 	putScratch(scratch)
-	return nil, statusOrSuccess(err), uint32(written)
-}
-
-// statusOrSuccess is SUCCESS for a nil error, else statusOf(err).
-func statusOrSuccess(err error) protocol.Status {
-	if err == nil {
-		return protocol.StatusSuccess
-	}
-	return statusOf(err)
+	return nil, ntstatus.FromError(err), uint32(written)
 }
 
 func pageSizesCompatible(a, b int) bool {
@@ -237,27 +228,3 @@ func getScratch(n int) []byte {
 }
 
 func putScratch(b []byte) { scratchPool.Put(&b) }
-
-// statusOf maps a file error to the NTSTATUS a client sees.
-func statusOf(err error) protocol.Status {
-	var st protocol.Status
-	switch {
-	case errors.As(err, &st):
-		return st
-	case errors.Is(err, io.EOF):
-		return protocol.StatusEndOfFile
-	case errors.Is(err, fs.ErrPermission):
-		return protocol.StatusAccessDenied
-	case errors.Is(err, fs.ErrClosed):
-		return protocol.StatusFileClosed
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return protocol.StatusDiskFull
-	case errors.Is(err, syscall.EFBIG):
-		return protocol.StatusFileTooLarge
-	case errors.Is(err, syscall.EINVAL):
-		return protocol.StatusInvalidParameter
-	case errors.Is(err, syscall.EROFS):
-		return protocol.StatusMediaWriteProtected
-	}
-	return protocol.StatusIOError
-}
