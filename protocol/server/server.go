@@ -36,12 +36,6 @@ type Authority interface {
 	OpenByResumeKey(sessionID uint64, key [24]byte) (share.File, error)
 }
 
-// File is share.File, the one open-file interface (protocol/share): the
-// engine reads and writes registered files through it, and the share
-// refuses writes its read-only rule forbids. The name stays for this
-// package's tests.
-type File = share.File
-
 // Defaults for the zero values of Config.
 const (
 	DefaultAuthTimeout       = 5 * time.Second
@@ -336,7 +330,7 @@ type session struct {
 // fidEntry is one registered file.
 type fidEntry struct {
 	fid      uint16
-	file     File
+	file     share.File
 	flags    uint32
 	mu       sync.Mutex
 	closed   bool
@@ -361,7 +355,7 @@ func (f *fidEntry) cancel() {
 // maxFids is the number of Fids a session can hold (Fid is 16 bits, 0 unused).
 const maxFids = 0xFFFF
 
-func (ss *session) register(file File, flags uint32) (uint16, bool) {
+func (ss *session) register(file share.File, flags uint32) (uint16, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	e := &fidEntry{file: file, flags: flags, cancelCh: make(chan struct{})}
