@@ -67,27 +67,8 @@ func (p *lwioPath) register(ctx context.Context, h session.Handle, flags int) (D
 	if err != nil {
 		return nil, err
 	}
-	return lwioFile{File: f, maxRead: p.cl.MaxRead()}, nil
+	return f, nil
 }
 
-// lwioFile is a registered file: *client.File has every DataFile method
-// but ReadBuf as fs declares it — the client's returns its own *client.Buf
-// and serves at most one READ (MaxRead bytes) — so this is where a
-// longer read goes through ReadAt into dest instead.
-type lwioFile struct {
-	*client.File
-	maxRead int
-}
-
-var _ DataFile = lwioFile{}
-
-func (f lwioFile) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
-	if len(dest) > f.maxRead {
-		return readInto(ctx, f, dest, off)
-	}
-	b, err := f.File.ReadBuf(ctx, off, len(dest))
-	if b == nil {
-		return nil, err // not a typed nil in the interface
-	}
-	return b, err
-}
+// A registered file is a data file as it is.
+var _ DataFile = (*client.File)(nil)

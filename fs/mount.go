@@ -70,8 +70,10 @@ func NewRoot(tree Tree, data DataPath, opts Options) *Node {
 }
 
 // MountOptions returns the go-fuse options of a mount: timeouts, and the
-// settings that make the kernel send large and parallel requests
-// (DESIGN.md, "What the field has learned").
+// settings that make the kernel send large and parallel requests. Without
+// CAP_ASYNC_DIO, O_DIRECT I/O at queue depth 16 reaches the daemon one
+// request at a time; MaxBackground bounds how many asynchronous requests
+// the kernel keeps in flight (its default, 12, is below a qd16 job).
 func (o Options) MountOptions() *gofs.Options {
 	attr, entry := o.AttrTimeout, o.EntryTimeout
 	var negative time.Duration // no negative caching: a file created elsewhere shows up at once

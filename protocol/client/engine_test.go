@@ -90,19 +90,26 @@ func TestReadBuf(t *testing.T) {
 		key, _ := s.file(t, "f", content)
 		f := s.register(t, cl, key, 0)
 		ctx := ctxT(t)
-		b, err := f.ReadBuf(ctx, 10, 1<<20)
+		b, err := f.ReadBuf(ctx, make([]byte, 1<<20), 10)
 		if err != nil || !bytes.Equal(b.Bytes(), content[10:]) {
-			t.Fatalf("ReadBuf = %d bytes, %v", b.Len(), err)
+			t.Fatalf("ReadBuf = %v", err)
 		}
 		b.Release()
-		b, err = f.ReadBuf(ctx, 1<<20, 4096)
-		if err != nil || b.Len() != 10 {
+		b, err = f.ReadBuf(ctx, make([]byte, 4096), 1<<20)
+		if err != nil || len(b.Bytes()) != 10 {
 			t.Fatalf("ReadBuf at EOF-10: %v", err)
 		}
 		b.Release()
-		if _, err := f.ReadBuf(ctx, 2<<20, 4096); !errors.Is(err, io.EOF) {
+		if _, err := f.ReadBuf(ctx, make([]byte, 4096), 2<<20); !errors.Is(err, io.EOF) {
 			t.Fatalf("ReadBuf past EOF: %v", err)
 		}
+		// Longer than one READ: split, landing in dest (short at EOF).
+		dest := make([]byte, cl.MaxRead()+4096)
+		b, err = f.ReadBuf(ctx, dest, 0)
+		if err != nil || !bytes.Equal(b.Bytes(), content) || &b.Bytes()[0] != &dest[0] {
+			t.Fatalf("ReadBuf of %d bytes: %v", len(dest), err)
+		}
+		b.Release()
 	})
 }
 
