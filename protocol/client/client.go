@@ -221,61 +221,55 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lwio client: negotiate: %w", err)
 	}
-	type target struct {
-		p    transport.Provider
-		addr string
-	}
-	var targets []target
-	for _, pi := range resp.Providers {
-		p := byName[pi.Name]
-		if p == nil {
-			continue
-		}
-		for _, in := range pi.Instances {
-			addr, err := in.Addr()
-			if err != nil {
-				continue
-			}
-			targets = append(targets, target{p, addr})
-		}
-	}
+	targets := preferred(resp.Providers, cfg.Providers, byName)
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("lwio client: no common provider with %q", resp.SrvName)
 	}
 
-	// FIG. 5: connect and authenticate, spreading over the instances.
-	// A negotiate Key authenticates one connection only (the server refuses
-	// it a second time, so a captured AUTH cannot be replayed), so every
-	// connection after the first asks the pipe for a Key of its own.
+	// FIG. 5: connect and authenticate. Every connection goes to the
+	// first common provider in our order of preference (its instances in
+	// turn): a mount that can use verbs must not carry half its I/O over
+	// softrdma. A connection that fails there tries the next target, so a
+	// provider that is down costs one failed dial per connection, not the
+	// data path. A negotiate Key authenticates one connection only (the
+	// server refuses it a second time, so a captured AUTH cannot be
+	// replayed), so every connection after the first asks the pipe for a
+	// Key of its own.
 	var firstErr error
 	authKey, keyUsed := resp.Key, false
-	for i := 0; len(cl.conns) < cfg.Connections && i < cfg.Connections+len(targets); i++ {
-		t := targets[i%len(targets)]
-		if keyUsed {
-			more, err := cfg.Negotiate(ctx, protocol.NewNegotiateRequest(cfg.ClientName, key, offer))
-			if err != nil {
-				if firstErr == nil {
-					firstErr = fmt.Errorf("lwio client: negotiate: %w", err)
+	nfirst := targets[0].group
+conns:
+	for len(cl.conns) < cfg.Connections {
+		k := len(cl.conns)
+		for try := 0; try < len(targets); try++ {
+			t := targets[(k%nfirst+try)%len(targets)]
+			if keyUsed {
+				more, err := cfg.Negotiate(ctx, protocol.NewNegotiateRequest(cfg.ClientName, key, offer))
+				if err != nil {
+					if firstErr == nil {
+						firstErr = fmt.Errorf("lwio client: negotiate: %w", err)
+					}
+					break conns
 				}
-				break
+				authKey = more.Key
 			}
-			authKey = more.Key
-		}
-		keyUsed = true
-		cctx, cancel := context.WithTimeout(ctx, cfg.AuthTimeout)
-		c, err := dial(cctx, cl, len(cl.conns), t.p, t.addr, authKey)
-		cancel()
-		if err != nil {
+			keyUsed = true
+			cctx, cancel := context.WithTimeout(ctx, cfg.AuthTimeout)
+			c, err := dial(cctx, cl, k, t.p, t.addr, authKey)
+			cancel()
+			if err == nil {
+				cl.conns = append(cl.conns, c)
+				continue conns
+			}
 			log.WithFields(logrus.Fields{"provider": t.p.Name(), "addr": t.addr}).WithError(err).Warn("lwio: connection failed")
 			if firstErr == nil {
 				firstErr = err
 			}
 			if errors.Is(err, errAuth) {
-				break // the server said no; another instance will too
+				break conns // the server said no; another instance will too
 			}
-			continue
 		}
-		cl.conns = append(cl.conns, c)
+		break // no target took this connection
 	}
 	if len(cl.conns) == 0 {
 		return nil, firstErr
@@ -289,6 +283,42 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		log.WithFields(logrus.Fields{"provider": c.tc.Provider(), "remote": c.tc.RemoteAddr(), "credits": c.credits.Limit(), "mode": cfg.Completion}).Info("lwio: connected")
 	}
 	return cl, nil
+}
+
+// target is one place a connection can be dialled: a provider and one of
+// its instances at the server. group is how many targets of that provider
+// there are (the instances a connection index is spread over).
+type target struct {
+	p     transport.Provider
+	addr  string
+	group int
+}
+
+// preferred lists where connections go: the instances of every provider
+// both ends have, grouped by provider in the client's order of preference
+// (Config.Providers), each provider's instances in the server's order.
+func preferred(offered []transport.ProviderInfo, mine []transport.Provider, byName map[string]transport.Provider) []target {
+	var out []target
+	for _, p := range mine {
+		if byName[p.Name()] != p {
+			continue // unavailable, or a duplicate name
+		}
+		start := len(out)
+		for _, pi := range offered {
+			if pi.Name != p.Name() {
+				continue
+			}
+			for _, in := range pi.Instances {
+				if addr, err := in.Addr(); err == nil {
+					out = append(out, target{p: p, addr: addr})
+				}
+			}
+		}
+		for i := start; i < len(out); i++ {
+			out[i].group = len(out) - start
+		}
+	}
+	return out
 }
 
 // ConnInfo describes one connection, for logs and status commands.

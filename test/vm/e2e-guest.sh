@@ -12,9 +12,12 @@
 #      into the mount, packed again from it after dropping the page cache,
 #      and unpacked locally; contents and metadata must equal the original
 #      and the server's copy.
-#   4. mount B, a second client: lwio-mount provider=verbs,
-#      completion=polling; the POSIX suite's data and namespace checks run
-#      on it (posix.test -test.run TestPOSIXAt).
+#   4. mount B, a second client: lwio-mount provider=auto,
+#      completion=polling, with the server offering verbs and softrdma:
+#      every connection must be on verbs (data_path=lwio/verbs and the
+#      server's count below; auto once spread them over both); the POSIX
+#      suite's data and namespace checks run on it (posix.test -test.run
+#      TestPOSIXAt).
 #   5. both mounts end on SIGTERM (exit 0, unmounted); the server must have
 #      seen their connections, all on verbs.
 #   6. control: on mount C, provider=softrdma, the byte check must fail.
@@ -382,7 +385,7 @@ tar_roundtrip
 echo "e2e: tar phase $(since "$t0") s"
 
 t0=$(now)
-if start_mount b provider=verbs,completion=polling; then
+if start_mount b provider=auto,completion=polling; then
 	b_conns=$(datapath_stat "$work/b" "$out/mount-b.log" | field connections)
 	posix_subset
 	stop_mount b

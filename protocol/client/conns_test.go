@@ -1,0 +1,83 @@
+package client
+
+import (
+	"context"
+	"testing"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/soft"
+)
+
+// twoProviders is a server with a second listener, the address a test
+// offers under another provider name ("other").
+func twoProviders(t *testing.T) (*env, *session, string) {
+	t.Helper()
+	e := newEnv(t, server.Config{})
+	l, err := e.srv.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.srv.Serve(l)
+	s := e.session()
+	return e, s, l.Addr()
+}
+
+// offer is a Negotiate answering with the given providers, in order.
+func (s *session) offer(ps ...transport.ProviderInfo) func(context.Context, protocol.NegotiateRequest) (protocol.NegotiateResponse, error) {
+	return func(context.Context, protocol.NegotiateRequest) (protocol.NegotiateResponse, error) {
+		return protocol.NewNegotiateResponse("test", s.e.auth.negotiateKey(s.id, s.key), ps), nil
+	}
+}
+
+func instance(t *testing.T, addr string) []transport.Instance {
+	t.Helper()
+	in, err := transport.InstanceFor(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []transport.Instance{in}
+}
+
+// provider=auto with verbs and softrdma both common must not spread a
+// mount's connections over both: every connection goes to the client's
+// first choice, whatever order the server lists them in, and falls back
+// per connection only when that provider cannot be reached.
+func TestConnectionsUseThePreferredProvider(t *testing.T) {
+	e, s, otherAddr := twoProviders(t)
+	first := renamed{soft.New(soft.Options{})} // "other": the client's first choice
+	cfg := s.config(Interrupt)
+	cfg.Providers = []transport.Provider{first, soft.New(soft.Options{})}
+	cfg.Connections = 4
+	cfg.Negotiate = s.offer(
+		transport.ProviderInfo{Name: soft.Name, Instances: instance(t, e.addr)},
+		transport.ProviderInfo{Name: "other", Instances: instance(t, otherAddr)},
+	)
+	cl := s.client(t, cfg)
+	for i, ci := range cl.Conns() {
+		if ci.RemoteAddr != otherAddr {
+			t.Errorf("connection %d went to %s, want the preferred provider's %s", i, ci.RemoteAddr, otherAddr)
+		}
+	}
+	if len(cl.Conns()) != 4 {
+		t.Fatalf("%d connections, want 4", len(cl.Conns()))
+	}
+
+	t.Run("fallback", func(t *testing.T) {
+		dead := "127.0.0.1:1" // nothing listens there
+		cfg.Negotiate = s.offer(
+			transport.ProviderInfo{Name: soft.Name, Instances: instance(t, e.addr)},
+			transport.ProviderInfo{Name: "other", Instances: instance(t, dead)},
+		)
+		cl := s.client(t, cfg)
+		if n := len(cl.Conns()); n != 4 {
+			t.Fatalf("%d connections, want 4", n)
+		}
+		for i, ci := range cl.Conns() {
+			if ci.RemoteAddr != e.addr {
+				t.Errorf("connection %d went to %s, want the fallback %s", i, ci.RemoteAddr, e.addr)
+			}
+		}
+	})
+}
