@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,6 @@ func (m Mode) String() string {
 
 // Defaults for the zero values of Config.
 const (
-	DefaultConnections     = 2
 	DefaultCredits         = 32
 	DefaultMaxCredits      = 64
 	DefaultSpinTime        = 20 * time.Microsecond
@@ -78,8 +78,8 @@ type Config struct {
 	ClientName string
 	// Completion is the mode every request uses (zero = Interrupt).
 	Completion Mode
-	// Connections is the number of RDMA connections, spread over the
-	// common providers' instances (0 = DefaultConnections).
+	// Connections is the number of RDMA connections, each with its own
+	// completion queue (0 = DefaultConnections(): one per CPU).
 	Connections int
 	// Credits is the number of credits asked for at AUTH per connection
 	// (0 = DefaultCredits).
@@ -115,7 +115,7 @@ func (c Config) withDefaults() Config {
 			*v = d
 		}
 	}
-	def(&c.Connections, DefaultConnections)
+	def(&c.Connections, DefaultConnections())
 	def(&c.Credits, DefaultCredits)
 	def(&c.MaxCredits, DefaultMaxCredits)
 	if c.MaxCredits < c.Credits {
@@ -145,6 +145,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// DefaultConnections is one connection per CPU (seed 003: a completion
+// queue per processor, each completion handled where it was issued), at
+// least 2 and at most maxDefaultConnections.
+func DefaultConnections() int { return min(max(runtime.NumCPU(), 2), maxDefaultConnections) }
+
+// maxDefaultConnections caps the default on large hosts: each connection
+// holds credits, and so receive buffers, on the server.
+const maxDefaultConnections = 16
+
 // ErrClosed is returned by calls on a closed Client or File.
 var ErrClosed = errors.New("lwio client: closed")
 
@@ -154,7 +163,6 @@ type Client struct {
 	cfg   Config
 	log   logrus.FieldLogger
 	conns []*conn
-	next  atomic.Uint32
 
 	closeOnce sync.Once
 	done      chan struct{} // closed when every connection is dead
@@ -328,6 +336,8 @@ type ConnInfo struct {
 	RemoteAddr string
 	Credits    int
 	Alive      bool
+	// Requests is how many requests the connection has carried.
+	Requests uint64
 }
 
 // Conns describes the client's connections.
@@ -336,7 +346,7 @@ func (cl *Client) Conns() []ConnInfo {
 	for i, c := range cl.conns {
 		out[i] = ConnInfo{
 			Provider: c.tc.Provider(), LocalAddr: c.tc.LocalAddr(), RemoteAddr: c.tc.RemoteAddr(),
-			Credits: c.credits.Limit(), Alive: c.alive(),
+			Credits: c.credits.Limit(), Alive: c.alive(), Requests: c.requests.Load(),
 		}
 	}
 	return out
@@ -388,14 +398,23 @@ func (cl *Client) Close() error {
 	return nil
 }
 
-// pick returns the live connection with the fewest requests pending.
+// pick returns the live connection with the most credits free. Ties go to
+// the connection of the CPU the caller runs on (seed 003: per-processor
+// queues; the requester reaps its own completion, so it is handled on
+// that connection's queue by the thread that issued it), so requests from
+// several CPUs spread over the connections, and a lone requester keeps to
+// one connection, where the provider's acknowledgement of each answer
+// rides on the next request.
 func (cl *Client) pick() (*conn, error) {
 	n := len(cl.conns)
-	start := int(cl.next.Add(1)) % n
+	home := 0
+	if n > 1 {
+		home = currentCPU() % n
+	}
 	var best *conn
 	bestLoad := 0
 	for i := 0; i < n; i++ {
-		c := cl.conns[(start+i)%n]
+		c := cl.conns[(home+i)%n]
 		if !c.alive() {
 			continue
 		}
@@ -411,5 +430,6 @@ func (cl *Client) pick() (*conn, error) {
 		}
 		return nil, &protocol.ConnectionError{Conn: "all", Err: err}
 	}
+	best.requests.Add(1)
 	return best, nil
 }

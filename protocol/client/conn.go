@@ -137,6 +137,7 @@ type conn struct {
 	log logrus.FieldLogger
 
 	credits    *protocol.Credits
+	requests   atomic.Uint64 // requests picked for this connection (ConnInfo)
 	pool       *transport.BufferPool
 	maxRead    int
 	maxWrite   int

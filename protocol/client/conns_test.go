@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -80,4 +82,56 @@ func TestConnectionsUseThePreferredProvider(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Requests in flight at once spread over the connections (item 2 of issue
+// 16: a connection, and its completion queue, per CPU): none is left idle
+// while another queues.
+func TestRequestsSpreadOverConnections(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	s := e.session()
+	cfg := s.config(Interrupt)
+	cfg.Connections = 4
+	cl := s.client(t, cfg)
+	key, _ := s.file(t, "f", randBytes(1<<20))
+	f := s.register(t, cl, key, 0)
+	before := make([]uint64, 4)
+	for i, ci := range cl.Conns() {
+		before[i] = ci.Requests
+	}
+	const workers, each = 32, 16
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := make([]byte, 4096)
+			for i := 0; i < each; i++ {
+				if _, err := f.ReadAt(ctx, p, int64((w*each+i)%256)*4096); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	const fair = workers * each / 4
+	for i, ci := range cl.Conns() {
+		if n := ci.Requests - before[i]; n < fair/4 {
+			t.Errorf("connection %d carried %d of %d requests (fair share %d)", i, n, workers*each, fair)
+		}
+	}
+}
+
+func TestDefaultConnections(t *testing.T) {
+	if n := DefaultConnections(); n < 2 || n > maxDefaultConnections || (runtime.NumCPU() >= 2 && runtime.NumCPU() <= maxDefaultConnections && n != runtime.NumCPU()) {
+		t.Fatalf("DefaultConnections() = %d with %d CPUs", n, runtime.NumCPU())
+	}
+	e := newEnv(t, server.Config{})
+	s := e.session()
+	cl := s.client(t, s.config(Interrupt))
+	if n := len(cl.Conns()); n != DefaultConnections() {
+		t.Fatalf("a client with Connections 0 has %d connections, want %d", n, DefaultConnections())
+	}
 }

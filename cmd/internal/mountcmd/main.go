@@ -108,7 +108,7 @@ options (comma separated, mount(8) style):
   attr_timeout=SEC   attribute cache timeout (default 1)
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
-  conns=N            RDMA connections to open
+  conns=N            RDMA connections to open (default: one per CPU, 2–16)
   reconnect_timeout=SEC  how long file operations wait for a lost server (default 30)
   debug              log every FUSE request
   bg | fg            return once mounted | stay in the foreground (default: fg,
