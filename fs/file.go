@@ -349,8 +349,12 @@ func (f *fileHandle) errno(op string, err error) syscall.Errno {
 
 // bufResult hands the kernel an engine's registered buffer without a copy
 // and gives the buffer back once go-fuse has written it to /dev/fuse.
+// Slices makes go-fuse write it with one writev, after which it calls
+// Done; without it go-fuse would try splicing first, or (splice disabled)
+// call Done before writing the bytes out.
 type bufResult struct{ b Buffer }
 
 func (r *bufResult) Bytes(buf []byte) ([]byte, fuse.Status) { return r.b.Bytes(), fuse.OK }
+func (r *bufResult) Slices() ([][]byte, fuse.Status)        { return [][]byte{r.b.Bytes()}, fuse.OK }
 func (r *bufResult) Size() int                              { return len(r.b.Bytes()) }
 func (r *bufResult) Done()                                  { r.b.Release() }

@@ -3,11 +3,14 @@ package fs
 import (
 	"fmt"
 	"log"
+	"os"
+	"strconv"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of the caching options, as cmd/lwio-mount applies them.
@@ -47,6 +50,13 @@ type Options struct {
 	// NoInlineWrites sends every write over the data path: no file
 	// writes its first InlineWriteMax bytes over the session channel.
 	NoInlineWrites bool
+	// ReadAhead is the mount's readahead window in bytes: buffered
+	// sequential reads reach the daemon as requests this large (up to
+	// MaxWrite). The kernel offers FUSE only its default (128 KiB) at
+	// INIT, so Mount raises it afterwards through the mount's
+	// backing-device setting; 0 means MaxReadAhead, negative leaves the
+	// kernel's default.
+	ReadAhead int
 	// Logger receives the filesystem's logs; nil means quiet.
 	Logger logrus.FieldLogger
 }
@@ -93,6 +103,12 @@ func (o Options) MountOptions() *gofs.Options {
 		MaxWrite:      MaxWrite,
 		MaxReadAhead:  MaxReadAhead,
 		MaxBackground: bg,
+		// Read replies are engine buffers handed over as slices
+		// (bufResult.Slices) or plain memory, never file descriptors:
+		// go-fuse's splice path would only grow a pipe, copy the header
+		// into it and give up (logging "trySplice: … max pipe size" for
+		// every 1 MiB reply) before writing the reply as a plain writev.
+		DisableSplice: true,
 		// ASYNC_DIO: O_DIRECT at queue depth N arrives as N parallel
 		// requests, which is what makes credits matter. PARALLEL_DIROPS is
 		// in go-fuse's defaults. WRITEBACK_CACHE is not asked for: it would
@@ -153,5 +169,33 @@ func Mount(mountpoint string, tree Tree, data DataPath, opts Options) (*fuse.Ser
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	if ra := opts.readAhead(); ra > 0 {
+		if err := setReadAhead(mountpoint, ra); err != nil {
+			root.fs.log.WithError(err).WithField("readahead", ra).Info("fs: readahead stays at the kernel's default")
+		}
+	}
 	return srv, nil
+}
+
+func (o Options) readAhead() int {
+	switch {
+	case o.ReadAhead == 0:
+		return MaxReadAhead
+	case o.ReadAhead < 0:
+		return 0
+	}
+	return min(o.ReadAhead, MaxWrite)
+}
+
+// setReadAhead sets the readahead of the mount at mountpoint to n bytes:
+// the read_ahead_kb of its backing device (/sys/class/bdi/MAJ:MIN), which
+// the kernel caps a FUSE mount's at INIT to its own default. It needs
+// root, as mounting directly does.
+func setReadAhead(mountpoint string, n int) error {
+	var st unix.Stat_t
+	if err := unix.Stat(mountpoint, &st); err != nil {
+		return err
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(p, []byte(strconv.Itoa(n/1024)), 0)
 }

@@ -128,12 +128,14 @@ func (c *conn) abort(sl *slot) {
 // ReadBuf reads len(dest) bytes at off and returns them without a copy
 // where it can: a read of at most MaxRead bytes lands in a pooled
 // registered buffer, handed over as it is (the FUSE reply is written from
-// it); a longer one is split into READs landing in dest. Reply from
-// Bytes, then Release. Bytes is shorter than dest at end of file; at or
-// past end of file ReadBuf returns nil and io.EOF.
+// it); a longer one is split into READs landing in dest, and one of at
+// most BounceThreshold bytes lands in the slot's bounce buffer and is
+// copied to dest (cheaper than a pooled buffer for so few bytes). Reply
+// from Bytes, then Release. Bytes is shorter than dest at end of file; at
+// or past end of file ReadBuf returns nil and io.EOF.
 func (f *File) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
 	n := len(dest)
-	if n == 0 || n > f.cl.MaxRead() {
+	if n == 0 || n > f.cl.MaxRead() || n <= f.cl.cfg.BounceThreshold {
 		got, err := f.ReadAt(ctx, dest, off)
 		if got == 0 && (err == nil || err == io.EOF) {
 			return nil, io.EOF

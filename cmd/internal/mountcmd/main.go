@@ -109,6 +109,7 @@ options (comma separated, mount(8) style):
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
   conns=N            RDMA connections to open (default: one per CPU, 2–16)
+  readahead=KIB      readahead window (default 1024; 0 keeps the kernel's 128)
   reconnect_timeout=SEC  how long file operations wait for a lost server (default 30)
   debug              log every FUSE request
   bg | fg            return once mounted | stay in the foreground (default: fg,

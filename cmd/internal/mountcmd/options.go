@@ -37,6 +37,7 @@ type Options struct {
 	AllowOther   bool
 	Debug        bool
 	Conns        int // RDMA connections; 0 = engine default
+	ReadAheadKB  int // readahead window in KiB; 0 = fs default (1 MiB), -1 = the kernel's
 	// Background: true returns once mounted (mount helper behaviour),
 	// false stays in the foreground; nil decides by how we were started.
 	Background *bool
@@ -156,6 +157,15 @@ func (o *Options) applyOption(opt string) error {
 			return fmt.Errorf("option conns=%q: want 1 to 64", val)
 		}
 		o.Conns = n
+	case "readahead":
+		n, cerr := strconv.Atoi(val)
+		if cerr != nil || n < 0 || n > fs.MaxWrite/1024 {
+			return fmt.Errorf("option readahead=%q: want 0 (the kernel's default) to %d KiB", val, fs.MaxWrite/1024)
+		}
+		o.ReadAheadKB = n
+		if n == 0 {
+			o.ReadAheadKB = -1
+		}
 	case "bg", "background":
 		t := true
 		o.Background = &t
@@ -319,5 +329,6 @@ func (o *Options) fsOptions() fs.Options {
 		AllowOther:   o.AllowOther,
 		Debug:        o.Debug,
 		FsName:       o.Source(),
+		ReadAhead:    o.ReadAheadKB * 1024,
 	}
 }
