@@ -1,6 +1,10 @@
 package client
 
-import "github.com/lwiofs/lwiofs/transport"
+import (
+	"sync"
+
+	"github.com/lwiofs/lwiofs/transport"
+)
 
 // Buffer is data a read returned (File.ReadBuf). Release gives its memory
 // back to the engine's pool — a no-op for ordinary memory — and Bytes must
@@ -28,12 +32,26 @@ func (b *Buf) Bytes() []byte { return b.b }
 // Len is len(Bytes()).
 func (b *Buf) Len() int { return len(b.b) }
 
-// Release returns the buffer to its pool. Bytes must not be used after.
+// Release returns the buffer to its pool. Bytes must not be used after,
+// nor the Buf itself: it is reused.
 func (b *Buf) Release() {
-	if b == nil || b.pool == nil {
+	if b == nil {
 		return
 	}
-	p := b.pool
-	b.pool = nil
-	p.Put(b.r)
+	if p := b.pool; p != nil {
+		p.Put(b.r)
+	}
+	*b = Buf{}
+	bufs.Put(b)
+}
+
+// bufs recycles Bufs, so that a read allocates nothing once warm.
+var bufs = sync.Pool{New: func() any { return new(Buf) }}
+
+// newBuf returns a Buf of b, in region r of pool (nil for the caller's own
+// memory).
+func newBuf(b []byte, r transport.Region, pool *transport.BufferPool) *Buf {
+	x := bufs.Get().(*Buf)
+	x.b, x.r, x.pool = b, r, pool
+	return x
 }

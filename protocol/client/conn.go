@@ -117,6 +117,7 @@ type slot struct {
 	// requester each hold one; the slot is free when all three let go.
 	refs    atomic.Int32
 	buf     transport.Region      // data buffer, back to the pool with the slot
+	data    transport.Segment     // a large write's data segment (in buf)
 	regions []protocol.RDMARegion // a VEC_READ's list, kept for the next
 	kind    slotKind
 	reqLen  uint32
@@ -152,6 +153,7 @@ type conn struct {
 	recvMu     sync.Mutex
 	recvFree   []int
 	recvExcess int
+	recvWRs    [1]transport.RecvWR // postRecv's list, under recvMu
 
 	// The reaper role (see reap.go): whoever holds reaping polls the CQ
 	// and dispatches every completion in it. expect counts the CQ events
@@ -392,11 +394,20 @@ func (c *conn) addRecv(n int) error {
 	c.recvFree = c.recvFree[:len(c.recvFree)-n]
 	c.recvMu.Unlock()
 	for i := len(ids) - 1; i >= 0; i-- {
-		if err := c.tc.PostRecv(c.recvWR(ids[i])); err != nil {
+		if err := c.postRecv(ids[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// postRecv posts receive id from a reused one-element list: a variadic
+// call through the interface would allocate its slice every time.
+func (c *conn) postRecv(id int) error {
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	c.recvWRs[0] = c.recvWR(id)
+	return c.tc.PostRecv(c.recvWRs[:]...)
 }
 
 // recvDone reposts a consumed receive, or parks it when more are posted
@@ -410,7 +421,7 @@ func (c *conn) recvDone(id uint64) {
 		return
 	}
 	c.recvMu.Unlock()
-	if err := c.tc.PostRecv(c.recvWR(int(id))); err != nil {
+	if err := c.postRecv(int(id)); err != nil {
 		c.die(fmt.Errorf("repost receive: %w", err))
 	}
 }

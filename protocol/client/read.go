@@ -143,7 +143,7 @@ func (f *File) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, err
 		if err == io.EOF {
 			err = nil
 		}
-		return &Buf{b: dest[:got]}, err
+		return newBuf(dest[:got], nil, nil), err
 	}
 	c, sl, err := f.begin(ctx)
 	if err != nil {
@@ -165,10 +165,10 @@ func (f *File) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, err
 			return nil, err
 		}
 		copyRemote(nb.Bytes()[:got], dst.Bytes()[:got])
-		return &Buf{r: nb, b: nb.Bytes()[:got], pool: c.pool}, nil
+		return newBuf(nb.Bytes()[:got], nb, c.pool), nil
 	}
 	sl.buf = nil // the caller's now
-	return &Buf{r: dst.Region, b: dst.Region.Bytes()[:got], pool: c.pool}, nil
+	return newBuf(dst.Region.Bytes()[:got], dst.Region, c.pool), nil
 }
 
 // ReadV reads into pages, which are consecutive PageSize pieces of the

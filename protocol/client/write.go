@@ -59,7 +59,8 @@ func (c *conn) writeArea(sl *slot, n int) (dst []byte, seg *transport.Segment, e
 		return nil, nil, err
 	}
 	sl.buf = buf
-	return buf.Bytes()[:n], &transport.Segment{Region: buf, Length: n}, nil
+	sl.data = transport.Segment{Region: buf, Length: n}
+	return buf.Bytes()[:n], &sl.data, nil
 }
 
 // sendWrite posts a WRITE or VEC_WRITE whose data writeArea placed and

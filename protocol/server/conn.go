@@ -104,7 +104,7 @@ func newConn(s *Server, tc transport.Conn) *conn {
 	c.stall = time.AfterFunc(time.Hour, c.takeOver)
 	c.stall.Stop()
 	c.sq.init(tc.Limits().SendQueueDepth)
-	c.slots.init(tc.Domain())
+	c.slots.init(c, tc.Domain())
 	c.slots.data = c.data
 	return c
 }
@@ -235,8 +235,7 @@ func (c *conn) reap() {
 // role moves to a new goroutine.
 const stallAfter = 100 * time.Microsecond
 
-// inlineMax is the largest request run inline when others are in flight
-// on the connection (alone, any size is).
+// inlineMax is the largest request run inline on the reaper.
 const inlineMax = 128 << 10
 
 // runInline runs an I/O request on the reaper; false if the role was
@@ -341,7 +340,6 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		}
 		c.mu.Lock()
 		c.ioInflight++
-		inflight := c.ioInflight
 		closing := c.state == stateClosing
 		c.mu.Unlock()
 		c.policy(h.Credits)
@@ -354,10 +352,12 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 			return
 		}
 		// The last request of the batch runs inline when a disk worker is
-		// free at once, and it is alone on the connection or small. Not
-		// in polling mode: measured slower there (the client spins, and
-		// its INTERRUPT must not wait behind the reaper's disk work).
-		if last && h.Flags&protocol.FlagInterrupt != 0 && (inflight == 1 || int(h.Length) <= inlineMax) && h.Opcode != protocol.OpVecRead {
+		// free at once and it is small. Not in polling mode: measured
+		// slower there (the client spins, and its INTERRUPT must not wait
+		// behind the reaper's disk work). Not a large one: copying 1 MiB
+		// outlasts stallAfter, and the stall timer's takeover (a new
+		// goroutine each time) costs more than the hand-off saved.
+		if last && h.Flags&protocol.FlagInterrupt != 0 && int(h.Length) <= inlineMax && h.Opcode != protocol.OpVecRead {
 			select {
 			case c.s.workers <- struct{}{}:
 				sl.inline = true
@@ -366,7 +366,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 			default:
 			}
 		}
-		go c.execIO(sl, false)
+		c.s.runIO(sl)
 	case protocol.OpCredit, protocol.OpInterrupt:
 		// Their order matters (−N … −1; which INTERRUPT is held), so they
 		// are decided here, in arrival order; only the answer is posted
@@ -399,7 +399,10 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 		return
 	}
 	c.mu.Unlock()
-	if err := c.tc.PostRecv(transport.RecvWR{ID: rb.id, Buf: transport.Whole(rb.region)}); err != nil {
+	// A reused one-element list: a variadic call through the interface
+	// would allocate its slice per request.
+	sl.rwr[0] = transport.RecvWR{ID: rb.id, Buf: transport.Whole(rb.region)}
+	if err := c.tc.PostRecv(sl.rwr[:]...); err != nil {
 		c.fail(fmt.Errorf("repost receive: %w", err))
 	}
 }

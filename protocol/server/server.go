@@ -47,6 +47,9 @@ const (
 	DefaultWorkers           = 64
 	DefaultPageSize          = 4096
 	DefaultShutdownTimeout   = 5 * time.Second
+	// DefaultSendQueueDepth is each connection's send queue
+	// (Transport.SendQueueDepth's zero value).
+	DefaultSendQueueDepth = 1024
 )
 
 // Config configures a Server. The zero value of every field but Authority
@@ -87,7 +90,8 @@ type Config struct {
 	// send rather than RDMA WRITE WITH IMMEDIATE on the last segment.
 	NoImmediate bool
 	// Transport shapes accepted connections (zero fields: SendQueueDepth
-	// 1024, RecvQueueDepth MaxCredits+8, provider defaults otherwise).
+	// DefaultSendQueueDepth, RecvQueueDepth MaxCredits+8, provider
+	// defaults otherwise).
 	Transport transport.Config
 	// ShutdownTimeout bounds how long Close waits for in-flight requests
 	// (0 = DefaultShutdownTimeout).
@@ -116,7 +120,7 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	c.Transport.SendQueueDepth = cmp.Or(c.Transport.SendQueueDepth, 1024)
+	c.Transport.SendQueueDepth = cmp.Or(c.Transport.SendQueueDepth, DefaultSendQueueDepth)
 	c.Transport.RecvQueueDepth = cmp.Or(c.Transport.RecvQueueDepth, c.MaxCredits+8)
 	if c.Transport.MaxMessageSize != 0 && c.Transport.MaxMessageSize < c.MaxRdmaWindowSize {
 		c.MaxRdmaWindowSize = c.Transport.MaxMessageSize
@@ -145,6 +149,10 @@ type Server struct {
 	listeners map[transport.Listener]struct{}
 	wg        sync.WaitGroup // Serve loops and connections
 	nextConn  atomic.Uint64
+
+	runq      chan *slot    // to an idle request goroutine (run.go)
+	quit      chan struct{} // closed by Close: request goroutines exit
+	closeOnce sync.Once
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -178,6 +186,8 @@ func New(cfg Config) (*Server, error) {
 		sweepKeys: 64,
 		conns:     make(map[*conn]struct{}),
 		listeners: make(map[transport.Listener]struct{}),
+		runq:      make(chan *slot),
+		quit:      make(chan struct{}),
 	}, nil
 }
 
@@ -270,6 +280,7 @@ func (s *Server) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
+	s.closeOnce.Do(func() { close(s.quit) })
 	return nil
 }
 

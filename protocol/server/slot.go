@@ -16,8 +16,10 @@ const respSize = 128
 // work request of its completion chain completes. Slots are reused: their
 // registered response area and slices stay.
 type slot struct {
+	c    *conn
 	idx  int
 	resp transport.Region
+	rwr  [1]transport.RecvWR // releaseRecv's list
 
 	// req is the decoded message; its Data and Regions alias recv's
 	// buffer and are cleared when it is released (releaseRecv).
@@ -52,6 +54,7 @@ func (sl *slot) ensureSegs(n int) {
 
 // slotTable owns a connection's slots.
 type slotTable struct {
+	c       *conn
 	dom     transport.Domain
 	data    *transport.BufferPool
 	mu      sync.Mutex
@@ -61,7 +64,7 @@ type slotTable struct {
 	dropped bool
 }
 
-func (t *slotTable) init(dom transport.Domain) { t.dom = dom }
+func (t *slotTable) init(c *conn, dom transport.Domain) { t.c, t.dom = c, dom }
 
 // get returns a free slot, registering a new one while the table grows
 // (under the lock: that happens only until the connection is warm).
@@ -80,7 +83,7 @@ func (t *slotTable) get() (*slot, error) {
 		if err != nil {
 			return nil, err
 		}
-		sl = &slot{idx: len(t.all), resp: r}
+		sl = &slot{c: t.c, idx: len(t.all), resp: r}
 		t.all = append(t.all, sl)
 	}
 	t.used++
