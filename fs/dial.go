@@ -84,6 +84,9 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 		return s, nil
 	}
 	s.Data = lwioDataPath(tree, cl, s.Data, log.WithField("component", "fs"))
+	// The LWIO connections are authenticated: every open from now on
+	// registers its file and answers the Fid (no REGISTER round trip).
+	tree.RegisterOnOpen(true)
 	done := make(chan struct{})
 	go func() {
 		select {

@@ -20,19 +20,20 @@ import (
 // kernel does not wait for RELEASE, so nothing would notice a hang.
 const releaseTimeout = 30 * time.Second
 
-// sessionOpenFlags are the open(2) flags passed on to the server. O_APPEND
-// is left out on purpose: the kernel already turns appends into writes at
-// the end of the file, and a server file opened O_APPEND refuses positional
-// writes. O_DIRECT is the client's business (the kernel page cache here),
-// not the server disk's.
+// sessionOpenFlags are the open(2) flags passed on to the session Tree.
+// O_APPEND is left out on purpose: the kernel already turns appends into
+// writes at the end of the file, and a server file opened O_APPEND refuses
+// positional writes. O_DIRECT is not an open flag on the wire: the Tree
+// turns it into the LWIO registration's FILE_NO_INTERMEDIATE_BUFFERING.
 const sessionOpenFlags = syscall.O_ACCMODE | syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC |
-	syscall.O_NOFOLLOW | syscall.O_SYNC | syscall.O_DSYNC
+	syscall.O_NOFOLLOW | syscall.O_SYNC | syscall.O_DSYNC | syscall.O_DIRECT
 
 // fileHandle is one open file: a session handle and the data file attached
-// to it (an LWIO Fid, or the session fallback). The data file is attached
-// on the first read or write, not at open: an open that moves no data —
-// touch, chmod through a descriptor, an O_CREAT that only makes the file —
-// then costs no resume key, REGISTER or LWIO CLOSE.
+// to it (an LWIO Fid, or the session fallback). The open itself registers
+// the file with LWIO and answers its Fid (session.Tree.RegisterOnOpen), so
+// attaching on the first read or write costs no round trip; only a handle
+// the server could not register that way pays a resume key and a REGISTER
+// then.
 type fileHandle struct {
 	node  *Node
 	h     session.Handle
@@ -42,9 +43,6 @@ type fileHandle struct {
 	data     atomic.Pointer[dataBox] // nil until attached
 	attachMu sync.Mutex
 	released atomic.Bool
-	// inlined counts the bytes written over the session channel before
-	// the data path was attached (see inlineWrite).
-	inlined atomic.Int64
 }
 
 type dataBox struct{ DataFile }
@@ -172,42 +170,9 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	return &bufResult{b}, 0
 }
 
-// InlineWriteMax is how many bytes a file handle writes over the session
-// channel (its WRITE command, on the open handle) before it attaches the
-// LWIO data path. Attaching costs a resume key and a REGISTER before the
-// first write and an LWIO CLOSE at release — three round trips — which for
-// a small file (tar -x, a compiler's output, an editor's save) cost more
-// than its data. A handle that writes more than this, or writes with
-// O_DIRECT, attaches and moves the rest over LWIO; both paths write
-// through to the same server file before the kernel is answered.
-const InlineWriteMax = 128 << 10
-
-// inlineWrite reports whether a write of n bytes goes over the session
-// channel: nothing attached yet, and the handle's inline budget holds it.
-func (f *fileHandle) inlineWrite(n int) (HandleIO, bool) {
-	if f.data.Load() != nil || f.flags&syscall.O_DIRECT != 0 || f.node.fs.opts.NoInlineWrites {
-		return nil, false
-	}
-	hio, ok := f.node.fs.tree.(HandleIO)
-	if !ok {
-		return nil, false
-	}
-	if f.inlined.Add(int64(n)) > InlineWriteMax {
-		return nil, false
-	}
-	return hio, true
-}
-
 func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, syscall.Errno) {
 	f.dirty()
 	defer f.dirty() // and attributes fetched during the write predate it
-	if hio, ok := f.inlineWrite(len(buf)); ok {
-		n, err := f.run(ctx, func(ctx context.Context) (int, error) { return hio.WriteAt(ctx, f.h, buf, off) })
-		if err != nil {
-			return uint32(n), f.errno("write", err)
-		}
-		return uint32(n), 0
-	}
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return 0, f.errno("register", err)

@@ -12,14 +12,19 @@ import (
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
-// ResumeKeyer is the session channel's resume-key request (*session.Tree):
-// FSCTL_SRV_REQUEST_RESUME_KEY on an open handle (seed FIG. 2, 3).
+// ResumeKeyer is what the LWIO data path needs of the session channel
+// (*session.Tree): the Fid an OPEN registered the handle as, else the
+// resume-key request (FSCTL_SRV_REQUEST_RESUME_KEY, seed FIG. 2, 3) to
+// REGISTER it by.
 type ResumeKeyer interface {
+	Fid(h session.Handle) (session.OpenFid, bool)
 	RequestResumeKey(ctx context.Context, h session.Handle) (protocol.ResumeKeyResponse, error)
 }
 
-// lwioPath is the LWIO data path: open = session open (done by the node)
-// + resume key + REGISTER → Fid (seed FIG. 7A/B).
+// lwioPath is the LWIO data path: the session open (done by the node)
+// registers the file and answers its Fid; a handle opened without one
+// (the server could not) gets it by resume key + REGISTER (seed FIG.
+// 7A/B) on first use.
 type lwioPath struct {
 	keys     ResumeKeyer
 	cl       *client.Client
@@ -54,6 +59,9 @@ func (p *lwioPath) Attach(ctx context.Context, h session.Handle, flags int) (Dat
 }
 
 func (p *lwioPath) register(ctx context.Context, h session.Handle, flags int) (DataFile, error) {
+	if of, ok := p.keys.Fid(h); ok {
+		return p.cl.Attach(of.Fid, of.FlagsAndAttributes), nil
+	}
 	rk, err := p.keys.RequestResumeKey(ctx, h)
 	if err != nil {
 		return nil, err

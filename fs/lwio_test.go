@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -184,6 +185,63 @@ func TestLWIOSmoke(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A file's writes go over LWIO from the first byte, and the Fid comes with
+// the open (issue 16 item 3): a small file created, written and closed
+// through the mount costs no resume key and no REGISTER, and its bytes
+// travel as an LWIO WRITE. A handle the server could not register at open
+// (no LWIO connection then) still registers by resume key on first use.
+func TestSmallFileWritesOverLWIO(t *testing.T) {
+	share := t.TempDir()
+	mnt, registered, dp := lwioMount(t, share, client.Interrupt)
+	cl := dp.(*lwioPath).cl
+	requests := func() (n uint64) {
+		for _, ci := range cl.Conns() {
+			n += ci.Requests
+		}
+		return n
+	}
+	before, reqs := cl.Stats(), requests()
+	for i := range 10 {
+		p := filepath.Join(mnt, fmt.Sprintf("small%d", i))
+		if err := os.WriteFile(p, []byte(fmt.Sprint("content ", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(share, fmt.Sprintf("small%d", i))); string(got) != fmt.Sprint("content ", i) {
+			t.Fatalf("server disk has %q", got)
+		}
+	}
+	after := cl.Stats()
+	if n := after.Registered - before.Registered; n != 0 {
+		t.Errorf("%d REGISTER round trips for 10 small files, want 0 (the Fid comes with the open)", n)
+	}
+	if n := after.Attached - before.Attached; n < 10 {
+		t.Errorf("%d Fids from OPEN for 10 written files, want 10", n)
+	}
+	if n := requests() - reqs; n < 10 {
+		t.Errorf("%d LWIO requests for 10 small writes, want at least 10 (every write over LWIO)", n)
+	}
+	if registered.Load() < 10 {
+		t.Errorf("the server registered %d files, want 10", registered.Load())
+	}
+
+	t.Run("by resume key", func(t *testing.T) {
+		// A handle opened before the data path came up has no Fid.
+		tree := dp.(*lwioPath).keys.(*session.Tree)
+		tree.RegisterOnOpen(false)
+		defer tree.RegisterOnOpen(true)
+		before := cl.Stats()
+		if err := os.WriteFile(filepath.Join(mnt, "late"), []byte("late"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(share, "late")); string(got) != "late" {
+			t.Fatalf("server disk has %q", got)
+		}
+		if n := cl.Stats().Registered - before.Registered; n != 1 {
+			t.Errorf("%d REGISTERs for a file opened without a Fid, want 1", n)
+		}
+	})
 }
 
 // alignedBuf returns n bytes aligned for O_DIRECT.

@@ -47,9 +47,6 @@ type Options struct {
 	// MaxBackground bounds asynchronous requests the kernel keeps in
 	// flight (readahead, O_DIRECT with ASYNC_DIO); 0 means MaxBackground.
 	MaxBackground int
-	// NoInlineWrites sends every write over the data path: no file
-	// writes its first InlineWriteMax bytes over the session channel.
-	NoInlineWrites bool
 	// ReadAhead is the mount's readahead window in bytes: buffered
 	// sequential reads reach the daemon as requests this large (up to
 	// MaxWrite). The kernel offers FUSE only its default (128 KiB) at

@@ -172,6 +172,8 @@ type Client struct {
 
 	collapsed  atomic.Int64
 	interrupts atomic.Int64
+	registered atomic.Int64
+	attached   atomic.Int64
 }
 
 // Stats are counters for logs and tests.
@@ -181,11 +183,15 @@ type Stats struct {
 	// Interrupts is the number of INTERRUPT requests sent by polling waits
 	// that outlasted SpinTime (FIG. 9A).
 	Interrupts int64
+	// Registered is the number of files registered by REGISTER (FIG. 7A),
+	// Attached the number whose Fid came with the session's OPEN (Attach).
+	Registered, Attached int64
 }
 
 // Stats returns the client's counters.
 func (cl *Client) Stats() Stats {
-	return Stats{Collapsed: cl.collapsed.Load(), Interrupts: cl.interrupts.Load()}
+	return Stats{Collapsed: cl.collapsed.Load(), Interrupts: cl.interrupts.Load(),
+		Registered: cl.registered.Load(), Attached: cl.attached.Load()}
 }
 
 // New discovers the common providers, connects and authenticates

@@ -140,10 +140,7 @@ func (c *conn) control(sl *slot) (protocol.Status, uint32) {
 		if e == nil {
 			return protocol.StatusInvalidHandle, 0
 		}
-		e.mu.Lock()
-		e.closed = true
-		e.mu.Unlock()
-		e.cancel()
+		e.close()
 		return protocol.StatusSuccess, 0
 	case protocol.OpCancel:
 		// FIG. 13A/B: queued requests complete with STATUS_CANCELLED.

@@ -343,6 +343,7 @@ type fidEntry struct {
 	fid      uint16
 	file     share.File
 	flags    uint32
+	owner    any // RegisterFile's owner: CloseFile closes only its own
 	mu       sync.Mutex
 	closed   bool
 	cancelCh chan struct{} // closed by CANCEL and CLOSE, then replaced
@@ -355,6 +356,15 @@ func (f *fidEntry) cancelled() <-chan struct{} {
 	return f.cancelCh
 }
 
+// close marks the Fid closed (later requests find it so) and fails its
+// queued requests; executing ones finish.
+func (f *fidEntry) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.cancel()
+}
+
 // cancel fails the requests queued on the Fid now.
 func (f *fidEntry) cancel() {
 	f.mu.Lock()
@@ -363,13 +373,56 @@ func (f *fidEntry) cancel() {
 	f.mu.Unlock()
 }
 
+// RegisterFile registers f on session sessionID with flagsAndAttributes,
+// as REGISTER by resume key does (FIG. 7A/B), for the session channel's
+// OPEN (session.Registrar, wired by fileserver): the client then has its
+// Fid with the open's answer. owner names the open for CloseFile. ok is
+// false when the session has no authenticated LWIO connection or its Fid
+// table is full.
+func (s *Server) RegisterFile(sessionID uint64, f share.File, flagsAndAttributes uint32, owner any) (uint16, bool) {
+	s.mu.Lock()
+	ss := s.sessions[sessionID]
+	s.mu.Unlock()
+	if ss == nil {
+		return 0, false
+	}
+	return ss.registerOwned(f, flagsAndAttributes, owner)
+}
+
+// HasSession reports whether session sessionID has an authenticated LWIO
+// connection, so that RegisterFile can succeed.
+func (s *Server) HasSession(sessionID uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[sessionID] != nil
+}
+
+// CloseFile closes fid on session sessionID, as LWIO CLOSE does (FIG.
+// 12A/B), if RegisterFile registered it for owner: the open it belonged
+// to closed. A Fid closed and reused since is left alone.
+func (s *Server) CloseFile(sessionID uint64, fid uint16, owner any) {
+	s.mu.Lock()
+	ss := s.sessions[sessionID]
+	s.mu.Unlock()
+	if ss == nil {
+		return
+	}
+	if e := ss.unregisterIf(fid, func(e *fidEntry) bool { return e.owner != nil && e.owner == owner }); e != nil {
+		e.close()
+	}
+}
+
 // maxFids is the number of Fids a session can hold (Fid is 16 bits, 0 unused).
 const maxFids = 0xFFFF
 
 func (ss *session) register(file share.File, flags uint32) (uint16, bool) {
+	return ss.registerOwned(file, flags, nil)
+}
+
+func (ss *session) registerOwned(file share.File, flags uint32, owner any) (uint16, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	e := &fidEntry{file: file, flags: flags, cancelCh: make(chan struct{})}
+	e := &fidEntry{file: file, flags: flags, owner: owner, cancelCh: make(chan struct{})}
 	if n := len(ss.free); n > 0 {
 		e.fid = ss.free[n-1]
 		ss.free = ss.free[:n-1]
@@ -387,6 +440,11 @@ func (ss *session) register(file share.File, flags uint32) (uint16, bool) {
 func (ss *session) lookup(fid uint16) *fidEntry {
 	ss.mu.RLock()
 	defer ss.mu.RUnlock()
+	return ss.entry(fid)
+}
+
+// entry is fid's entry or nil; under ss.mu.
+func (ss *session) entry(fid uint16) *fidEntry {
 	if fid == 0 || int(fid) > len(ss.fids) {
 		return nil
 	}
@@ -395,12 +453,18 @@ func (ss *session) lookup(fid uint16) *fidEntry {
 
 // unregister recycles fid; it returns the entry or nil.
 func (ss *session) unregister(fid uint16) *fidEntry {
+	return ss.unregisterIf(fid, func(*fidEntry) bool { return true })
+}
+
+// unregisterIf recycles fid if its entry passes ok; it returns the entry
+// or nil.
+func (ss *session) unregisterIf(fid uint16, ok func(*fidEntry) bool) *fidEntry {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if fid == 0 || int(fid) > len(ss.fids) || ss.fids[fid-1] == nil {
+	e := ss.entry(fid)
+	if e == nil || !ok(e) {
 		return nil
 	}
-	e := ss.fids[fid-1]
 	ss.fids[fid-1] = nil
 	ss.free = append(ss.free, fid)
 	return e

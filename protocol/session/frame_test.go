@@ -146,8 +146,8 @@ var samples = []message{
 	&readDirReq{Path: "d", After: "x", MaxBytes: 100},
 	&readDirResp{More: true, Entries: []DirEntry{{Name: "a", Attr: fullAttr}, {Name: "b", Attr: fullAttr}}},
 	&mkdirReq{Path: "d", Mode: 0o700},
-	&openReq{Path: "f", Flags: 0o102, Mode: 0o600},
-	&openResp{Handle: 7, Attr: fullAttr},
+	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, Register: true, FidFlags: 8},
+	&openResp{Handle: 7, Attr: fullAttr, Fid: 3},
 	&handleMsg{Handle: 7},
 	&readReq{Handle: 7, Offset: 1 << 40, Length: 4096},
 	&dataMsg{Data: []byte("data")},
@@ -199,6 +199,15 @@ func TestBodyGolden(t *testing.T) {
 	want := "0700000000000000" + "0500000000000000" + "02000000" + "6869"
 	if got := hex.EncodeToString(marshal(&writeReq{Handle: 7, Offset: 5, Data: []byte("hi")})); got != want {
 		t.Errorf("writeReq = %s, want %s", got, want)
+	}
+	// OPEN: path, Flags u32, Mode u32, Register u8, FidFlags u32.
+	want = "0100" + "66" + "42000000" + "80010000" + "01" + "08000000"
+	if got := hex.EncodeToString(marshal(&openReq{Path: "f", Flags: 0o102, Mode: 0o600, Register: true, FidFlags: 8})); got != want {
+		t.Errorf("openReq = %s, want %s", got, want)
+	}
+	// OPEN response: Handle u64, Attr (84 bytes), Fid u32.
+	if b := marshal(&openResp{Handle: 7, Fid: 0x0305}); len(b) != 8+attrWireSize+4 || hex.EncodeToString(b[:8]) != "0700000000000000" || hex.EncodeToString(b[8+attrWireSize:]) != "05030000" {
+		t.Errorf("openResp = %x", b)
 	}
 	if n := len(marshal(&attrMsg{})); n != attrWireSize || attrWireSize != 84 {
 		t.Errorf("Attr is %d bytes, attrWireSize %d, want 84", n, attrWireSize)

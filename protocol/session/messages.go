@@ -116,21 +116,36 @@ func (m *mkdirReq) code(c coder) { c.str(&m.Path); c.u32(&m.Mode) }
 
 // openReq: Flags are Linux open(2) flags (O_ACCMODE, O_CREAT, O_EXCL,
 // O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW, O_SYNC, O_DSYNC); others are
-// ignored.
+// ignored. Register asks the server to register the opened file with the
+// session's LWIO engine as REGISTER would (FIG. 7A), with FidFlags as its
+// FlagsAndAttributes, and to return the Fid: the data path then needs no
+// resume key and no REGISTER round trip (issue 16).
 type openReq struct {
-	Path  string
-	Flags uint32
-	Mode  uint32
+	Path     string
+	Flags    uint32
+	Mode     uint32
+	Register bool
+	FidFlags uint32
 }
 
-func (m *openReq) code(c coder) { c.str(&m.Path); c.u32(&m.Flags); c.u32(&m.Mode) }
+func (m *openReq) code(c coder) {
+	c.str(&m.Path)
+	c.u32(&m.Flags)
+	c.u32(&m.Mode)
+	c.bool(&m.Register)
+	c.u32(&m.FidFlags)
+}
 
+// openResp: Fid is the LWIO Fid the open was registered as (openReq's
+// Register), or 0 when it was not (not asked, no LWIO connection of the
+// session, the Fid table full).
 type openResp struct {
 	Handle Handle
 	Attr   Attr
+	Fid    uint32
 }
 
-func (m *openResp) code(c coder) { handle(c, &m.Handle); codeAttr(c, &m.Attr) }
+func (m *openResp) code(c coder) { handle(c, &m.Handle); codeAttr(c, &m.Attr); c.u32(&m.Fid) }
 
 type handleMsg struct{ Handle Handle }
 

@@ -79,6 +79,7 @@ type Server struct {
 	lwioKeys   map[[16]byte]*serverSession
 	resumeKeys map[[24]byte]*openFile
 	connWG     sync.WaitGroup
+	registrar  Registrar // set before Serve (SetRegistrar)
 
 	nextSession atomic.Uint64
 	nextConn    atomic.Uint64
@@ -297,6 +298,7 @@ func (s *Server) closeOpen(of *openFile) error {
 	if of.closed.Swap(true) {
 		return nil
 	}
+	s.closeFid(of)
 	s.mu.Lock()
 	if of.resumeKey != nil {
 		delete(s.resumeKeys, *of.resumeKey)

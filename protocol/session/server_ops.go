@@ -1,6 +1,8 @@
 package session
 
 import (
+	"syscall"
+
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -124,12 +126,17 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if err != nil {
 			return nil, err
 		}
-		hd, err := ss.addHandle(&openFile{sess: ss, file: f}, s.cfg.MaxHandles)
+		of := &openFile{sess: ss, file: f}
+		hd, err := ss.addHandle(of, s.cfg.MaxHandles)
 		if err != nil {
 			f.Close()
 			return nil, err
 		}
-		return &openResp{Handle: hd, Attr: a}, nil
+		resp := &openResp{Handle: hd, Attr: a}
+		if r.Register && a.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			resp.Fid = s.registerOpen(ss, of, r.FidFlags)
+		}
+		return resp, nil
 	case *readReq:
 		of, err := open(r.Handle)
 		if err != nil {
