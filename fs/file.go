@@ -58,6 +58,7 @@ var (
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.fs.wb.barrier() // the open's attributes decide close-to-open
 	p := n.path()
 	g := n.dropAttr()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
@@ -150,7 +151,8 @@ func (f *fileHandle) dirty() {
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f.node.dropAttr() // the server may move the atime
+	f.node.fs.wb.barrier() // the bytes of every write answered so far
+	f.node.dropAttr()      // the server may move the atime
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return nil, f.errno("register", err)
@@ -176,6 +178,12 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, 
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return 0, f.errno("register", err)
+	}
+	if aw, ok := f.writeBehind(data, len(buf)); ok {
+		if err := f.node.queue().post(ctx, aw, buf, off); err != nil {
+			return 0, f.errno("write", err)
+		}
+		return uint32(len(buf)), 0
 	}
 	vec := f.flags&syscall.O_DIRECT != 0 && len(buf) > pageSize && len(buf)%pageSize == 0
 	n, err := f.run(ctx, func(ctx context.Context) (int, error) {
@@ -279,10 +287,12 @@ func (f *fileHandle) cancel() {
 	}()
 }
 
-// Flush is close(2). Writes are write-through (each WRITE completes on the
-// server before the kernel is answered), so there is nothing to push: the
-// file is consistent on the server for the next open anywhere.
-func (f *fileHandle) Flush(ctx context.Context) syscall.Errno { return 0 }
+// Flush is close(2): the file's writes still in flight (writebehind.go)
+// land on the server before it returns, so the file is consistent there
+// for the next open anywhere, and a failure among them is close's error.
+func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	return f.errno("flush", f.node.flushWrites())
+}
 
 // Release is the last close: LWIO CLOSE of the Fid, then the session
 // handle. The caller's context is already gone, so both get their own.
@@ -292,6 +302,10 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
+	if err := f.node.flushWrites(); err != nil {
+		// Reported by Flush already unless the last close raced it.
+		f.log.WithField("op", "release").WithError(err).Warn("fs: a write behind failed")
+	}
 	f.attachMu.Lock() // no attach after this
 	b := f.data.Load()
 	f.attachMu.Unlock()

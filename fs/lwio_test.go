@@ -30,6 +30,17 @@ import (
 // registered, when not nil, counts the files the engine registers.
 func serve(t *testing.T, dir, sessAddr, lwAddr string, registered *atomic.Int32) *fileserver.Server {
 	t.Helper()
+	var wrap func(share.File) share.File
+	if registered != nil {
+		wrap = func(f share.File) share.File { registered.Add(1); return f }
+	}
+	return serveWrapped(t, dir, sessAddr, lwAddr, wrap)
+}
+
+// serveWrapped is serve with wrap applied to every file the engine
+// registers (nil: none).
+func serveWrapped(t *testing.T, dir, sessAddr, lwAddr string, wrap func(share.File) share.File) *fileserver.Server {
+	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
 	cfg := fileserver.Config{
@@ -42,9 +53,7 @@ func serve(t *testing.T, dir, sessAddr, lwAddr string, registered *atomic.Int32)
 		SessionAddr: sessAddr,
 		Listeners:   []fileserver.Listener{{Provider: soft.New(soft.Options{}), Addr: lwAddr}},
 	}
-	if registered != nil {
-		cfg.WrapFile = func(f share.File) share.File { registered.Add(1); return f }
-	}
+	cfg.WrapFile = wrap
 	srv, err := fileserver.Start(cfg)
 	if err != nil {
 		t.Fatal(err)

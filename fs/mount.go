@@ -47,6 +47,12 @@ type Options struct {
 	// MaxBackground bounds asynchronous requests the kernel keeps in
 	// flight (readahead, O_DIRECT with ASYNC_DIO); 0 means MaxBackground.
 	MaxBackground int
+	// WriteBehind is how many writes of one file a buffered writer keeps
+	// in flight: a WRITE is answered once posted, and close, fsync and
+	// anything reading from the server wait for them (writebehind.go). 0
+	// means DefaultWriteBehind; negative writes through (every WRITE
+	// answered once the server has it).
+	WriteBehind int
 	// ReadAhead is the mount's readahead window in bytes: buffered
 	// sequential reads reach the daemon as requests this large (up to
 	// MaxWrite). The kernel offers FUSE only its default (128 KiB) at
@@ -73,7 +79,17 @@ func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 // NewRoot returns the root node of a mount over tree with file data on data.
 func NewRoot(tree Tree, data DataPath, opts Options) *Node {
-	return &Node{fs: &filesystem{tree: tree, data: data, opts: opts, log: opts.logger()}}
+	return &Node{fs: &filesystem{tree: tree, data: data, opts: opts, log: opts.logger(), wb: newWriteBehind(opts.writeBehind())}}
+}
+
+func (o Options) writeBehind() int {
+	switch {
+	case o.WriteBehind == 0:
+		return DefaultWriteBehind
+	case o.WriteBehind < 0:
+		return 0
+	}
+	return o.WriteBehind
 }
 
 // MountOptions returns the go-fuse options of a mount: timeouts, and the
@@ -108,8 +124,11 @@ func (o Options) MountOptions() *gofs.Options {
 		DisableSplice: true,
 		// ASYNC_DIO: O_DIRECT at queue depth N arrives as N parallel
 		// requests, which is what makes credits matter. PARALLEL_DIROPS is
-		// in go-fuse's defaults. WRITEBACK_CACHE is not asked for: it would
-		// hold writes in the client past close(2), breaking close-to-open.
+		// in go-fuse's defaults. WRITEBACK_CACHE is not asked for: with it
+		// the kernel keeps its own size and mtime of a cached file and
+		// ignores the server's, so another client's changes would not show
+		// (a lease could allow it); buffered writes keep several requests in
+		// flight by write-behind in this daemon instead (writebehind.go).
 		ExtraCapabilities: fuse.CAP_ASYNC_DIO,
 		// Passthrough would hand the kernel a local fd; there is none.
 		DisabledCapabilities: fuse.CAP_PASSTHROUGH,

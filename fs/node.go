@@ -20,6 +20,7 @@ type filesystem struct {
 	data DataPath
 	opts Options
 	log  logrus.FieldLogger
+	wb   *writeBehind
 }
 
 // Node is one file, directory or symlink of the share. It keeps no path:
@@ -39,6 +40,9 @@ type Node struct {
 	freshAt    time.Time
 	freshValid bool
 	freshGen   uint64 // bumped by every change this mount makes
+	// wbq is the file's writes in flight (writebehind.go), made on the
+	// first write behind.
+	wbq *wbQueue
 }
 
 // freshAttrAge bounds how long a GETATTR is answered from attributes the
@@ -177,6 +181,7 @@ func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut)
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.fs.wb.barrier()
 	p := n.childPath(name)
 	a, err := n.fs.tree.GetAttr(ctx, p)
 	if err != nil {
@@ -188,6 +193,7 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.fs.wb.barrier() // a size from before a write already answered would shrink the file
 	if a, ok := n.freshAttr(); ok {
 		fillAttr(&out.Attr, a)
 		return 0
@@ -253,6 +259,7 @@ func setTime(in *fuse.SetAttrIn, set, now uint32, get func() (time.Time, bool), 
 func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.fs.wb.barrier() // a truncate must land after the writes before it
 	p := n.path()
 	var h session.Handle
 	if fh, ok := f.(*fileHandle); ok {
@@ -385,6 +392,9 @@ func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) sysca
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
+	if err := n.flushWrites(); err != nil {
+		return n.errno("fsync", p, err)
+	}
 	if fh, ok := f.(*fileHandle); ok {
 		return n.errno("fsync", p, n.fs.tree.Fsync(ctx, fh.h, flags&1 != 0))
 	}

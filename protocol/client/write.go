@@ -75,6 +75,12 @@ func (c *conn) sendWrite(ctx context.Context, sl *slot, req *protocol.WriteReque
 		return 0, err
 	}
 	sl.unref()
+	return writeCount(r, req)
+}
+
+// writeCount checks a WRITE or VEC_WRITE completion: its status, and no
+// more bytes written than sent.
+func writeCount(r result, req *protocol.WriteRequest) (int, error) {
 	if r.st != protocol.StatusSuccess {
 		return 0, r.st
 	}
@@ -170,3 +176,71 @@ func (f *File) gatherWrite(ctx context.Context, pages [][]byte, ps int, off int6
 	req := protocol.NewVecWriteRequest(f.fid, uint64(off), dst, uint16(ps), c.hint(), c.prepare(sl, kindIO))
 	return c.sendWrite(ctx, sl, &req, seg)
 }
+
+// PendingWrite is a WRITE posted by WriteAsync whose answer has not been
+// waited for. Wait exactly once.
+type PendingWrite struct {
+	c    *conn
+	sl   *slot // nil: done already (n, err)
+	req  protocol.WriteRequest
+	data []byte // a copy of the bytes, kept when the connection died
+	n    int
+	err  error
+}
+
+// WriteAsync copies p into registered memory, posts it as one WRITE at off
+// and returns without waiting for the server: p may be reused at once.
+// Wait gives the outcome. A writer keeps several WRITEs in flight this way
+// (buffered sequential writes), each holding a credit and a slot until its
+// answer comes. A write longer than MaxWrite is written at once (WriteAt)
+// and its PendingWrite is done already.
+func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWrite, error) {
+	if len(p) == 0 || len(p) > f.cl.MaxWrite() {
+		n, err := f.WriteAt(ctx, p, off)
+		return &PendingWrite{n: n, err: err}, nil
+	}
+	c, sl, err := f.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dst, seg, err := c.writeArea(sl, len(p))
+	if err != nil {
+		return nil, err
+	}
+	copy(dst, p)
+	w := &PendingWrite{c: c, sl: sl}
+	w.req = protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO))
+	hdrLen := protocol.HeaderSize
+	if seg == nil {
+		hdrLen += len(dst)
+	}
+	if err := c.post(sl, &w.req.Header, hdrLen, seg); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Wait waits for the WRITE's answer and returns the bytes the server
+// wrote. When the connection was lost first (protocol.IsConnectionLost),
+// Data has the bytes, to write again elsewhere.
+func (w *PendingWrite) Wait(ctx context.Context) (int, error) {
+	c, sl := w.c, w.sl
+	if sl == nil {
+		return w.n, w.err
+	}
+	r, err := c.wait(ctx, sl)
+	if err != nil {
+		if !c.alive() {
+			// The slot's memory stays the slot's: the bytes are read
+			// from it once, for the caller to send again.
+			w.data = append([]byte(nil), w.req.Data...)
+		}
+		return 0, err
+	}
+	sl.unref()
+	return writeCount(r, &w.req)
+}
+
+// Data is a copy of the bytes of a write whose Wait found the connection
+// lost, else nil.
+func (w *PendingWrite) Data() []byte { return w.data }

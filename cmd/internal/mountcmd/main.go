@@ -110,6 +110,7 @@ options (comma separated, mount(8) style):
   allow_other        let other users use the mount
   conns=N            RDMA connections to open (default: one per CPU, 2–16)
   readahead=KIB      readahead window (default 1024; 0 keeps the kernel's 128)
+  writebehind=N      buffered writes of a file in flight (default 8; 0 writes through)
   reconnect_timeout=SEC  how long file operations wait for a lost server (default 30)
   debug              log every FUSE request
   bg | fg            return once mounted | stay in the foreground (default: fg,

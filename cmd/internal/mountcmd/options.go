@@ -38,6 +38,7 @@ type Options struct {
 	Debug        bool
 	Conns        int // RDMA connections; 0 = engine default
 	ReadAheadKB  int // readahead window in KiB; 0 = fs default (1 MiB), -1 = the kernel's
+	WriteBehind  int // writes of a file in flight; 0 = fs default, -1 = write through
 	// Background: true returns once mounted (mount helper behaviour),
 	// false stays in the foreground; nil decides by how we were started.
 	Background *bool
@@ -165,6 +166,15 @@ func (o *Options) applyOption(opt string) error {
 		o.ReadAheadKB = n
 		if n == 0 {
 			o.ReadAheadKB = -1
+		}
+	case "writebehind":
+		n, cerr := strconv.Atoi(val)
+		if cerr != nil || n < 0 || n > 64 {
+			return fmt.Errorf("option writebehind=%q: want 0 (write through) to 64", val)
+		}
+		o.WriteBehind = n
+		if n == 0 {
+			o.WriteBehind = -1
 		}
 	case "bg", "background":
 		t := true
@@ -330,5 +340,6 @@ func (o *Options) fsOptions() fs.Options {
 		Debug:        o.Debug,
 		FsName:       o.Source(),
 		ReadAhead:    o.ReadAheadKB * 1024,
+		WriteBehind:  o.WriteBehind,
 	}
 }
