@@ -70,18 +70,26 @@ func (cl *Client) begin(ctx context.Context) (*conn, *slot, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := c.credits.Charge(ctx); err != nil {
+	sl, err := c.beginN(ctx, 1)
+	return c, sl, err
+}
+
+// beginN charges n credits on c (all at once: ChargeN) and takes a slot
+// that will give them back.
+func (c *conn) beginN(ctx context.Context, n int) (*slot, error) {
+	if err := c.credits.ChargeN(ctx, n); err != nil {
 		if c.alive() {
-			return nil, nil, err
+			return nil, err
 		}
-		return nil, nil, c.connErr()
+		return nil, c.connErr()
 	}
 	sl, err := c.getSlot(ctx)
 	if err != nil {
-		c.credits.Release()
-		return nil, nil, err
+		c.credits.ReleaseN(n)
+		return nil, err
 	}
-	return c, sl, nil
+	sl.ncred = n
+	return sl, nil
 }
 
 func (f *File) begin(ctx context.Context) (*conn, *slot, error) {

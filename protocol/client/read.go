@@ -119,9 +119,9 @@ func (c *conn) copyIn(sl *slot, dst, src []byte) {
 	}
 }
 
-// abort gives back a slot and credit taken for a request never posted.
+// abort gives back a slot and credits taken for a request never posted.
 func (c *conn) abort(sl *slot) {
-	c.credits.Release()
+	c.credits.ReleaseN(sl.ncred)
 	c.freeSlot(sl)
 }
 

@@ -58,15 +58,17 @@ type conn struct {
 	state      connState
 	err        error // why the connection ended
 	sess       *session
-	peerPage   int        // client's PageSize
-	recv       []*recvBuf // by RecvWR.ID
-	spare      []*recvBuf // buffers parked after credits were retired
-	recvExcess int        // receives to park rather than repost
-	budget     int        // credits taken from the server-wide budget
-	ioInflight int        // READ/WRITE/VEC requests not yet completed
-	intr       *slot      // the pending INTERRUPT (FIG. 9A), at most one
-	lowHints   int        // consecutive requests with a low Credits hint (reaper only)
-	endAfter   int        // slot index+1 whose completion ends the connection (AUTH refused)
+	peerPage   int               // client's PageSize
+	recv       []*recvBuf        // by RecvWR.ID
+	spare      []*recvBuf        // buffers parked after credits were retired
+	recvExcess int               // receives to park rather than repost
+	budget     int               // credits taken from the server-wide budget
+	ioInflight int               // READ/WRITE/VEC requests not yet completed
+	intr       *slot             // the pending INTERRUPT (FIG. 9A), at most one
+	asm        protocol.Assembly // the fragmented write being received (reaper only)
+	asmSlot    *slot             // its slot (reaper only)
+	lowHints   int               // consecutive requests with a low Credits hint (reaper only)
+	endAfter   int               // slot index+1 whose completion ends the connection (AUTH refused)
 	reqs       sync.WaitGroup
 	idle       chan struct{} // closing: signalled when nothing is outstanding
 
@@ -81,10 +83,21 @@ type conn struct {
 	pend    *slot
 }
 
+// recvBuf is one posted receive: seg is where in its region the message
+// lands (recvPad bytes in, so that data after a 48-byte header starts on
+// a page).
 type recvBuf struct {
 	id     uint64
 	region transport.Region
+	seg    transport.Segment
 }
+
+// wr is the receive work request that posts b.
+func (b *recvBuf) wr() transport.RecvWR { return transport.RecvWR{ID: b.id, Buf: b.seg} }
+
+// recvPad is where a receive starts in its region: the header then ends,
+// and a WRITE's or FRAGMENT's data starts, on a page boundary.
+const recvPad = 4096 - protocol.HeaderSize
 
 func newConn(s *Server, tc transport.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -149,11 +162,11 @@ func (c *conn) postAuthRecv() error {
 	if err != nil {
 		return err
 	}
-	rb := &recvBuf{id: 0, region: r}
+	rb := &recvBuf{id: 0, region: r, seg: transport.Whole(r)}
 	c.mu.Lock()
 	c.recv = append(c.recv, rb)
 	c.mu.Unlock()
-	return c.tc.PostRecv(transport.RecvWR{ID: rb.id, Buf: transport.Whole(r)})
+	return c.tc.PostRecv(rb.wr())
 }
 
 // fail ends the connection with err (logged once). Every outstanding work
@@ -297,6 +310,12 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		return
 	}
 	c.mu.Lock()
+	if c.err != nil {
+		// The connection failed earlier in this batch (a broken rule):
+		// nothing after it is served.
+		c.mu.Unlock()
+		return
+	}
 	if int(wc.ID) >= len(c.recv) {
 		c.mu.Unlock()
 		c.fail(fmt.Errorf("receive completion with unknown id %d", wc.ID))
@@ -305,7 +324,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 	rb := c.recv[wc.ID]
 	state := c.state
 	c.mu.Unlock()
-	msg := rb.region.Bytes()[:wc.Len]
+	msg := rb.seg.Bytes()[:wc.Len]
 	if wc.HasImm {
 		c.fail(errors.New("protocol violation: RDMA WRITE WITH IMMEDIATE from a client"))
 		return
@@ -323,14 +342,12 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		c.fail(err)
 		return
 	}
-	sl, err := c.slots.get()
-	if err != nil {
-		c.fail(err)
+	// A fragmented write (fragment.go) is dispatched once its last
+	// FRAGMENT is in; every message takes its credit above.
+	sl, ok := c.assemble(&req, rb)
+	if !ok {
 		return
 	}
-	sl.req = req
-	sl.recv = rb
-	sl.inline = false
 	h := &sl.req.Header
 	switch h.Opcode {
 	case protocol.OpRead, protocol.OpVecRead, protocol.OpWrite, protocol.OpVecWrite:
@@ -389,6 +406,7 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 	}
 	sl.recv = nil
 	sl.req.Data, sl.req.Regions = nil, nil // they alias rb
+	c.releaseFragments(sl)
 	c.mu.Lock()
 	if retire || c.recvExcess > 0 {
 		if !retire {
@@ -401,7 +419,12 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 	c.mu.Unlock()
 	// A reused one-element list: a variadic call through the interface
 	// would allocate its slice per request.
-	sl.rwr[0] = transport.RecvWR{ID: rb.id, Buf: transport.Whole(rb.region)}
+	c.repost(sl, rb)
+}
+
+// repost posts rb again from the slot's one-element list (no allocation).
+func (c *conn) repost(sl *slot, rb *recvBuf) {
+	sl.rwr[0] = rb.wr()
 	if err := c.tc.PostRecv(sl.rwr[:]...); err != nil {
 		c.fail(fmt.Errorf("repost receive: %w", err))
 	}
@@ -424,16 +447,17 @@ func (c *conn) addRecv(n int) error {
 		}
 		c.mu.Unlock()
 		if rb == nil {
-			r, err := c.tc.Domain().Alloc(c.s.cfg.MaxRecvBufferSize, transport.AccessLocal)
+			r, err := c.tc.Domain().Alloc(recvPad+c.s.cfg.MaxRecvBufferSize, transport.AccessLocal)
 			if err != nil {
 				return err
 			}
 			c.mu.Lock()
-			rb = &recvBuf{id: uint64(len(c.recv)), region: r}
+			rb = &recvBuf{id: uint64(len(c.recv)), region: r,
+				seg: transport.Segment{Region: r, Offset: recvPad, Length: c.s.cfg.MaxRecvBufferSize}}
 			c.recv = append(c.recv, rb)
 			c.mu.Unlock()
 		}
-		if err := c.tc.PostRecv(transport.RecvWR{ID: rb.id, Buf: transport.Whole(rb.region)}); err != nil {
+		if err := c.tc.PostRecv(rb.wr()); err != nil {
 			return err
 		}
 	}
@@ -542,7 +566,9 @@ func (c *conn) complete(sl *slot, wrs []transport.SendWR, st protocol.Status, in
 	case retire:
 		c.grant.CompleteRetire()
 	default:
-		c.grant.Complete()
+		for range max(sl.msgs, 1) { // a fragmented write took a credit per message
+			c.grant.Complete()
+		}
 	}
 	var intr *slot
 	if isIO {

@@ -162,7 +162,14 @@ func (c *conn) vecRead(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Sta
 // afterwards.
 func (c *conn) write(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status, uint32) {
 	// A write the share's read-only rule forbids fails in WriteAt.
-	got, err := fe.file.WriteAt(sl.req.Data, int64(sl.req.Header.Offset))
+	off := int64(sl.req.Header.Offset)
+	var got int
+	var err error
+	if len(sl.fragData) > 0 {
+		got, err = writeFragments(fe.file, sl.fragData, off)
+	} else {
+		got, err = fe.file.WriteAt(sl.req.Data, off)
+	}
 	return nil, ntstatus.FromError(err), uint32(got)
 }
 

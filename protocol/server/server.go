@@ -43,7 +43,7 @@ const (
 	DefaultMaxCredits        = 64
 	DefaultCreditBudget      = 1024
 	DefaultMaxRdmaWindowSize = 1 << 20
-	DefaultMaxRecvBufferSize = 1<<20 + 4096
+	DefaultMaxRecvBufferSize = 128<<10 + protocol.HeaderSize
 	DefaultWorkers           = 64
 	DefaultPageSize          = 4096
 	DefaultShutdownTimeout   = 5 * time.Second
@@ -78,7 +78,10 @@ type Config struct {
 	MaxRdmaWindowSize int
 	// MaxRecvBufferSize is the size of each posted receive: the largest
 	// message a client may send, header included; a longer one ends the
-	// connection (0 = DefaultMaxRecvBufferSize, a 1 MiB write in one SEND).
+	// connection. A longer write comes fragmented (docs/wire.md,
+	// "Fragmented writes"), a buffer's worth per message, up to
+	// MaxRdmaWindowSize (0 = DefaultMaxRecvBufferSize: the header and
+	// 128 KiB of data, so a 1 MiB write is 8 messages).
 	MaxRecvBufferSize int
 	// Workers is the number of disk operations run at once server-wide;
 	// requests beyond it queue, and CANCEL completes queued ones

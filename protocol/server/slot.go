@@ -34,6 +34,12 @@ type slot struct {
 	segs    []transport.Segment
 	tail    [1]transport.Segment // the completing STATUS_RESPONSE or status block
 	inline  bool                 // runs on the reaper: its posts must not wait
+	// A fragmented write (fragment.go): the receive buffers of its
+	// FRAGMENTs (recv holds the first), the data of every message in
+	// order, and how many messages — credits — it took.
+	frags    []*recvBuf
+	fragData [][]byte
+	msgs     int
 }
 
 // sgl returns a one-entry gather list backed by the slot (no allocation).
@@ -98,7 +104,7 @@ func (t *slotTable) put(idx int) {
 	}
 	sl := t.all[idx]
 	t.putData(sl)
-	sl.fid, sl.cancel, sl.recv, sl.authn = nil, nil, nil, false
+	sl.fid, sl.cancel, sl.recv, sl.authn, sl.msgs = nil, nil, nil, false, 0
 	sl.req = protocol.Request{}
 	sl.regions = sl.regions[:0]
 	for i := range sl.wrs {
