@@ -426,6 +426,18 @@ func (p *CreditPool) Take(n int) int {
 	return n
 }
 
+// Force takes n credits whatever is left, overdrawing the budget: a new
+// connection's minimal grant (the server then takes credits back from
+// others).
+func (p *CreditPool) Force(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.used += n
+}
+
+// Total is the budget.
+func (p *CreditPool) Total() int { return p.total }
+
 // Give returns n credits to the budget.
 func (p *CreditPool) Give(n int) {
 	p.mu.Lock()

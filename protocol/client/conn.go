@@ -305,6 +305,7 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	sent := false
 	var wcs [8]transport.Completion
 	answered := false // the server answered, then went away (a refusal does)
+	var early []transport.Completion
 	for (resp == nil || !sent) && !answered {
 		n, err := tc.CQ().Wait(ctx, wcs[:])
 		if err != nil {
@@ -331,6 +332,11 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 				}
 				resp = &r
 				c.recvDone(wc.ID)
+			case wc.Op == transport.OpRecv && !wc.HasImm:
+				// A delta credit can follow the response before our
+				// AUTH send's completion: handled once the credits are
+				// set up, below.
+				early = append(early, wc)
 			default:
 				return nil, fmt.Errorf("%w: unexpected %v completion during AUTH", errAuth, wc.Op)
 			}
@@ -381,6 +387,9 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	c.serverPage = int(sp.PageSize)
 	c.spinScore.Store(4)
 	c.pool = transport.NewBufferPool(dom, transport.AccessLocal|transport.AccessRemoteWrite, max(c.maxRead, c.maxWrite))
+	for i := range early {
+		c.onRecv(&early[i])
+	}
 	ok = true
 	return c, nil
 }

@@ -67,10 +67,17 @@ type conn struct {
 	intr       *slot             // the pending INTERRUPT (FIG. 9A), at most one
 	asm        protocol.Assembly // the fragmented write being received (reaper only)
 	asmSlot    *slot             // its slot (reaper only)
-	lowHints   int               // consecutive requests with a low Credits hint (reaper only)
-	endAfter   int               // slot index+1 whose completion ends the connection (AUTH refused)
-	reqs       sync.WaitGroup
-	idle       chan struct{} // closing: signalled when nothing is outstanding
+
+	// requests counts the requests received; the balancer (budget.go)
+	// compares it between sweeps to find idle connections.
+	requests     atomic.Uint64
+	answered     atomic.Bool // the AUTH response is posted (control.go)
+	seenRequests uint64      // balancer only
+	idleSweeps   int         // balancer only
+	lowHints     int         // consecutive requests with a low Credits hint (reaper only)
+	endAfter     int         // slot index+1 whose completion ends the connection (AUTH refused)
+	reqs         sync.WaitGroup
+	idle         chan struct{} // closing: signalled when nothing is outstanding
 
 	// The reaper role (see reap): hand is epoch<<1 | 1 while the reaper
 	// runs a request inline; stall hands the role to a new goroutine if
@@ -129,7 +136,7 @@ func (c *conn) info() ConnInfo {
 	if c.sess != nil {
 		ci.SessionID = c.sess.id
 	}
-	if c.grant != nil {
+	if c.state == stateOpen && c.grant != nil {
 		ci.Credits = c.grant.Granted()
 	}
 	return ci
@@ -342,6 +349,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		c.fail(err)
 		return
 	}
+	c.requests.Add(1)
 	// A fragmented write (fragment.go) is dispatched once its last
 	// FRAGMENT is in; every message takes its credit above.
 	sl, ok := c.assemble(&req, rb)
@@ -412,8 +420,19 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 		if !retire {
 			c.recvExcess--
 		}
-		c.spare = append(c.spare, rb)
+		// A few spares, while the server's buffers are within the
+		// budget; the memory of other credits given back goes
+		// (budget.go). The entry stays for its id; addRecv reuses it.
+		if len(c.spare) < c.s.cfg.MinCredits && int(c.s.recvBufs.Load()) <= c.s.budget.Total() {
+			c.spare = append(c.spare, rb)
+			c.mu.Unlock()
+			return
+		}
+		r := rb.region
+		rb.region = nil
 		c.mu.Unlock()
+		r.Deregister()
+		c.s.recvBufs.Add(-1)
 		return
 	}
 	c.mu.Unlock()
@@ -451,10 +470,20 @@ func (c *conn) addRecv(n int) error {
 			if err != nil {
 				return err
 			}
+			c.s.recvBufs.Add(1)
+			seg := transport.Segment{Region: r, Offset: recvPad, Length: c.s.cfg.MaxRecvBufferSize}
 			c.mu.Lock()
-			rb = &recvBuf{id: uint64(len(c.recv)), region: r,
-				seg: transport.Segment{Region: r, Offset: recvPad, Length: c.s.cfg.MaxRecvBufferSize}}
-			c.recv = append(c.recv, rb)
+			for _, old := range c.recv { // an entry whose buffer went
+				if old.region == nil && old.id != 0 {
+					rb = old
+					break
+				}
+			}
+			if rb == nil {
+				rb = &recvBuf{id: uint64(len(c.recv))}
+				c.recv = append(c.recv, rb)
+			}
+			rb.region, rb.seg = r, seg
 			c.mu.Unlock()
 		}
 		if err := c.tc.PostRecv(rb.wr()); err != nil {
@@ -661,8 +690,16 @@ func (c *conn) teardown() {
 		c.s.detach(sess)
 	}
 	c.s.budget.Give(budget)
+	if c.grant != nil {
+		c.s.authed.Add(-1)
+	}
 	for _, rb := range recv {
-		rb.region.Deregister()
+		if rb.region != nil {
+			rb.region.Deregister()
+			if rb.id != 0 { // not the AUTH buffer
+				c.s.recvBufs.Add(-1)
+			}
+		}
 	}
 	c.stall.Stop()
 	c.slots.drop()

@@ -38,6 +38,9 @@ func (c *conn) auth(req *protocol.Request, derr error, n int) {
 		c.log.WithField("reason", why).Warn("lwio: authentication refused")
 	}
 	c.complete(sl, wrs, st, info)
+	// The AUTH response is queued: a delta credit from the balancer may
+	// follow it now, never overtake it.
+	c.answered.Store(st == protocol.StatusSuccess)
 }
 
 // authenticate checks an AUTH (FIG. 6A) and, if it passes, sets the
@@ -71,9 +74,9 @@ func (c *conn) authenticate(sl *slot, derr error) ([]transport.SendWR, protocol.
 	if want <= 0 || want > c.s.cfg.Credits {
 		want = c.s.cfg.Credits
 	}
-	granted := c.s.budget.Take(want)
+	granted := c.s.takeForAuth(want)
 	if granted == 0 {
-		return nil, protocol.StatusInsufficientResources, 0, "server credit budget exhausted"
+		return nil, protocol.StatusInsufficientResources, 0, "server buffer memory exhausted"
 	}
 	c.mu.Lock()
 	c.budget = granted
@@ -103,6 +106,7 @@ func (c *conn) authenticate(sl *slot, derr error) ([]transport.SendWR, protocol.
 	sp.Sign(key)
 	enc := sp.Append(sl.resp.Bytes()[authParamsOff:authParamsOff])
 	c.grant = protocol.NewCreditGrant(granted)
+	c.s.authed.Add(1)
 	sess := c.s.attach(id, key)
 	c.mu.Lock()
 	c.sess = sess
@@ -240,8 +244,10 @@ func (c *conn) policy(hint uint8) {
 	switch {
 	case int(hint) >= g && g < cfg.MaxCredits:
 		c.lowHints = 0
-		if !c.grant.Open() {
-			c.startDelta(min(g, cfg.MaxCredits-g))
+		// While the budget is contended, no one grows past a fair share.
+		k := min(g, cfg.MaxCredits-g, c.s.growthCap()-g)
+		if k > 0 && !c.grant.Open() && !c.startDelta(k) && c.s.budget.Free() <= 0 {
+			c.s.short() // the balancer evens out the others
 		}
 	case g > cfg.Credits && int(hint)*4 < g:
 		c.lowHints++

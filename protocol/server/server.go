@@ -41,7 +41,6 @@ const (
 	DefaultAuthTimeout       = 5 * time.Second
 	DefaultCredits           = 32
 	DefaultMaxCredits        = 64
-	DefaultCreditBudget      = 1024
 	DefaultMaxRdmaWindowSize = 1 << 20
 	DefaultMaxRecvBufferSize = 128<<10 + protocol.HeaderSize
 	DefaultWorkers           = 64
@@ -69,10 +68,19 @@ type Config struct {
 	// delta-credit transactions (0 = DefaultMaxCredits; < Credits means
 	// Credits).
 	MaxCredits int
-	// CreditBudget is the server-wide number of credits all connections
-	// share (0 = DefaultCreditBudget). Each credit is a posted receive of
-	// MaxRecvBufferSize bytes, so this bounds the server's receive memory.
+	// MaxBufferMemory is the server's receive memory in bytes: every
+	// credit is a posted receive buffer (MaxRecvBufferSize, plus 4 KiB
+	// that page-aligns write data), and all connections' credits together
+	// stay within this, rebalanced as clients come and go (budget.go; 0 =
+	// DefaultMaxBufferMemory, 64 MiB: about 500 credits).
+	MaxBufferMemory int64
+	// CreditBudget, when set, is the budget in credits instead of
+	// MaxBufferMemory's (tests).
 	CreditBudget int
+	// MinCredits is the grant a new connection always gets, even with the
+	// budget spent (the others then give credits back), and what an idle
+	// one keeps (0 = DefaultMinCredits; at most Credits).
+	MinCredits int
 	// MaxRdmaWindowSize is the most bytes one READ moves and the largest
 	// VEC_READ (0 = DefaultMaxRdmaWindowSize).
 	MaxRdmaWindowSize int
@@ -112,9 +120,16 @@ func (c Config) withDefaults() Config {
 	if c.MaxCredits < c.Credits {
 		c.MaxCredits = c.Credits
 	}
-	def(&c.CreditBudget, DefaultCreditBudget)
 	def(&c.MaxRdmaWindowSize, DefaultMaxRdmaWindowSize)
 	def(&c.MaxRecvBufferSize, DefaultMaxRecvBufferSize)
+	if c.MaxBufferMemory <= 0 {
+		c.MaxBufferMemory = DefaultMaxBufferMemory
+	}
+	if c.CreditBudget <= 0 {
+		c.CreditBudget = max(int(c.MaxBufferMemory/int64(c.bufferBytes())), 1)
+	}
+	def(&c.MinCredits, DefaultMinCredits)
+	c.MinCredits = min(c.MinCredits, c.Credits)
 	def(&c.Workers, DefaultWorkers)
 	def(&c.PageSize, DefaultPageSize)
 	if c.AuthTimeout <= 0 {
@@ -153,6 +168,13 @@ type Server struct {
 	wg        sync.WaitGroup // Serve loops and connections
 	nextConn  atomic.Uint64
 
+	// The memory budget's balancer (budget.go): contended is when growth
+	// stops being capped at the fair share (unix ns), poke wakes the
+	// balancer, authed counts authenticated connections.
+	contended atomic.Int64
+	poke      chan struct{}
+	authed    atomic.Int32
+	recvBufs  atomic.Int64  // receive buffers registered, posted or spare (conn.go)
 	runq      chan *slot    // to an idle request goroutine (run.go)
 	quit      chan struct{} // closed by Close: request goroutines exit
 	closeOnce sync.Once
@@ -179,7 +201,7 @@ func New(cfg Config) (*Server, error) {
 		l.Out = io.Discard
 		log = l
 	}
-	return &Server{
+	s := &Server{
 		cfg:       cfg,
 		log:       log,
 		budget:    protocol.NewCreditPool(cfg.CreditBudget),
@@ -191,7 +213,10 @@ func New(cfg Config) (*Server, error) {
 		listeners: make(map[transport.Listener]struct{}),
 		runq:      make(chan *slot),
 		quit:      make(chan struct{}),
-	}, nil
+		poke:      make(chan struct{}, 1),
+	}
+	go s.balance()
+	return s, nil
 }
 
 // TransportConfig is the connection shape listeners should be made with.
