@@ -114,11 +114,18 @@ type conn struct {
 	ackTimer *time.Timer   // the fallback for a deferred acknowledgement
 	running  atomic.Int32  // reader and writer still running
 
-	rd        frameReader
-	ackUrgent bool // reader-owned: an ACK is owed that should not wait
-	owedBytes int  // reader-owned: payload placed since the reader last acknowledged
-	wr        frameWriter
-	scratch   []transport.Completion // reader's batch of send completions
+	rdMu        sync.Mutex    // the read side: held by whoever runs the receive engine
+	pend        frameHeader   // a request an application goroutine left to the reader goroutine
+	pendValid   bool          //
+	bgWake      chan struct{} // wakes the reader goroutine from yieldRead (one slot)
+	lastAppRead atomic.Int64  // unix ns an application goroutine last read
+	intr        readIntr
+	stepHook    func() // tests: runs after each step of an application goroutine's turn
+	rd          frameReader
+	ackUrgent   bool // reader-owned: an ACK is owed that should not wait
+	owedBytes   int  // reader-owned: payload placed since the reader last acknowledged
+	wr          frameWriter
+	scratch     []transport.Completion // reader's batch of send completions
 }
 
 var _ transport.Conn = (*conn)(nil)
@@ -145,6 +152,7 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 		kick:     make(chan struct{}, 1),
 		recvKick: make(chan struct{}, 1),
 		closing:  make(chan struct{}),
+		bgWake:   make(chan struct{}, 1),
 		sq:       make([]sendEntry, cfg.SendQueueDepth),
 		rq:       make([]transport.RecvWR, cfg.RecvQueueDepth),
 	}
@@ -159,6 +167,8 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimeout)
 	c.ackTimer.Stop()
 	c.cq.idle = c.flushAck
+	c.cq.read = c.appRead
+	c.intr.nc = nc
 	c.running.Store(2)
 	if t := p.opts.TransportTimeout; t > 0 {
 		c.timer = time.AfterFunc(checkPeriod(t), c.checkProgress)
@@ -416,4 +426,13 @@ func (c *conn) ackTimeout() {
 
 func (c *conn) tripReset() {
 	c.fail(failure{why: "fault injected: reset", reset: true})
+}
+
+// debugState describes the connection's queues and owners for a stalled
+// test's report.
+func (c *conn) debugState() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("%s: state %v, sq head %d tx %d tail %d, rq head %d tail %d, writing %v handoff %v, placed %d ackSent %d ackArmed %v, iov %d",
+		c, c.st, c.sqHead, c.sqTx, c.sqTail, c.rqHead, c.rqTail, c.writing, c.handoff, c.placed.Load(), c.ackSent.Load(), c.ackArmed.Load(), len(c.wr.iov))
 }

@@ -3,6 +3,7 @@ package soft
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
@@ -17,6 +18,11 @@ import (
 type cq struct {
 	delay time.Duration // Faults.DelayCompletions
 	idle  func()        // called when the application finds nothing to reap
+	// read lets a waiter run the receive engine itself (conn.appRead).
+	read func(ctx context.Context) bool
+
+	waiting    atomic.Int32 // goroutines asleep in Wait
+	wokeWaiter atomic.Bool  // a push found a goroutine asleep in Wait
 
 	mu     sync.Mutex
 	items  []cqItem
@@ -51,7 +57,17 @@ func (q *cq) push(cs ...transport.Completion) {
 		q.items = append(q.items, cqItem{c: c, at: at})
 	}
 	q.mu.Unlock()
+	if q.waiting.Load() > 0 {
+		q.wokeWaiter.Store(true)
+	}
 	q.wake()
+}
+
+// ready reports whether completions are queued.
+func (q *cq) ready() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.head < len(q.items)
 }
 
 func (q *cq) wake() {
@@ -148,16 +164,22 @@ func (q *cq) Wait(ctx context.Context, out []transport.Completion) (int, error) 
 		if q.idle != nil {
 			q.idle()
 		}
+		if q.read != nil && q.delay == 0 && !closed && ctx.Err() == nil && q.read(ctx) {
+			continue
+		}
 		done := q.done
 		if closed {
 			done = nil // closed but a delayed completion is still due
 		}
+		q.waiting.Add(1)
 		select {
 		case <-q.notify:
 		case <-done:
 		case <-due:
 		case <-ctx.Done():
+			q.waiting.Add(-1)
 			return 0, ctx.Err()
 		}
+		q.waiting.Add(-1)
 	}
 }
