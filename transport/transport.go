@@ -57,6 +57,14 @@ type Domain interface {
 	// Alloc allocates n bytes of memory owned by the provider and registers
 	// them. Providers may round n up; Bytes has length n.
 	Alloc(n int, access Access) (Region, error)
+	// CreateCQ creates a completion queue several connections of this
+	// domain may share (ibv_create_cq), named by Config.Queues. depth is
+	// the most completions it must hold unreaped; 0 means 4096.
+	CreateCQ(depth int) (SharedCQ, error)
+	// CreateSRQ creates a receive queue several connections of this
+	// domain may take their receives from (ibv_create_srq), named by
+	// Config.Queues.
+	CreateSRQ(cfg SRQConfig) (SRQ, error)
 }
 
 // Segment is a piece of a registered region: one scatter/gather entry.
@@ -167,6 +175,11 @@ type Completion struct {
 	ID     uint64
 	Op     Op
 	Status Status
+	// Conn is the connection the work request belongs to (ibv_wc's
+	// qp_num): on a completion queue shared by several connections it
+	// says whose completion this is; for a receive taken from a shared
+	// receive queue, which connection the message came by.
+	Conn Conn
 	// Len is the number of bytes received (OpRecv of a SEND).
 	Len int
 	// Imm is the immediate data when HasImm is set.
@@ -215,9 +228,12 @@ type Conn interface {
 	// It fails at once, posting none, if the queue would overflow or a
 	// request is malformed; failures discovered later arrive as completions.
 	Post(wrs ...SendWR) error
-	// PostRecv queues receive buffers.
+	// PostRecv queues receive buffers. A connection that takes its
+	// receives from a shared receive queue refuses it.
 	PostRecv(wrs ...RecvWR) error
-	// CQ is where this connection's send and receive completions arrive.
+	// CQ is where this connection's send completions arrive, and its
+	// receive completions unless Config.Queues named a RecvCQ: its own
+	// completion queue, or the SendCQ Config.Queues named.
 	CQ() CQ
 	// Domain is the protection domain the connection's memory belongs to.
 	Domain() Domain
@@ -250,6 +266,10 @@ type Config struct {
 	MaxSGE int
 	// MaxMessageSize: 0 means 16 MiB.
 	MaxMessageSize int
+	// Queues, when not nil, names shared queues for each connection (see
+	// QueueChooser). Nil: every connection has its own completion queue
+	// and receive queue.
+	Queues QueueChooser
 }
 
 // WithDefaults returns c with zero fields replaced by the defaults.

@@ -105,20 +105,28 @@ func receiverNotReady(t *testing.T, e *Env) {
 	if err := cli.PostRecv(transport.RecvWR{ID: 3, Buf: transport.Whole(crecv)}); err != nil {
 		t.Fatal(err)
 	}
+	e.wantRNR(t, cli, transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}, 3)
+	e.wantClosedAfterError(t, cli, "initiator", crecv)
+	e.wantClosedAfterError(t, srv, "target", srecv)
+}
+
+// wantRNR posts wr, a SEND the peer has no receive for, on cli, which has
+// one receive posted (recvID): the SEND fails with RNR retry exceeded after
+// about the RNR timeout, and the receive is flushed.
+func (e *Env) wantRNR(t *testing.T, cli transport.Conn, wr transport.SendWR, recvID uint64) {
+	t.Helper()
 	start := time.Now()
-	if err := cli.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
+	if err := cli.Post(wr); err != nil {
 		t.Fatal(err)
 	}
 	cs := sendsFirst(e.collectWithin(t, cli, 2, e.RNRTimeout+e.Timeout))
 	elapsed := time.Since(start)
-	want(t, "send", cs[0], 1, transport.OpSend, transport.StatusRNRRetryExceeded)
-	want(t, "initiator's posted receive", cs[1], 3, transport.OpRecv, transport.StatusFlushed)
+	want(t, "send with no receive at the peer", cs[0], wr.ID, transport.OpSend, transport.StatusRNRRetryExceeded)
+	want(t, "initiator's posted receive", cs[1], recvID, transport.OpRecv, transport.StatusFlushed)
 	if elapsed < e.RNRTimeout/2 {
 		t.Errorf("RNR failure after %v; the receiver should have had about %v to post a receive", elapsed, e.RNRTimeout)
 	}
 	t.Logf("RNR retry exceeded after %v (RNRTimeout %v)", elapsed, e.RNRTimeout)
-	e.wantClosedAfterError(t, cli, "initiator", crecv)
-	e.wantClosedAfterError(t, srv, "target", srecv)
 }
 
 func receiverNotReadyRecovers(t *testing.T, e *Env) {

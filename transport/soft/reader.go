@@ -228,7 +228,7 @@ func (c *conn) onAck(ack uint32) bool {
 	out := c.scratch[:0]
 	for ; n > 0; n-- {
 		e := &c.sq[c.sqHead%uint64(len(c.sq))]
-		out = append(out, transport.Completion{ID: e.id, Op: e.op})
+		out = append(out, transport.Completion{ID: e.id, Op: e.op, Conn: c})
 		clear(e.segs)
 		c.sqHead++
 	}
@@ -236,7 +236,7 @@ func (c *conn) onAck(ack uint32) bool {
 		c.progressAt = time.Now()
 	}
 	c.mu.Unlock()
-	c.cq.push(out...)
+	c.sendCQ.push(c.delay, out...)
 	c.scratch = out[:0]
 	return true
 }
@@ -338,10 +338,13 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 		return true, false, false
 	}
 	// SEND and WRITE WITH IMMEDIATE consume a receive.
-	if app && !c.recvPosted() {
-		return true, false, true
+	wr, ok := c.tryTakeRecv()
+	if !ok && app {
+		return true, false, true // the RNR wait is the reader goroutine's
 	}
-	wr, ok := c.takeRecv()
+	if !ok {
+		wr, ok = c.takeRecv()
+	}
 	if !ok {
 		select {
 		case <-c.closing:
@@ -350,18 +353,18 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 		}
 		return false, false, false
 	}
-	comp := transport.Completion{ID: wr.ID, Op: transport.OpRecv, Imm: h.Imm, HasImm: imm}
+	comp := transport.Completion{ID: wr.ID, Op: transport.OpRecv, Imm: h.Imm, HasImm: imm, Conn: c}
 	if h.Type == frameSend {
 		buf, err := c.p.pd.local(wr.Buf)
 		if err != nil {
 			comp.Status = transport.StatusLocalProtection
-			c.cq.push(comp)
+			c.recvCQ.push(c.delay, comp)
 			c.refuse(transport.StatusRemoteInvalidRequest, err)
 			return false, false, false
 		}
 		if n > len(buf) {
 			comp.Status = transport.StatusLocalLength
-			c.cq.push(comp)
+			c.recvCQ.push(c.delay, comp)
 			c.refuse(transport.StatusRemoteInvalidRequest, fmt.Errorf("%d-byte SEND into a %d-byte receive", n, len(buf)))
 			return false, false, false
 		}
@@ -369,26 +372,36 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 	}
 	if err := c.rd.readInto(dst); err != nil {
 		comp.Status = transport.StatusFlushed
-		c.cq.push(comp)
+		c.recvCQ.push(c.delay, comp)
 		c.readFailed(err)
 		return false, false, false
 	}
-	c.cq.push(comp)
+	c.recvCQ.push(c.delay, comp)
 	c.placed.Add(1)
 	return true, true, false
-}
-
-// recvPosted reports whether a receive is posted. Only the read side's
-// owner consumes receives, so the answer holds until it takes one.
-func (c *conn) recvPosted() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rqHead != c.rqTail
 }
 
 // rnrPeerCheck is how often a reader waiting for a receive checks that the
 // peer is still there.
 const rnrPeerCheck = 10 * time.Millisecond
+
+// tryTakeRecv pops the next posted receive, from the connection's own
+// queue or its shared one, without waiting.
+func (c *conn) tryTakeRecv() (transport.RecvWR, bool) {
+	if c.srq != nil {
+		return c.srq.tryTake()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rqHead == c.rqTail {
+		return transport.RecvWR{}, false
+	}
+	i := c.rqHead % uint64(len(c.rq))
+	wr := c.rq[i]
+	c.rq[i] = transport.RecvWR{}
+	c.rqHead++
+	return wr, true
+}
 
 // takeRecv pops the next posted receive, waiting up to the peer's RNR
 // timeout for one; false if none came or the connection failed.
@@ -396,19 +409,24 @@ func (c *conn) takeRecv() (transport.RecvWR, bool) {
 	var timer *time.Timer
 	var check *time.Ticker
 	for {
-		c.mu.Lock()
-		if c.rqHead != c.rqTail {
-			i := c.rqHead % uint64(len(c.rq))
-			wr := c.rq[i]
-			c.rq[i] = transport.RecvWR{}
-			c.rqHead++
-			c.mu.Unlock()
+		var posted <-chan struct{}
+		if c.srq != nil {
+			wr, ok, ch := c.srq.take()
+			if ok {
+				if timer != nil {
+					timer.Stop()
+				}
+				return wr, true
+			}
+			posted = ch
+		} else if wr, ok := c.tryTakeRecv(); ok {
 			if timer != nil {
 				timer.Stop()
 			}
 			return wr, true
+		} else {
+			posted = c.recvKick
 		}
-		c.mu.Unlock()
 		if timer == nil {
 			// Receiver not ready: the peer retries for its RNR timeout.
 			// Acknowledge what is placed so far while we wait.
@@ -417,21 +435,37 @@ func (c *conn) takeRecv() (transport.RecvWR, bool) {
 			check = time.NewTicker(rnrPeerCheck)
 			defer check.Stop()
 		}
-		select {
-		case <-c.recvKick:
-		case <-timer.C:
+		ok, gone := c.awaitRecv(posted, timer, check)
+		if c.srq != nil {
+			c.srq.unwait()
+		}
+		if gone {
+			c.fail(failure{why: "peer disconnected"})
+		}
+		if !ok {
+			timer.Stop()
 			return transport.RecvWR{}, false
+		}
+	}
+}
+
+// awaitRecv waits for a receive to be posted (ok), the RNR timer, the
+// connection's end, or the peer's disconnect (gone).
+func (c *conn) awaitRecv(posted <-chan struct{}, timer *time.Timer, check *time.Ticker) (ok, gone bool) {
+	for {
+		select {
+		case <-posted:
+			return true, false
+		case <-timer.C:
+			return false, false
 		case <-check.C:
 			// A NIC hears of a disconnect (rdma_cm) even while a
 			// SEND waits; this reader is not reading the socket.
 			if c.wr.sys.peerClosed() {
-				timer.Stop()
-				c.fail(failure{why: "peer disconnected"})
-				return transport.RecvWR{}, false
+				return false, true
 			}
 		case <-c.closing:
-			timer.Stop()
-			return transport.RecvWR{}, false
+			return false, false
 		}
 	}
 }

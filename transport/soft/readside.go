@@ -57,13 +57,15 @@ func (c *conn) readLoop() {
 			c.rdMu.Unlock()
 			break
 		}
-		c.cq.wokeWaiter.Store(false)
+		if c.own != nil {
+			c.own.wokeWaiter.Store(false)
+		}
 		r := c.step(false)
 		c.rdMu.Unlock()
 		if r == stepDone {
 			break
 		}
-		if c.cq.wokeWaiter.Load() && c.cq.delay == 0 {
+		if c.own != nil && c.own.read != nil && c.own.wokeWaiter.Load() {
 			c.yieldRead(&yield)
 		}
 	}
@@ -125,7 +127,7 @@ func (c *conn) appRead(ctx context.Context) bool {
 			signal(c.bgWake)
 			break
 		}
-		if r != stepOK || c.cq.ready() {
+		if r != stepOK || c.own.ready() {
 			break
 		}
 	}

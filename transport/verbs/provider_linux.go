@@ -107,6 +107,7 @@ func (p *Provider) Close() error {
 	defer p.mu.Unlock()
 	var first error
 	for ctx, d := range p.domains {
+		d.stopEvents()
 		if r := C.lwv_dealloc_pd(d.pd); r != 0 && first == nil {
 			first = fmt.Errorf("verbs: ibv_dealloc_pd on %s: %w", d.dev, syscall.Errno(r))
 		}
@@ -127,7 +128,7 @@ func (p *Provider) domainFor(ctx *C.struct_ibv_context) (*domain, error) {
 	if pd == nil {
 		return nil, fmt.Errorf("verbs: ibv_alloc_pd: %w", errnoOr(err))
 	}
-	d := &domain{p: p, pd: pd, dev: C.GoString(C.lwv_context_name(ctx))}
+	d := &domain{p: p, ctx: ctx, pd: pd, dev: C.GoString(C.lwv_context_name(ctx)), srqs: map[*C.struct_ibv_srq]*srq{}}
 	p.domains[ctx] = d
 	return d, nil
 }
