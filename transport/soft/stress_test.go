@@ -2,7 +2,6 @@ package soft
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -59,17 +58,26 @@ func TestStress(t *testing.T) {
 	t.Logf("seed %d, running %v", seed, total)
 	rng := rand.New(rand.NewPCG(seed, 0x16))
 	start := time.Now()
-	var iters, reqs int64
+	var iters, reqs, srvCQ, srvSRQ, cliCQ int64
 	for time.Since(start) < total {
 		iters++
-		n, err := stressIteration(t, rng)
+		n, sh, err := stressIteration(t, rng)
 		reqs += n
 		if err != nil {
 			t.Fatalf("iteration %d failed after %v of stress (%d requests answered before): %v",
 				iters, time.Since(start).Round(time.Millisecond), reqs, err)
 		}
+		for _, c := range []struct {
+			on bool
+			n  *int64
+		}{{sh.srvCQ, &srvCQ}, {sh.srvSRQ, &srvSRQ}, {sh.cliCQ, &cliCQ}} {
+			if c.on {
+				*c.n++
+			}
+		}
 	}
-	t.Logf("%d iterations, %d requests answered in %v", iters, reqs, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d iterations (%d with the server's connections sharing a CQ, %d an SRQ, %d with the client's sharing a CQ), %d requests answered in %v",
+		iters, srvCQ, srvSRQ, cliCQ, reqs, time.Since(start).Round(time.Millisecond))
 }
 
 const (
@@ -119,11 +127,16 @@ type stressPlan struct {
 	late     bool // the receive is reposted after the answer, sometimes after a pause
 }
 
-func planFor(seed uint64, depth, dir, slot, round int) stressPlan {
+// planFor is what request (dir, slot, round) does; sendMax bounds a SEND.
+func planFor(seed uint64, depth, sendMax, dir, slot, round int) stressPlan {
 	h := mix(seed ^ uint64(dir)<<60 ^ uint64(slot)<<40 ^ uint64(round))
 	p := stressPlan{op: int(h % numOps), immAns: h>>8&1 == 1, chain: h>>9&1 == 1, late: h>>10&7 == 0}
+	limit := stressSlot(depth)
+	if p.op == opSend {
+		limit = sendMax
+	}
 	sizes := stressSizes
-	for sizes[len(sizes)-1] > stressSlot(depth)-stressHdr {
+	for sizes[len(sizes)-1] > limit-stressHdr {
 		sizes = sizes[:len(sizes)-1]
 	}
 	// Small messages most of the time, as the engines send them.
@@ -201,478 +214,9 @@ func clearStatus(b []byte) {
 	}
 }
 
-// Work request IDs: the kind in the top byte, the slot below.
-const (
-	idReq  = 1 << 56 // our request's work requests, slot i
-	idAns  = 2 << 56 // our answer's work requests, peer slot j
-	idRecv = 3 << 56 // a posted receive, buffer r
-	idKind = 0xff << 56
-)
-
-// stressEvent is a completion routed to the goroutine it concerns.
-type stressEvent struct {
-	c    transport.Completion
-	recv int    // receive buffer index (OpRecv)
-	tag  uint32 // OpRecv: the message's tag
-}
-
-// stressEnd is one end of a connection in the stress test: depth worker
-// goroutines issue requests, depth handler goroutines answer the peer's.
-type stressEnd struct {
-	name  string
-	c     transport.Conn
-	mode  stressMode
-	depth int
-	slot  int // bytes per buffer slot (stressSlot)
-	seed  uint64
-	dir   int // which direction this end's requests go: 0 or 1
-	peer  *stressEnd
-
-	send   transport.Region // 2*depth slots: requests [0,depth), answers [depth,2depth)
-	recv   transport.Region // 2*depth receive buffers of one slot
-	target transport.Region // remote-writable: [0,depth) our pulls land, [depth,2depth) the peer's pushes; then depth status words
-
-	inbox []chan stressEvent // [0,depth) workers, [depth,2depth) handlers
-	role  atomic.Bool        // reapLead: someone is reaping
-	owed  atomic.Int64       // reapLead: completions a worker or handler waits for
-	kick  chan struct{}
-
-	progress *atomic.Int64
-	answered atomic.Int64
-	waiting  atomic.Int64 // workers with a request in flight
-	failed   func(error)
-}
-
-func newStressEnd(name string, c transport.Conn, mode stressMode, depth int, seed uint64, dir int, progress *atomic.Int64, failed func(error)) (*stressEnd, error) {
-	e := &stressEnd{name: name, c: c, mode: mode, depth: depth, slot: stressSlot(depth), seed: seed, dir: dir,
-		progress: progress, failed: failed, kick: make(chan struct{}, 1)}
-	var err error
-	if e.send, err = c.Domain().Alloc(2*depth*e.slot, transport.AccessLocal); err != nil {
-		return e, err
-	}
-	if e.recv, err = c.Domain().Alloc(2*depth*e.slot, transport.AccessLocal); err != nil {
-		return e, err
-	}
-	if e.target, err = c.Domain().Alloc(2*depth*e.slot+8*depth, transport.AccessLocal|transport.AccessRemoteWrite); err != nil {
-		return e, err
-	}
-	e.inbox = make([]chan stressEvent, 2*depth)
-	for i := range e.inbox {
-		e.inbox[i] = make(chan stressEvent, 8)
-	}
-	return e, nil
-}
-
-func (e *stressEnd) free() {
-	for _, r := range []transport.Region{e.send, e.recv, e.target} {
-		if r != nil {
-			_ = r.Deregister()
-		}
-	}
-}
-
-func (e *stressEnd) seg(r transport.Region, slot, off, n int) transport.Segment {
-	return transport.Segment{Region: r, Offset: slot*e.slot + off, Length: n}
-}
-
-func (e *stressEnd) status(i int) []byte {
-	off := 2*e.depth*e.slot + 8*i
-	return e.target.Bytes()[off : off+8]
-}
-
-func (e *stressEnd) recvWR(r int) transport.RecvWR {
-	return transport.RecvWR{ID: idRecv | uint64(r), Buf: e.seg(e.recv, r, 0, e.slot)}
-}
-
-// repost gives receive buffer r back, at once or after a pause.
-func (e *stressEnd) repost(r int, pause bool, rng *rand.Rand) error {
-	if pause {
-		time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
-	}
-	return e.c.PostRecv(e.recvWR(r))
-}
-
-// dispatch routes completions to the inboxes.
-func (e *stressEnd) dispatch(cs []transport.Completion) {
-	for _, c := range cs {
-		e.progress.Add(1)
-		if c.Status != transport.StatusSuccess {
-			e.failed(fmt.Errorf("%s: completion %#x %v: %v", e.name, c.ID, c.Op, c.Status))
-			continue
-		}
-		slot := int(c.ID &^ idKind)
-		ev := stressEvent{c: c}
-		switch c.ID & idKind {
-		case idReq:
-		case idAns:
-			slot += e.depth
-		case idRecv:
-			ev.recv = slot
-			if c.HasImm && c.Len == 0 {
-				ev.tag = c.Imm
-			} else if c.Len >= stressHdr {
-				ev.tag = binary.LittleEndian.Uint32(e.recv.Bytes()[slot*e.slot:])
-			} else {
-				e.failed(fmt.Errorf("%s: %d-byte message without immediate", e.name, c.Len))
-				continue
-			}
-			slot = int(ev.tag >> 16 & 0x7fff)
-			if ev.tag>>31 == 0 { // a request: its handler
-				slot += e.depth
-			}
-		}
-		if slot >= len(e.inbox) {
-			e.failed(fmt.Errorf("%s: completion %+v for slot %d", e.name, c, slot))
-			continue
-		}
-		e.inbox[slot] <- ev
-	}
-}
-
-// errPolled: await found its memory condition true rather than an event.
-var errPolled = errors.New("polled")
-
-// await returns the next event for slot, reaping as the end's mode says,
-// or errPolled as soon as polled (if not nil) reports true: an answer by
-// RDMA WRITE alone produces no completion, so a polling requester looks at
-// memory between waits. owed says an event is owed (an answer, a send
-// completion) rather than unsolicited (the peer's next request): only
-// owed events keep a reapLead end's background reaper waiting, as in the
-// client engine.
-func (e *stressEnd) await(ctx context.Context, slot int, owed bool, polled func() bool, rng *rand.Rand) (stressEvent, error) {
-	ch := e.inbox[slot]
-	if owed && e.mode == reapLead {
-		e.owed.Add(1)
-		defer e.owed.Add(-1)
-	}
-	var buf [16]transport.Completion
-	for {
-		select {
-		case ev := <-ch:
-			return ev, nil
-		default:
-		}
-		if polled != nil && polled() {
-			return stressEvent{}, errPolled
-		}
-		if ctx.Err() != nil {
-			return stressEvent{}, ctx.Err()
-		}
-		if e.mode != reapLead || !e.role.CompareAndSwap(false, true) {
-			// Follow: a reaper dispatches to us; look at memory now and
-			// then, and for a leader that left.
-			var after <-chan time.Time
-			if polled != nil || e.mode == reapLead {
-				after = time.After(time.Duration(50+rng.IntN(2000)) * time.Microsecond)
-			}
-			select {
-			case ev := <-ch:
-				return ev, nil
-			case <-ctx.Done():
-				return stressEvent{}, ctx.Err()
-			case <-after:
-			}
-			continue
-		}
-		// Lead: reap until our own event is there, each Wait with a
-		// deadline picked at random (interrupted waits are the point).
-		var err error
-		for len(ch) == 0 && (polled == nil || !polled()) && ctx.Err() == nil && err == nil {
-			wctx, cancel := ctx, context.CancelFunc(func() {})
-			switch rng.IntN(4) {
-			case 1:
-				wctx, cancel = context.WithTimeout(ctx, 50*time.Microsecond)
-			case 2:
-				wctx, cancel = context.WithTimeout(ctx, time.Millisecond)
-			case 3:
-				wctx, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
-			default:
-				if polled != nil { // a polling requester always bounds its wait
-					wctx, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
-				}
-			}
-			var n int
-			n, err = e.c.CQ().Wait(wctx, buf[:])
-			cancel()
-			e.dispatch(buf[:n])
-			if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-				err = nil // our deadline, not the end
-			}
-		}
-		e.role.Store(false)
-		if e.owed.Load() > 0 {
-			signal(e.kick)
-		}
-		if err != nil {
-			return stressEvent{}, err
-		}
-	}
-}
-
-// background is a reapLead end's background reaper: it takes the role
-// when events are owed and nobody leads, keeps it while they are, and
-// polls now and then when none are, as the client engine's does.
-func (e *stressEnd) background(ctx context.Context) {
-	var buf [64]transport.Completion
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for ctx.Err() == nil {
-		if e.role.CompareAndSwap(false, true) {
-			for ctx.Err() == nil {
-				var n int
-				var err error
-				if e.owed.Load() > 0 {
-					n, err = e.c.CQ().Wait(ctx, buf[:])
-				} else {
-					n = e.c.CQ().Poll(buf[:])
-				}
-				e.dispatch(buf[:n])
-				if err != nil {
-					e.role.Store(false)
-					return
-				}
-				if n == 0 && e.owed.Load() == 0 {
-					break
-				}
-			}
-			e.role.Store(false)
-		}
-		select {
-		case <-e.kick:
-		case <-tick.C:
-		case <-ctx.Done():
-		}
-	}
-}
-
-// reaper is the reapOne and reapPoll ends' completion loop.
-func (e *stressEnd) reaper(ctx context.Context) {
-	var buf [64]transport.Completion
-	for ctx.Err() == nil {
-		var n int
-		var err error
-		if e.mode == reapOne {
-			n, err = e.c.CQ().Wait(context.Background(), buf[:])
-		} else if n = e.c.CQ().Poll(buf[:]); n == 0 {
-			time.Sleep(20 * time.Microsecond)
-		}
-		e.dispatch(buf[:n])
-		if err != nil {
-			return
-		}
-	}
-}
-
-// worker issues requests from slot i until stop, then returns once its
-// last one is answered.
-func (e *stressEnd) worker(ctx context.Context, stop *atomic.Bool, i int, rng *rand.Rand) {
-	wrs := make([]transport.SendWR, 2)
-	for round := 0; !stop.Load(); round++ {
-		p := planFor(e.seed, e.depth, e.dir, i, round)
-		tg, at := tag(false, i, round), tag(true, i, round)
-		hdr := e.send.Bytes()[i*e.slot:]
-		binary.LittleEndian.PutUint32(hdr, tg)
-		binary.LittleEndian.PutUint64(hdr[8:], e.target.Addr()+uint64(i*e.slot))
-		binary.LittleEndian.PutUint32(hdr[16:], e.target.Handle())
-		binary.LittleEndian.PutUint64(hdr[24:], e.target.Addr()+uint64(2*e.depth*e.slot+8*i))
-		send := transport.SendWR{ID: idReq | uint64(i), Op: transport.OpSend, SGL: []transport.Segment{e.seg(e.send, i, 0, stressHdr)}}
-		write := transport.SendWR{ID: idReq | uint64(i), Op: transport.OpWrite,
-			RemoteAddr: e.peer.target.Addr() + uint64((e.depth+i)*e.slot), RKey: e.peer.target.Handle()}
-		if p.size > 0 {
-			write.SGL = []transport.Segment{e.seg(e.send, i, stressHdr, p.size)}
-			stressFill(write.SGL[0].Bytes(), tg)
-		}
-		var polled func() bool
-		switch p.op {
-		case opSend:
-			send.SGL[0].Length = stressHdr + p.size
-			wrs = append(wrs[:0], send)
-		case opPull:
-			wrs = append(wrs[:0], send)
-		case opPoll:
-			st := e.status(i)
-			clearStatus(st)
-			polled = func() bool { return statusWord(st) == uint64(at)|1<<32 }
-			wrs = append(wrs[:0], send)
-		case opPushSend:
-			wrs = append(wrs[:0], write, send)
-		case opPushImm:
-			write.Imm, write.HasImm = tg, true
-			wrs = append(wrs[:0], write)
-		}
-		e.waiting.Add(1)
-		if err := e.post(wrs, p.chain); err != nil {
-			e.failed(fmt.Errorf("%s worker %d: %w", e.name, i, err))
-			return
-		}
-		sends, answered := len(wrs), false
-		for sends > 0 || !answered {
-			cond := polled
-			if answered {
-				cond = nil
-			}
-			ev, err := e.await(ctx, i, true, cond, rng)
-			if errors.Is(err, errPolled) {
-				answered = true
-				continue
-			}
-			if err != nil {
-				e.failed(fmt.Errorf("%s worker %d round %d waiting (%d sends, answered %v, plan %+v): %w", e.name, i, round, sends, answered, p, err))
-				return
-			}
-			if ev.c.Op != transport.OpRecv {
-				sends--
-				continue
-			}
-			if ev.tag != at || polled != nil {
-				e.failed(fmt.Errorf("%s worker %d round %d: answer tagged %#x (plan %+v)", e.name, i, round, ev.tag, p))
-				return
-			}
-			if err := e.repost(ev.recv, p.late, rng); err != nil {
-				e.failed(fmt.Errorf("%s worker %d: PostRecv: %w", e.name, i, err))
-				return
-			}
-			answered = true
-		}
-		if p.op == opPull || p.op == opPoll {
-			if err := stressCheck(e.target.Bytes()[i*e.slot:i*e.slot+p.size], at); err != nil {
-				e.failed(fmt.Errorf("%s worker %d round %d (plan %+v): pulled data: %w", e.name, i, round, p, err))
-				return
-			}
-		}
-		e.waiting.Add(-1)
-		e.answered.Add(1)
-		e.progress.Add(1)
-		if rng.IntN(4) == 0 {
-			// Think time: the link goes quiet, so whatever the last
-			// request left undone is not rescued by the next one.
-			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-		}
-	}
-}
-
-func (e *stressEnd) post(wrs []transport.SendWR, chain bool) error {
-	if chain || len(wrs) == 1 {
-		return e.c.Post(wrs...)
-	}
-	for i := range wrs {
-		if err := e.c.Post(wrs[i]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// handler answers the peer's requests from its slot j until ctx ends.
-func (e *stressEnd) handler(ctx context.Context, j int, rng *rand.Rand) {
-	slot := e.depth + j
-	wrs := make([]transport.SendWR, 3)
-	sending := 0 // our previous answer's work requests not yet complete
-	for round := 0; ; round++ {
-		var ev stressEvent
-		for {
-			var err error
-			if ev, err = e.await(ctx, slot, sending > 0, nil, rng); err != nil {
-				return
-			}
-			if ev.c.Op == transport.OpRecv {
-				break
-			}
-			sending--
-		}
-		want := tag(false, j, round)
-		if ev.tag != want {
-			e.failed(fmt.Errorf("%s handler %d round %d: request tagged %#x, want %#x", e.name, j, round, ev.tag, want))
-			return
-		}
-		p := planFor(e.seed, e.depth, 1-e.dir, j, round)
-		msg := e.recv.Bytes()[ev.recv*e.slot:]
-		var err error
-		switch p.op {
-		case opSend:
-			if ev.c.Len != stressHdr+p.size {
-				err = fmt.Errorf("%d-byte request, want %d", ev.c.Len, stressHdr+p.size)
-			} else {
-				err = stressCheck(msg[stressHdr:stressHdr+p.size], want)
-			}
-		case opPushSend, opPushImm:
-			if p.op == opPushImm && (!ev.c.HasImm || ev.c.Len != 0) {
-				err = fmt.Errorf("push with immediate arrived as %+v", ev.c)
-			} else {
-				err = stressCheck(e.target.Bytes()[slot*e.slot:slot*e.slot+p.size], want)
-			}
-		}
-		if err != nil {
-			e.failed(fmt.Errorf("%s handler %d round %d (plan %+v): %w", e.name, j, round, p, err))
-			return
-		}
-		raddr, rkey, saddr := binary.LittleEndian.Uint64(msg[8:]), binary.LittleEndian.Uint32(msg[16:]), binary.LittleEndian.Uint64(msg[24:])
-		if !p.late {
-			if err := e.repost(ev.recv, false, rng); err != nil {
-				e.failed(fmt.Errorf("%s handler %d: PostRecv: %w", e.name, j, err))
-				return
-			}
-		}
-		// The answer's buffer is ours again once the previous answer
-		// completed.
-		for sending > 0 {
-			ev, err := e.await(ctx, slot, true, nil, rng)
-			if err != nil {
-				return
-			}
-			if ev.c.Op == transport.OpRecv {
-				e.failed(fmt.Errorf("%s handler %d: a request before the previous answer completed", e.name, j))
-				return
-			}
-			sending--
-		}
-		if rng.IntN(8) == 0 {
-			runtime.Gosched() // sometimes answer late, as a slow disk does
-		}
-		at := tag(true, j, round)
-		ans := e.send.Bytes()[slot*e.slot:]
-		binary.LittleEndian.PutUint32(ans, at)
-		binary.LittleEndian.PutUint64(ans[8:], uint64(at)|1<<32) // the status word
-		send := transport.SendWR{ID: idAns | uint64(j), Op: transport.OpSend, SGL: []transport.Segment{e.seg(e.send, slot, 0, stressHdr)}}
-		if rng.IntN(2) == 0 {
-			send.Imm, send.HasImm = at, true
-		}
-		wrs = append(wrs[:0], send)
-		if p.op == opPull || p.op == opPoll {
-			write := transport.SendWR{ID: idAns | uint64(j), Op: transport.OpWrite, RemoteAddr: raddr, RKey: rkey}
-			if p.size > 0 {
-				write.SGL = []transport.Segment{e.seg(e.send, slot, stressHdr, p.size)}
-				stressFill(write.SGL[0].Bytes(), at)
-			}
-			switch {
-			case p.op == opPoll:
-				st := transport.SendWR{ID: idAns | uint64(j), Op: transport.OpWrite, RemoteAddr: saddr, RKey: rkey,
-					SGL: []transport.Segment{e.seg(e.send, slot, 8, 8)}}
-				wrs = append(wrs[:0], write, st)
-			case p.immAns:
-				write.Imm, write.HasImm = at, true
-				wrs = append(wrs[:0], write)
-			default:
-				wrs = append(wrs[:0], write, send)
-			}
-		}
-		if err := e.post(wrs, p.chain); err != nil {
-			e.failed(fmt.Errorf("%s handler %d: %w", e.name, j, err))
-			return
-		}
-		sending = len(wrs)
-		if p.late {
-			if err := e.repost(ev.recv, rng.IntN(2) == 0, rng); err != nil {
-				e.failed(fmt.Errorf("%s handler %d: PostRecv: %w", e.name, j, err))
-				return
-			}
-		}
-	}
-}
-
 // stressIteration runs one set of connections and reports the requests
-// answered.
-func stressIteration(t *testing.T, rng *rand.Rand) (int64, error) {
+// answered and the queues shared.
+func stressIteration(t *testing.T, rng *rand.Rand) (answered int64, sh *stressSharing, err error) {
 	var logBuf lockedBuffer
 	log := logrus.New()
 	log.SetOutput(&logBuf)
@@ -697,6 +241,11 @@ func stressIteration(t *testing.T, rng *rand.Rand) (int64, error) {
 		errOnce.Do(func() { firstErr = err })
 		cancel()
 	}
+	// Sometimes the server ends share one completion queue, or one shared
+	// receive queue, and the client ends one completion queue: as an
+	// engine with a CQ per CPU and one pool of receives would.
+	sh = &stressSharing{srvCQ: rng.IntN(3) == 0, srvSRQ: rng.IntN(3) == 0, cliCQ: rng.IntN(4) == 0}
+	sh.srv.cq, sh.srv.srq, sh.cli.cq = sh.srvCQ, sh.srvSRQ, sh.cliCQ
 	var ends []*stressEnd
 	var conns []transport.Conn
 	var desc []string
@@ -707,48 +256,107 @@ func stressIteration(t *testing.T, rng *rand.Rand) (int64, error) {
 		for _, e := range ends {
 			e.free()
 		}
+		sh.free()
 	}()
 	seed := rng.Uint64()
-	for k := 0; k < npairs; k++ {
-		depth := depths[rng.IntN(len(depths))]
+	pairDepths := make([]int, npairs)
+	sendMax := stressMax
+	for k := range pairDepths {
+		pairDepths[k] = depths[rng.IntN(len(depths))]
+		sendMax = min(sendMax, stressSlot(pairDepths[k]))
+	}
+	var srvQ, cliQ *stressQueue // the shared queues' reaping, if any
+	for k, depth := range pairDepths {
 		cfg := transport.Config{SendQueueDepth: 5*depth + 8, RecvQueueDepth: 2*depth + 8}
-		cli, srv, err := stressConnect(cp, sp, cfg)
+		lcfg, dcfg := cfg, cfg
+		if sh.srvCQ || sh.srvSRQ {
+			lcfg.Queues = &sh.srv
+		}
+		if sh.cliCQ {
+			dcfg.Queues = &sh.cli
+		}
+		cli, srv, err := stressConnect(cp, sp, dcfg, lcfg)
 		if err != nil {
-			return 0, err
+			return 0, sh, err
 		}
 		conns = append(conns, cli, srv)
 		ms := [2]stressMode{stressMode(rng.IntN(int(numModes))), stressMode(rng.IntN(int(numModes)))}
+		max := stressSlot(depth)
+		if sh.srvSRQ {
+			max = sendMax // one pool: one buffer size for every SEND
+		}
 		for side, c := range []transport.Conn{cli, srv} {
-			e, err := newStressEnd(fmt.Sprintf("pair%d/%s", k, [2]string{"client", "server"}[side]), c, ms[side], depth, seed+uint64(k), side, &progress, failed)
+			e, err := newStressEnd(fmt.Sprintf("pair%d/%s", k, [2]string{"client", "server"}[side]), c, depth, max, seed+uint64(k), side, &progress, failed)
 			if e != nil {
 				ends = append(ends, e)
 			}
 			if err != nil {
-				return 0, err
+				return 0, sh, err
+			}
+			shared := [2]**stressQueue{&cliQ, &srvQ}[side]
+			if c.CQ() == transport.CQ(sh.queues(side).SendCQ) {
+				if *shared == nil {
+					*shared = newStressQueue(c.CQ(), ms[side], &progress, failed)
+				}
+				e.q = *shared
+			} else {
+				e.q = newStressQueue(c.CQ(), ms[side], &progress, failed)
+			}
+			e.q.ends[c] = e
+			if side == 1 && sh.srvSRQ {
+				if sh.pool == nil {
+					n := 0
+					for _, d := range pairDepths {
+						n += 2 * d
+					}
+					if sh.pool, err = newStressPool(c.Domain(), n, sendMax, sh.srv.made.SRQ, nil); err != nil {
+						return 0, sh, err
+					}
+				}
+				e.pool = sh.pool
+			} else {
+				if e.pool, err = newStressPool(c.Domain(), 2*depth, max, nil, c); err != nil {
+					return 0, sh, err
+				}
+				e.ownPool = true
 			}
 		}
 		a, b := ends[len(ends)-2], ends[len(ends)-1]
 		a.peer, b.peer = b, a
-		desc = append(desc, fmt.Sprintf("pair%d depth %d %v/%v", k, depth, ms[0], ms[1]))
+		desc = append(desc, fmt.Sprintf("pair%d depth %d %v/%v", k, depth, a.q.mode, b.q.mode))
 	}
+	desc = append(desc, sh.String())
 	var workers, others sync.WaitGroup
 	var stop atomic.Bool
+	queues := map[*stressQueue]bool{}
 	for _, e := range ends {
-		for r := 0; r < 2*e.depth; r++ {
-			if err := e.c.PostRecv(e.recvWR(r)); err != nil {
-				return 0, err
+		if e.ownPool {
+			for r := 0; r < 2*e.depth; r++ {
+				if err := e.pool.post(r); err != nil {
+					return 0, sh, err
+				}
 			}
 		}
-		if e.mode == reapLead {
-			others.Go(func() { e.background(ctx) })
-		} else {
-			others.Go(func() { e.reaper(ctx) })
-		}
+		queues[e.q] = true
 		for i := 0; i < e.depth; i++ {
 			r1, r2 := rand.New(rand.NewPCG(rng.Uint64(), 1)), rand.New(rand.NewPCG(rng.Uint64(), 2))
 			workers.Go(func() { e.worker(ctx, &stop, i, r1) })
 			others.Go(func() { e.handler(ctx, i, r2) })
 		}
+	}
+	if sh.pool != nil {
+		for r := 0; r < len(sh.pool.region.Bytes())/sh.pool.size; r++ {
+			if err := sh.pool.post(r); err != nil {
+				return 0, sh, err
+			}
+		}
+	}
+	// A reapOne reaper waits with no deadline until its queue closes; the
+	// end context only frees it if a shared queue failed to close.
+	end, endReap := context.WithCancel(context.Background())
+	defer endReap()
+	for q := range queues {
+		others.Go(func() { q.reap(ctx, end) })
 	}
 	done := make(chan struct{})
 	go func() { workers.Wait(); close(done) }()
@@ -780,7 +388,13 @@ wait:
 	for _, c := range conns {
 		_ = c.Close()
 	}
+	// The shared queues close once no connection uses them; a reaper
+	// waiting on one then returns.
+	if err := sh.close(); err != nil && stallErr == nil && firstErr == nil {
+		firstErr = err
+	}
 	<-done
+	endReap()
 	others.Wait()
 	var total int64
 	for _, e := range ends {
@@ -792,7 +406,72 @@ wait:
 	if stallErr != nil {
 		t.Logf("the providers' log:\n%s", logBuf.String())
 	}
-	return total, stallErr
+	return total, sh, stallErr
+}
+
+// stressSharing is an iteration's shared queues.
+type stressSharing struct {
+	srvCQ, srvSRQ, cliCQ bool
+	srv, cli             stressChooser
+	pool                 *stressPool // the receive buffers of the server's SRQ
+}
+
+func (s *stressSharing) String() string {
+	return fmt.Sprintf("shared: server CQ %v, server SRQ %v, client CQ %v", s.srvCQ, s.srvSRQ, s.cliCQ)
+}
+
+func (s *stressSharing) queues(side int) transport.Queues {
+	if side == 0 {
+		return s.cli.made
+	}
+	return s.srv.made
+}
+
+// close closes the shared queues; every connection must be closed.
+func (s *stressSharing) close() error {
+	for _, c := range []*stressChooser{&s.srv, &s.cli} {
+		if q := c.made.SendCQ; q != nil {
+			if err := q.Close(); err != nil {
+				return fmt.Errorf("closing a shared CQ after every connection closed: %w", err)
+			}
+		}
+		if q := c.made.SRQ; q != nil {
+			if err := q.Close(); err != nil {
+				return fmt.Errorf("closing an SRQ after every connection closed: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *stressSharing) free() {
+	if s.pool != nil {
+		_ = s.pool.region.Deregister()
+	}
+}
+
+// stressChooser makes one side's shared queues on first use.
+type stressChooser struct {
+	cq, srq bool
+	mu      sync.Mutex
+	made    transport.Queues
+}
+
+func (c *stressChooser) ChooseQueues(d transport.Domain) (transport.Queues, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	if c.cq && c.made.SendCQ == nil {
+		if c.made.SendCQ, err = d.CreateCQ(0); err != nil {
+			return c.made, err
+		}
+	}
+	if c.srq && c.made.SRQ == nil {
+		if c.made.SRQ, err = d.CreateSRQ(transport.SRQConfig{}); err != nil {
+			return c.made, err
+		}
+	}
+	return c.made, nil
 }
 
 // lockedBuffer collects a log written from many goroutines.
@@ -814,8 +493,8 @@ func (l *lockedBuffer) String() string {
 }
 
 // stressConnect connects a client of cp to a fresh listener of sp.
-func stressConnect(cp, sp *Provider, cfg transport.Config) (cli, srv transport.Conn, err error) {
-	ln, err := sp.Listen("127.0.0.1:0", cfg)
+func stressConnect(cp, sp *Provider, dcfg, lcfg transport.Config) (cli, srv transport.Conn, err error) {
+	ln, err := sp.Listen("127.0.0.1:0", lcfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -827,7 +506,7 @@ func stressConnect(cp, sp *Provider, cfg transport.Config) (cli, srv transport.C
 		c, _ := ln.Accept(ctx)
 		ch <- c
 	}()
-	if cli, err = cp.Dial(ctx, ln.Addr(), cfg); err != nil {
+	if cli, err = cp.Dial(ctx, ln.Addr(), dcfg); err != nil {
 		<-ch
 		return nil, nil, err
 	}
@@ -844,7 +523,7 @@ func stressDump(ends []*stressEnd) string {
 	var b strings.Builder
 	for _, e := range ends {
 		fmt.Fprintf(&b, "%s (%v, depth %d): %d answered, %d workers waiting, role %v, owed %d\n  %s\n",
-			e.name, e.mode, e.depth, e.answered.Load(), e.waiting.Load(), e.role.Load(), e.owed.Load(), e.c.(*conn).debugState())
+			e.name, e.q.mode, e.depth, e.answered.Load(), e.waiting.Load(), e.q.role.Load(), e.q.owed.Load(), e.c.(*conn).debugState())
 	}
 	buf := make([]byte, 4<<20)
 	b.Write(buf[:runtime.Stack(buf, true)])
