@@ -127,7 +127,7 @@ type conn struct {
 	bgWake      chan struct{} // wakes the reader goroutine from yieldRead (one slot)
 	lastAppRead atomic.Int64  // unix ns an application goroutine last read
 	intr        readIntr
-	stepHook    func() // tests: runs after each step of an application goroutine's turn
+	hooks       atomic.Pointer[testHooks] // nil except in tests that force an interleaving
 	rd          frameReader
 	ackUrgent   bool // reader-owned: an ACK is owed that should not wait
 	owedBytes   int  // reader-owned: payload placed since the reader last acknowledged
@@ -515,6 +515,14 @@ func (c *conn) ackTimeout() {
 
 func (c *conn) tripReset() {
 	c.fail(failure{why: "fault injected: reset", reset: true})
+}
+
+// testHooks let a test force an interleaving of the read side; every one
+// may be nil.
+type testHooks struct {
+	afterStep   func() // an application goroutine's turn, after each step
+	beforeTurn  func() // CQ.Wait, before it tries to take the socket
+	afterUnlock func() // the reader goroutine, after a step, the socket released
 }
 
 // debugState describes the connection's queues and owners for a stalled

@@ -38,6 +38,13 @@ import (
 // left behind failed the next non-blocking read with a timeout and killed
 // the connection. TestStress reproduces both against the first version of
 // this file.
+//
+// And a turn starts only on an empty queue: between the waiter finding its
+// CQ empty and taking the socket, the reader goroutine may have delivered
+// a completion and let go of the socket (under load it can be preempted
+// right there); a waiter that then read would block with the completion
+// queued (TestWaitSeesWhatTheReaderPushed; seen once in test/load as a
+// healthy connection waiting 30 s for an answer in its own CQ).
 
 // readYield is how long the reader goroutine leaves the socket to the
 // application after handing it a completion.
@@ -64,6 +71,9 @@ func (c *conn) readLoop() {
 		c.rdMu.Unlock()
 		if r == stepDone {
 			break
+		}
+		if h := c.hooks.Load(); h != nil && h.afterUnlock != nil {
+			h.afterUnlock()
 		}
 		if c.own != nil && c.own.read != nil && c.own.wokeWaiter.Load() {
 			c.yieldRead(&yield)
@@ -105,6 +115,9 @@ func (c *conn) yieldRead(t **time.Timer) {
 // or a request needs the reader goroutine. It reports whether it read;
 // false means the caller sleeps.
 func (c *conn) appRead(ctx context.Context) bool {
+	if h := c.hooks.Load(); h != nil && h.beforeTurn != nil {
+		h.beforeTurn()
+	}
 	if !c.rdMu.TryLock() {
 		return false
 	}
@@ -113,6 +126,15 @@ func (c *conn) appRead(ctx context.Context) bool {
 		signal(c.bgWake)
 		return false
 	}
+	if c.own.ready() {
+		// The reader goroutine delivered a completion after the caller
+		// found the queue empty and let go of the socket before we took
+		// it. Completions are pushed only by whoever holds the socket,
+		// so from here on none can come unseen: the check is needed
+		// once, before the first read, and after each step.
+		c.rdMu.Unlock()
+		return true
+	}
 	turn := c.intr.begin()
 	var stop func() bool
 	if ctx.Done() != nil {
@@ -120,8 +142,8 @@ func (c *conn) appRead(ctx context.Context) bool {
 	}
 	for {
 		r := c.step(true)
-		if c.stepHook != nil {
-			c.stepHook()
+		if h := c.hooks.Load(); h != nil && h.afterStep != nil {
+			h.afterStep()
 		}
 		if r == stepHandoff {
 			signal(c.bgWake)
