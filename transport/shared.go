@@ -9,6 +9,22 @@ import "errors"
 // connection. The shapes are verbs': ibv_create_cq and ibv_create_srq on a
 // device, the queue pair created naming its send CQ, receive CQ and SRQ.
 
+// QueueDomain is a protection domain that also makes queues several
+// connections may share. Both providers' domains are QueueDomains (a
+// Domain of theirs can be asserted to one); the interface stands apart from
+// Domain so that a Domain wrapper or test double needs only Alloc.
+type QueueDomain interface {
+	Domain
+	// CreateCQ creates a completion queue several connections of this
+	// domain may share (ibv_create_cq), named by Config.Queues. depth is
+	// the most completions it must hold unreaped; 0 means 4096.
+	CreateCQ(depth int) (SharedCQ, error)
+	// CreateSRQ creates a receive queue several connections of this
+	// domain may take their receives from (ibv_create_srq), named by
+	// Config.Queues.
+	CreateSRQ(cfg SRQConfig) (SRQ, error)
+}
+
 // Queues names the shared queues a connection uses (ibv_qp_init_attr's
 // send_cq, recv_cq and srq). Each must come from the connection's Domain.
 type Queues struct {
@@ -32,10 +48,10 @@ type Queues struct {
 // error refuses the connection. Calls may come from several goroutines
 // at once. Implement it on a pointer type: Config stays comparable.
 type QueueChooser interface {
-	ChooseQueues(d Domain) (Queues, error)
+	ChooseQueues(d QueueDomain) (Queues, error)
 }
 
-// SharedCQ is a completion queue made by Domain.CreateCQ. Completions of
+// SharedCQ is a completion queue made by QueueDomain.CreateCQ. Completions of
 // one connection keep their order per queue (send or receive); those of
 // different connections interleave, and Completion.Conn tells them apart.
 // When a connection using it closes or fails, its flushed work requests
@@ -54,7 +70,7 @@ type SRQConfig struct {
 	Depth int
 }
 
-// SRQ is a shared receive queue made by Domain.CreateSRQ: one pool of
+// SRQ is a shared receive queue made by QueueDomain.CreateSRQ: one pool of
 // posted receive buffers from which every connection using it takes the
 // next one, in posting order, for each SEND or RDMA WRITE WITH IMMEDIATE
 // it receives. The completion goes to that connection's receive CQ and

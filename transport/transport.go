@@ -57,14 +57,6 @@ type Domain interface {
 	// Alloc allocates n bytes of memory owned by the provider and registers
 	// them. Providers may round n up; Bytes has length n.
 	Alloc(n int, access Access) (Region, error)
-	// CreateCQ creates a completion queue several connections of this
-	// domain may share (ibv_create_cq), named by Config.Queues. depth is
-	// the most completions it must hold unreaped; 0 means 4096.
-	CreateCQ(depth int) (SharedCQ, error)
-	// CreateSRQ creates a receive queue several connections of this
-	// domain may take their receives from (ibv_create_srq), named by
-	// Config.Queues.
-	CreateSRQ(cfg SRQConfig) (SRQ, error)
 }
 
 // Segment is a piece of a registered region: one scatter/gather entry.

@@ -30,11 +30,11 @@ type chooser struct {
 	what     int
 	srqDepth int
 	mu       sync.Mutex
-	made     map[transport.Domain]transport.Queues
+	made     map[transport.QueueDomain]transport.Queues
 }
 
 func newChooser(t *testing.T, what int) *chooser {
-	c := &chooser{what: what, srqDepth: 64, made: map[transport.Domain]transport.Queues{}}
+	c := &chooser{what: what, srqDepth: 64, made: map[transport.QueueDomain]transport.Queues{}}
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -52,7 +52,7 @@ func newChooser(t *testing.T, what int) *chooser {
 	return c
 }
 
-func (c *chooser) ChooseQueues(d transport.Domain) (transport.Queues, error) {
+func (c *chooser) ChooseQueues(d transport.QueueDomain) (transport.Queues, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if q, ok := c.made[d]; ok {

@@ -11,7 +11,7 @@ import (
 )
 
 // cq is a completion queue: a connection's own, or one made by
-// Domain.CreateCQ that several connections share. Only a connection's
+// QueueDomain.CreateCQ that several connections share. Only a connection's
 // receive engine and, at the end, its final flush push its completions, so
 // each connection's keep the order in which they were generated.
 //

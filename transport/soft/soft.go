@@ -222,7 +222,7 @@ func (p *Provider) chooseQueues(cfg transport.Config) (queues, error) {
 		}
 		c, ok := q.(*cq)
 		if !ok || c.pd != p.pd || c.owner != nil {
-			return nil, fmt.Errorf("%s is not a completion queue made by this provider's Domain.CreateCQ", what)
+			return nil, fmt.Errorf("%s is not a completion queue made by this provider's QueueDomain.CreateCQ", what)
 		}
 		return c, nil
 	}
@@ -238,7 +238,7 @@ func (p *Provider) chooseQueues(cfg transport.Config) (queues, error) {
 	if tq.SRQ != nil {
 		s, ok := tq.SRQ.(*srq)
 		if !ok || s.pd != p.pd {
-			return queues{}, errors.New("Queues.SRQ is not a shared receive queue made by this provider's Domain.CreateSRQ")
+			return queues{}, errors.New("Queues.SRQ is not a shared receive queue made by this provider's QueueDomain.CreateSRQ")
 		}
 		qs.srq = s
 	}

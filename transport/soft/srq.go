@@ -8,7 +8,7 @@ import (
 	"github.com/lwiofs/lwiofs/transport"
 )
 
-// srq is a shared receive queue (Domain.CreateSRQ): one ring of posted
+// srq is a shared receive queue (QueueDomain.CreateSRQ): one ring of posted
 // receives that the receive engines of every connection using it take
 // from, in posting order. A SEND that finds it empty waits, in its
 // connection's reader goroutine, for PostRecv (receiver-not-ready), as on

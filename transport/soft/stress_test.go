@@ -457,7 +457,7 @@ type stressChooser struct {
 	made    transport.Queues
 }
 
-func (c *stressChooser) ChooseQueues(d transport.Domain) (transport.Queues, error) {
+func (c *stressChooser) ChooseQueues(d transport.QueueDomain) (transport.Queues, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var err error

@@ -14,7 +14,7 @@ import (
 
 // The stress test's completion queues and receive buffers: an end's own,
 // or shared by the ends of several connections (a completion queue made by
-// Domain.CreateCQ, a shared receive queue), as an engine running one CQ per
+// QueueDomain.CreateCQ, a shared receive queue), as an engine running one CQ per
 // CPU and one pool of receives would.
 
 // Work request IDs: the kind in the top byte, the slot below.

@@ -228,7 +228,7 @@ func (c *conn) chooseQueues() error {
 		}
 		v, ok := q.(*cq)
 		if !ok || !v.shared || v.dom != c.dom {
-			return nil, fmt.Errorf("verbs: %s is not a completion queue made by Domain.CreateCQ of device %s", what, c.dom.dev)
+			return nil, fmt.Errorf("verbs: %s is not a completion queue made by QueueDomain.CreateCQ of device %s", what, c.dom.dev)
 		}
 		return v, nil
 	}
@@ -244,7 +244,7 @@ func (c *conn) chooseQueues() error {
 	if tq.SRQ != nil {
 		v, ok := tq.SRQ.(*srq)
 		if !ok || v.dom != c.dom {
-			return fmt.Errorf("verbs: Queues.SRQ is not a shared receive queue made by Domain.CreateSRQ of device %s", c.dom.dev)
+			return fmt.Errorf("verbs: Queues.SRQ is not a shared receive queue made by QueueDomain.CreateSRQ of device %s", c.dom.dev)
 		}
 		c.srq = v
 	}

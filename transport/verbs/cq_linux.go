@@ -23,7 +23,7 @@ import (
 )
 
 // cq is a completion queue and its completion channel: a connection's own,
-// or one made by Domain.CreateCQ that several connections share. A
+// or one made by QueueDomain.CreateCQ that several connections share. A
 // goroutine waits on the channel through Go's poller, re-arms the CQ and
 // signals notify; Wait polls, then sleeps on notify. Because the CQ is
 // re-armed before notify is signalled and Wait polls after taking the

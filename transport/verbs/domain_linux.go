@@ -35,7 +35,7 @@ type domain struct {
 	eventsDone chan struct{}
 }
 
-var _ transport.Domain = (*domain)(nil)
+var _ transport.QueueDomain = (*domain)(nil)
 
 // Alloc maps n bytes (rounded up to whole pages) outside the Go heap and
 // registers them with ibv_reg_mr.

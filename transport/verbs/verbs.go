@@ -6,8 +6,8 @@
 // channel per listener and per connection; a connection is an RC queue pair
 // whose send and receive queues share one completion queue with a
 // completion channel, or report to completion queues several connections
-// share and take receives from a shared receive queue (Domain.CreateCQ,
-// Domain.CreateSRQ, Config.Queues). Each device context gets one protection
+// share and take receives from a shared receive queue (QueueDomain.CreateCQ,
+// QueueDomain.CreateSRQ, Config.Queues). Each device context gets one protection
 // domain, the transport.Domain of every connection on that device;
 // Domain.Alloc registers (ibv_reg_mr) page-aligned memory mapped by the
 // provider, never Go heap. Post and PostRecv turn a batch into one chain of work requests
