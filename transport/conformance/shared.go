@@ -358,17 +358,32 @@ func srqShared(t *testing.T, e *Env) {
 }
 
 func srqReceiverNotReady(t *testing.T, e *Env) {
-	srvQ := newChooser(t, shareCQ|shareSRQ)
-	clis, srvs := e.sharedPairs(t, 2, nil, srvQ)
-	q := srvQ.queues(t)
-	rbuf := alloc(t, srvs[0], 8*64, transport.AccessLocal, 0)
-	src := alloc(t, clis[0], 64, transport.AccessLocal, 1)
+	var clis, srvs []transport.Conn
+	var q transport.Queues
+	var rbuf transport.Region
+	var src transport.Region
 	// A SEND that finds the SRQ empty waits for a receive posted in time.
-	if err := clis[0].Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{{Region: src, Length: 16}}}); err != nil {
-		t.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		srvQ := newChooser(t, shareCQ|shareSRQ)
+		clis, srvs = e.sharedPairs(t, 2, nil, srvQ)
+		q = srvQ.queues(t)
+		rbuf = alloc(t, srvs[0], 8*64, transport.AccessLocal, 0)
+		src = alloc(t, clis[0], 64, transport.AccessLocal, 1)
+		start := time.Now()
+		if err := clis[0].Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{{Region: src, Length: 16}}}); err != nil {
+			t.Fatal(err)
+		}
+		wr := transport.RecvWR{ID: 0, Buf: transport.Segment{Region: rbuf, Length: 64}}
+		inTime, err := e.postInTime(start, func() error { return q.SRQ.PostRecv(wr) })
+		if !inTime {
+			e.lateAttempt(t, attempt, start)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
 	}
-	time.Sleep(e.RNRTimeout / 4)
-	srqPost(t, q.SRQ, rbuf, 0, 1)
 	want(t, "send that waited", e.collectWithin(t, clis[0], 1, e.RNRTimeout+e.Timeout)[0], 1, transport.OpSend, transport.StatusSuccess)
 	if c := e.collectQ(t, q.SendCQ, 1)[0]; c.Conn != srvs[0] || c.ID != 0 || c.Status != transport.StatusSuccess {
 		t.Errorf("receive after the wait: %+v", c)
