@@ -135,6 +135,25 @@ func (e *Env) collectQ(t *testing.T, q transport.CQ, n int) []transport.Completi
 	return got
 }
 
+// closeWithSend posts wr, a SEND its peer has no receive for (so it stays
+// outstanding), closes c, and checks that the SEND is flushed on q, the
+// shared CQ of c's sends, naming c.
+func (e *Env) closeWithSend(t *testing.T, c transport.Conn, q transport.CQ, wr transport.SendWR) {
+	t.Helper()
+	if err := c.Post(wr); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.collectQ(t, q, 1)[0]
+	want(t, "the closed connection's outstanding send", got, wr.ID, transport.OpSend, transport.StatusFlushed)
+	if got.Conn != c {
+		t.Errorf("the flushed send names %v, not the closed connection", got.Conn)
+	}
+}
+
 // byConn splits completions by the connection they name, in arrival order;
 // one naming none of conns is an error.
 func byConn(t *testing.T, what string, cs []transport.Completion, conns []transport.Conn) [][]transport.Completion {
@@ -249,19 +268,8 @@ func sharedCQ(t *testing.T, e *Env) {
 	if err := clis[0].PostRecv(transport.RecvWR{ID: 999, Buf: transport.Whole(crecv)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := clis[0].Post(transport.SendWR{ID: 998, Op: transport.OpSend, SGL: []transport.Segment{{Region: srcs[0], Length: 8}}}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(10 * time.Millisecond)
-	if err := clis[0].Close(); err != nil {
-		t.Fatal(err)
-	}
-	c := e.collectQ(t, cq.SendCQ, 1)[0]
-	want(t, "closed connection's outstanding send", c, 998, transport.OpSend, transport.StatusFlushed)
-	if c.Conn != clis[0] {
-		t.Error("the flushed send does not name the closed connection")
-	}
-	c = e.collectQ(t, cq.RecvCQ, 1)[0]
+	e.closeWithSend(t, clis[0], cq.SendCQ, transport.SendWR{ID: 998, Op: transport.OpSend, SGL: []transport.Segment{{Region: srcs[0], Length: 8}}})
+	c := e.collectQ(t, cq.RecvCQ, 1)[0]
 	want(t, "closed connection's posted receive", c, 999, transport.OpRecv, transport.StatusFlushed)
 	if c.Conn != clis[0] {
 		t.Error("the flushed receive does not name the closed connection")
@@ -487,18 +495,7 @@ func sharedCloseFlush(t *testing.T, e *Env) {
 	// Server connection 0 has a SEND outstanding (its client posted no
 	// receive) when it closes: it is flushed on the shared CQ, naming it.
 	src := alloc(t, srvs[0], 64, transport.AccessLocal, 1)
-	if err := srvs[0].Post(transport.SendWR{ID: 7, Op: transport.OpSend, SGL: []transport.Segment{{Region: src, Length: 8}}}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(10 * time.Millisecond)
-	if err := srvs[0].Close(); err != nil {
-		t.Fatal(err)
-	}
-	c := e.collectQ(t, q.SendCQ, 1)[0]
-	want(t, "outstanding send of the closed connection", c, 7, transport.OpSend, transport.StatusFlushed)
-	if c.Conn != srvs[0] {
-		t.Errorf("the flushed send names %v, not the closed connection", c.Conn)
-	}
+	e.closeWithSend(t, srvs[0], q.SendCQ, transport.SendWR{ID: 7, Op: transport.OpSend, SGL: []transport.Segment{{Region: src, Length: 8}}})
 	// The SRQ's receives were not flushed: the other connection gets the
 	// first one posted.
 	csrc := alloc(t, clis[1], 64, transport.AccessLocal, 2)
@@ -506,7 +503,7 @@ func sharedCloseFlush(t *testing.T, e *Env) {
 		t.Fatal(err)
 	}
 	want(t, "send on the other connection", e.collect(t, clis[1], 1)[0], 8, transport.OpSend, transport.StatusSuccess)
-	c = e.collectQ(t, q.SendCQ, 1)[0]
+	c := e.collectQ(t, q.SendCQ, 1)[0]
 	want(t, "receive on the other connection", c, 0, transport.OpRecv, transport.StatusSuccess)
 	if c.Conn != srvs[1] || c.Len != 12 {
 		t.Errorf("receive names %v with Len %d, want the open connection and 12", c.Conn, c.Len)

@@ -93,25 +93,10 @@ func newCQ(d *domain, depth int, shared bool) (*cq, error) {
 
 func (q *cq) run() {
 	defer close(q.evDone)
-	rc, err := q.f.SyscallConn()
-	if err != nil {
-		return
-	}
-	for {
-		var r C.int
-		err := rc.Read(func(uintptr) bool {
-			r = C.lwv_get_cq_event(q.cc)
-			return r != -C.EAGAIN
-		})
-		if err != nil || r < 0 {
-			return
-		}
+	onReadable(q.f, func() C.int { return C.lwv_get_cq_event(q.cc) }, func() {
 		C.lwv_req_notify(q.cq)
-		select {
-		case q.notify <- struct{}{}:
-		default:
-		}
-	}
+		q.wake()
+	})
 }
 
 // register makes the queue pair qpn's completions convertible here.

@@ -224,21 +224,31 @@ func newEventChannel() (*eventChannel, error) {
 // run delivers events to handle until stop.
 func (e *eventChannel) run(handle func(cmEvent)) {
 	defer close(e.done)
-	rc, err := e.f.SyscallConn()
+	var ev C.struct_lwv_cm_event
+	onReadable(e.f, func() C.int { return C.lwv_get_cm_event(e.ch, &ev) }, func() {
+		handle(cmEvent{id: ev.id, kind: ev.event, status: int(ev.status)})
+	})
+}
+
+// onReadable takes, each time f's non-blocking descriptor has something
+// (Go's poller waits for it, no OS thread waits in C), one item with get,
+// which returns -EAGAIN when nothing is pending, and passes it to use;
+// it returns when f is closed or get fails.
+func onReadable(f *os.File, get func() C.int, use func()) {
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return
 	}
 	for {
-		var ev C.struct_lwv_cm_event
 		var r C.int
 		err := rc.Read(func(uintptr) bool {
-			r = C.lwv_get_cm_event(e.ch, &ev)
+			r = get()
 			return r != -C.EAGAIN
 		})
 		if err != nil || r < 0 {
 			return
 		}
-		handle(cmEvent{id: ev.id, kind: ev.event, status: int(ev.status)})
+		use()
 	}
 }
 

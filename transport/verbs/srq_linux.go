@@ -210,21 +210,8 @@ func (d *domain) startEvents() error {
 
 func (d *domain) readEvents() {
 	defer close(d.eventsDone)
-	rc, err := d.events.SyscallConn()
-	if err != nil {
-		return
-	}
-	for {
-		var ev C.struct_lwv_async_event
-		var r C.int
-		err := rc.Read(func(uintptr) bool {
-			r = C.lwv_get_async_event(d.ctx, &ev)
-			return r != -C.EAGAIN
-		})
-		if err != nil || r < 0 {
-			return
-		}
-		name := C.GoString(C.lwv_event_type_str(ev._type))
+	var ev C.struct_lwv_async_event
+	onReadable(d.events, func() C.int { return C.lwv_get_async_event(d.ctx, &ev) }, func() {
 		if ev._type == C.IBV_EVENT_SRQ_LIMIT_REACHED {
 			d.mu.Lock()
 			s := d.srqs[ev.srq]
@@ -235,10 +222,10 @@ func (d *domain) readEvents() {
 				default:
 				}
 			}
-			continue
+			return
 		}
-		d.p.log.WithField("event", name).WithField("device", d.dev).Debug("asynchronous event")
-	}
+		d.p.log.WithField("event", C.GoString(C.lwv_event_type_str(ev._type))).WithField("device", d.dev).Debug("asynchronous event")
+	})
 }
 
 // stopEvents ends readEvents (Provider.Close).
