@@ -52,6 +52,7 @@ type Share struct {
 	root  *root
 	users map[string]bool // lower-cased; nil = everyone
 	umask uint32          // the process umask at Open
+	idKey []byte          // seals FileIDs (durable_linux.go); nil: none issued
 }
 
 // Open opens the share's root. noOpenat2 forces the walking resolver (for
