@@ -86,8 +86,14 @@ const (
 	CmdPipeOpen       Command = 26 // opens a named pipe (\PIPE\LWIO)
 	CmdPipeTransact   Command = 27 // one request/response on a pipe handle
 	CmdEcho           Command = 28 // keepalive; an empty body both ways
+	CmdLock           Command = 29 // byte-range or flock lock/unlock on a Handle, waiting or not (lock.go)
+	CmdUnlock         Command = 30 // every lock of one owner on a Handle's file
+	CmdGetLk          Command = 31 // the first lock that would conflict (F_GETLK)
+	CmdCancel         Command = 32 // cancels a pending request by MessageID (SMB2 CANCEL)
+	// 33–35 are reserved (leases).
+	CmdReopen Command = 36 // reclaims a durable handle, or re-opens a file by identity (durable.go)
 
-	cmdLimit = 29
+	cmdLimit = 37
 )
 
 var commandNames = [cmdLimit]string{
@@ -99,6 +105,7 @@ var commandNames = [cmdLimit]string{
 	CmdStatFS: "STATFS", CmdFsync: "FSYNC", CmdGetXattr: "GETXATTR", CmdSetXattr: "SETXATTR",
 	CmdListXattr: "LISTXATTR", CmdRemoveXattr: "REMOVEXATTR", CmdIoctl: "IOCTL",
 	CmdPipeOpen: "PIPE_OPEN", CmdPipeTransact: "PIPE_TRANSACT", CmdEcho: "ECHO",
+	CmdLock: "LOCK", CmdUnlock: "UNLOCK", CmdGetLk: "GETLK", CmdCancel: "CANCEL", CmdReopen: "REOPEN",
 }
 
 // String returns the command's name, e.g. "READDIR".

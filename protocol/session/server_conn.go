@@ -159,6 +159,7 @@ func (c *serverConn) readLoop() error {
 			continue
 		}
 		if f.Command == CmdLogoff {
+			ss.loggedOff.Store(true)
 			c.respond(f.Header, protocol.StatusSuccess, nil)
 			c.setState(stateClosed)
 			return nil
@@ -197,7 +198,8 @@ func inlineCommand(cmd Command) bool {
 	switch cmd {
 	case CmdGetAttr, CmdSetAttr, CmdMkdir, CmdRmdir, CmdOpen, CmdClose, CmdUnlink, CmdRename,
 		CmdSymlink, CmdReadlink, CmdLink, CmdGetXattr, CmdSetXattr, CmdListXattr, CmdRemoveXattr,
-		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS:
+		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS,
+		CmdLock, CmdUnlock, CmdGetLk, CmdCancel, CmdReopen:
 		return true
 	}
 	return false
@@ -246,8 +248,11 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		key:     res.SessionKey,
 		macs:    newMACs(res.SessionKey),
 		user:    strings.ToLower(res.User),
+		conn:    c,
 		trees:   map[uint32]*share.Tree{},
 		handles: map[Handle]*openFile{},
+		locks:   share.NewLockSpace(c.s.lockTab),
+		waits:   map[uint64]*share.Waiter{},
 	}
 	c.s.registerSession(ss)
 	c.log = c.log.WithFields(logrus.Fields{"session": ss.id, "user": res.User})
