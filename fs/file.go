@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -21,9 +22,9 @@ import (
 const releaseTimeout = 30 * time.Second
 
 // sessionOpenFlags are the open(2) flags passed on to the server. O_APPEND
-// is left out on purpose: the kernel already turns appends into writes at
-// the end of the file, and a server file opened O_APPEND refuses positional
-// writes. O_DIRECT is the client's business (the kernel page cache here),
+// is left out on purpose: each O_APPEND write asks the server to append
+// (append.go), and a server file opened O_APPEND would append positional
+// writes too (a shared mapping's writeback through that handle). O_DIRECT is the client's business (the kernel page cache here),
 // not the server disk's.
 const sessionOpenFlags = syscall.O_ACCMODE | syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC |
 	syscall.O_NOFOLLOW | syscall.O_SYNC | syscall.O_DSYNC
@@ -86,6 +87,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
+	n.fs.open.opened(n)
 	return &fileHandle{node: n, h: h, flags: flags,
 		log: n.fs.log.WithFields(logrus.Fields{"path": p, "handle": uint64(h)})}
 }
@@ -121,7 +123,11 @@ func (f *fileHandle) dataFile(ctx context.Context) (DataFile, error) {
 // dropped (no FOPEN_KEEP_CACHE) and the cached attributes too, so the new
 // size is fetched before a read trusts the old one.
 func (n *Node) openFlags(fresh session.Attr, flags int) uint32 {
-	if n.keepCache(fresh) {
+	keep := n.keepCache(fresh)
+	if flags&syscall.O_APPEND != 0 {
+		return appendDirect // append.go
+	}
+	if keep {
 		return fuse.FOPEN_KEEP_CACHE
 	}
 	// Attributes only (offset < 0): safe from inside OPEN, as it takes no
@@ -199,6 +205,9 @@ func (f *fileHandle) inlineWrite(n int) (HandleIO, bool) {
 }
 
 func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, syscall.Errno) {
+	if f.node.fs.appending(ctx) {
+		return f.append(ctx, buf, off)
+	}
 	f.dirty()
 	defer f.dirty() // and attributes fetched during the write predate it
 	if hio, ok := f.inlineWrite(len(buf)); ok {
@@ -228,6 +237,9 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, 
 }
 
 func (f *fileHandle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
+	if len(data) > 1 && f.node.fs.appending(ctx) {
+		return f.append(ctx, bytes.Join(data, nil), off) // one append, whole
+	}
 	var total int
 	for _, b := range data {
 		n, errno := f.Write(ctx, b, off+int64(total))
@@ -316,8 +328,9 @@ func (f *fileHandle) cancel() {
 
 // Flush is close(2). Writes are write-through (each WRITE completes on the
 // server before the kernel is answered), so there is nothing to push: the
-// file is consistent on the server for the next open anywhere.
-func (f *fileHandle) Flush(ctx context.Context) syscall.Errno { return 0 }
+// file is consistent on the server for the next open anywhere. The closing
+// process's locks on the file go (lock.go).
+func (f *fileHandle) Flush(ctx context.Context) syscall.Errno { return f.releaseLocks(ctx) }
 
 // Release is the last close: LWIO CLOSE of the Fid, then the session
 // handle. The caller's context is already gone, so both get their own.
@@ -325,6 +338,7 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 	if f.released.Swap(true) {
 		return 0
 	}
+	defer f.node.fs.open.closed(f.node)
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	f.attachMu.Lock() // no attach after this

@@ -67,3 +67,7 @@ func (ss *serverSession) cancelWaits() {
 		w.Cancel()
 	}
 }
+
+// LockWaits is how many LOCK requests wait on the server now, over every
+// session.
+func (s *Server) LockWaits() int { return s.lockTab.Waiting() }

@@ -254,7 +254,10 @@ var errStale = ntstatus.FileInvalid
 func (t *Tree) Reopen(fileID []byte, p string, flags int) (*OpenFile, Attr, error) {
 	want, ok := t.sh.openFileID(fileID)
 	if !ok {
-		return nil, Attr{}, protocol.StatusAccessDenied
+		// Forged, of another share, or sealed with a key this server
+		// no longer has (its state directory was lost): either way no
+		// file can be shown to be the one the client had open.
+		return nil, Attr{}, errStale
 	}
 	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC
 	f, a, err := t.openSame(p, flags, &want)

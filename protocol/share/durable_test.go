@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/lwiofs/lwiofs/protocol"
 )
 
 // TestIdentityKey: the key is made once, private, and kept; a damaged one
@@ -139,18 +137,15 @@ func TestReopenConfined(t *testing.T) {
 
 	forged := append([]byte(nil), id...)
 	forged[len(forged)-1] ^= 1
-	if _, _, err := e.tr.Reopen(forged, "f", os.O_RDONLY); err != protocol.StatusAccessDenied {
-		t.Errorf("forged FileID: %v, want ACCESS_DENIED", err)
-	}
-	if _, _, err := e.tr.Reopen(id[:len(id)-1], "f", os.O_RDONLY); err != protocol.StatusAccessDenied {
-		t.Errorf("truncated FileID: %v, want ACCESS_DENIED", err)
-	}
+	_, _, err := e.tr.Reopen(forged, "f", os.O_RDONLY)
+	wantErrno(t, "forged FileID", err, syscall.ESTALE)
+	_, _, err = e.tr.Reopen(id[:len(id)-1], "f", os.O_RDONLY)
+	wantErrno(t, "truncated FileID", err, syscall.ESTALE)
 	// The same directory served as another share: its ids are not this one's.
 	other := connect(t, Config{Name: "other", Path: e.share}, false)
 	other.sh.SetIdentityKey(bytes.Repeat([]byte{7}, IdentityKeySize))
-	if _, _, err := other.Reopen(id, "f", os.O_RDONLY); err != protocol.StatusAccessDenied {
-		t.Errorf("another share's FileID: %v, want ACCESS_DENIED", err)
-	}
+	_, _, err = other.Reopen(id, "f", os.O_RDONLY)
+	wantErrno(t, "another share's FileID", err, syscall.ESTALE)
 
 	// A correctly sealed id of a file outside the share.
 	secret, err := os.Open(filepath.Join(e.outside, "secret"))
@@ -201,7 +196,6 @@ func TestFileIDNeedsKey(t *testing.T) {
 	if id := f.FileID(); id != nil {
 		t.Errorf("FileID without a key = %x", id)
 	}
-	if _, _, err := e.tr.Reopen([]byte("anything at all, long enough"), "f", os.O_RDONLY); err != protocol.StatusAccessDenied {
-		t.Errorf("Reopen without a key: %v, want ACCESS_DENIED", err)
-	}
+	_, _, err = e.tr.Reopen([]byte("anything at all, long enough"), "f", os.O_RDONLY)
+	wantErrno(t, "Reopen without a key", err, syscall.ESTALE)
 }
