@@ -303,7 +303,9 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 	var lastOut string
 	for attempt := 0; attempt < 3; attempt++ {
 		s := &Server{Addr: freeAddr(t), Soft: freeAddr(t), Shares: cfg.Shares}
-		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser}
+		// A state directory of its own (kept across crashAndRestart: the
+		// same arguments), not the host's /var/lib/lwio.
+		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser, "-state-dir", filepath.Join(t.TempDir(), "state")}
 		for name, path := range cfg.Shares {
 			args = append(args, "-share", name+"="+path)
 		}
