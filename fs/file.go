@@ -65,7 +65,15 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	g := n.dropAttr()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
 	if err != nil {
-		return nil, 0, n.errno("open", p, err)
+		if errno := n.errno("open", p, err); errno != syscall.ENOENT {
+			return nil, 0, errno
+		}
+		// The kernel had the name cached; another client has removed it
+		// since. ESTALE makes the VFS look it up afresh and retry once
+		// (LOOKUP_REVAL), as for NFS: an O_CREAT open then creates the
+		// file instead of failing (sqlite's journal, made and removed by
+		// every transaction on another mount).
+		return nil, 0, syscall.ESTALE
 	}
 	n.rememberAt(g, a)
 	return n.newHandle(p, h, int(flags)), n.openFlags(a, int(flags)), 0

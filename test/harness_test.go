@@ -355,10 +355,26 @@ func (s *Server) crashAndRestart(t testing.TB) {
 	t.Helper()
 	_ = s.p.cmd.Process.Kill()
 	<-s.p.done
+	s.restart(t)
+}
+
+// restart starts the server again, with the same arguments, after it died.
+func (s *Server) restart(t testing.TB) {
+	t.Helper()
 	s.p = startProc(t, "lwio-server (restarted)", []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, s.args...)
 	if !waitListening(s.Addr, s.p) {
 		t.Fatalf("the restarted lwio-server is not listening on %s:\n%s", s.Addr, s.p.out)
 	}
+}
+
+// kill ends the mount's process with SIGKILL — its session dies with no
+// goodbye — and detaches the dead mount.
+func (m *Mount) kill(t testing.TB) {
+	t.Helper()
+	m.killed = true
+	_ = m.p.cmd.Process.Kill()
+	<-m.p.done
+	forceUnmount(m.Dir)
 }
 
 // URL is the //host:port/share argument of lwio-mount.
@@ -369,6 +385,7 @@ type Mount struct {
 	Dir     string // the mountpoint
 	Backing string // the same directory on local disk
 	p       *proc
+	killed  bool // kill made its process die; the cleanup only unmounts
 }
 
 // MountConfig is what a test asks of lwio-mount.
@@ -377,6 +394,7 @@ type MountConfig struct {
 	Completion string // interrupt or polling; default interrupt
 	Options    []string
 	Password   string // default testPassword
+	Addr       string // the session address to mount from; default the server's
 }
 
 // mountShare runs lwio-mount in the foreground until the test ends.
@@ -393,8 +411,12 @@ func mountShare(t testing.TB, s *Server, cfg MountConfig) *Mount {
 	}
 	mnt := t.TempDir()
 	opts := append([]string{"username=" + testUser, "completion=" + cfg.Completion}, cfg.Options...)
+	url := s.URL(cfg.Share)
+	if cfg.Addr != "" {
+		url = "//" + cfg.Addr + "/" + cfg.Share
+	}
 	p := startProc(t, "lwio-mount", []string{"LWIO_PASSWORD=" + cfg.Password}, binaries.mount,
-		s.URL(cfg.Share), mnt, "-o", strings.Join(opts, ","))
+		url, mnt, "-o", strings.Join(opts, ","))
 	backing := strings.TrimSuffix(s.Shares[cfg.Share], ":ro")
 	m := waitMounted(t, p, mnt, backing)
 	checkDataPath(t, p)
@@ -460,6 +482,9 @@ func waitMounted(t testing.TB, p *proc, mnt, backing string) *Mount {
 // and falls back to a lazy unmount so that no test leaves a mount behind.
 func (m *Mount) unmount(t testing.TB) {
 	err := m.p.stop()
+	if m.killed {
+		err = nil
+	}
 	if err != nil {
 		t.Errorf("%s on SIGTERM: %v (want a clean unmount and exit 0)\n%s", m.p.name, err, m.p.out)
 	} else if t.Failed() {
