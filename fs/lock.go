@@ -52,15 +52,12 @@ func lockOf(owner uint64, lk *fuse.FileLock, flags uint32) session.Lock {
 }
 
 // locker returns the file handle a lock request came through and the tree
-// that forwards it.
+// that forwards it. Only files get here: FUSE keeps a directory's locks in
+// the client's kernel (its directory operations have no lock or flock).
 func (n *Node) locker(f gofs.FileHandle) (*fileHandle, Locker, syscall.Errno) {
-	fh, ok := f.(*fileHandle)
-	if !ok {
-		// A directory's handle has no session handle to lock through.
-		return nil, nil, syscall.ENOLCK
-	}
 	l, ok := n.fs.tree.(Locker)
-	if !ok {
+	fh, isFile := f.(*fileHandle)
+	if !ok || !isFile {
 		return nil, nil, syscall.ENOLCK
 	}
 	return fh, l, 0
@@ -100,17 +97,15 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 	if errno != 0 {
 		return errno
 	}
+	dctx, cancel := detach(ctx)
+	defer cancel()
 	req := lockOf(owner, lk, flags)
 	if req.Type == session.Unlock {
 		n.pushDirty()
-		ctx, cancel := detach(ctx)
-		defer cancel()
-		return fh.errno("unlock", l.Lock(ctx, fh.h, req, false))
+		return fh.errno("unlock", l.Lock(dctx, fh.h, req, false))
 	}
 	if !wait {
-		var cancel context.CancelFunc
-		ctx, cancel = detach(ctx)
-		defer cancel()
+		ctx = dctx
 	}
 	if err := l.Lock(ctx, fh.h, req, wait); err != nil {
 		if wait && errors.Is(err, context.Canceled) {

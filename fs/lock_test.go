@@ -182,6 +182,7 @@ func TestLocksTwoMounts(t *testing.T) {
 	if err := unix.Flock(int(fb.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
 		t.Errorf("B's flock after A's unlock: %v", err)
 	}
+
 }
 
 // TestLockWaitAndInterrupt: a blocked F_SETLKW on one mount is granted
