@@ -394,7 +394,6 @@ type MountConfig struct {
 	Completion string // interrupt or polling; default interrupt
 	Options    []string
 	Password   string // default testPassword
-	Addr       string // the session address to mount from; default the server's
 }
 
 // mountShare runs lwio-mount in the foreground until the test ends.
@@ -411,12 +410,8 @@ func mountShare(t testing.TB, s *Server, cfg MountConfig) *Mount {
 	}
 	mnt := t.TempDir()
 	opts := append([]string{"username=" + testUser, "completion=" + cfg.Completion}, cfg.Options...)
-	url := s.URL(cfg.Share)
-	if cfg.Addr != "" {
-		url = "//" + cfg.Addr + "/" + cfg.Share
-	}
 	p := startProc(t, "lwio-mount", []string{"LWIO_PASSWORD=" + cfg.Password}, binaries.mount,
-		url, mnt, "-o", strings.Join(opts, ","))
+		s.URL(cfg.Share), mnt, "-o", strings.Join(opts, ","))
 	backing := strings.TrimSuffix(s.Shares[cfg.Share], ":ro")
 	m := waitMounted(t, p, mnt, backing)
 	checkDataPath(t, p)

@@ -1,11 +1,9 @@
 package test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -296,99 +294,4 @@ func TestDurableAcrossRestart(t *testing.T) {
 	if _, err := read(locked); !errors.Is(err, syscall.EIO) {
 		t.Errorf("descriptor whose lock the restart lost: %v, want EIO", err)
 	}
-}
-
-// TestLockAcrossConnectionDrop: the connection between a mount and the
-// server is cut while the server lives: the mount reconnects and reclaims
-// its open file with its lock, which the other mount never gets meanwhile.
-func TestLockAcrossConnectionDrop(t *testing.T) {
-	s := startServer(t, ServerConfig{})
-	p := newCutProxy(t, s.Addr)
-	a := mountShare(t, s, MountConfig{Addr: p.addr})
-	b := mountShare(t, s, MountConfig{})
-	mustWrite(t, filepath.Join(a.Backing, "db"), []byte("0123456789"))
-	fa, err := os.OpenFile(filepath.Join(a.Dir, "db"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fa.Close()
-	fb, err := os.OpenFile(filepath.Join(b.Dir, "db"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fb.Close()
-	lock := func(f *os.File, typ int16) error {
-		fl := unix.Flock_t{Type: typ}
-		return unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &fl)
-	}
-	if err := lock(fa, unix.F_WRLCK); err != nil {
-		t.Fatal(err)
-	}
-	p.cut()
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if err := lock(fb, unix.F_WRLCK); err != unix.EAGAIN {
-			t.Fatalf("B while A's connection is down: %v, want EAGAIN", err)
-		}
-	}
-	within(t, time.Minute, "A's descriptor after the reconnect", func() error {
-		buf := make([]byte, 10)
-		if _, err := fa.ReadAt(buf, 0); err != nil || !bytes.Equal(buf, []byte("0123456789")) {
-			return fmt.Errorf("read: %q %v", buf, err)
-		}
-		return nil
-	})
-	if err := lock(fb, unix.F_WRLCK); err != unix.EAGAIN {
-		t.Errorf("B after A reconnected: %v, want EAGAIN (A's lock reclaimed)", err)
-	}
-	if err := lock(fa, unix.F_UNLCK); err != nil {
-		t.Fatalf("A's unlock: %v", err)
-	}
-	if err := lock(fb, unix.F_WRLCK); err != nil {
-		t.Errorf("B after A's unlock: %v", err)
-	}
-}
-
-// cutProxy forwards TCP to a target until cut resets what is open.
-type cutProxy struct {
-	addr  string
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	p := &cutProxy{addr: l.Addr().String()}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }

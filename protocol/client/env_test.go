@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,10 +12,10 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -87,16 +86,8 @@ type osFile struct {
 
 func (f osFile) ReadOnly() bool { return f.ro }
 
-// Append is share.OpenFile's append (RWF_APPEND at the position −1, then
-// the position the write left), for the engine's WriteToEndOfFile.
-func (f osFile) Append(p []byte) (int, int64, error) {
-	n, err := unix.Pwritev2(int(f.Fd()), [][]byte{p}, -1, unix.RWF_APPEND)
-	if err != nil {
-		return n, 0, err
-	}
-	end, err := f.Seek(0, io.SeekCurrent)
-	return n, end, err
-}
+// Append is share.OpenFile's, for the engine's WriteToEndOfFile.
+func (f osFile) Append(p []byte) (int, int64, error) { return share.AppendFile(f.File, p) }
 
 // env is a server on the soft provider and what a client needs to reach it.
 type env struct {

@@ -33,21 +33,30 @@ func (e *env) durableOpen(p string, flags int) (*Client, *Tree, Handle, DurableI
 	return c, tr, h, id, fid
 }
 
+// droppedHolder opens db durably on a client of its own, write-locks
+// bytes 0-9 for owner 1, opens db on another session, and drops the first
+// client's connection without a goodbye (the network goes). It returns the
+// open's id and FileID and the other session's handle.
+func (e *env) droppedHolder() (id DurableID, fid []byte, other *Tree, ho Handle) {
+	e.t.Helper()
+	e.writeFile("db", "0123456789")
+	c, tr, h, id, fid := e.durableOpen("db", os.O_RDWR)
+	if err := tr.Lock(ctxT(e.t), h, wlock(1, 0, 9), false); err != nil {
+		e.t.Fatal(err)
+	}
+	other = e.tree("data")
+	ho = e.openRW(other, "db")
+	c.Close()
+	return id, fid, other, ho
+}
+
 // TestDurableReclaim: the connection drops with a lock held; the server
 // keeps the open, and its lock, until the client reclaims it on a new
 // session — which then still holds the lock.
 func TestDurableReclaim(t *testing.T) {
 	e := newEnv(t)
-	e.writeFile("db", "0123456789")
 	ctx := ctxT(t)
-	c, tr, h, id, fid := e.durableOpen("db", os.O_RDWR)
-	if err := tr.Lock(ctx, h, wlock(1, 0, 9), false); err != nil {
-		t.Fatal(err)
-	}
-	other := e.tree("data")
-	ho := e.openRW(other, "db")
-	c.Close() // the network goes; the client did not say goodbye
-
+	id, fid, other, ho := e.droppedHolder()
 	time.Sleep(50 * time.Millisecond)
 	if err := other.Lock(ctx, ho, wlock(5, 0, 0), false); ToErrno(err) != 11 {
 		t.Fatalf("lock of a dropped connection's durable open: %v, want still held (EAGAIN)", err)
@@ -87,15 +96,8 @@ func TestDurableReclaim(t *testing.T) {
 // told its locks are gone.
 func TestDurableTimeout(t *testing.T) {
 	e := newEnv(t, func(c *ServerConfig) { c.DurableTimeout = 200 * time.Millisecond })
-	e.writeFile("db", "x")
 	ctx := ctxT(t)
-	c, tr, h, id, fid := e.durableOpen("db", os.O_RDWR)
-	if err := tr.Lock(ctx, h, wlock(1, 0, 0), false); err != nil {
-		t.Fatal(err)
-	}
-	other := e.tree("data")
-	ho := e.openRW(other, "db")
-	c.Close()
+	id, fid, other, ho := e.droppedHolder()
 	if err := other.Lock(ctx, ho, wlock(2, 0, 0), true); err != nil {
 		t.Fatalf("waiting for the abandoned lock: %v", err)
 	}

@@ -34,6 +34,19 @@ func waitLocked(ctx context.Context, tr *Tree, h Handle, lk Lock) chan error {
 	return ch
 }
 
+// contended writes db and opens it on two sessions, A and B, A's owner 1
+// holding a write lock on byte 0.
+func (e *env) contended() (a, b *Tree, ha, hb Handle) {
+	e.t.Helper()
+	e.writeFile("db", "x")
+	a, b = e.tree("data"), e.tree("data")
+	ha, hb = e.openRW(a, "db"), e.openRW(b, "db")
+	if err := a.Lock(ctxT(e.t), ha, wlock(1, 0, 0), false); err != nil {
+		e.t.Fatal(err)
+	}
+	return a, b, ha, hb
+}
+
 func (e *env) waiting(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -99,13 +112,8 @@ func TestLocksBetweenSessions(t *testing.T) {
 // dies ends too.
 func TestLockWaitCancelled(t *testing.T) {
 	e := newEnv(t)
-	e.writeFile("db", "x")
-	a, b := e.tree("data"), e.tree("data")
-	ha, hb := e.openRW(a, "db"), e.openRW(b, "db")
+	a, b, ha, hb := e.contended()
 	ctx := ctxT(t)
-	if err := a.Lock(ctx, ha, wlock(1, 0, 0), false); err != nil {
-		t.Fatal(err)
-	}
 	wctx, cancel := context.WithCancel(ctx)
 	ch := waitLocked(wctx, b, hb, wlock(1, 0, 0))
 	e.waiting(t, 1)
@@ -146,13 +154,8 @@ func TestLockWaitCancelled(t *testing.T) {
 // slots: with MaxInFlight 2, five waits and an ordinary request proceed.
 func TestLockWaitsHoldNoSlot(t *testing.T) {
 	e := newEnv(t, func(c *ServerConfig) { c.MaxInFlight = 2 })
-	e.writeFile("db", "x")
-	a, b := e.tree("data"), e.tree("data")
-	ha, hb := e.openRW(a, "db"), e.openRW(b, "db")
+	a, b, ha, hb := e.contended()
 	ctx := ctxT(t)
-	if err := a.Lock(ctx, ha, wlock(1, 0, 0), false); err != nil {
-		t.Fatal(err)
-	}
 	var chs []chan error
 	for i := range 5 {
 		chs = append(chs, waitLocked(ctx, b, hb, Lock{Owner: uint64(10 + i), Type: LockRead}))

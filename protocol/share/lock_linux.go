@@ -391,20 +391,6 @@ func (s *LockSpace) Release(f *OpenFile) {
 	}
 }
 
-// CancelWaits ends every wait of the space with STATUS_CANCELLED: its
-// connection is gone, and nobody is left to answer.
-func (s *LockSpace) CancelWaits() {
-	s.mu.Lock()
-	ws := make([]*Waiter, 0, len(s.waiters))
-	for w := range s.waiters {
-		ws = append(ws, w)
-	}
-	s.mu.Unlock()
-	for _, w := range ws {
-		w.Cancel()
-	}
-}
-
 // Poll intervals of a waiting lock: first retry after lockPollMin,
 // doubling to lockPollMax. They bound how late a waiter notices that a
 // local process released its lock; releases through the server wake
@@ -417,8 +403,7 @@ const (
 // Waiter is a lock request that waits while another holder conflicts
 // (F_SETLKW, a blocking flock). It ends once, through done: nil when the
 // lock is taken, the error of a failed attempt other than a conflict,
-// STATUS_CANCELLED (Cancel, CancelWaits) or STATUS_FILE_CLOSED (the
-// handle's Release).
+// STATUS_CANCELLED (Cancel) or STATUS_FILE_CLOSED (the handle's Release).
 type Waiter struct {
 	s    *LockSpace
 	f    *OpenFile

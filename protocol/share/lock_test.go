@@ -233,10 +233,6 @@ func TestLockWait(t *testing.T) {
 	wantWaiting(t, "a wait whose handle closes", ch)
 	le.a.Release(le.a2)
 	wantOutcome(t, "wait on a released handle", ch, protocol.StatusFileClosed)
-	_, ch = le.waitFor(le.a, le.a1, rd(4, 0, 0))
-	wantWaiting(t, "a wait whose session goes", ch)
-	le.a.CancelWaits()
-	wantOutcome(t, "wait of a dead session", ch, protocol.StatusCancelled)
 	if n := le.tab.Waiting(); n != 0 {
 		t.Errorf("Waiting = %d after every wait ended, want 0", n)
 	}
