@@ -46,6 +46,14 @@ func (s *Server) pipeTransact(ss *serverSession, r *pipeTransactReq) (message, e
 		remote[i] = transport.ProviderInfo{Name: req.Providers[i].Name, Instances: req.Providers[i].TransportInstances()}
 	}
 	common := transport.Common(s.cfg.Providers, remote)
+	if ss.sealed() && len(common) > 0 {
+		// RDMA data connections cannot seal yet: a sealed session keeps
+		// its file data on the (sealed) session channel rather than
+		// send it in clear.
+		s.log.WithFields(logrus.Fields{"session": ss.id, "withheld": len(common)}).
+			Info("sealed session: no RDMA provider offered, file data stays on the sealed session channel")
+		common = nil
+	}
 	out := make([]protocol.ProviderInfo, len(common))
 	for i, p := range common {
 		out[i] = protocol.ProviderFromTransport(p.Name, p.Instances)

@@ -32,6 +32,10 @@ type Share struct {
 	ReadOnly bool
 	// Users may tree-connect; empty means every authenticated user.
 	Users []string
+	// Encrypt seals the share's traffic (desired) or refuses clients that
+	// cannot seal (required); off and if_required, the zero value, leave
+	// it to the server-wide setting (seal.go).
+	Encrypt Encrypt
 }
 
 // ServerConfig configures a Server. Zero values are usable defaults except
@@ -66,6 +70,12 @@ type ServerConfig struct {
 	// WriteTimeout bounds one response write; a client that does not read
 	// for that long is dropped. Zero means 30 seconds.
 	WriteTimeout time.Duration
+	// Encrypt is the server-wide sealing policy (seal.go); the zero value
+	// EncryptIfRequired seals only sessions whose client requires it.
+	Encrypt Encrypt
+	// Ciphers are the ciphers the server seals with, in order of
+	// preference; nil means smbauth.DefaultCiphers.
+	Ciphers []smbauth.Cipher
 	// DisableOpenat2 forces the component-walking resolver used where
 	// openat2(2) is missing. For tests and odd kernels; zero uses openat2.
 	DisableOpenat2 bool
@@ -150,6 +160,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			h, ok := users[strings.ToLower(user)]
 			return h, ok
 		},
+		DisableSeal: cfg.Encrypt == EncryptOff,
 	})
 	umask := processUmask()
 	if umask != 0 {
@@ -178,7 +189,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			}
 		}
 		s.shares[key] = ns
-		s.log.WithFields(logrus.Fields{"share": sh.Name, "path": sh.Path, "readonly": sh.ReadOnly, "openat2": !root.walk}).Debug("share ready")
+		s.log.WithFields(logrus.Fields{"share": sh.Name, "path": sh.Path, "readonly": sh.ReadOnly, "encrypt": sh.Encrypt, "openat2": !root.walk}).Debug("share ready")
 	}
 	var seed [8]byte
 	rand.Read(seed[:])

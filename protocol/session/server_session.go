@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -22,12 +23,14 @@ const StatusNetworkNameDeleted = protocol.Status(0xC00000C9)
 type serverSession struct {
 	id   uint64
 	key  []byte
-	macs *macs  // signs and verifies with key
-	user string // lower-cased
+	macs *macs        // signs and verifies with key
+	seal *sessionSeal // sealing keys; nil: the session cannot seal
+	user string       // lower-cased
 
 	mu       sync.Mutex
-	trees    map[uint32]*share
-	nextTree uint32
+	trees     map[uint32]*share
+	sealTrees map[uint32]bool // trees whose every frame must be sealed
+	nextTree  uint32
 	handles  map[Handle]*openFile
 	nextH    uint64
 	lwioKeys [][16]byte // guarded by Server.mu
@@ -148,11 +151,40 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share, er
 	if sh.users != nil && !sh.users[ss.user] {
 		return 0, nil, protocol.StatusAccessDenied
 	}
+	seals := ss.seal != nil && (sh.Encrypt == EncryptDesired || sh.Encrypt == EncryptRequired)
+	if sh.Encrypt == EncryptRequired && ss.seal == nil {
+		s.log.WithFields(logrus.Fields{"session": ss.id, "user": ss.user, "share": sh.Name}).
+			Warn("tree connect refused: the share requires sealing (encrypt = required) and this session cannot seal (the client does not, or the server's encrypt is off)")
+		return 0, nil, StatusSealRequired
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.nextTree++
 	ss.trees[ss.nextTree] = sh
+	if seals {
+		if ss.sealTrees == nil {
+			ss.sealTrees = map[uint32]bool{}
+		}
+		ss.sealTrees[ss.nextTree] = true
+	}
 	return ss.nextTree, sh, nil
+}
+
+// treeSeals reports whether every frame naming tree id must be sealed.
+func (ss *serverSession) treeSeals(id uint32) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.sealTrees[id]
+}
+
+// sealed reports whether any of the session's traffic is sealed.
+func (ss *serverSession) sealed() bool {
+	if ss.seal == nil {
+		return false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.seal.always || len(ss.sealTrees) > 0
 }
 
 // newResumeKey issues a resume key for an open (FSCTL_SRV_REQUEST_RESUME_KEY).
