@@ -69,14 +69,15 @@ type Client struct {
 	pending map[uint64]chan Frame // nil channel: the caller gave up
 	err     error                 // why the connection died
 
-	key         atomic.Pointer[[]byte]      // session key, set during setup
-	macs        atomic.Pointer[macs]        // signs and verifies with key
-	signing     atomic.Bool                 // every frame signed both ways
+	key        atomic.Pointer[[]byte] // session key, set during setup
+	macs       atomic.Pointer[macs]   // signs and verifies with key
+	signing    atomic.Bool            // every frame signed both ways
+	sessionID  uint64
+	serverName string
+
 	seal        atomic.Pointer[sessionSeal] // the sealing keys; nil: cannot seal
 	sealing     atomic.Bool                 // requests are sealed from now on
 	firstSealed atomic.Uint64               // id of the first sealed request; 0: none yet
-	sessionID  uint64
-	serverName string
 
 	done      chan struct{}
 	closeOnce sync.Once

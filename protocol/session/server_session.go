@@ -28,13 +28,14 @@ type serverSession struct {
 	user string       // lower-cased
 
 	mu       sync.Mutex
-	trees     map[uint32]*share
-	sealTrees map[uint32]bool // trees whose every frame must be sealed
-	nextTree  uint32
+	trees    map[uint32]*share
+	nextTree uint32
 	handles  map[Handle]*openFile
 	nextH    uint64
 	lwioKeys [][16]byte // guarded by Server.mu
 	listing  dirListing // READDIR continuation cache
+
+	sealTrees map[uint32]bool // guarded by mu: trees whose every frame must be sealed
 }
 
 // openFile is an open handle: a file, a directory or the \PIPE\LWIO pipe.
