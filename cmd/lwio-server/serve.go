@@ -251,6 +251,7 @@ func sessionConfig(c *Config, lls []lwioListener, log *logrus.Logger) session.Se
 	sc := session.ServerConfig{
 		ServerName: c.ServerName,
 		Domain:     c.Domain,
+		Encrypt:    c.encrypt(),
 		Users:      map[string][16]byte{},
 		Logger:     log.WithField("component", "session"),
 	}
@@ -260,7 +261,7 @@ func sessionConfig(c *Config, lls []lwioListener, log *logrus.Logger) session.Se
 	}
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
-		sc.Shares = append(sc.Shares, session.Share{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users})
+		sc.Shares = append(sc.Shares, session.Share{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users, Encrypt: s.encrypt()})
 	}
 	// One ProviderInfo per provider name, in listener order (verbs was
 	// listed after softrdma in the config, but prefer it when present).

@@ -369,13 +369,17 @@ func (c *Client) acceptSeal(a sealAnswer, offer sealOffer, ntlmSeal bool, key []
 	}
 	c.seal.Store(sl)
 	if always {
-		c.startSealing()
+		c.startSealing("session setup")
 	}
 	return nil
 }
 
-// startSealing makes every request from now on sealed.
-func (c *Client) startSealing() { c.sealing.Store(true) }
+// startSealing makes every request from now on sealed, and says so.
+func (c *Client) startSealing(why string) {
+	if !c.sealing.Swap(true) {
+		c.log.WithFields(logrus.Fields{"cipher": c.Cipher(), "since": why}).Info("session channel sealed")
+	}
+}
 
 // Sealed reports whether this session's frames are sealed now (from
 // session setup, or since a tree connect to a share that seals).

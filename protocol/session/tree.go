@@ -39,7 +39,7 @@ func (c *Client) TreeConnect(ctx context.Context, share string) (*Tree, error) {
 			c.fail(err)
 			return nil, err
 		}
-		c.startSealing()
+		c.startSealing("tree connect to " + share)
 	}
 	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0}, nil
 }

@@ -103,6 +103,8 @@ options (comma separated, mount(8) style):
   username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
   domain=NAME        NTLM domain
   ro                 read-only mount
+  seal               require sealing (AES-GCM encryption) of the session channel;
+                     without it, sealed when the server or share asks
   provider=P         auto (default), verbs, softrdma, or none (session channel only)
   completion=M       interrupt (default) or polling
   attr_timeout=SEC   attribute cache timeout (default 1)
@@ -299,7 +301,7 @@ func unmount(srv *fuse.Server, mountpoint string, log *logrus.Logger) {
 func dialSession(ctx context.Context, o *Options, log *logrus.Logger) (*fs.Session, bool, error) {
 	c, err := session.Dial(ctx, o.Addr(), session.ClientConfig{
 		User: o.Username, Domain: o.Domain, Password: o.password,
-		Logger: log.WithField("component", "session"),
+		Logger: log.WithField("component", "session"), Seal: sealMode(o.Seal),
 	})
 	if err != nil {
 		return nil, false, connectError(o, "session", err)
