@@ -29,7 +29,7 @@ func (c *Client) TreeConnect(ctx context.Context, share string) (*Tree, error) {
 	var r treeConnectResp
 	if err := c.call(ctx, CmdTreeConnect, 0, &nameMsg{Name: share}, &r); err != nil {
 		if errors.Is(err, StatusSealRequired) {
-			return nil, fmt.Errorf("%w: share %q requires sealing (encrypt = required) and this session is not sealed (%w)", ErrSealRequired, share, err)
+			return nil, fmt.Errorf("%w: share %q requires sealing (encrypt = required) and this session is not sealed", ErrSealRequired, share)
 		}
 		return nil, err
 	}
