@@ -10,8 +10,10 @@
 // LWIO engine's questions (SessionByKey, OpenByResumeKey).
 //
 // Every frame after session setup is signed with HMAC-SHA256 under the NTLM
-// session key; replayed ids, bad signatures and malformed frames end the
-// connection. Every path is resolved beneath its share root with openat2
+// session key, or sealed with AES-GCM under keys derived from it (seal.go:
+// server-wide and per-share encrypt settings, the client's SealMode);
+// replayed ids, bad signatures, bad or out-of-sequence sealed frames and
+// malformed frames end the connection. Every path is resolved beneath its share root with openat2
 // (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) or, where that is missing, a
 // component-by-component walk. Errors travel as NTSTATUS and come back as
 // errno through one table (ToErrno). docs/session.md has the frame layout,
