@@ -242,18 +242,7 @@ func TestExchangeSealFlag(t *testing.T) {
 		s := testServer()
 		s.cfg.DisableSeal = tc.disable
 		c := NewClient(ClientConfig{User: "alice", Password: "correct horse", RequestSeal: tc.request})
-		neg, err := c.Negotiate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch, st, err := s.Challenge(neg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		auth, _, err := c.Authenticate(ch)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st, auth := handshakeWith(t, s, c)
 		res, err := st.Authenticate(auth)
 		if err != nil {
 			t.Fatalf("%+v: %v", tc, err)
