@@ -37,6 +37,7 @@ type flags struct {
 	soft      string
 	verbs     string
 	user      string
+	encrypt   string
 	logLevel  string
 	logFormat string
 	stateDir  string
@@ -54,12 +55,13 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.soft, "soft", "", "softrdma listen `address`, \"none\" disables (default: session host, port+1)")
 	fs.StringVar(&f.verbs, "verbs", "", "verbs (rdma_cm) listen `address` (default: none)")
 	fs.StringVar(&f.user, "user", "", "add user `NAME`, password from LWIO_PASSWORD")
+	fs.StringVar(&f.encrypt, "encrypt", "if_required", "sealing (encryption) of the session channel, `MODE`: off, if_required, desired or required")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&f.stateDir, "state-dir", "", "`directory` of the key durable handles survive a restart with (default "+DefaultStateDir+")")
 	fs.DurationVar(&f.durable, "durable-timeout", 0, "how long an open file and its locks outlive a lost connection (default 60s; negative: not at all)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
+		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-encrypt MODE] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -124,6 +126,9 @@ func buildConfig(f *flags) (*Config, error) {
 		} else if c.Limits.DurableTimeout == 0 {
 			c.Limits.DurableTimeout = 1 // shorter than a second rounds up, not to the default
 		}
+	}
+	if f.set["encrypt"] {
+		c.Encrypt = f.encrypt
 	}
 	if f.set["log-level"] || c.Log.Level == "" {
 		c.Log.Level = f.logLevel
