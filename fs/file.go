@@ -95,7 +95,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
-	n.fs.open.opened(n)
+	n.fs.open.opened(n, flags)
 	return &fileHandle{node: n, h: h, flags: flags,
 		log: n.fs.log.WithFields(logrus.Fields{"path": p, "handle": uint64(h)})}
 }
@@ -183,6 +183,7 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	if b == nil {
 		return fuse.ReadResultData(nil), 0
 	}
+	f.node.fs.open.keepTwins(f.node, b.Bytes(), off) // twin.go
 	return &bufResult{b}, 0
 }
 
@@ -212,10 +213,18 @@ func (f *fileHandle) inlineWrite(n int) (HandleIO, bool) {
 	return hio, true
 }
 
-func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, syscall.Errno) {
-	if f.node.fs.appending(ctx) {
+func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32, errno syscall.Errno) {
+	switch x := f.node.fs.writeKind(ctx); {
+	case x.appending:
 		return f.append(ctx, buf, off)
+	case x.writeback:
+		return f.writeBack(ctx, buf, off) // twin.go
 	}
+	defer func() {
+		if errno == 0 {
+			f.node.fs.open.wrote(f.node, buf, off) // the server has these bytes now
+		}
+	}()
 	f.dirty()
 	defer f.dirty() // and attributes fetched during the write predate it
 	if hio, ok := f.inlineWrite(len(buf)); ok {
@@ -245,8 +254,8 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, 
 }
 
 func (f *fileHandle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
-	if len(data) > 1 && f.node.fs.appending(ctx) {
-		return f.append(ctx, bytes.Join(data, nil), off) // one append, whole
+	if x := f.node.fs.writeKind(ctx); len(data) > 1 && (x.appending || x.writeback) {
+		return f.Write(ctx, bytes.Join(data, nil), off) // one append, or one diff, whole
 	}
 	var total int
 	for _, b := range data {
@@ -346,7 +355,7 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 	if f.released.Swap(true) {
 		return 0
 	}
-	defer f.node.fs.open.closed(f.node)
+	defer f.node.fs.open.closed(f.node, f.flags)
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	f.attachMu.Lock() // no attach after this

@@ -143,7 +143,14 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // pushDirty writes the node's dirty pages (a shared writable mapping's)
 // back to the server before an unlock: invalidating a page the kernel holds
 // dirty writes it back first (FUSE's launder_folio).
-func (n *Node) pushDirty() { n.NotifyContent(0, 0) }
+func (n *Node) pushDirty() { n.dropCache() }
+
+// dropCache drops the kernel's cached pages and attributes of the node —
+// writing dirty ones back first — and the twins that went with them.
+func (n *Node) dropCache() {
+	n.NotifyContent(0, 0)
+	n.fs.open.dropTwins(n)
+}
 
 // dropForLock drops what this mount caches of the file just locked, and of
 // the files open in the same directory, so that reads under the lock see
@@ -158,7 +165,7 @@ func (n *Node) dropForLock() {
 		m.cache = validator{}
 		m.mu.Unlock()
 		m.dropAttr()
-		m.NotifyContent(0, 0)
+		m.dropCache()
 	}
 }
 
@@ -178,11 +185,13 @@ type openNodes struct {
 
 type openNode struct {
 	handles int
+	rw      int // handles open read-write (a shared writable mapping needs one)
 	owners  map[uint64]struct{}
+	tw      twinSet // twin.go
 }
 
-// opened counts an open file of n.
-func (o *openNodes) opened(n *Node) {
+// opened counts an open file of n, opened with flags.
+func (o *openNodes) opened(n *Node, flags int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.m == nil {
@@ -194,14 +203,20 @@ func (o *openNodes) opened(n *Node) {
 		o.m[n] = on
 	}
 	on.handles++
+	if flags&syscall.O_ACCMODE == syscall.O_RDWR {
+		on.rw++
+	}
 }
 
-// closed counts one open file of n less; with the last, the server has
-// released every lock taken through the mount on it.
-func (o *openNodes) closed(n *Node) {
+// closed counts one open file of n, opened with flags, less; with the
+// last, the server has released every lock taken through the mount on it.
+func (o *openNodes) closed(n *Node, flags int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if on := o.m[n]; on != nil {
+		if flags&syscall.O_ACCMODE == syscall.O_RDWR {
+			on.rw--
+		}
 		if on.handles--; on.handles <= 0 {
 			delete(o.m, n)
 		}

@@ -37,6 +37,7 @@ type requestExtras struct {
 
 type extra struct {
 	appending bool   // a WRITE the kernel marked O_APPEND
+	writeback bool   // a WRITE of cached pages (a shared mapping's)
 	owner     uint64 // a FLUSH's lock owner
 }
 
@@ -67,21 +68,26 @@ func (x *requestExtras) of(ctx context.Context) (extra, bool) {
 	return e, ok
 }
 
-// appendWrite reports whether a WRITE is an O_APPEND one.
-func appendWrite(in *fuse.WriteIn) bool {
-	return in.Flags&syscall.O_APPEND != 0 && in.WriteFlags&fuse.WRITE_CACHE == 0
+// writeExtra is what a WRITE's flags say: an O_APPEND write (not a
+// writeback, which is at the pages' own offsets), or a writeback of cached
+// pages (twin.go).
+func writeExtra(in *fuse.WriteIn) (extra, bool) {
+	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
+		return extra{writeback: true}, true
+	}
+	return extra{appending: true}, in.Flags&syscall.O_APPEND != 0
 }
 
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	if appendWrite(in) {
-		defer r.x.put(cancel, extra{appending: true})()
+	if e, ok := writeExtra(in); ok {
+		defer r.x.put(cancel, e)()
 	}
 	return r.RawFileSystem.Write(cancel, in, data)
 }
 
 func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
-	if appendWrite(in) {
-		defer r.x.put(cancel, extra{appending: true})()
+	if e, ok := writeExtra(in); ok {
+		defer r.x.put(cancel, e)()
 	}
 	return r.RawFileSystem.Writev(cancel, in, data)
 }
@@ -91,10 +97,10 @@ func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	return r.RawFileSystem.Flush(cancel, in)
 }
 
-// appending reports whether the WRITE ctx belongs to is an O_APPEND one.
-func (fs *filesystem) appending(ctx context.Context) bool {
+// writeKind returns what rawFS kept of the WRITE ctx belongs to.
+func (fs *filesystem) writeKind(ctx context.Context) extra {
 	e, _ := fs.extras.of(ctx)
-	return e.appending
+	return e
 }
 
 // flushOwner returns the lock owner of the FLUSH ctx belongs to.
