@@ -270,10 +270,13 @@ func (s *LockSpace) Lock(f *OpenFile, lk Lock) error {
 	return fail(err)
 }
 
-// newOwner opens the owner's description on f's file: read-write where
-// the share and the file's permissions allow it (an owner may take read
-// and write locks through different handles), else with f's own access.
-// Called with s.mu held.
+// newOwner opens the owner's description on f's file, with f's access —
+// a write-only handle's read-write where the file's permissions allow, so
+// that its owner can take read locks too. A read-only handle's is never
+// opened for writing: closing it would tell inotify watchers (and other
+// clients' leases) that the file was written. An owner whose first lock on
+// a file comes through a read-only handle can therefore not take a write
+// lock through a writable one later (EBADF). Called with s.mu held.
 func (s *LockSpace) newOwner(f *OpenFile, key fileKey, owner uint64) (*lockOwner, error) {
 	var fd int
 	err := f.withFd(func(hfd int) error {
@@ -282,7 +285,7 @@ func (s *LockSpace) newOwner(f *OpenFile, key fileKey, owner uint64) (*lockOwner
 			return err
 		}
 		acc &= unix.O_ACCMODE
-		if acc != unix.O_RDWR && !f.readOnly {
+		if acc == unix.O_WRONLY {
 			if fd, err = f.tree.reopenFd(hfd, unix.O_RDWR); err == nil {
 				return nil
 			}
