@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -181,5 +182,35 @@ func TestDurableServerRestart(t *testing.T) {
 	e.serve()
 	if _, _, _, err := e.tree("data").Reopen(ctx, idK, fidK, "keep", os.O_RDWR); err == nil {
 		t.Error("a FileID sealed with another key opened a file")
+	}
+}
+
+// BenchmarkOpenClose is OPEN and CLOSE of an existing file at queue depth
+// 1, plain and durable: what a durable open (its FileID — statx,
+// name_to_handle_at, an HMAC — and its registration) adds to each open.
+func BenchmarkOpenClose(b *testing.B) {
+	e := newEnv(b)
+	e.writeFile("f", "x")
+	tr := e.tree("data")
+	ctx := context.Background()
+	for _, durable := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "durable"}[durable], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var h Handle
+				var err error
+				if durable {
+					h, _, _, err = tr.OpenDurable(ctx, "f", os.O_RDWR, 0, NewDurableID())
+				} else {
+					h, _, err = tr.Open(ctx, "f", os.O_RDWR, 0)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := tr.CloseHandle(ctx, h); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
