@@ -545,6 +545,7 @@ func (c *conn) complete(sl *slot, wrs []transport.SendWR, st protocol.Status, in
 	default:
 		c.grant.Complete()
 	}
+	c.count(sl, wrs, st, info) // stats.go
 	var intr *slot
 	if isIO {
 		c.mu.Lock()
@@ -552,8 +553,7 @@ func (c *conn) complete(sl *slot, wrs []transport.SendWR, st protocol.Status, in
 		intr, c.intr = c.intr, nil
 		c.mu.Unlock()
 	}
-	c.count(sl, wrs, st, info) // stats.go
-	sl.wrs = wrs               // keeps a grown array for the slot's next request
+	sl.wrs = wrs // keeps a grown array for the slot's next request
 	inline := sl.inline
 	c.postOrDrop(sl, wrs) // sl may be reused from here on
 	if intr != nil {
