@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +12,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
-	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
@@ -99,35 +96,7 @@ func TestMetricsScrape(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := session.Dial(ctx, srv.SessionAddr(), session.ClientConfig{User: "u", Password: "pw", KeepAlive: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tr, err := c.TreeConnect(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _, err := tr.Open(ctx, "f", os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rk, err := tr.RequestResumeKey(ctx, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(ctx, client.Config{
-		Providers: []transport.Provider{soft.New(soft.Options{})},
-		Negotiate: tr.Negotiate, SessionID: c.SessionID(), SigningKey: c.SessionKey(), Connections: 2,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	f, err := cl.Register(ctx, rk.Key, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, f := openOverLWIO(ctx, t, srv, 2)
 	data := make([]byte, 8192)
 	for i := 0; i < 3; i++ {
 		if _, err := f.WriteAt(ctx, data, int64(i)*8192); err != nil {

@@ -1,7 +1,6 @@
 package mountcmd
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -64,12 +63,10 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 	}
 	rep := devicesReport()
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
-		return 0
+		printJSON(stdout, rep)
+	} else {
+		printDevices(stdout, &rep)
 	}
-	printDevices(stdout, &rep)
 	return 0
 }
 

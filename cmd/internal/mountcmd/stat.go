@@ -178,13 +178,19 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 	}
 	rep.Ports = portReports(rep.Connections, transport.RDMAClassDir)
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
-		return 0
+		printJSON(stdout, rep)
+	} else {
+		printStat(stdout, &rep)
 	}
-	printStat(stdout, &rep)
 	return 0
+}
+
+// printJSON is the -json output of lwio stat and lwio devices: indented,
+// one field a line, so that a shell script can grep it.
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
 }
 
 const statUsage = `usage: lwio stat MOUNTPOINT [-json]
