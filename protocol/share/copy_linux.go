@@ -26,39 +26,48 @@ const copyPiece = 8 << 20
 // file (0 at or past it), or when ctx ended — CopyRange always copies one
 // piece (copyPiece) first, then goes on only while ctx is live, so a
 // caller bounds a request's time with a deadline and gets a short count,
-// as copy_file_range(2) itself may return. Both files must be of the same
+// as copy_file_range(2) itself may return — with f's attributes
+// afterwards. Both files must be of the same
 // share; f must have been opened for writing on a writable share (the
 // read-only rule of WriteAt). Where the kernel cannot copy between the two
 // files (another filesystem mounted inside the share: EXDEV; a filesystem
 // without it) the bytes are copied by pread/pwrite, still on the server.
-func (f *OpenFile) CopyRange(ctx context.Context, src *OpenFile, srcOff, dstOff, n int64) (int64, error) {
+func (f *OpenFile) CopyRange(ctx context.Context, src *OpenFile, srcOff, dstOff, n int64) (done int64, a Attr, err error) {
 	if f.readOnly {
-		return 0, protocol.StatusAccessDenied
+		return 0, Attr{}, protocol.StatusAccessDenied
 	}
 	if src.tree.sh != f.tree.sh {
-		return 0, protocol.StatusNotSameDevice
+		return 0, Attr{}, protocol.StatusNotSameDevice
 	}
 	if srcOff < 0 || dstOff < 0 || n < 0 {
-		return 0, protocol.StatusInvalidParameter
+		return 0, Attr{}, protocol.StatusInvalidParameter
 	}
-	var done int64
-	err := withFds(src, f, func(sfd, dfd int) error {
+	err = withFds(src, f, func(sfd, dfd int) error {
+		var err error
 		for done < n && (done == 0 || ctx.Err() == nil) {
-			k, err := copyOnce(sfd, dfd, srcOff+done, dstOff+done, min(n-done, copyPiece))
+			var k int64
+			k, err = copyOnce(sfd, dfd, srcOff+done, dstOff+done, min(n-done, copyPiece))
 			done += k
 			if err != nil || k == 0 {
-				return err
+				break
 			}
 		}
-		return nil
+		if done > 0 {
+			// What was copied stays copied: report it, as a short
+			// copy_file_range(2) does; the caller's next request
+			// meets the error again if it persists.
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		a, err = lstatAt(dfd, "")
+		return err
 	})
-	if done > 0 {
-		// What was copied stays copied: report it, as a short
-		// copy_file_range(2) does; the caller's next request meets the
-		// error again if it persists.
-		return done, nil
+	if err != nil {
+		return 0, Attr{}, err
 	}
-	return 0, err
+	return done, a, nil
 }
 
 // copyOnce copies up to n bytes at (so, do) with copy_file_range(2), or

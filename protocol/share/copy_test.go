@@ -45,21 +45,21 @@ func TestCopyRange(t *testing.T) {
 	src := e.open(t, "src", os.O_RDONLY)
 	dst := e.open(t, "dst", os.O_RDWR|os.O_CREATE)
 
-	n, err := dst.CopyRange(context.Background(), src, 100, 7, int64(len(data)))
-	if err != nil || n != int64(len(data))-100 {
-		t.Fatalf("CopyRange = %d, %v; want %d (to the source's end)", n, err, len(data)-100)
+	n, a, err := dst.CopyRange(context.Background(), src, 100, 7, int64(len(data)))
+	if err != nil || n != int64(len(data))-100 || a.Size != uint64(len(data))-93 {
+		t.Fatalf("CopyRange = %d, size %d, %v; want %d (to the source's end), size %d", n, a.Size, err, len(data)-100, len(data)-93)
 	}
 	got, _ := os.ReadFile(filepath.Join(e.share, "dst"))
 	if want := append(make([]byte, 7), data[100:]...); !bytes.Equal(got, want) {
 		t.Fatalf("copy differs (%d bytes, want %d)", len(got), len(want))
 	}
-	if n, err := dst.CopyRange(context.Background(), src, int64(len(data)), 0, 10); n != 0 || err != nil {
+	if n, _, err := dst.CopyRange(context.Background(), src, int64(len(data)), 0, 10); n != 0 || err != nil {
 		t.Errorf("CopyRange at the source's end = %d, %v; want 0, nil", n, err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if n, err := dst.CopyRange(ctx, src, 0, 0, int64(len(data))); n != copyPiece || err != nil {
+	if n, _, err := dst.CopyRange(ctx, src, 0, 0, int64(len(data))); n != copyPiece || err != nil {
 		t.Errorf("CopyRange with a cancelled context = %d, %v; want one piece (%d)", n, err, copyPiece)
 	}
 }
@@ -71,15 +71,15 @@ func TestCopyRangeRights(t *testing.T) {
 	e := newEnv(t, false)
 	e.writeFile(t, "src", "data")
 	src := e.open(t, "src", os.O_RDONLY)
-	if _, err := e.open(t, "src", os.O_RDONLY).CopyRange(context.Background(), src, 0, 0, 4); err != protocol.StatusAccessDenied {
+	if _, _, err := e.open(t, "src", os.O_RDONLY).CopyRange(context.Background(), src, 0, 0, 4); err != protocol.StatusAccessDenied {
 		t.Errorf("copy into a read-only handle: %v, want ACCESS_DENIED", err)
 	}
 	other := newEnv(t, false)
-	if _, err := other.open(t, "x", os.O_RDWR|os.O_CREATE).CopyRange(context.Background(), src, 0, 0, 4); err != protocol.StatusNotSameDevice {
+	if _, _, err := other.open(t, "x", os.O_RDWR|os.O_CREATE).CopyRange(context.Background(), src, 0, 0, 4); err != protocol.StatusNotSameDevice {
 		t.Errorf("copy from another share: %v, want NOT_SAME_DEVICE", err)
 	}
 	wo := e.open(t, "src", os.O_WRONLY)
-	if _, err := e.open(t, "dst", os.O_RDWR|os.O_CREATE).CopyRange(context.Background(), wo, 0, 0, 4); err != protocol.StatusInvalidHandle {
+	if _, _, err := e.open(t, "dst", os.O_RDWR|os.O_CREATE).CopyRange(context.Background(), wo, 0, 0, 4); err != protocol.StatusInvalidHandle {
 		t.Errorf("copy from a write-only handle: %v, want INVALID_HANDLE", err)
 	}
 	dir := t.TempDir()
@@ -90,7 +90,7 @@ func TestCopyRangeRights(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rf.Close()
-	if _, err := rf.CopyRange(context.Background(), rf, 0, 1, 1); err != protocol.StatusAccessDenied {
+	if _, _, err := rf.CopyRange(context.Background(), rf, 0, 1, 1); err != protocol.StatusAccessDenied {
 		t.Errorf("copy on a read-only share: %v, want ACCESS_DENIED", err)
 	}
 }
