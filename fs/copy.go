@@ -133,16 +133,12 @@ func (n *Node) Invalidate(off, size int64) syscall.Errno {
 // there, re-opening them after a reconnect. A copy at explicit offsets is
 // safe to repeat, so it is replayed.
 func (r *Reconnector) CopyRange(ctx context.Context, src session.Handle, srcOff int64, dst session.Handle, dstOff int64, n int64) (k int64, a session.Attr, err error) {
-	err = r.do(ctx, true, func(s *Session, gen uint64) error {
-		ss, ok := s.Tree.(ServerSide)
-		if !ok {
-			return syscall.EOPNOTSUPP
-		}
-		rs, err := r.realHandle(ctx, s, gen, src)
+	err = r.onServer(ctx, true, func(ss ServerSide, _ uint64, real func(session.Handle) (session.Handle, error)) error {
+		rs, err := real(src)
 		if err != nil {
 			return err
 		}
-		rd, err := r.realHandle(ctx, s, gen, dst)
+		rd, err := real(dst)
 		if err != nil {
 			return err
 		}
@@ -152,18 +148,29 @@ func (r *Reconnector) CopyRange(ctx context.Context, src session.Handle, srcOff 
 	return k, a, err
 }
 
-// serverSideHandle runs op with the session's ServerSide and vh's handle
-// there; replay says whether op is safe to repeat after a reconnect.
-func (r *Reconnector) serverSideHandle(ctx context.Context, vh session.Handle, replay bool, op func(ss ServerSide, real session.Handle) error) error {
+// onServer runs op with the live session's ServerSide and its generation;
+// real maps a handle of the mount to the session's, re-opening the file
+// after a reconnect. replay says whether op is safe to repeat on the next
+// session when this one dies under it.
+func (r *Reconnector) onServer(ctx context.Context, replay bool,
+	op func(ss ServerSide, gen uint64, real func(session.Handle) (session.Handle, error)) error) error {
 	return r.do(ctx, replay, func(s *Session, gen uint64) error {
 		ss, ok := s.Tree.(ServerSide)
 		if !ok {
 			return syscall.EOPNOTSUPP
 		}
-		real, err := r.realHandle(ctx, s, gen, vh)
+		return op(ss, gen, func(vh session.Handle) (session.Handle, error) { return r.realHandle(ctx, s, gen, vh) })
+	})
+}
+
+// serverSideHandle is onServer for an operation on one open file: op gets
+// vh's handle on the live session.
+func (r *Reconnector) serverSideHandle(ctx context.Context, vh session.Handle, replay bool, op func(ss ServerSide, real session.Handle) error) error {
+	return r.onServer(ctx, replay, func(ss ServerSide, _ uint64, real func(session.Handle) (session.Handle, error)) error {
+		h, err := real(vh)
 		if err != nil {
 			return err
 		}
-		return op(ss, real)
+		return op(ss, h)
 	})
 }

@@ -81,11 +81,7 @@ func (r *Reconnector) Tmpfile(ctx context.Context, dir string, flags int, mode u
 	var real session.Handle
 	var a session.Attr
 	var gen uint64
-	err := r.do(ctx, true, func(s *Session, g uint64) error {
-		ss, ok := s.Tree.(ServerSide)
-		if !ok {
-			return syscall.EOPNOTSUPP
-		}
+	err := r.onServer(ctx, true, func(ss ServerSide, g uint64, _ func(session.Handle) (session.Handle, error)) error {
 		var err error
 		real, a, err = ss.Tmpfile(ctx, dir, flags, mode)
 		gen = g
