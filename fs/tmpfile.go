@@ -30,8 +30,8 @@ func (n *Node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	open := int(flags) &^ unix.O_TMPFILE & sessionOpenFlags
-	h, a, err := ss.Tmpfile(ctx, p, open, mode)
+	open := int(flags) &^ unix.O_TMPFILE // O_DIRECT stays, for the data path
+	h, a, err := ss.Tmpfile(ctx, p, open&sessionOpenFlags, mode)
 	if err != nil {
 		return nil, nil, 0, n.errno("tmpfile", p, err)
 	}
