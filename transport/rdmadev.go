@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,20 +49,11 @@ type GID struct {
 func (p PortInfo) Netdevs() []string {
 	var out []string
 	for _, g := range p.GIDs {
-		if g.Netdev != "" && !contains(out, g.Netdev) {
+		if g.Netdev != "" && !slices.Contains(out, g.Netdev) {
 			out = append(out, g.Netdev)
 		}
 	}
 	return out
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // RDMADeviceInfos reads every RDMA device rdmamap lists from sysfs. No

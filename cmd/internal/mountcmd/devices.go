@@ -3,6 +3,7 @@ package mountcmd
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/lwiofs/lwiofs/cmd/internal/ctl"
@@ -116,7 +117,7 @@ func devicesReport() DevicesReport {
 					continue
 				}
 				p := fmt.Sprintf("%s/%d", c.Device, c.Port)
-				if !containsStr(md.Ports, p) {
+				if !slices.Contains(md.Ports, p) {
 					md.Ports = append(md.Ports, p)
 				}
 			}
@@ -124,15 +125,6 @@ func devicesReport() DevicesReport {
 		rep.Mounts = append(rep.Mounts, md)
 	}
 	return rep
-}
-
-func containsStr(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func printDevices(w io.Writer, r *DevicesReport) {
@@ -154,7 +146,7 @@ func printDevices(w io.Writer, r *DevicesReport) {
 			}
 			var users []string
 			for _, m := range r.Mounts {
-				if containsStr(m.Ports, fmt.Sprintf("%s/%d", d.Name, p.Port)) {
+				if slices.Contains(m.Ports, fmt.Sprintf("%s/%d", d.Name, p.Port)) {
 					users = append(users, m.Mountpoint)
 				}
 			}

@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -231,7 +232,7 @@ func printStat(w io.Writer, r *StatReport) {
 	tcp := r.Bytes.Session + r.Bytes.Providers[soft.Name]
 	fmt.Fprintf(w, "\nfile data       %10s\n", size(total))
 	fmt.Fprintf(w, "  by RDMA       %10s %s", size(r.Bytes.RDMA), pct(r.Bytes.RDMA, total))
-	for _, p := range sortedKeys(r.Bytes.Providers) {
+	for _, p := range slices.Sorted(maps.Keys(r.Bytes.Providers)) {
 		fmt.Fprintf(w, "  %s %s", p, size(r.Bytes.Providers[p]))
 	}
 	fmt.Fprintln(w)
@@ -259,7 +260,7 @@ func printStat(w io.Writer, r *StatReport) {
 	}
 
 	fmt.Fprintf(w, "\nrequests\n  %-10s %9s %10s %7s %9s %9s\n", "opcode", "count", "bytes", "errors", "p50 µs", "p99 µs")
-	for _, name := range sortedKeys(r.Ops) {
+	for _, name := range slices.Sorted(maps.Keys(r.Ops)) {
 		op := r.Ops[name]
 		fmt.Fprintf(w, "  %-10s %9d %10s %7d %9.1f %9.1f\n", name, op.Count, size(op.Bytes), op.Errors, op.P50us, op.P99us)
 	}
@@ -276,7 +277,7 @@ func printStat(w io.Writer, r *StatReport) {
 			m    map[string]uint64
 		}{{"counters", p.Counters}, {"hw_counters", p.HWCounters}} {
 			var nz []string
-			for _, k := range sortedKeys(set.m) {
+			for _, k := range slices.Sorted(maps.Keys(set.m)) {
 				if set.m[k] != 0 {
 					nz = append(nz, fmt.Sprintf("%s=%d", k, set.m[k]))
 				}
@@ -286,15 +287,6 @@ func printStat(w io.Writer, r *StatReport) {
 			}
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // size prints a byte count in binary units.
