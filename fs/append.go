@@ -64,7 +64,7 @@ func (f *fileHandle) append(ctx context.Context, buf []byte, kpos int64) (uint32
 		n, err = f.run(ctx, func(ctx context.Context) (int, error) { return data.WriteAt(ctx, buf, appendAt) })
 	}
 	if end < 0 || end != kpos+int64(n) {
-		go f.node.dropCache()
+		go f.node.Invalidate(0, 0)
 	}
 	if err != nil {
 		return uint32(n), f.errno("append", err)

@@ -143,14 +143,9 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // pushDirty writes the node's dirty pages (a shared writable mapping's)
 // back to the server before an unlock: invalidating a page the kernel holds
 // dirty writes it back first (FUSE's launder_folio).
-func (n *Node) pushDirty() { n.dropCache() }
-
-// dropCache drops the kernel's cached pages and attributes of the node —
-// writing dirty ones back first — and the twins that went with them.
-func (n *Node) dropCache() {
-	n.NotifyContent(0, 0)
-	n.fs.open.dropTwins(n)
-}
+// It runs inside the unlock's FUSE request: a lock request holds none of
+// the inode's or its pages' locks in the kernel (unlike a read or write).
+func (n *Node) pushDirty() { n.Invalidate(0, 0) }
 
 // dropForLock drops what this mount caches of the file just locked, and of
 // the files open in the same directory, so that reads under the lock see
@@ -161,11 +156,7 @@ func (n *Node) dropForLock() {
 		if m.cacheTrusted() {
 			continue
 		}
-		m.mu.Lock()
-		m.cache = validator{}
-		m.mu.Unlock()
-		m.dropAttr()
-		m.dropCache()
+		m.Invalidate(0, 0) // in the lock's request: see pushDirty
 	}
 }
 

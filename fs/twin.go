@@ -96,17 +96,28 @@ func (o *openNodes) wrote(n *Node, data []byte, off int64) {
 	}
 }
 
-// dropTwins forgets the twins: the kernel's cached pages are gone.
-func (o *openNodes) dropTwins(n *Node) {
+// dropTwins forgets the twins of the pages in [off, off+size) (size ≤ 0:
+// to the end): the kernel's cached pages there are gone.
+func (o *openNodes) dropTwins(n *Node, off, size int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if on := o.m[n]; on != nil {
+	on := o.m[n]
+	if on == nil {
+		return
+	}
+	if off <= 0 && size <= 0 {
 		on.tw.pages = nil
+		return
+	}
+	for p := range on.tw.pages {
+		if (p+1)*twinPage > off && (size <= 0 || p*twinPage < off+size) {
+			delete(on.tw.pages, p)
+		}
 	}
 }
 
-// run is a piece of a written-back page to send: the bytes at off.
-type run struct {
+// span is a piece of a written-back page to send: the bytes at off.
+type span struct {
 	off  int64
 	data []byte
 }
@@ -114,10 +125,10 @@ type run struct {
 // diff returns the pieces of a written-back range that differ from the
 // twins (whole pages where there is none), marks the file as mapped and
 // makes the twins the written bytes.
-func (o *openNodes) diff(n *Node, data []byte, off int64) []run {
+func (o *openNodes) diff(n *Node, data []byte, off int64) []span {
 	o.mu.Lock()
 	on := o.m[n]
-	var runs []run
+	var runs []span
 	for i := 0; i < len(data); {
 		at := off + int64(i)
 		p := at / twinPage
@@ -127,7 +138,7 @@ func (o *openNodes) diff(n *Node, data []byte, off int64) []run {
 			tw = on.tw.pages[p]
 		}
 		if tw == nil {
-			runs = append(runs, run{at, data[i:end]})
+			runs = append(runs, span{at, data[i:end]})
 		} else {
 			runs = append(runs, changed(tw, data[i:end], at)...)
 		}
@@ -144,9 +155,9 @@ func (o *openNodes) diff(n *Node, data []byte, off int64) []run {
 // changed returns the runs of page that differ from its twin tw (page is
 // at off); bytes past the twin's end count as changed, and fewer than
 // twinGap equal bytes between two changes go along with them.
-func changed(tw, page []byte, off int64) []run {
+func changed(tw, page []byte, off int64) []span {
 	same := func(i int) bool { return i < len(tw) && tw[i] == page[i] }
-	var runs []run
+	var runs []span
 	for i := 0; i < len(page); {
 		if same(i) {
 			i++
@@ -158,7 +169,7 @@ func changed(tw, page []byte, off int64) []run {
 				end = k + 1
 			}
 		}
-		runs = append(runs, run{off + int64(i), page[i:end]})
+		runs = append(runs, span{off + int64(i), page[i:end]})
 		i = end
 	}
 	return runs
@@ -172,7 +183,7 @@ func (f *fileHandle) writeBack(ctx context.Context, buf []byte, off int64) (uint
 	defer cancel()
 	for _, r := range f.node.fs.open.diff(f.node, buf, off) {
 		if _, errno := f.Write(plain, r.data, r.off); errno != 0 {
-			f.node.fs.open.dropTwins(f.node) // unknown what the server has now
+			f.node.fs.open.dropTwins(f.node, 0, 0) // unknown what the server has now
 			return 0, errno
 		}
 	}

@@ -15,7 +15,7 @@ func TestChanged(t *testing.T) {
 	page[3], page[5], page[150] = 1, 1, 1 // 3 and 5 one run (gap < twinGap), 150 another
 	page = append(page, 7, 7)             // past the twin: changed
 	got := changed(tw, page, 4096)
-	want := []run{{4096 + 3, page[3:6]}, {4096 + 150, page[150:151]}, {4096 + 200, page[200:202]}}
+	want := []span{{4096 + 3, page[3:6]}, {4096 + 150, page[150:151]}, {4096 + 200, page[200:202]}}
 	if len(got) != len(want) {
 		t.Fatalf("changed = %v, want %v", got, want)
 	}

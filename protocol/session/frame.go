@@ -98,7 +98,15 @@ const (
 	// 33–35 are reserved (leases).
 	CmdReopen Command = 36 // reclaims a durable handle, or re-opens a file by identity (durable.go)
 
-	cmdLimit = 37
+	// 37 (MKNOD) and 43–47 are reserved for other commands.
+
+	CmdCopyRange  Command = 38 // copy_file_range between two opens, on the server
+	CmdFallocate  Command = 39 // fallocate on a Handle
+	CmdSeek       Command = 40 // lseek SEEK_DATA / SEEK_HOLE on a Handle
+	CmdTmpfile    Command = 41 // open(dir, O_TMPFILE) → Handle
+	CmdLinkHandle Command = 42 // linkat of a Handle's file to a new name
+
+	cmdLimit = 43
 )
 
 var commandNames = [cmdLimit]string{
@@ -111,6 +119,8 @@ var commandNames = [cmdLimit]string{
 	CmdListXattr: "LISTXATTR", CmdRemoveXattr: "REMOVEXATTR", CmdIoctl: "IOCTL",
 	CmdPipeOpen: "PIPE_OPEN", CmdPipeTransact: "PIPE_TRANSACT", CmdEcho: "ECHO",
 	CmdLock: "LOCK", CmdUnlock: "UNLOCK", CmdGetLk: "GETLK", CmdCancel: "CANCEL", CmdReopen: "REOPEN",
+	CmdCopyRange: "COPY_RANGE", CmdFallocate: "FALLOCATE", CmdSeek: "SEEK", CmdTmpfile: "TMPFILE",
+	CmdLinkHandle: "LINKAT_HANDLE",
 }
 
 // String returns the command's name, e.g. "READDIR".

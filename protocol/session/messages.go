@@ -277,4 +277,9 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdGetLk:          {func() message { return new(lockReq) }, func() message { return new(lockResp) }},
 	CmdCancel:         {func() message { return new(cancelReq) }, func() message { return new(empty) }},
 	CmdReopen:         {func() message { return new(reopenReq) }, func() message { return new(reopenResp) }},
+	CmdCopyRange:      {func() message { return new(copyRangeReq) }, func() message { return new(copyRangeResp) }},
+	CmdFallocate:      {func() message { return new(fallocateReq) }, func() message { return new(attrMsg) }},
+	CmdSeek:           {func() message { return new(seekReq) }, func() message { return new(offsetMsg) }},
+	CmdTmpfile:        {func() message { return new(openReq) }, func() message { return new(openResp) }},
+	CmdLinkHandle:     {func() message { return new(linkHandleReq) }, func() message { return new(attrMsg) }},
 }
