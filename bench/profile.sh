@@ -4,7 +4,8 @@
 # runs bench/fio/JOB.fio (default randread-qd1, O_DIRECT unless DIRECT=0) on
 # the mount while `perf record -g` samples both processes, and writes the
 # hottest symbols per process to results/profile-JOB-MODE.txt. JOB=meta
-# profiles the metadata job (bench/meta.sh) instead.
+# profiles the metadata job (bench/meta.sh) instead. The export is a tmpfs, as
+# in `make bench`'s first table; EXPORT=disk puts it on /var/tmp instead.
 #   BENCH_BIN=bin BENCH_OUT=results SECONDS_=5 bench/profile.sh seqread-qd1 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,10 +18,12 @@ cleanup() {
 	[ -n "$mount_pid" ] && kill -TERM "$mount_pid" 2>/dev/null && wait "$mount_pid" 2>/dev/null || true
 	grep -q " $work/mnt " /proc/self/mountinfo && umount -l "$work/mnt" || true
 	[ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
+	grep -q " $work/export " /proc/self/mountinfo && umount -l "$work/export" || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
 mkdir -p "$work/export" "$work/mnt" "$out"
+[ "${EXPORT:-tmpfs}" = tmpfs ] && mount -t tmpfs -o mode=0755 lwiofs-prof "$work/export"
 port=$((20000 + RANDOM % 20000))
 export LWIO_PASSWORD=profile-password
 "$bin/lwio-server" -share bench="$work/export" -listen 127.0.0.1:$port -soft 127.0.0.1:$((port + 1)) \

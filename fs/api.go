@@ -9,6 +9,7 @@ package fs
 
 import (
 	"context"
+	"io"
 
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
@@ -60,45 +61,73 @@ type DataPath interface {
 	Name() string
 }
 
-// DataFile moves one open file's bytes. ReadAt and WriteAt behave as
-// io.ReaderAt and io.WriterAt but take a context: when ctx ends (a FUSE
-// INTERRUPT) the request is cancelled (LWIO CANCEL) and the call returns
-// an error wrapping ctx.Err(). A ReadAt at or past end of file returns
-// (n < len(p), nil or io.EOF).
+// DataFile moves one open file's bytes. Every method a mount needs is here
+// (the LWIO data file and the session-channel fallback both have them all,
+// so nothing is probed). Calls take a context: when it ends (a FUSE
+// INTERRUPT) the request is cancelled and the call returns an error
+// wrapping ctx.Err().
 type DataFile interface {
+	// ReadAt behaves as io.ReaderAt: a read at or past end of file
+	// returns (n < len(p), nil or io.EOF).
 	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
+	// ReadBuf reads len(dest) bytes at off and returns them in a Buffer:
+	// for LWIO the pooled registered buffer the server's RDMA WRITE landed
+	// in, handed on without a copy; otherwise dest itself. Fewer bytes at
+	// end of file; (nil, io.EOF) at or past it. Release the Buffer once
+	// the bytes are used.
+	ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error)
 	WriteAt(ctx context.Context, p []byte, off int64) (int, error)
+	// WriteV writes pages, consecutive pieces of the file at off, in one
+	// request where the path can (LWIO VEC_WRITE, COLLAPSE when every page
+	// is the same).
+	WriteV(ctx context.Context, pages [][]byte, off int64) (int, error)
+	// Cancel fails the file's queued requests with STATUS_CANCELLED (LWIO
+	// CANCEL on the Fid); a path with no queue returns nil.
+	Cancel(ctx context.Context) error
 	// Close ends the data path (LWIO CLOSE of the Fid). It does not close
 	// the session handle.
 	Close(ctx context.Context) error
 }
 
-// VectorWriter is a DataFile that takes a write as several buffers in one
-// request (LWIO VEC_WRITE; an engine may send COLLAPSE when all pages are
-// identical).
-type VectorWriter interface {
-	WriteV(ctx context.Context, bufs [][]byte, off int64) (int, error)
-}
-
-// Buffer is data an engine read into its own registered memory. Release
-// returns the memory to the engine's pool; Bytes must not be used after.
+// Buffer is data a DataFile read. Release returns its memory to the
+// engine's pool (a no-op for ordinary memory); Bytes must not be used
+// after.
 type Buffer interface {
 	Bytes() []byte
 	Release()
 }
 
-// BufReader is a DataFile that can read without a copy: the bytes stay in
-// the engine's registered buffer until the kernel has them. ReadBuf of n <=
-// MaxBuf bytes returns (nil, io.EOF) at or past end of file.
-type BufReader interface {
-	ReadBuf(ctx context.Context, off int64, n int) (Buffer, error)
-	MaxBuf() int
+// heapBuf is a Buffer in ordinary memory.
+type heapBuf []byte
+
+func (b heapBuf) Bytes() []byte { return b }
+func (b heapBuf) Release()      {}
+
+// readInto is ReadBuf for reads that land in dest: ReadAt, with the end of
+// file said as ReadBuf says it.
+func readInto(ctx context.Context, f DataFile, dest []byte, off int64) (Buffer, error) {
+	n, err := f.ReadAt(ctx, dest, off)
+	if n == 0 && (err == nil || isEOF(err)) {
+		return nil, io.EOF
+	}
+	if isEOF(err) {
+		err = nil
+	}
+	return heapBuf(dest[:n]), err
 }
 
-// Canceler is a DataFile whose queued requests can be cancelled (LWIO
-// CANCEL on the Fid): they fail with STATUS_CANCELLED.
-type Canceler interface {
-	Cancel(ctx context.Context) error
+// writeEach is WriteV for a path without vectored writes: one WriteAt per
+// page.
+func writeEach(ctx context.Context, f DataFile, pages [][]byte, off int64) (int, error) {
+	total := 0
+	for _, p := range pages {
+		n, err := f.WriteAt(ctx, p, off+int64(total))
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // sessionData is the fallback DataPath over the session channel.
@@ -114,6 +143,8 @@ func (s sessionData) Attach(_ context.Context, h session.Handle, _ int) (DataFil
 	return &handleFile{io: s.io, h: h}, nil
 }
 
+// handleFile is an open file's data over the session channel: READ and
+// WRITE on its handle.
 type handleFile struct {
 	io HandleIO
 	h  session.Handle
@@ -123,8 +154,17 @@ func (f *handleFile) ReadAt(ctx context.Context, p []byte, off int64) (int, erro
 	return f.io.ReadAt(ctx, f.h, p, off)
 }
 
+func (f *handleFile) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
+	return readInto(ctx, f, dest, off)
+}
+
 func (f *handleFile) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return f.io.WriteAt(ctx, f.h, p, off)
 }
 
-func (f *handleFile) Close(context.Context) error { return nil }
+func (f *handleFile) WriteV(ctx context.Context, pages [][]byte, off int64) (int, error) {
+	return writeEach(ctx, f, pages, off)
+}
+
+func (f *handleFile) Cancel(context.Context) error { return nil }
+func (f *handleFile) Close(context.Context) error  { return nil }

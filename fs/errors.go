@@ -10,18 +10,19 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
-	"github.com/lwiofs/lwiofs/protocol/session"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 )
 
 // translateError is the one place an error becomes an errno at the FUSE
-// boundary (after rclone's cmd/mount2). Statuses and errnos map through
-// session.ToErrno; an error that only maps to EIO is logged with its
-// operation and path, since the kernel will only ever see "I/O error".
+// boundary (after rclone's cmd/mount2). Statuses, errnos and lost
+// connections map through the one table, ntstatus.ToErrno; an error that
+// only maps to EIO is logged with its operation and path, since the kernel
+// will only ever see "I/O error".
 func translateError(log logrus.FieldLogger, op, path string, err error) syscall.Errno {
 	if err == nil {
 		return 0
 	}
-	errno := session.ToErrno(err)
+	errno := ntstatus.ToErrno(err)
 	if errno == syscall.EIO && !isPlainEIO(err) {
 		log.WithFields(logrus.Fields{"op": op, "path": path}).WithError(err).Warn("fs: unmapped error, returning EIO")
 	}

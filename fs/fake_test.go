@@ -317,6 +317,10 @@ func (t *dirTree) WriteAt(ctx context.Context, h session.Handle, p []byte, off i
 	if err != nil {
 		return 0, err
 	}
+	if off < 0 { // an append, as the server places it
+		n, err := unix.Pwritev2(int(f.Fd()), [][]byte{p}, -1, unix.RWF_APPEND)
+		return n, errOf(err)
+	}
 	n, err := f.WriteAt(p, off)
 	return n, errOf(err)
 }
@@ -358,6 +362,13 @@ func (f *countingFile) ReadAt(ctx context.Context, p []byte, off int64) (int, er
 	f.c.reads++
 	f.c.mu.Unlock()
 	return f.DataFile.ReadAt(ctx, p, off)
+}
+
+func (f *countingFile) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
+	f.c.mu.Lock()
+	f.c.reads++
+	f.c.mu.Unlock()
+	return f.DataFile.ReadBuf(ctx, dest, off)
 }
 
 func (f *countingFile) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -21,9 +22,9 @@ import (
 const releaseTimeout = 30 * time.Second
 
 // sessionOpenFlags are the open(2) flags passed on to the server. O_APPEND
-// is left out on purpose: the kernel already turns appends into writes at
-// the end of the file, and a server file opened O_APPEND refuses positional
-// writes. O_DIRECT is the client's business (the kernel page cache here),
+// is left out on purpose: each O_APPEND write asks the server to append
+// (append.go), and a server file opened O_APPEND would append positional
+// writes too (a shared mapping's writeback through that handle). O_DIRECT is the client's business (the kernel page cache here),
 // not the server disk's.
 const sessionOpenFlags = syscall.O_ACCMODE | syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC |
 	syscall.O_NOFOLLOW | syscall.O_SYNC | syscall.O_DSYNC
@@ -61,10 +62,18 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	g := n.forget()
+	g := n.dropAttr()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
 	if err != nil {
-		return nil, 0, n.errno("open", p, err)
+		if errno := n.errno("open", p, err); errno != syscall.ENOENT {
+			return nil, 0, errno
+		}
+		// The kernel had the name cached; another client has removed it
+		// since. ESTALE makes the VFS look it up afresh and retry once
+		// (LOOKUP_REVAL), as for NFS: an O_CREAT open then creates the
+		// file instead of failing (sqlite's journal, made and removed by
+		// every transaction on another mount).
+		return nil, 0, syscall.ESTALE
 	}
 	n.rememberAt(g, a)
 	return n.newHandle(p, h, int(flags)), n.openFlags(a, int(flags)), 0
@@ -74,8 +83,8 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
-	n.forget()
-	defer n.forget()
+	n.dropAttr()
+	defer n.dropAttr()
 	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
 	if err != nil {
 		return nil, nil, 0, n.errno("create", p, err)
@@ -86,6 +95,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
+	n.fs.open.opened(n, flags)
 	return &fileHandle{node: n, h: h, flags: flags,
 		log: n.fs.log.WithFields(logrus.Fields{"path": p, "handle": uint64(h)})}
 }
@@ -121,7 +131,11 @@ func (f *fileHandle) dataFile(ctx context.Context) (DataFile, error) {
 // dropped (no FOPEN_KEEP_CACHE) and the cached attributes too, so the new
 // size is fetched before a read trusts the old one.
 func (n *Node) openFlags(fresh session.Attr, flags int) uint32 {
-	if n.keepCache(fresh) {
+	keep := n.keepCache(fresh)
+	if flags&syscall.O_APPEND != 0 {
+		return appendDirect // append.go
+	}
+	if keep {
 		return fuse.FOPEN_KEEP_CACHE
 	}
 	// Attributes only (offset < 0): safe from inside OPEN, as it takes no
@@ -152,31 +166,25 @@ func (f *fileHandle) dirty() {
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f.node.forget() // the server may move the atime
+	f.node.dropAttr() // the server may move the atime
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return nil, f.errno("register", err)
 	}
-	if br, ok := data.(BufReader); ok && len(dest) <= br.MaxBuf() {
-		var b Buffer
-		_, err := f.run(ctx, func(ctx context.Context) (int, error) {
-			var err error
-			b, err = br.ReadBuf(ctx, off, len(dest))
-			return 0, err
-		})
-		if err != nil && !isEOF(err) {
-			return nil, f.errno("read", err)
-		}
-		if b == nil {
-			return fuse.ReadResultData(nil), 0
-		}
-		return &bufResult{b}, 0
-	}
-	n, err := f.run(ctx, func(ctx context.Context) (int, error) { return data.ReadAt(ctx, dest, off) })
+	var b Buffer
+	_, err = f.run(ctx, func(ctx context.Context) (int, error) {
+		var err error
+		b, err = data.ReadBuf(ctx, dest, off)
+		return 0, err
+	})
 	if err != nil && !isEOF(err) {
 		return nil, f.errno("read", err)
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	if b == nil {
+		return fuse.ReadResultData(nil), 0
+	}
+	f.node.fs.open.keepTwins(f.node, b.Bytes(), off) // twin.go
+	return &bufResult{b}, 0
 }
 
 // InlineWriteMax is how many bytes a file handle writes over the session
@@ -205,7 +213,18 @@ func (f *fileHandle) inlineWrite(n int) (HandleIO, bool) {
 	return hio, true
 }
 
-func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, syscall.Errno) {
+func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32, errno syscall.Errno) {
+	switch x := f.node.fs.writeKind(ctx); {
+	case x.appending:
+		return f.append(ctx, buf, off)
+	case x.writeback:
+		return f.writeBack(ctx, buf, off) // twin.go
+	}
+	defer func() {
+		if errno == 0 {
+			f.node.fs.open.wrote(f.node, buf, off) // the server has these bytes now
+		}
+	}()
 	f.dirty()
 	defer f.dirty() // and attributes fetched during the write predate it
 	if hio, ok := f.inlineWrite(len(buf)); ok {
@@ -219,13 +238,12 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, 
 	if err != nil {
 		return 0, f.errno("register", err)
 	}
-	vw, vec := data.(VectorWriter)
-	vec = vec && f.flags&syscall.O_DIRECT != 0 && len(buf) > pageSize && len(buf)%pageSize == 0
+	vec := f.flags&syscall.O_DIRECT != 0 && len(buf) > pageSize && len(buf)%pageSize == 0
 	n, err := f.run(ctx, func(ctx context.Context) (int, error) {
 		if vec {
 			// O_DIRECT writes of whole pages go as VEC_WRITE, which the
 			// engine collapses to one page when all pages are the same.
-			return vw.WriteV(ctx, pages(buf), off)
+			return data.WriteV(ctx, pages(buf), off)
 		}
 		return data.WriteAt(ctx, buf, off)
 	})
@@ -236,6 +254,9 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, 
 }
 
 func (f *fileHandle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
+	if x := f.node.fs.writeKind(ctx); len(data) > 1 && (x.appending || x.writeback) {
+		return f.Write(ctx, bytes.Join(data, nil), off) // one append, or one diff, whole
+	}
 	var total int
 	for _, b := range data {
 		n, errno := f.Write(ctx, b, off+int64(total))
@@ -313,14 +334,10 @@ func (f *fileHandle) cancel() {
 	if b == nil {
 		return
 	}
-	c, ok := b.DataFile.(Canceler)
-	if !ok {
-		return
-	}
 	go func() {
 		ctx, done := context.WithTimeout(context.Background(), cancelTimeout)
 		defer done()
-		if err := c.Cancel(ctx); err != nil {
+		if err := b.Cancel(ctx); err != nil {
 			f.log.WithField("op", "cancel").WithError(err).Debug("fs: LWIO CANCEL")
 		}
 	}()
@@ -328,8 +345,9 @@ func (f *fileHandle) cancel() {
 
 // Flush is close(2). Writes are write-through (each WRITE completes on the
 // server before the kernel is answered), so there is nothing to push: the
-// file is consistent on the server for the next open anywhere.
-func (f *fileHandle) Flush(ctx context.Context) syscall.Errno { return 0 }
+// file is consistent on the server for the next open anywhere. The closing
+// process's locks on the file go (lock.go).
+func (f *fileHandle) Flush(ctx context.Context) syscall.Errno { return f.releaseLocks(ctx) }
 
 // Release is the last close: LWIO CLOSE of the Fid, then the session
 // handle. The caller's context is already gone, so both get their own.
@@ -337,6 +355,7 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 	if f.released.Swap(true) {
 		return 0
 	}
+	defer f.node.fs.open.closed(f.node, f.flags)
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	f.attachMu.Lock() // no attach after this

@@ -36,6 +36,7 @@ func TestTranslateError(t *testing.T) {
 		{protocol.StatusIOError, syscall.EIO, false},
 		{context.Canceled, syscall.EINTR, false},
 		{context.DeadlineExceeded, syscall.ETIMEDOUT, false},
+		{&protocol.ConnectionError{Conn: "softrdma 127.0.0.1:1", Err: errors.New("reset")}, syscall.ENOTCONN, false},
 		{errors.New("something odd"), syscall.EIO, true},
 		{protocol.Status(0xC0001234), syscall.EIO, true},
 	} {

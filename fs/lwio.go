@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"strings"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -26,27 +27,18 @@ type lwioPath struct {
 	log      logrus.FieldLogger
 }
 
-// LWIODataPath returns the data path that registers every opened file with
+// lwioDataPath returns the data path that registers every opened file with
 // the LWIO client engine cl. A file whose registration fails (the RDMA
 // connections are gone, say) uses fallback instead if it is not nil, with
 // a warning; otherwise its open fails.
-func LWIODataPath(keys ResumeKeyer, cl *client.Client, fallback DataPath, log logrus.FieldLogger) DataPath {
-	if log == nil {
-		log = Options{}.logger()
-	}
+func lwioDataPath(keys ResumeKeyer, cl *client.Client, fallback DataPath, log logrus.FieldLogger) DataPath {
 	return &lwioPath{keys: keys, cl: cl, fallback: fallback, log: log}
 }
 
+// Name is "lwio/" and the providers of the LWIO connections, e.g.
+// "lwio/softrdma".
 func (p *lwioPath) Name() string {
-	name := "lwio"
-	seen := map[string]bool{}
-	for _, pr := range p.cl.Providers() {
-		if !seen[pr] {
-			seen[pr] = true
-			name += "/" + pr
-		}
-	}
-	return name
+	return strings.Join(append([]string{"lwio"}, dedupe(p.cl.Providers())...), "/")
 }
 
 func (p *lwioPath) Attach(ctx context.Context, h session.Handle, flags int) (DataFile, error) {
@@ -75,30 +67,27 @@ func (p *lwioPath) register(ctx context.Context, h session.Handle, flags int) (D
 	if err != nil {
 		return nil, err
 	}
-	return &lwioFile{File: f, maxBuf: p.cl.MaxRead()}, nil
+	return lwioFile{File: f, maxRead: p.cl.MaxRead()}, nil
 }
 
-// lwioFile is a registered file. *client.File already has ReadAt, WriteAt,
-// WriteV, Cancel and Close with the DataFile signatures; ReadBuf needs its
-// result as a Buffer.
+// lwioFile is a registered file: *client.File has every DataFile method
+// but ReadBuf as fs declares it — the client's returns its own *client.Buf
+// and serves at most one READ (MaxRead bytes) — so this is where a
+// longer read goes through ReadAt into dest instead.
 type lwioFile struct {
 	*client.File
-	maxBuf int
+	maxRead int
 }
 
-var (
-	_ DataFile     = (*lwioFile)(nil)
-	_ VectorWriter = (*lwioFile)(nil)
-	_ BufReader    = (*lwioFile)(nil)
-	_ Canceler     = (*lwioFile)(nil)
-)
+var _ DataFile = lwioFile{}
 
-func (f *lwioFile) MaxBuf() int { return f.maxBuf }
-
-func (f *lwioFile) ReadBuf(ctx context.Context, off int64, n int) (Buffer, error) {
-	b, err := f.File.ReadBuf(ctx, off, n)
+func (f lwioFile) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
+	if len(dest) > f.maxRead {
+		return readInto(ctx, f, dest, off)
+	}
+	b, err := f.File.ReadBuf(ctx, off, len(dest))
 	if b == nil {
-		return nil, err
+		return nil, err // not a typed nil in the interface
 	}
 	return b, err
 }

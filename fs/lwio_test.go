@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -14,154 +13,83 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
+	"github.com/lwiofs/lwiofs/protocol/fileserver"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/session"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
-// authority adapts the session server to the engine's Authority (the two
-// packages each name their File interface).
-type authority struct {
-	s atomic.Pointer[session.Server]
-}
-
-func (a *authority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
-	return a.s.Load().SessionByKey(key)
-}
-
-func (a *authority) OpenByResumeKey(id uint64, key [24]byte) (server.File, error) {
-	return a.s.Load().OpenByResumeKey(id, key)
-}
-
-// countingKeys counts resume-key requests: one per LWIO registration.
-type countingKeys struct {
-	ResumeKeyer
-	n atomic.Int32
-}
-
-func (c *countingKeys) RequestResumeKey(ctx context.Context, h session.Handle) (protocol.ResumeKeyResponse, error) {
-	c.n.Add(1)
-	return c.ResumeKeyer.RequestResumeKey(ctx, h)
-}
-
-// testServers is a session server and an LWIO engine on softrdma, run in
-// process.
-type testServers struct {
-	engine           *server.Server
-	sess             *session.Server
-	sessAddr, lwAddr string
-}
-
-// startServers serves share as "s" to user u (password pw) on the given
-// addresses ("127.0.0.1:0" picks).
-func startServers(t *testing.T, share, sessAddr, lwAddr string) *testServers {
+// serve serves dir as share "s" to user "u" (password "pw"): a whole
+// server (fileserver.Start) with the session channel at sessAddr and one
+// softrdma listener at lwAddr ("127.0.0.1:0" picks), until the test ends.
+// registered, when not nil, counts the files the engine registers.
+func serve(t *testing.T, dir, sessAddr, lwAddr string, registered *atomic.Int32) *fileserver.Server {
 	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
-	auth := &authority{}
-	engine, err := server.New(server.Config{Authority: auth, Logger: log})
+	cfg := fileserver.Config{
+		Session: session.ServerConfig{
+			Shares: []share.Config{{Name: "s", Path: dir}},
+			Users:  map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Logger: log,
+			// Beside the share, so a server restarted on it finds the
+			// key its clients' file identities are sealed with.
+			StateDir: dir + ".state",
+		},
+		Engine:      server.Config{Logger: log},
+		SessionAddr: sessAddr,
+		Listeners:   []fileserver.Listener{{Provider: soft.New(soft.Options{}), Addr: lwAddr}},
+	}
+	if registered != nil {
+		cfg.WrapFile = func(f share.File) share.File { registered.Add(1); return f }
+	}
+	srv, err := fileserver.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := engine.Listen(soft.New(soft.Options{}), lwAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := transport.InstanceFor(l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := session.NewServer(session.ServerConfig{
-		Shares:    []session.Share{{Name: "s", Path: share}},
-		Users:     map[string][16]byte{"u": smbauth.NTHash("pw")},
-		Providers: []transport.ProviderInfo{{Name: soft.Name, Instances: []transport.Instance{in}}},
-		Logger:    log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth.s.Store(sess)
-	go engine.Serve(l)
-	nl, err := net.Listen("tcp", sessAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go sess.Serve(nl)
-	s := &testServers{engine: engine, sess: sess, sessAddr: nl.Addr().String(), lwAddr: l.Addr()}
-	t.Cleanup(s.stop)
-	return s
+	t.Cleanup(func() { srv.Close() })
+	return srv
 }
 
-func (s *testServers) stop() { s.engine.Close(); s.sess.Close() }
-
-// testDialer connects a Session to the servers at sessAddr: session setup,
-// tree connect, negotiate, LWIO client in mode. keys, when not nil,
-// counts resume-key requests.
-func testDialer(sessAddr string, mode client.Mode, keys *countingKeys) Dialer {
+// dialer dials share "s" at addr as user "u" with file data over LWIO on
+// softrdma in mode, as lwio-mount does.
+func dialer(addr string, mode client.Mode) Dialer {
+	log := logrus.New()
+	log.SetLevel(logrus.ErrorLevel)
 	return func(ctx context.Context) (*Session, error) {
-		log := logrus.New()
-		log.SetLevel(logrus.ErrorLevel)
-		c, err := session.Dial(ctx, sessAddr, session.ClientConfig{User: "u", Password: "pw"})
-		if err != nil {
-			return nil, err
-		}
-		tree, err := c.TreeConnect(ctx, "s")
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		cl, err := client.New(ctx, client.Config{
-			Providers:  []transport.Provider{soft.New(soft.Options{})},
-			Negotiate:  tree.Negotiate,
-			SessionID:  c.SessionID(),
-			SigningKey: c.SessionKey(),
-			Completion: mode,
-			Logger:     log,
+		return Dial(ctx, DialConfig{
+			Addr:        addr,
+			Share:       "s",
+			Session:     session.ClientConfig{User: "u", Password: "pw"},
+			Providers:   []transport.Provider{soft.New(soft.Options{})},
+			RequireRDMA: true,
+			Completion:  mode,
+			Logger:      log,
 		})
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		var rk ResumeKeyer = tree
-		if keys != nil {
-			keys.ResumeKeyer = tree
-			rk = keys
-		}
-		done := make(chan struct{})
-		go func() {
-			select {
-			case <-c.Done():
-			case <-cl.Done():
-			}
-			close(done)
-		}()
-		return &Session{
-			Tree: tree, Data: LWIODataPath(rk, cl, nil, log), Done: done,
-			Close: func() error { cl.Close(); return c.Close() },
-		}, nil
 	}
 }
 
-// lwioMount runs a real session server and LWIO engine over softrdma in
-// process and mounts the share through the LWIO client engine.
-func lwioMount(t *testing.T, share string, mode client.Mode) (mnt string, keys *countingKeys, dp DataPath) {
+// lwioMount runs a real server over softrdma in process and mounts the
+// share through the LWIO client engine; registered counts the files the
+// server registered.
+func lwioMount(t *testing.T, dir string, mode client.Mode) (mnt string, registered *atomic.Int32, dp DataPath) {
 	t.Helper()
 	needFUSE(t)
-	srv := startServers(t, share, "127.0.0.1:0", "127.0.0.1:0")
+	registered = &atomic.Int32{}
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", registered)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	keys = &countingKeys{}
-	s, err := testDialer(srv.sessAddr, mode, keys)(ctx)
+	s, err := dialer(srv.SessionAddr(), mode)(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	mnt = mountOn(t, s.Tree, s.Data)
-	return mnt, keys, s.Data
+	return mnt, registered, s.Data
 }
 
 func needFUSE(t *testing.T) {
@@ -198,7 +126,7 @@ func TestLWIOSmoke(t *testing.T) {
 	for _, mode := range []client.Mode{client.Interrupt, client.Polling} {
 		t.Run(mode.String(), func(t *testing.T) {
 			share := t.TempDir()
-			mnt, keys, dp := lwioMount(t, share, mode)
+			mnt, registered, dp := lwioMount(t, share, mode)
 			if name := dp.Name(); name != "lwio/softrdma" {
 				t.Errorf("data path %q, want lwio/softrdma", name)
 			}
@@ -254,8 +182,8 @@ func TestLWIOSmoke(t *testing.T) {
 			if len(disk) != 1<<20+64<<10 || !bytes.Equal(disk[:1<<20], want) || !bytes.Equal(disk[1<<20:], buf[:64<<10]) {
 				t.Fatalf("server disk after O_DIRECT writes: %d bytes, wrong content", len(disk))
 			}
-			if keys.n.Load() == 0 {
-				t.Errorf("no resume key requested: LWIO registration never happened")
+			if registered.Load() == 0 {
+				t.Errorf("the server registered no file: the data never went over LWIO")
 			}
 		})
 	}

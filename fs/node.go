@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,6 +21,9 @@ type filesystem struct {
 	data DataPath
 	opts Options
 	log  logrus.FieldLogger
+
+	extras *requestExtras // what rawFS kept of requests in flight
+	open   openNodes      // nodes with open files (lock.go)
 }
 
 // Node is one file, directory or symlink of the share. It keeps no path:
@@ -39,6 +43,9 @@ type Node struct {
 	freshAt    time.Time
 	freshValid bool
 	freshGen   uint64 // bumped by every change this mount makes
+	// tmp is the open handle of an O_TMPFILE node until it is named
+	// (tmpfile.go).
+	tmp atomic.Pointer[fileHandle]
 }
 
 // freshAttrAge bounds how long a GETATTR is answered from attributes the
@@ -54,10 +61,10 @@ type Node struct {
 // inside what attr_timeout already allows.
 const freshAttrAge = 100 * time.Millisecond
 
-// forget drops the remembered attributes — this mount is changing the
+// dropAttr drops the remembered attributes — this mount is changing the
 // node — and returns the new generation: attributes fetched by a request
 // that overlapped the change are not remembered (rememberAt).
-func (n *Node) forget() uint64 {
+func (n *Node) dropAttr() uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.freshValid = false
@@ -93,12 +100,12 @@ func (n *Node) freshAttr() (session.Attr, bool) {
 	return n.fresh, true
 }
 
-// forgetChild drops the remembered attributes of the child called name,
+// dropChildAttr drops the remembered attributes of the child called name,
 // if the kernel knows it.
-func (n *Node) forgetChild(name string) {
+func (n *Node) dropChildAttr(name string) {
 	if c := n.GetChild(name); c != nil {
 		if cn, ok := c.Operations().(*Node); ok {
-			cn.forget()
+			cn.dropAttr()
 		}
 	}
 }
@@ -169,7 +176,7 @@ func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut)
 		// An existing one may have a change in flight that these
 		// attributes predate, or have changed (a create that opened
 		// and truncated it): remember nothing.
-		cn.forget()
+		cn.dropAttr()
 	}
 	return child
 }
@@ -227,23 +234,27 @@ func setAttrIn(in *fuse.SetAttrIn) session.SetAttrIn {
 		s.Valid |= session.SetSize
 		s.Size = sz
 	}
-	if in.Valid&fuse.FATTR_ATIME != 0 {
+	if setTime(in, fuse.FATTR_ATIME, fuse.FATTR_ATIME_NOW, in.GetATime, &s.Atime, &s.AtimeNow) {
 		s.Valid |= session.SetAtime
-		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
-			s.AtimeNow = true
-		} else {
-			s.Atime, _ = in.GetATime()
-		}
 	}
-	if in.Valid&fuse.FATTR_MTIME != 0 {
+	if setTime(in, fuse.FATTR_MTIME, fuse.FATTR_MTIME_NOW, in.GetMTime, &s.Mtime, &s.MtimeNow) {
 		s.Valid |= session.SetMtime
-		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
-			s.MtimeNow = true
-		} else {
-			s.Mtime, _ = in.GetMTime()
-		}
 	}
 	return s
+}
+
+// setTime fills one time of a setattr when in sets it (the FUSE bit set):
+// the server's clock (UTIME_NOW) with the bit now, else the time given.
+func setTime(in *fuse.SetAttrIn, set, now uint32, get func() (time.Time, bool), t *time.Time, isNow *bool) bool {
+	if in.Valid&set == 0 {
+		return false
+	}
+	if in.Valid&now != 0 {
+		*isNow = true
+	} else {
+		*t, _ = get()
+	}
+	return true
 }
 
 func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -255,10 +266,10 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		h = fh.h
 	}
 	s := setAttrIn(in)
-	g := n.forget()
+	g := n.dropAttr()
 	a, err := n.fs.tree.SetAttr(ctx, p, h, s)
 	if err != nil {
-		n.forget()
+		n.dropAttr()
 		return n.errno("setattr", p, err)
 	}
 	n.rememberAt(g, a)
@@ -272,14 +283,30 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 }
 
 func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return n.makeChild(ctx, "mkdir", name, out, nil, func(ctx context.Context, p string) (session.Attr, error) {
+		return n.fs.tree.Mkdir(ctx, p, mode)
+	})
+}
+
+// makeChild makes the entry name with mk (MKDIR, SYMLINK, LINK) and
+// returns its node, dropping the remembered attributes of this directory
+// — and of other, the link's target, when not nil — before and after.
+func (n *Node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOut, other *Node,
+	mk func(ctx context.Context, p string) (session.Attr, error)) (*gofs.Inode, syscall.Errno) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
-	n.forget()
-	defer n.forget()
-	a, err := n.fs.tree.Mkdir(ctx, p, mode)
+	dropAttrs := func() {
+		n.dropAttr()
+		if other != nil {
+			other.dropAttr()
+		}
+	}
+	dropAttrs()
+	defer dropAttrs()
+	a, err := mk(ctx, p)
 	if err != nil {
-		return nil, n.errno("mkdir", p, err)
+		return nil, n.errno(op, p, err)
 	}
 	return n.newChild(ctx, a, out), 0
 }
@@ -298,10 +325,10 @@ func (n *Node) removeChild(ctx context.Context, op, name string, remove func(con
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
-	n.forget()
-	n.forgetChild(name)
-	defer n.forgetChild(name)
-	defer n.forget()
+	n.dropAttr()
+	n.dropChildAttr(name)
+	defer n.dropChildAttr(name)
+	defer n.dropAttr()
 	return n.errno(op, p, remove(ctx, p))
 }
 
@@ -310,30 +337,23 @@ func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	defer cancel()
 	oldPath := n.childPath(name)
 	newPath := joinPath(newParent.EmbeddedInode().Path(n.Root()), newName)
-	forgetAll := func() {
-		n.forget()
-		n.forgetChild(name)
+	dropAttrs := func() {
+		n.dropAttr()
+		n.dropChildAttr(name)
 		if np, ok := newParent.(*Node); ok {
-			np.forget()
-			np.forgetChild(newName)
+			np.dropAttr()
+			np.dropChildAttr(newName)
 		}
 	}
-	forgetAll()
-	defer forgetAll()
+	dropAttrs()
+	defer dropAttrs()
 	return n.errno("rename", oldPath, n.fs.tree.Rename(ctx, oldPath, newPath, flags))
 }
 
 func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	p := n.childPath(name)
-	n.forget()
-	defer n.forget()
-	a, err := n.fs.tree.Symlink(ctx, target, p)
-	if err != nil {
-		return nil, n.errno("symlink", p, err)
-	}
-	return n.newChild(ctx, a, out), 0
+	return n.makeChild(ctx, "symlink", name, out, nil, func(ctx context.Context, p string) (session.Attr, error) {
+		return n.fs.tree.Symlink(ctx, target, p)
+	})
 }
 
 func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -348,23 +368,14 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ctx, cancel := detach(ctx)
-	defer cancel()
+	tn, _ := target.(*Node)
+	if fh := tn.tmpHandle(); fh != nil {
+		return n.linkTmp(ctx, tn, fh, name, out) // an O_TMPFILE file has no path
+	}
 	oldPath := target.EmbeddedInode().Path(n.Root())
-	p := n.childPath(name)
-	forgetAll := func() {
-		n.forget()
-		if tn, ok := target.(*Node); ok {
-			tn.forget()
-		}
-	}
-	forgetAll()
-	defer forgetAll()
-	a, err := n.fs.tree.Link(ctx, oldPath, p)
-	if err != nil {
-		return nil, n.errno("link", p, err)
-	}
-	return n.newChild(ctx, a, out), 0
+	return n.makeChild(ctx, "link", name, out, tn, func(ctx context.Context, p string) (session.Attr, error) {
+		return n.fs.tree.Link(ctx, oldPath, p)
+	})
 }
 
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
@@ -431,24 +442,29 @@ func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if hostLocalXattr(attr) {
 		return syscall.EOPNOTSUPP
 	}
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	p := n.path()
-	n.forget()
-	defer n.forget()
-	return n.errno("setxattr", p, n.fs.tree.SetXattr(ctx, p, attr, data, int(flags)))
+	return n.changeXattr(ctx, "setxattr", func(ctx context.Context, p string) error {
+		return n.fs.tree.SetXattr(ctx, p, attr, data, int(flags))
+	})
 }
 
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if hostLocalXattr(attr) {
 		return syscall.ENODATA
 	}
+	return n.changeXattr(ctx, "removexattr", func(ctx context.Context, p string) error {
+		return n.fs.tree.RemoveXattr(ctx, p, attr)
+	})
+}
+
+// changeXattr runs change on the node's path, dropping its remembered
+// attributes (the ctime moves) before and after.
+func (n *Node) changeXattr(ctx context.Context, op string, change func(ctx context.Context, p string) error) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	n.forget()
-	defer n.forget()
-	return n.errno("removexattr", p, n.fs.tree.RemoveXattr(ctx, p, attr))
+	n.dropAttr()
+	defer n.dropAttr()
+	return n.errno(op, p, change(ctx, p))
 }
 
 func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {

@@ -1,10 +1,10 @@
 package protocol
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/lwiofs/lwiofs/smbauth"
 )
 
 // LWIO_AUTH_OPTIONS codes and lengths (FIG. 6A).
@@ -124,13 +124,9 @@ func (p *AuthParams) append(b []byte, withSig bool) []byte {
 }
 
 // ComputeSignature returns HMAC-SHA256(key, SigningInput) truncated to 16
-// bytes.
+// bytes (smbauth.Sign, the SMB2 signature the session channel uses too).
 func (p *AuthParams) ComputeSignature(key []byte) [AuthOptionSignatureLength]byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(p.SigningInput())
-	var sig [AuthOptionSignatureLength]byte
-	copy(sig[:], m.Sum(nil))
-	return sig
+	return smbauth.Sign(key, p.SigningInput())
 }
 
 // Sign sets the SIGNATURE option to ComputeSignature(key).
@@ -145,8 +141,7 @@ func (p *AuthParams) Verify(key []byte) bool {
 	if !p.HasSignature || len(key) == 0 {
 		return false
 	}
-	want := p.ComputeSignature(key)
-	return hmac.Equal(want[:], p.Signature[:])
+	return smbauth.VerifySignature(key, p.Signature[:], p.SigningInput())
 }
 
 // DecodeAuthParams decodes exactly one LWIO_AUTH_PARAMS: the END option must

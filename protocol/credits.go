@@ -206,16 +206,11 @@ const (
 	txnRetiring                  // retire messages arriving
 )
 
+var creditTxnNames = [...]string{"none", "grant", "retire", "retiring"}
+
 func (t creditTxn) String() string {
-	switch t {
-	case txnNone:
-		return "none"
-	case txnGrant:
-		return "grant"
-	case txnRetire:
-		return "retire"
-	case txnRetiring:
-		return "retiring"
+	if int(t) < len(creditTxnNames) {
+		return creditTxnNames[t]
 	}
 	return fmt.Sprintf("creditTxn(%d)", uint8(t))
 }

@@ -6,8 +6,8 @@ import (
 )
 
 // FieldError is a malformed LWIO or pipe message: a protocol error that ends
-// the connection (DESIGN.md, "Security model": a malformed message ends that
-// connection). It is a different kind from Status, which fails one request
+// the connection (docs/wire.md, "Error scope": a malformed message ends that
+// connection, and nothing else). It is a different kind from Status, which fails one request
 // and leaves the connection up. Every error a Decode function returns is a
 // *FieldError.
 type FieldError struct {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // Every decoder has a Fuzz target: decoding never panics, every error is a
@@ -17,6 +19,30 @@ func mustFieldErr(t *testing.T, err error) {
 	if !errors.As(err, &fe) {
 		t.Fatalf("decode error %v (%T) is not a *FieldError", err, err)
 	}
+}
+
+// roundTrip is the body of a canonical decoder's fuzz target: a decode
+// error must be a *FieldError; what decodes re-encodes to the same bytes,
+// which decode to the same value.
+func roundTrip[T any](t *testing.T, b []byte, decode func([]byte) (T, error), encode func(T) ([]byte, error)) {
+	t.Helper()
+	v, err := decode(b)
+	if err != nil {
+		mustFieldErr(t, err)
+		return
+	}
+	enc, err := encode(v)
+	if err != nil || !bytes.Equal(enc, b) {
+		t.Fatalf("re-encoding differs: %x vs %x (%v)", enc, b, err)
+	}
+	if v2, err := decode(enc); err != nil || !reflect.DeepEqual(v, v2) {
+		t.Fatalf("unstable: %+v vs %+v (%v)", v, v2, err)
+	}
+}
+
+// appender adapts an infallible Append method to roundTrip.
+func appender[T any](app func(*T, []byte) []byte) func(T) ([]byte, error) {
+	return func(v T) ([]byte, error) { return app(&v, nil), nil }
 }
 
 func FuzzDecodeRequest(f *testing.F) {
@@ -73,42 +99,21 @@ func FuzzDecodeStatusResponse(f *testing.F) {
 	f.Add(appendOf(NewDeltaCredit(-2)))
 	f.Add(appendOf(NewAuthResponse(1, &AuthParams{}, StatusAccessDenied)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeStatusResponse(b)
-		if err != nil {
-			mustFieldErr(t, err)
-			return
-		}
-		if enc := r.Append(nil); !bytes.Equal(enc, b) {
-			t.Fatalf("re-encoding differs: %x vs %x", enc, b)
-		}
+		roundTrip(t, b, DecodeStatusResponse, appender((*StatusResponse).Append))
 	})
 }
 
 func FuzzDecodeIOStatusBlock(f *testing.F) {
 	f.Add(appendOf(NewIOStatusBlock(512, StatusEndOfFile)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := DecodeIOStatusBlock(b)
-		if err != nil {
-			mustFieldErr(t, err)
-			return
-		}
-		if enc := s.Append(nil); !bytes.Equal(enc, b) {
-			t.Fatalf("re-encoding differs: %x vs %x", enc, b)
-		}
+		roundTrip(t, b, DecodeIOStatusBlock, appender((*IOStatusBlock).Append))
 	})
 }
 
 func FuzzDecodeRDMARegion(f *testing.F) {
 	f.Add(appendOf(RDMARegion{DataVa: 1, DataMh: 2, Length: 4096}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeRDMARegion(b)
-		if err != nil {
-			mustFieldErr(t, err)
-			return
-		}
-		if enc := r.Append(nil); !bytes.Equal(enc, b) {
-			t.Fatalf("re-encoding differs: %x vs %x", enc, b)
-		}
+		roundTrip(t, b, DecodeRDMARegion, appender((*RDMARegion).Append))
 	})
 }
 
@@ -141,14 +146,7 @@ func FuzzDecodeFidParams(f *testing.F) {
 	fp := testFidParams()
 	f.Add(fp.Append(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := DecodeFidParams(b)
-		if err != nil {
-			mustFieldErr(t, err)
-			return
-		}
-		if enc := p.Append(nil); !bytes.Equal(enc, b) {
-			t.Fatalf("re-encoding differs: %x vs %x", enc, b)
-		}
+		roundTrip(t, b, DecodeFidParams, appender((*FidParams).Append))
 	})
 }
 
@@ -157,21 +155,13 @@ func FuzzDecodeResumeKeyResponse(f *testing.F) {
 	b, _ := r.Append(nil)
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeResumeKeyResponse(b)
-		if err != nil {
-			mustFieldErr(t, err)
-			return
-		}
-		enc, err := r.Append(nil)
-		if err != nil || !bytes.Equal(enc, b) {
-			t.Fatalf("re-encoding differs: %x vs %x (%v)", enc, b, err)
-		}
+		roundTrip(t, b, DecodeResumeKeyResponse, func(r ResumeKeyResponse) ([]byte, error) { return r.Append(nil) })
 	})
 }
 
-func fuzzProviders() []ProviderInfo {
-	return []ProviderInfo{
-		{Name: "softrdma", Instances: []Instance{{HostAddress: []byte{10, 0, 0, 1}, Discriminator: []byte{0x12, 0x34}}, {}}},
+func fuzzProviders() []transport.ProviderInfo {
+	return []transport.ProviderInfo{
+		{Name: "softrdma", Instances: []transport.Instance{{HostAddress: []byte{10, 0, 0, 1}, Discriminator: []byte{0x12, 0x34}}, {}}},
 		{Name: "verbs"},
 	}
 }
@@ -181,18 +171,7 @@ func FuzzDecodeNegotiateRequest(f *testing.F) {
 	b, _ := r.Append(nil)
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeNegotiateRequest(b)
-		if err != nil {
-			mustFieldErr(t, err)
-			return
-		}
-		enc, err := r.Append(nil)
-		if err != nil || !bytes.Equal(enc, b) {
-			t.Fatalf("re-encoding differs: %x vs %x (%v)", enc, b, err)
-		}
-		if r2, err := DecodeNegotiateRequest(enc); err != nil || !reflect.DeepEqual(r, r2) {
-			t.Fatalf("unstable: %v", err)
-		}
+		roundTrip(t, b, DecodeNegotiateRequest, func(r NegotiateRequest) ([]byte, error) { return r.Append(nil) })
 	})
 }
 
@@ -201,18 +180,7 @@ func FuzzDecodeNegotiateResponse(f *testing.F) {
 	b, _ := r.Append(nil)
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeNegotiateResponse(b)
-		if err != nil {
-			mustFieldErr(t, err)
-			return
-		}
-		enc, err := r.Append(nil)
-		if err != nil || !bytes.Equal(enc, b) {
-			t.Fatalf("re-encoding differs: %x vs %x (%v)", enc, b, err)
-		}
-		if r2, err := DecodeNegotiateResponse(enc); err != nil || !reflect.DeepEqual(r, r2) {
-			t.Fatalf("unstable: %v", err)
-		}
+		roundTrip(t, b, DecodeNegotiateResponse, func(r NegotiateResponse) ([]byte, error) { return r.Append(nil) })
 	})
 }
 

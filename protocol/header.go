@@ -111,12 +111,7 @@ func (h *Header) Put(b []byte) {
 }
 
 // Append appends the header's 48 bytes to b.
-func (h *Header) Append(b []byte) []byte {
-	n := len(b)
-	b = grow(b, HeaderSize)
-	h.Put(b[n:])
-	return b
-}
+func (h *Header) Append(b []byte) []byte { return appendPut(b, HeaderSize, h.Put) }
 
 // DecodeHeader decodes the common header at the start of b. Bytes after the
 // first HeaderSize are the message body and are not looked at; use
@@ -160,12 +155,7 @@ func (s *IOStatusBlock) Put(b []byte) {
 }
 
 // Append appends the block's 8 bytes to b.
-func (s *IOStatusBlock) Append(b []byte) []byte {
-	n := len(b)
-	b = grow(b, IOStatusBlockSize)
-	s.Put(b[n:])
-	return b
-}
+func (s *IOStatusBlock) Append(b []byte) []byte { return appendPut(b, IOStatusBlockSize, s.Put) }
 
 // DecodeIOStatusBlock decodes exactly IOStatusBlockSize bytes.
 func DecodeIOStatusBlock(b []byte) (IOStatusBlock, error) {
@@ -178,9 +168,11 @@ func DecodeIOStatusBlock(b []byte) (IOStatusBlock, error) {
 	}, nil
 }
 
-// StatusResponse is LWIO_MSG_STATUS_RESPONSE (FIG. 6C, 7B, 11A, 11C, ...):
-// Cookie u64 @0, Ios @8. The server RDMA-writes it to the IosVa/IosMh the
-// request named, or sends it, to complete a request.
+// StatusResponse is LWIO_MSG_STATUS_RESPONSE (FIG. 6C, 7B, 9B, 11A, 11C,
+// 12B, 13B, 14B, 15B, 16B, 17D): Cookie u64 @0, Ios @8. The server sends it
+// to complete a control request or an interrupt-mode I/O request (a
+// polling one gets the IOStatusBlock RDMA-written instead, FIG. 8), and as
+// a delta-credit message (FIG. 11A).
 type StatusResponse struct {
 	Cookie uint64
 	Ios    IOStatusBlock
@@ -195,12 +187,7 @@ func (r *StatusResponse) Put(b []byte) {
 }
 
 // Append appends the response's 16 bytes to b.
-func (r *StatusResponse) Append(b []byte) []byte {
-	n := len(b)
-	b = grow(b, StatusResponseSize)
-	r.Put(b[n:])
-	return b
-}
+func (r *StatusResponse) Append(b []byte) []byte { return appendPut(b, StatusResponseSize, r.Put) }
 
 // DecodeStatusResponse decodes exactly StatusResponseSize bytes.
 func DecodeStatusResponse(b []byte) (StatusResponse, error) {
@@ -235,12 +222,7 @@ func (r *RDMARegion) Put(b []byte) {
 }
 
 // Append appends the region's 16 bytes to b.
-func (r *RDMARegion) Append(b []byte) []byte {
-	n := len(b)
-	b = grow(b, RDMARegionSize)
-	r.Put(b[n:])
-	return b
-}
+func (r *RDMARegion) Append(b []byte) []byte { return appendPut(b, RDMARegionSize, r.Put) }
 
 // DecodeRDMARegion decodes exactly RDMARegionSize bytes.
 func DecodeRDMARegion(b []byte) (RDMARegion, error) {
@@ -259,6 +241,15 @@ func getRegion(b []byte) RDMARegion {
 }
 
 // grow extends b by n bytes, reallocating only when cap is short.
+// appendPut appends size bytes to b, filled by put (a fixed-size
+// structure's Put), and returns the extended slice.
+func appendPut(b []byte, size int, put func([]byte)) []byte {
+	n := len(b)
+	b = grow(b, size)
+	put(b[n:])
+	return b
+}
+
 func grow(b []byte, n int) []byte {
 	if cap(b)-len(b) >= n {
 		return b[:len(b)+n]

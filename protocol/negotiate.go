@@ -106,43 +106,14 @@ func decodeControlHeader(msg string, b []byte) (ControlHeader, error) {
 	return h, nil
 }
 
-// Instance is LWIO_NET_ADDRESS (FIG. 4A): HostAddressLen u16 @0,
-// DiscriminatorLen u16 @2, then the host address bytes and the
-// discriminator bytes. What the bytes mean belongs to the provider (see
-// transport.Instance).
-type Instance struct {
-	HostAddress   []byte
-	Discriminator []byte
-}
+// The provider list of both negotiate messages (FIG. 4A, 4B) is
+// []transport.ProviderInfo: an entry is LwioAddressBlk_t, Name
+// WCHAR[MaxProviderName] @0, InstanceCount u16 @64, then the instance
+// table; an instance (transport.Instance) is LWIO_NET_ADDRESS,
+// HostAddressLen u16 @0, DiscriminatorLen u16 @2, then the host address
+// bytes and the discriminator bytes, whose meaning is the provider's.
 
-// ProviderInfo is LwioAddressBlk_t (FIG. 4A): Name WCHAR[MaxProviderName]
-// @0, InstanceCount u16 @64, then the instance table.
-type ProviderInfo struct {
-	Name      string
-	Instances []Instance
-}
-
-// TransportInstances converts the instance table to transport.Instance
-// values; the byte slices are shared, not copied.
-func (p *ProviderInfo) TransportInstances() []transport.Instance {
-	out := make([]transport.Instance, len(p.Instances))
-	for i, in := range p.Instances {
-		out[i] = transport.Instance{HostAddress: in.HostAddress, Discriminator: in.Discriminator}
-	}
-	return out
-}
-
-// ProviderFromTransport builds a ProviderInfo named name from transport
-// instances; the byte slices are shared, not copied.
-func ProviderFromTransport(name string, ins []transport.Instance) ProviderInfo {
-	p := ProviderInfo{Name: name, Instances: make([]Instance, len(ins))}
-	for i, in := range ins {
-		p.Instances[i] = Instance{HostAddress: in.HostAddress, Discriminator: in.Discriminator}
-	}
-	return p
-}
-
-func providersSize(ps []ProviderInfo) int {
+func providersSize(ps []transport.ProviderInfo) int {
 	n := 0
 	for i := range ps {
 		n += ProviderFixedSize
@@ -155,7 +126,7 @@ func providersSize(ps []ProviderInfo) int {
 
 // putProviders writes the provider list into w, which has exactly the
 // room providersSize says.
-func putProviders(msg string, w []byte, ps []ProviderInfo) error {
+func putProviders(msg string, w []byte, ps []transport.ProviderInfo) error {
 	le := binary.LittleEndian
 	for i := range ps {
 		p := &ps[i]
@@ -183,14 +154,14 @@ func putProviders(msg string, w []byte, ps []ProviderInfo) error {
 
 // decodeProviders reads exactly count providers filling all of b. Counts
 // are checked against the bytes left before anything is allocated for them.
-func decodeProviders(msg string, b []byte, count int) ([]ProviderInfo, error) {
+func decodeProviders(msg string, b []byte, count int) ([]transport.ProviderInfo, error) {
 	if count > len(b)/ProviderFixedSize {
 		return nil, fieldErr(msg, "ProviderCount", "%d providers cannot fit in %d bytes", count, len(b))
 	}
 	le := binary.LittleEndian
-	var ps []ProviderInfo
+	var ps []transport.ProviderInfo
 	if count > 0 {
-		ps = make([]ProviderInfo, count)
+		ps = make([]transport.ProviderInfo, count)
 	}
 	for i := range ps {
 		if len(b) < ProviderFixedSize {
@@ -207,7 +178,7 @@ func decodeProviders(msg string, b []byte, count int) ([]ProviderInfo, error) {
 			return nil, fieldErr(msg, fmt.Sprintf("Providers[%d].InstanceCount", i), "%d instances cannot fit in %d bytes", ic, len(b))
 		}
 		if ic > 0 {
-			ps[i].Instances = make([]Instance, ic)
+			ps[i].Instances = make([]transport.Instance, ic)
 		}
 		for j := range ps[i].Instances {
 			f := fmt.Sprintf("Providers[%d].Instances[%d]", i, j)
@@ -219,7 +190,7 @@ func decodeProviders(msg string, b []byte, count int) ([]ProviderInfo, error) {
 			if hl+dl > len(b) {
 				return nil, fieldErr(msg, f+".HostAddressLen", "%d+%d address bytes run past the %d left", hl, dl, len(b))
 			}
-			ps[i].Instances[j] = Instance{
+			ps[i].Instances[j] = transport.Instance{
 				HostAddress:   append([]byte{}, b[:hl]...),
 				Discriminator: append([]byte{}, b[hl:hl+dl]...),
 			}
@@ -245,12 +216,12 @@ type NegotiateRequest struct {
 	Key [16]byte
 	// ResponseLength is the size of the client's buffer for the response.
 	ResponseLength uint16
-	Providers      []ProviderInfo
+	Providers      []transport.ProviderInfo
 }
 
 // NewNegotiateRequest returns a negotiate request (FIG. 4A) with RevId set
 // to LWIO_REV_ID and ResponseLength to the largest control message.
-func NewNegotiateRequest(clientName string, key [16]byte, providers []ProviderInfo) NegotiateRequest {
+func NewNegotiateRequest(clientName string, key [16]byte, providers []transport.ProviderInfo) NegotiateRequest {
 	return NegotiateRequest{RevID: RevID, ClientName: clientName, Key: key, ResponseLength: MaxControlMessage, Providers: providers}
 }
 
@@ -261,57 +232,26 @@ func (r *NegotiateRequest) Size() int { return NegotiateRequestFixedSize + provi
 // its array, a count or length overflows its field, or the message exceeds
 // MaxControlMessage.
 func (r *NegotiateRequest) Append(b []byte) ([]byte, error) {
-	const msg = "NEGOTIATE_REQUEST"
-	size := r.Size()
-	if size > MaxControlMessage {
-		return b, fieldErr(msg, "Length", "message of %d bytes exceeds %d", size, MaxControlMessage)
-	}
-	if len(r.Providers) > 0xFFFF {
-		return b, fieldErr(msg, "ProviderCount", "%d providers", len(r.Providers))
-	}
 	n := len(b)
-	b = grow(b, size)
-	w := b[n:]
-	ch := ControlHeader{RevID: r.RevID, Opcode: ControlOpNegotiate, Length: uint16(size)}
-	ch.Put(w)
-	if !putFixedName(w[12:12+2*MaxHostName], r.ClientName) {
-		return b[:n], fieldErr(msg, "ClientName", "not encodable in %d WCHARs", MaxHostName)
+	b, err := requestShape.append(b, negotiateFields{r.RevID, r.ClientName, r.Key, r.Providers})
+	if err == nil {
+		binary.LittleEndian.PutUint16(b[n+156:], r.ResponseLength)
 	}
-	copy(w[140:], r.Key[:])
-	binary.LittleEndian.PutUint16(w[156:], r.ResponseLength)
-	binary.LittleEndian.PutUint16(w[158:], uint16(len(r.Providers)))
-	if err := putProviders(msg, w[NegotiateRequestFixedSize:], r.Providers); err != nil {
-		return b[:n], err
-	}
-	return b, nil
+	return b, err
 }
 
 // DecodeNegotiateRequest decodes exactly one negotiate request. The control
 // header's Length must equal len(b). Host addresses and discriminators are
 // copied out of b.
 func DecodeNegotiateRequest(b []byte) (NegotiateRequest, error) {
-	const msg = "NEGOTIATE_REQUEST"
-	ch, err := decodeControlHeader(msg, b)
+	f, err := requestShape.decode(b)
 	if err != nil {
 		return NegotiateRequest{}, err
 	}
-	if len(b) < NegotiateRequestFixedSize {
-		return NegotiateRequest{}, truncated(msg, "ProviderCount", NegotiateRequestFixedSize, len(b))
-	}
-	r := NegotiateRequest{RevID: ch.RevID}
-	name, ok := getFixedName(b[12 : 12+2*MaxHostName])
-	if !ok {
-		return NegotiateRequest{}, fieldErr(msg, "ClientName", "not a zero-padded UTF-16LE name")
-	}
-	r.ClientName = name
-	copy(r.Key[:], b[140:156])
-	r.ResponseLength = binary.LittleEndian.Uint16(b[156:])
-	count := int(binary.LittleEndian.Uint16(b[158:]))
-	r.Providers, err = decodeProviders(msg, b[NegotiateRequestFixedSize:], count)
-	if err != nil {
-		return NegotiateRequest{}, err
-	}
-	return r, nil
+	return NegotiateRequest{
+		RevID: f.rev, ClientName: f.name, Key: f.key, Providers: f.providers,
+		ResponseLength: binary.LittleEndian.Uint16(b[156:]),
+	}, nil
 }
 
 // NegotiateResponse is the negotiate response (FIG. 4B). The seed gives it
@@ -327,12 +267,12 @@ type NegotiateResponse struct {
 	// request (FIG. 6A), as 16 opaque bytes.
 	Key [16]byte
 	// Providers are the providers common to client and server.
-	Providers []ProviderInfo
+	Providers []transport.ProviderInfo
 }
 
 // NewNegotiateResponse returns a negotiate response (FIG. 4B) with RevId
 // set to LWIO_REV_ID.
-func NewNegotiateResponse(srvName string, key [16]byte, providers []ProviderInfo) NegotiateResponse {
+func NewNegotiateResponse(srvName string, key [16]byte, providers []transport.ProviderInfo) NegotiateResponse {
 	return NegotiateResponse{RevID: RevID, SrvName: srvName, Key: key, Providers: providers}
 }
 
@@ -344,51 +284,87 @@ func (r *NegotiateResponse) Size() int {
 // Append appends the encoded response to b, failing as
 // NegotiateRequest.Append does.
 func (r *NegotiateResponse) Append(b []byte) ([]byte, error) {
-	const msg = "NEGOTIATE_RESPONSE"
-	size := r.Size()
-	if size > MaxControlMessage {
-		return b, fieldErr(msg, "Length", "message of %d bytes exceeds %d", size, MaxControlMessage)
+	return responseShape.append(b, negotiateFields{r.RevID, r.SrvName, r.Key, r.Providers})
+}
+
+// DecodeNegotiateResponse decodes exactly one negotiate response.
+func DecodeNegotiateResponse(b []byte) (NegotiateResponse, error) {
+	f, err := responseShape.decode(b)
+	if err != nil {
+		return NegotiateResponse{}, err
 	}
-	if len(r.Providers) > 0xFFFF {
-		return b, fieldErr(msg, "ProviderCount", "%d providers", len(r.Providers))
+	return NegotiateResponse{RevID: f.rev, SrvName: f.name, Key: f.key, Providers: f.providers}, nil
+}
+
+// negotiateShape is what the two negotiate messages share (FIG. 4A, 4B):
+// the control header @0, a host name WCHAR[MaxHostName] @12 and the Key
+// @140; the request has ResponseLength @156 before its ProviderCount, so
+// the count sits at countOff and the provider list at fixed.
+type negotiateShape struct {
+	msg, nameField  string
+	countOff, fixed int
+}
+
+var (
+	requestShape  = negotiateShape{"NEGOTIATE_REQUEST", "ClientName", 158, NegotiateRequestFixedSize}
+	responseShape = negotiateShape{"NEGOTIATE_RESPONSE", "SrvName", 156, NegotiateResponseFixedSize}
+)
+
+// negotiateFields are the values the two messages share.
+type negotiateFields struct {
+	rev       uint32
+	name      string
+	key       [16]byte
+	providers []transport.ProviderInfo
+}
+
+// append appends the message with f to b, leaving the request's
+// ResponseLength zero. It fails if the name does not fit its array, a
+// count or length overflows its field, or the message exceeds
+// MaxControlMessage; b is then returned as it was.
+func (s negotiateShape) append(b []byte, f negotiateFields) ([]byte, error) {
+	size := s.fixed + providersSize(f.providers)
+	if size > MaxControlMessage {
+		return b, fieldErr(s.msg, "Length", "message of %d bytes exceeds %d", size, MaxControlMessage)
+	}
+	if len(f.providers) > 0xFFFF {
+		return b, fieldErr(s.msg, "ProviderCount", "%d providers", len(f.providers))
 	}
 	n := len(b)
 	b = grow(b, size)
 	w := b[n:]
-	ch := ControlHeader{RevID: r.RevID, Opcode: ControlOpNegotiate, Length: uint16(size)}
+	ch := ControlHeader{RevID: f.rev, Opcode: ControlOpNegotiate, Length: uint16(size)}
 	ch.Put(w)
-	if !putFixedName(w[12:12+2*MaxHostName], r.SrvName) {
-		return b[:n], fieldErr(msg, "SrvName", "not encodable in %d WCHARs", MaxHostName)
+	if !putFixedName(w[12:12+2*MaxHostName], f.name) {
+		return b[:n], fieldErr(s.msg, s.nameField, "not encodable in %d WCHARs", MaxHostName)
 	}
-	copy(w[140:], r.Key[:])
-	binary.LittleEndian.PutUint16(w[156:], uint16(len(r.Providers)))
-	if err := putProviders(msg, w[NegotiateResponseFixedSize:], r.Providers); err != nil {
+	copy(w[140:], f.key[:])
+	binary.LittleEndian.PutUint16(w[s.countOff:], uint16(len(f.providers)))
+	if err := putProviders(s.msg, w[s.fixed:], f.providers); err != nil {
 		return b[:n], err
 	}
 	return b, nil
 }
 
-// DecodeNegotiateResponse decodes exactly one negotiate response.
-func DecodeNegotiateResponse(b []byte) (NegotiateResponse, error) {
-	const msg = "NEGOTIATE_RESPONSE"
-	ch, err := decodeControlHeader(msg, b)
+// decode decodes exactly one message of this shape: the control header's
+// Length must equal len(b); host addresses and discriminators are copied.
+func (s negotiateShape) decode(b []byte) (negotiateFields, error) {
+	ch, err := decodeControlHeader(s.msg, b)
 	if err != nil {
-		return NegotiateResponse{}, err
+		return negotiateFields{}, err
 	}
-	if len(b) < NegotiateResponseFixedSize {
-		return NegotiateResponse{}, truncated(msg, "ProviderCount", NegotiateResponseFixedSize, len(b))
+	if len(b) < s.fixed {
+		return negotiateFields{}, truncated(s.msg, "ProviderCount", s.fixed, len(b))
 	}
-	r := NegotiateResponse{RevID: ch.RevID}
 	name, ok := getFixedName(b[12 : 12+2*MaxHostName])
 	if !ok {
-		return NegotiateResponse{}, fieldErr(msg, "SrvName", "not a zero-padded UTF-16LE name")
+		return negotiateFields{}, fieldErr(s.msg, s.nameField, "not a zero-padded UTF-16LE name")
 	}
-	r.SrvName = name
-	copy(r.Key[:], b[140:156])
-	count := int(binary.LittleEndian.Uint16(b[156:]))
-	r.Providers, err = decodeProviders(msg, b[NegotiateResponseFixedSize:], count)
-	if err != nil {
-		return NegotiateResponse{}, err
+	f := negotiateFields{rev: ch.RevID, name: name}
+	copy(f.key[:], b[140:156])
+	count := int(binary.LittleEndian.Uint16(b[s.countOff:]))
+	if f.providers, err = decodeProviders(s.msg, b[s.fixed:], count); err != nil {
+		return negotiateFields{}, err
 	}
-	return r, nil
+	return f, nil
 }

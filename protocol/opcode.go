@@ -9,7 +9,7 @@ type Opcode uint8
 // LWIO opcodes (seed, list preceding FIG. 6A). The seed prints the interrupt
 // request's opcode as REGISTER and the vectored write's as VEC_READ in places;
 // those are typos and the values below are the ones that are used
-// (docs/wire.md, "Seed typos").
+// (docs/wire.md, "Seed typos and contradictions").
 const (
 	OpRead      Opcode = 0x0 // LWIO_OPCODE_READ, FIG. 14A/14C
 	OpWrite     Opcode = 0x1 // LWIO_OPCODE_WRITE, FIG. 15A/15C
@@ -50,6 +50,11 @@ func (o Opcode) String() string {
 
 // Valid reports whether o is one of the ten LWIO opcodes.
 func (o Opcode) Valid() bool { return int(o) < NumOpcodes }
+
+// IsIO reports whether o moves file data: READ, WRITE, VEC_READ or
+// VEC_WRITE, the requests that carry Marker 0xFF and complete in the mode
+// their Flags choose (FIG. 8); the others are control requests.
+func (o Opcode) IsIO() bool { return o <= OpVecWrite }
 
 // Header flags (seed: LWIO_HDR_FLAG_*).
 const (

@@ -77,12 +77,7 @@ func (r *VecReadRequest) Put(b []byte) {
 }
 
 // Append appends the encoded message to b.
-func (r *VecReadRequest) Append(b []byte) []byte {
-	n := len(b)
-	b = grow(b, r.Size())
-	r.Put(b[n:])
-	return b
-}
+func (r *VecReadRequest) Append(b []byte) []byte { return appendPut(b, r.Size(), r.Put) }
 
 // RegionList is a decoded vectored read's LWIO_RDMA_REGION array in wire
 // form. It aliases the buffer it was decoded from: read it before that

@@ -32,12 +32,7 @@ func (p *FidParams) Put(b []byte) {
 }
 
 // Append appends the 36 bytes to b.
-func (p *FidParams) Append(b []byte) []byte {
-	n := len(b)
-	b = grow(b, FidParamsSize)
-	p.Put(b[n:])
-	return b
-}
+func (p *FidParams) Append(b []byte) []byte { return appendPut(b, FidParamsSize, p.Put) }
 
 // DecodeFidParams decodes exactly FidParamsSize bytes.
 func DecodeFidParams(b []byte) (FidParams, error) {

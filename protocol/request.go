@@ -37,6 +37,7 @@ const knownFlags = FlagInterrupt | FlagControl | FlagCollapse
 //     AUTH and REGISTER, the whole message; CLOSE, CANCEL, CREDIT and
 //     INTERRUPT, HeaderSize;
 //   - Marker is 0xFF on READ, WRITE, VEC_READ and VEC_WRITE;
+//   - Offset WriteToEndOfFile (an append) only on WRITE;
 //   - the parameter blocks and region lists as their own decoders do.
 //
 // Semantic checks (is the Fid registered, is Length within the negotiated
@@ -59,11 +60,11 @@ func DecodeRequest(b []byte) (Request, error) {
 		return r, fieldErr(msg, "Flags", "COLLAPSE_IO on a %s request", msg)
 	}
 	body := b[HeaderSize:]
-	switch h.Opcode {
-	case OpRead, OpWrite, OpVecRead, OpVecWrite:
-		if h.Marker != MarkerIO {
-			return r, fieldErr(msg, "Marker", "0x%02x, want 0x%02x", h.Marker, MarkerIO)
-		}
+	if h.Opcode.IsIO() && h.Marker != MarkerIO {
+		return r, fieldErr(msg, "Marker", "0x%02x, want 0x%02x", h.Marker, MarkerIO)
+	}
+	if h.Offset == WriteToEndOfFile && h.Opcode.IsIO() && h.Opcode != OpWrite {
+		return r, fieldErr(msg, "Offset", "FILE_WRITE_TO_END_OF_FILE (0x%x) on a %s: only WRITE appends", WriteToEndOfFile, msg)
 	}
 	switch h.Opcode {
 	case OpRead:
@@ -89,24 +90,18 @@ func DecodeRequest(b []byte) (Request, error) {
 			return r, fieldErr(msg, "Length", "%d, but %d data bytes follow the header", h.Length, len(body))
 		}
 		r.Data = body
-	case OpAuth:
+	case OpAuth, OpRegister:
 		if uint64(h.Length) != uint64(len(b)) {
 			return r, fieldErr(msg, "Length", "%d, but the message is %d bytes", h.Length, len(b))
 		}
-		p, err := DecodeAuthParams(body)
+		if h.Opcode == OpAuth {
+			r.Auth, err = DecodeAuthParams(body)
+		} else {
+			r.Register, err = DecodeFidParams(body)
+		}
 		if err != nil {
 			return r, err
 		}
-		r.Auth = p
-	case OpRegister:
-		if uint64(h.Length) != uint64(len(b)) {
-			return r, fieldErr(msg, "Length", "%d, but the message is %d bytes", h.Length, len(b))
-		}
-		p, err := DecodeFidParams(body)
-		if err != nil {
-			return r, err
-		}
-		r.Register = p
 	default: // CLOSE, CANCEL, CREDIT, INTERRUPT: the header alone.
 		if len(body) != 0 {
 			return r, fieldErr(msg, "Length", "%d unexpected bytes after the header", len(body))

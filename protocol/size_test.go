@@ -1,6 +1,10 @@
 package protocol
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/lwiofs/lwiofs/transport"
+)
 
 // TestSizePins pins every fixed part to the size the layout tables give, and
 // checks that the encoders produce that many bytes.
@@ -12,7 +16,7 @@ func TestSizePins(t *testing.T) {
 	nqb, _ := nq.Append(nil)
 	ns := NegotiateResponse{}
 	nsb, _ := ns.Append(nil)
-	one := []ProviderInfo{{Name: "p", Instances: []Instance{{}}}}
+	one := []transport.ProviderInfo{{Name: "p", Instances: []transport.Instance{{}}}}
 	withProv := NegotiateResponse{Providers: one}
 	wpb, _ := withProv.Append(nil)
 	var fid FidParams

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // edit returns a copy of b changed by f.
@@ -50,6 +52,23 @@ func wantFieldErr(t *testing.T, name string, err error, msg, field string) {
 	var st Status
 	if errors.As(err, &st) {
 		t.Errorf("%s: a malformed message must not be a per-request Status", name)
+	}
+}
+
+// reject is a malformed message and the field its FieldError must name.
+type reject struct {
+	name  string
+	b     []byte
+	field string
+}
+
+// wantRejects checks that decode fails every case with a *FieldError of
+// msg naming the case's field; what prefixes the case names.
+func wantRejects[T any](t *testing.T, what string, decode func([]byte) (T, error), msg string, cases []reject) {
+	t.Helper()
+	for _, c := range cases {
+		_, err := decode(c.b)
+		wantFieldErr(t, strings.TrimSpace(what+" "+c.name), err, msg, c.field)
 	}
 }
 
@@ -122,14 +141,28 @@ func TestDecodeRequestRejects(t *testing.T) {
 		{"CLOSE Length 0", edit(closeMsg, put32(0, 0)), "CLOSE", "Length"},
 		{"CLOSE trailing", edit(closeMsg, extra(0)), "CLOSE", "Length"},
 		{"INTERRUPT trailing", edit(headerBytes(NewInterruptRequest(1, 1)), extra(0)), "INTERRUPT", "Length"},
+		{"READ at end of file", edit(read, toEOF), "READ", "Offset"},
+		{"VEC_READ at end of file", edit(vecr, toEOF), "VEC_READ", "Offset"},
+		{"VEC_WRITE at end of file", edit(vecw, toEOF), "VEC_WRITE", "Offset"},
+		{"collapsed VEC_WRITE at end of file", edit(coll, toEOF), "VEC_WRITE", "Offset"},
 	} {
 		_, err := DecodeRequest(c.b)
 		wantFieldErr(t, c.name, err, c.msg, c.field)
 	}
+	// A WRITE may append: Offset WriteToEndOfFile.
+	if r, err := DecodeRequest(edit(write, toEOF)); err != nil || r.Header.Offset != WriteToEndOfFile {
+		t.Errorf("WRITE at end of file: %v, offset %#x", err, r.Header.Offset)
+	}
+}
+
+// toEOF sets a message's Offset to WriteToEndOfFile.
+func toEOF(b []byte) []byte {
+	binary.LittleEndian.PutUint64(b[16:], WriteToEndOfFile)
+	return b
 }
 
 func TestDecodeSessionRejects(t *testing.T) {
-	provs := []ProviderInfo{{Name: "p", Instances: []Instance{{HostAddress: []byte{1, 2, 3, 4}, Discriminator: []byte{5, 6}}}}}
+	provs := []transport.ProviderInfo{{Name: "p", Instances: []transport.Instance{{HostAddress: []byte{1, 2, 3, 4}, Discriminator: []byte{5, 6}}}}}
 	nq := NewNegotiateRequest("client", testKey(), provs)
 	q, err := nq.Append(nil)
 	if err != nil {
@@ -140,11 +173,7 @@ func TestDecodeSessionRejects(t *testing.T) {
 	relen := func(f func([]byte) []byte) func([]byte) []byte {
 		return func(b []byte) []byte { b = f(b); binary.LittleEndian.PutUint16(b[10:], uint16(len(b))); return b }
 	}
-	for _, c := range []struct {
-		name  string
-		b     []byte
-		field string
-	}{
+	wantRejects(t, "request", DecodeNegotiateRequest, "NEGOTIATE_REQUEST", []reject{
 		{"short", q[:5], "ControlHeader"},
 		{"protocol id", edit(q, setByte(0, 'l')), "ProtocolId"},
 		{"opcode", edit(q, put16(8, 0xff)), "Opcode"},
@@ -160,50 +189,33 @@ func TestDecodeSessionRejects(t *testing.T) {
 		{"name not zero-padded", edit(q, setByte(12+2*10, 'x')), "ClientName"},
 		{"name lone surrogate", edit(q, put16(12, 0xd800)), "ClientName"},
 		{"provider name bad", edit(q, put16(pOff, 0xdc00)), "Providers[0].Name"},
-	} {
-		_, err := DecodeNegotiateRequest(c.b)
-		wantFieldErr(t, "request "+c.name, err, "NEGOTIATE_REQUEST", c.field)
-	}
+	})
 
 	ns := NewNegotiateResponse("server", testKey(), provs)
 	s, err := ns.Append(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		name  string
-		b     []byte
-		field string
-	}{
+	wantRejects(t, "response", DecodeNegotiateResponse, "NEGOTIATE_RESPONSE", []reject{
 		{"ProviderCount", edit(s, put16(156, 9)), "ProviderCount"},
 		{"SrvName", edit(s, setByte(12+2*MaxHostName-1, 1)), "SrvName"},
 		{"Length", edit(s, put16(10, 0)), "Length"},
 		{"HostAddressLen", edit(s, put16(NegotiateResponseFixedSize+ProviderFixedSize, 0x7fff)), "Providers[0].Instances[0].HostAddressLen"},
-	} {
-		_, err := DecodeNegotiateResponse(c.b)
-		wantFieldErr(t, "response "+c.name, err, "NEGOTIATE_RESPONSE", c.field)
-	}
+	})
 
 	rk := ResumeKeyResponse{Context: `\\h\s`}
 	r, err := rk.Append(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		name  string
-		b     []byte
-		field string
-	}{
+	wantRejects(t, "resume key", DecodeResumeKeyResponse, "SRV_REQUEST_RESUME_KEY", []reject{
 		{"short", r[:25], "ContextLength"},
 		{"ContextLength past buffer", edit(r, put16(24, 12)), "ContextLength"},
 		{"trailing", edit(r, extra(0, 0)), "Context"},
 		{"odd", edit(r, func(b []byte) []byte { b = append(b, 0); binary.LittleEndian.PutUint16(b[24:], 11); return b }), "Context"},
 		{"NUL", edit(r, put16(26, 0)), "Context"},
 		{"surrogate", edit(r, put16(26, 0xd801)), "Context"},
-	} {
-		_, err := DecodeResumeKeyResponse(c.b)
-		wantFieldErr(t, "resume key "+c.name, err, "SRV_REQUEST_RESUME_KEY", c.field)
-	}
+	})
 }
 
 func TestEncodeRejects(t *testing.T) {
@@ -222,10 +234,10 @@ func TestEncodeRejects(t *testing.T) {
 	if _, err := (&NegotiateResponse{SrvName: "a\x00b"}).Append(nil); !IsProtocolError(err) {
 		t.Errorf("NUL in name: %v", err)
 	}
-	if _, err := (&NegotiateResponse{Providers: []ProviderInfo{{Name: strings.Repeat("p", MaxProviderName+1)}}}).Append(nil); !IsProtocolError(err) {
+	if _, err := (&NegotiateResponse{Providers: []transport.ProviderInfo{{Name: strings.Repeat("p", MaxProviderName+1)}}}).Append(nil); !IsProtocolError(err) {
 		t.Errorf("long provider name: %v", err)
 	}
-	big := []ProviderInfo{{Name: "p", Instances: []Instance{{HostAddress: make([]byte, 0x10000)}}}}
+	big := []transport.ProviderInfo{{Name: "p", Instances: []transport.Instance{{HostAddress: make([]byte, 0x10000)}}}}
 	if _, err := (&NegotiateRequest{Providers: big}).Append(nil); !IsProtocolError(err) {
 		t.Errorf("oversized message: %v", err)
 	}
@@ -285,17 +297,10 @@ func TestPeekControlHeader(t *testing.T) {
 	if err != nil || int(h.Length) != len(b) || h.RevID != RevID {
 		t.Fatalf("peek %+v %v", h, err)
 	}
-	for _, c := range []struct {
-		name  string
-		b     []byte
-		field string
-	}{
+	wantRejects(t, "", PeekControlHeader, "CONTROL_HEADER", []reject{
 		{"short", b[:11], "ControlHeader"},
 		{"id", edit(b, setByte(3, 'o')), "ProtocolId"},
 		{"opcode", edit(b, put16(8, 0xfd)), "Opcode"},
 		{"length", edit(b, put16(10, 11)), "Length"},
-	} {
-		_, err := PeekControlHeader(c.b)
-		wantFieldErr(t, c.name, err, "CONTROL_HEADER", c.field)
-	}
+	})
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // docRow is one row of a layout table in docs/wire.md. Offset or Size is -1
@@ -170,19 +172,19 @@ func wireChecks() map[string]map[string]fieldCheck {
 	}
 	// A response with one provider with one instance, to find the
 	// provider and address entries at NegotiateResponseFixedSize.
-	withProvider := func(p ProviderInfo) []byte {
-		r := NegotiateResponse{Providers: []ProviderInfo{p}}
+	withProvider := func(p transport.ProviderInfo) []byte {
+		r := NegotiateResponse{Providers: []transport.ProviderInfo{p}}
 		return must(r.Append(nil))
 	}
-	prov := func(set func(p *ProviderInfo)) fieldCheck {
+	prov := func(set func(p *transport.ProviderInfo)) fieldCheck {
 		return func(off, size int) error {
-			base := ProviderInfo{Instances: []Instance{{}}}
+			base := transport.ProviderInfo{Instances: []transport.Instance{{}}}
 			mod := base
 			set(&mod)
 			return diffCheck(withProvider(base), withProvider(mod), NegotiateResponseFixedSize+off, size)
 		}
 	}
-	addr := withProvider(ProviderInfo{Name: "p", Instances: []Instance{{HostAddress: []byte{1, 2, 3}, Discriminator: []byte{9, 8}}}})
+	addr := withProvider(transport.ProviderInfo{Name: "p", Instances: []transport.Instance{{HostAddress: []byte{1, 2, 3}, Discriminator: []byte{9, 8}}}})
 	addrAt := NegotiateResponseFixedSize + ProviderFixedSize
 	rkCtx := must((&ResumeKeyResponse{Context: "ab"}).Append(nil))
 	authKey := (&AuthParams{HasKey: true, Key: [16]byte{0: 0x5a, 15: 0xa5}}).Append(nil)
@@ -364,7 +366,7 @@ func wireChecks() map[string]map[string]fieldCheck {
 			"Key":            negReq(func(r *NegotiateRequest) { copy(r.Key[:], ones(16)) }),
 			"ResponseLength": negReq(func(r *NegotiateRequest) { r.ResponseLength = max16 }),
 			"ProviderCount": func(off, _ int) error {
-				r := NegotiateRequest{Providers: make([]ProviderInfo, 3)}
+				r := NegotiateRequest{Providers: make([]transport.ProviderInfo, 3)}
 				return u16At(must(r.Append(nil)), off, 3)
 			},
 			"ProviderList": func(off, _ int) error { return sizeIs(off, -1, NegotiateRequestFixedSize, -1) },
@@ -373,11 +375,11 @@ func wireChecks() map[string]map[string]fieldCheck {
 			"ControlHeader": func(off, size int) error { return sizeIs(off, size, 0, ControlHeaderSize) },
 			"SrvName":       negResp(func(r *NegotiateResponse) { r.SrvName = nameFF(MaxHostName) }),
 			"Key":           negResp(func(r *NegotiateResponse) { copy(r.Key[:], ones(16)) }),
-			"ProviderCount": func(off, _ int) error { return u16At(withProvider(ProviderInfo{}), off, 1) },
+			"ProviderCount": func(off, _ int) error { return u16At(withProvider(transport.ProviderInfo{}), off, 1) },
 			"ProviderList":  func(off, _ int) error { return sizeIs(off, -1, NegotiateResponseFixedSize, -1) },
 		},
 		"Provider": {
-			"Name":          prov(func(p *ProviderInfo) { p.Name = nameFF(MaxProviderName) }),
+			"Name":          prov(func(p *transport.ProviderInfo) { p.Name = nameFF(MaxProviderName) }),
 			"InstanceCount": func(off, _ int) error { return u16At(addr, NegotiateResponseFixedSize+off, 1) },
 			"InstanceTable": func(off, _ int) error { return u16At(addr, NegotiateResponseFixedSize+off, 3) },
 		},

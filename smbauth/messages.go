@@ -120,6 +120,16 @@ func (r *reader) field(at int, name string) ([]byte, error) {
 	return clone(r.b[off : off+int64(n)]), nil
 }
 
+// version reads the VERSION that follows a fixed part of headerSize bytes
+// when flags announce one and the payload leaves room for it (nil
+// otherwise), and returns the header size including it.
+func (r *reader) version(flags NegotiateFlags, headerSize int) (*Version, int) {
+	if flags&FlagVersion != 0 && r.minOffset >= headerSize+versionSize {
+		return parseVersion(r.b[headerSize:]), headerSize + versionSize
+	}
+	return nil, headerSize
+}
+
 func (r *reader) checkPayloadStart(headerSize int) error {
 	if r.minOffset < headerSize {
 		return malformed("payload at offset %d overlaps the %d-byte header", r.minOffset, headerSize)
@@ -185,11 +195,8 @@ func ParseNegotiate(b []byte) (*NegotiateMessage, error) {
 		return nil, err
 	}
 	m.DomainName, m.Workstation = string(dom), string(ws)
-	hdr := negotiateHeaderSize
-	if m.Flags&FlagVersion != 0 && r.minOffset >= negotiateHeaderSize+versionSize {
-		m.Version = parseVersion(b[negotiateHeaderSize:])
-		hdr += versionSize
-	}
+	var hdr int
+	m.Version, hdr = r.version(m.Flags, negotiateHeaderSize)
 	if err := r.checkPayloadStart(hdr); err != nil {
 		return nil, err
 	}
@@ -249,11 +256,8 @@ func ParseChallenge(b []byte) (*ChallengeMessage, error) {
 			return nil, err
 		}
 	}
-	hdr := challengeHeaderSize
-	if m.Flags&FlagVersion != 0 && r.minOffset >= challengeHeaderSize+versionSize {
-		m.Version = parseVersion(b[challengeHeaderSize:])
-		hdr += versionSize
-	}
+	var hdr int
+	m.Version, hdr = r.version(m.Flags, challengeHeaderSize)
 	if err := r.checkPayloadStart(hdr); err != nil {
 		return nil, err
 	}
@@ -351,11 +355,8 @@ func ParseAuthenticate(b []byte) (*AuthenticateMessage, error) {
 		}
 		hasMIC = v2.avPairs.Flags()&AvFlagMICPresent != 0
 	}
-	hdr := authenticateHeaderSize
-	if m.Flags&FlagVersion != 0 && r.minOffset >= authenticateHeaderSize+versionSize {
-		m.Version = parseVersion(b[authenticateHeaderSize:])
-		hdr += versionSize
-	}
+	var hdr int
+	m.Version, hdr = r.version(m.Flags, authenticateHeaderSize)
 	if hasMIC {
 		hdr = authMICOffset + authMICSize
 		if r.minOffset < hdr {

@@ -11,11 +11,23 @@ import (
 // handshake returns a fresh server state and the honest client's answer.
 func handshake(t testing.TB, s *Server, cfg ClientConfig) (*ServerState, []byte) {
 	t.Helper()
-	c := NewClient(cfg)
+	return handshakeWith(t, s, NewClient(cfg))
+}
+
+// handshakeWith is handshake with a client the caller keeps.
+func handshakeWith(t testing.TB, s *Server, c *Client) (*ServerState, []byte) {
+	t.Helper()
 	neg, err := c.Negotiate()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return answer(t, s, c, neg)
+}
+
+// answer has s challenge the NEGOTIATE neg and c answer it; it returns
+// the server state and c's AUTHENTICATE.
+func answer(t testing.TB, s *Server, c *Client, neg []byte) (*ServerState, []byte) {
+	t.Helper()
 	ch, st, err := s.Challenge(neg)
 	if err != nil {
 		t.Fatal(err)
@@ -302,14 +314,7 @@ func TestEmptyUserRefused(t *testing.T) {
 	s := NewServer(ServerConfig{Lookup: func(string, string) ([16]byte, bool) { return h, true }})
 	c := NewClient(ClientConfig{Password: "pw"})
 	c.negotiate = (&NegotiateMessage{Flags: clientFlags, Version: &defaultVersion}).Marshal()
-	ch, st, err := s.Challenge(c.negotiate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth, _, err := c.Authenticate(ch)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, auth := answer(t, s, c, c.negotiate)
 	if _, err := st.Authenticate(auth); err != ErrLogonFailure {
 		t.Fatalf("empty user: %v, want ErrLogonFailure", err)
 	}

@@ -55,3 +55,35 @@ func TestSignRoundTripAndTamper(t *testing.T) {
 		}
 	}
 }
+
+// A Signer gives Sign's signature, reused and concurrently.
+func TestSignerMatchesSign(t *testing.T) {
+	key := unhex(t, specRandomKey)
+	s := NewSigner(key)
+	msgs := [][]byte{nil, []byte("a"), make([]byte, 4096)}
+	done := make(chan bool)
+	for g := 0; g < 4; g++ {
+		go func() {
+			ok := true
+			for i := 0; i < 200; i++ {
+				m := msgs[i%len(msgs)]
+				want := Sign(key, m)
+				got := s.Sign(m)
+				ok = ok && got == want && s.Verify(want[:], m)
+				bad := want
+				bad[0] ^= 1
+				ok = ok && !s.Verify(bad[:], m) && !s.Verify(want[:15], m)
+			}
+			done <- ok
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		if !<-done {
+			t.Fatal("Signer disagrees with Sign")
+		}
+	}
+	key[0] ^= 1 // NewSigner copied the key
+	if got, want := s.Sign(msgs[1]), Sign(unhex(t, specRandomKey), msgs[1]); got != want {
+		t.Fatal("Signer follows a change to the caller's key slice")
+	}
+}

@@ -9,6 +9,7 @@
 //	go test ./test/                          # all of it (root, /dev/fuse)
 //	go test ./test/ -run 'TestPOSIX/polling'  # one suite in one mode
 //	go test ./test/ -run TestPOSIX -v         # each named check
+//	LWIOFS_POSIX_DIR=/mnt/x/d go test ./test/ -run TestPOSIXAt  # on a mount made elsewhere
 //
 // Files:
 //
@@ -24,7 +25,9 @@
 //     polling completion mode, two mounts of one share (close-to-open),
 //     read-only shares and mounts, a server crash and restart, and mounts
 //     that must fail with one line (wrong password, unknown share,
-//     unreachable server, non-empty mountpoint, mountpoint not a directory).
+//     unreachable server, non-empty mountpoint, mountpoint not a directory);
+//     TestPOSIXAt, the suite on a mount made elsewhere ($LWIOFS_POSIX_DIR:
+//     the verbs mount in the Soft-RoCE guest, test/vm/e2e-guest.sh).
 //   - reference_test.go: the same checks on a plain directory and on
 //     bench/nullfs (go-fuse loopback), where they must pass by definition.
 //   - mutation_test.go: the data checks on a FUSE filesystem that flips a

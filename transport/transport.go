@@ -14,6 +14,7 @@
 package transport
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -266,18 +267,10 @@ type Config struct {
 
 // WithDefaults returns c with zero fields replaced by the defaults.
 func (c Config) WithDefaults() Config {
-	if c.SendQueueDepth == 0 {
-		c.SendQueueDepth = 256
-	}
-	if c.RecvQueueDepth == 0 {
-		c.RecvQueueDepth = 256
-	}
-	if c.MaxSGE == 0 {
-		c.MaxSGE = 16
-	}
-	if c.MaxMessageSize == 0 {
-		c.MaxMessageSize = 16 << 20
-	}
+	c.SendQueueDepth = cmp.Or(c.SendQueueDepth, 256)
+	c.RecvQueueDepth = cmp.Or(c.RecvQueueDepth, 256)
+	c.MaxSGE = cmp.Or(c.MaxSGE, 16)
+	c.MaxMessageSize = cmp.Or(c.MaxMessageSize, 16<<20)
 	return c
 }
 

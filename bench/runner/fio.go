@@ -10,20 +10,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 )
 
-// dropCaches writes dirty data back and empties the page, dentry and inode
-// caches, so every job starts cold (needs root; otherwise a no-op).
-func dropCaches() {
-	syscall.Sync()
-	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0)
-}
+// dataFile is the file the fio jobs read and write and cp copies.
+const dataFile = "bench.dat"
 
-// layout writes the data file once on local disk.
+// layout writes the data file once on the export.
 func layout(ctx context.Context, dir, size string) error {
-	cmd := exec.CommandContext(ctx, "fio", "--name=layout", "--directory="+dir, "--filename=bench.dat",
+	cmd := exec.CommandContext(ctx, "fio", "--name=layout", "--directory="+dir, "--filename="+dataFile,
 		"--size="+size, "--rw=write", "--bs=1m", "--direct=1", "--ioengine=psync", "--end_fsync=1",
 		"--output-format=terse")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -51,7 +45,7 @@ type fioDir struct {
 }
 
 func runFIO(ctx context.Context, t *target, j job, cfg config) record {
-	rec := record{Target: t.Name, Job: j.Name(), HasClient: t.client != nil, HasSrvr: t.server != nil}
+	rec := record{Target: t.Name, Job: j.Name()}
 	dropCaches()
 	out := filepath.Join(os.TempDir(), fmt.Sprintf("lwiofs-bench-%d.json", os.Getpid()))
 	defer os.Remove(out)
@@ -64,11 +58,7 @@ func runFIO(ctx context.Context, t *target, j job, cfg config) record {
 		"BENCH_RUNTIME="+strconv.Itoa(cfg.Runtime), "BENCH_DIRECT="+direct)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	c0, s0 := sampleTree(t.client), sampleTree(t.server)
-	start := time.Now()
-	err := cmd.Run()
-	rec.Seconds = time.Since(start).Seconds()
-	rec.ClientCPU, rec.ServerCPU = cpuBetween(c0, sampleTree(t.client)), cpuBetween(s0, sampleTree(t.server))
+	err := measure(t, &rec, cmd)
 	b, rerr := os.ReadFile(out)
 	if err != nil || rerr != nil {
 		rec.Err = fmt.Sprintf("fio: %v %v: %s", err, rerr, strings.TrimSpace(tailString(stderr.String()+string(b), 500)))
@@ -100,18 +90,43 @@ func runFIO(ctx context.Context, t *target, j job, cfg config) record {
 	return rec
 }
 
+// runCp copies the data file to another file of the same directory with
+// cp (coreutils: FICLONE, then copy_file_range, then read/write) and
+// fsyncs the copy, caches dropped first: what a user copying a file on
+// the share waits for (issue 23). The copy is removed afterwards, untimed.
+func runCp(ctx context.Context, t *target) record {
+	rec := record{Target: t.Name, Job: kindCp}
+	src, dst := filepath.Join(t.Dir, dataFile), filepath.Join(t.Dir, "copy.bin")
+	defer os.Remove(dst)
+	fi, err := os.Stat(src)
+	if err != nil {
+		rec.Err = err.Error()
+		return rec
+	}
+	dropCaches()
+	cmd := exec.CommandContext(ctx, "sh", "-c", `cp -- "$1" "$2" && sync -- "$2"`, "cp", src, dst)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := measure(t, &rec, cmd); err != nil {
+		rec.Err = fmt.Sprintf("cp: %v: %s", err, tailString(stderr.String(), 500))
+		return rec
+	}
+	if cf, err := os.Stat(dst); err != nil || cf.Size() != fi.Size() {
+		rec.Err = fmt.Sprintf("cp: the copy is not the file's size (%v)", err)
+		return rec
+	}
+	rec.Bytes = fi.Size()
+	rec.MiBps = float64(fi.Size()) / (1 << 20) / rec.Seconds
+	return rec
+}
+
 // runMeta runs bench/meta.sh on the target.
 func runMeta(ctx context.Context, t *target, tarball string, n int) record {
-	rec := record{Target: t.Name, Job: "meta", HasClient: t.client != nil, HasSrvr: t.server != nil}
+	rec := record{Target: t.Name, Job: kindMeta}
 	cmd := exec.CommandContext(ctx, "bench/meta.sh", t.Dir, tarball, strconv.Itoa(n))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	c0, s0 := sampleTree(t.client), sampleTree(t.server)
-	start := time.Now()
-	err := cmd.Run()
-	rec.Seconds = time.Since(start).Seconds()
-	rec.ClientCPU, rec.ServerCPU = cpuBetween(c0, sampleTree(t.client)), cpuBetween(s0, sampleTree(t.server))
-	if err != nil {
+	if err := measure(t, &rec, cmd); err != nil {
 		rec.Err = fmt.Sprintf("meta.sh: %v: %s", err, tailString(stderr.String(), 500))
 		return rec
 	}

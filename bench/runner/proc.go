@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -120,4 +121,32 @@ func cpuBetween(a, b cpuSample) float64 {
 		}
 	}
 	return float64(ticks) / clockTicks
+}
+
+// machineBusy is the CPU seconds every CPU of the machine has been busy
+// since boot (/proc/stat: user, nice, system, irq, softirq; guest time is
+// inside user; idle, iowait and steal are not work done here).
+func machineBusy() (float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseProcStat(string(b))
+}
+
+func parseProcStat(s string) (float64, error) {
+	line, _, _ := strings.Cut(s, "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var ticks uint64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system (idle iowait) irq softirq
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %v", err)
+		}
+		ticks += v
+	}
+	return float64(ticks) / clockTicks, nil
 }

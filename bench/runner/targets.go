@@ -23,6 +23,9 @@ type target struct {
 	// client and server are the roots of the process trees whose CPU time
 	// is charged to this target (nil: none, e.g. the directory itself).
 	client, server *daemon
+	// ports are the server's listening ports: the bytes on the sockets
+	// bound to them are the target's wire bytes (none: nothing counted).
+	ports []int
 }
 
 func (t *target) alive() error {
@@ -106,15 +109,12 @@ func (d *daemon) stop() {
 	}
 }
 
-// setupEnv is shared by the targets: one lwio-server and one sshd serve
-// every mount that needs them.
+// setupEnv is one export's: one sshd, and one lwio-server per set of
+// binaries and server flags, serve every mount that needs them.
 type setupEnv struct {
-	work, export, binDir, nullfs string
-	lwioServer                   *daemon
-	lwioAddr                     string
-	sshd                         *daemon
-	sshPort                      int
-	sshKey                       string
+	work, export, nullfs string
+	lwio                 map[string]lwioSpec // by target name
+	servers              map[string]*lwioServer
 }
 
 // setupTarget mounts one target; the cleanup, when not nil, must run even
@@ -137,10 +137,11 @@ func (env *setupEnv) setupTarget(ctx context.Context, name string) (*target, fun
 		return &target{Name: name, Dir: mnt, client: d}, cleanup, waitMounted(d, mnt)
 	case "sshfs":
 		return env.setupSSHFS(ctx)
-	case "lwio-interrupt", "lwio-polling":
-		return env.setupLWIO(strings.TrimPrefix(name, "lwio-"))
 	}
-	return nil, nil, fmt.Errorf("unknown target %q (dir, nullfs, sshfs, lwio-interrupt, lwio-polling)", name)
+	if spec, ok := env.lwio[name]; ok {
+		return env.setupLWIO(spec)
+	}
+	return nil, nil, fmt.Errorf("unknown target %q (dir, nullfs, sshfs, lwio-MODE or one defined by -lwio)", name)
 }
 
 func unmount(d *daemon, mnt string) {
@@ -190,94 +191,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-const lwioPassword = "bench-password"
-
-func (env *setupEnv) setupLWIO(mode string) (*target, func(), error) {
-	server, mountBin := filepath.Join(env.binDir, "lwio-server"), filepath.Join(env.binDir, "lwio-mount")
-	for _, b := range []string{server, mountBin} {
-		if _, err := os.Stat(b); err != nil {
-			return nil, nil, fmt.Errorf("%s is not built (make build): %v", b, err)
-		}
-	}
-	var cleanups []func()
-	cleanup := func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}
-	if env.lwioServer == nil {
-		p1, err := freePort()
-		if err != nil {
-			return nil, nil, err
-		}
-		p2, err := freePort()
-		if err != nil {
-			return nil, nil, err
-		}
-		env.lwioAddr = fmt.Sprintf("127.0.0.1:%d", p1)
-		d, err := startDaemon("lwio-server", filepath.Join(env.work, "lwio-server.log"),
-			[]string{"LWIO_PASSWORD=" + lwioPassword}, server,
-			"-share", "bench="+env.export, "-listen", env.lwioAddr,
-			"-soft", fmt.Sprintf("127.0.0.1:%d", p2), "-user", "bench", "-log-level", "warn")
-		if err != nil {
-			return nil, nil, err
-		}
-		env.lwioServer = d
-		// The server outlives the mounts: it is stopped last.
-		cleanups = append(cleanups, func() { d.stop(); env.lwioServer = nil })
-		if err := waitListening(d, env.lwioAddr); err != nil {
-			return nil, cleanup, err
-		}
-	}
-	mnt := filepath.Join(env.work, "mnt-lwio-"+mode)
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		return nil, cleanup, err
-	}
-	d, err := startDaemon("lwio-mount ("+mode+")", filepath.Join(env.work, "lwio-mount-"+mode+".log"),
-		[]string{"LWIO_PASSWORD=" + lwioPassword}, mountBin,
-		"//"+env.lwioAddr+"/bench", mnt, "-o", "username=bench,completion="+mode)
-	if err != nil {
-		return nil, cleanup, err
-	}
-	// Mounts unmount before the server stops: cleanups run in reverse, and
-	// the server's cleanup, if any, was added to the first lwio target.
-	mc := func() { unmount(d, mnt) }
-	full := func() { mc(); cleanup() }
-	t := &target{Name: "lwio-" + mode, Dir: mnt, client: d, server: env.lwioServer}
-	if err := waitMounted(d, mnt); err != nil {
-		return t, full, err
-	}
-	t.DataPath = dataPath(d)
-	return t, full, nil
-}
-
-// dataPath reads, from lwio-mount's start-up log, which data path the
-// mount uses (the field data_path=) and any warning about it, so that a
-// table of figures never hides a fallback from RDMA to TCP.
-func dataPath(d *daemon) string {
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(d.log)
-		var path, warn string
-		for _, l := range strings.Split(string(b), "\n") {
-			if i := strings.Index(l, "data_path="); i >= 0 && path == "" {
-				path = strings.Fields(l[i+len("data_path="):])[0]
-			}
-			if strings.Contains(l, "level=warning") && strings.Contains(l, "data") {
-				warn = l
-			}
-		}
-		if path != "" {
-			if warn != "" {
-				return path + " — " + warn
-			}
-			return path
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return "unknown (lwio-mount logged no data_path)"
 }
 
 func waitListening(d *daemon, addr string) error {
@@ -355,7 +268,6 @@ Subsystem sftp internal-sftp
 	if err != nil {
 		return nil, nil, err
 	}
-	env.sshd = sshd
 	cleanups := []func(){sshd.stop}
 	cleanup := func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -379,5 +291,5 @@ Subsystem sftp internal-sftp
 		return nil, cleanup, err
 	}
 	cleanups = append(cleanups, func() { unmount(d, mnt) })
-	return &target{Name: "sshfs", Dir: mnt, client: d, server: sshd}, cleanup, waitMounted(d, mnt)
+	return &target{Name: "sshfs", Dir: mnt, client: d, server: sshd, ports: []int{port}}, cleanup, waitMounted(d, mnt)
 }

@@ -6,6 +6,14 @@
 // See docs/usage.md.
 package main
 
-import "github.com/lwiofs/lwiofs/cmd/internal/mountcmd"
+import (
+	"os"
 
-func main() { mountcmd.Main("lwio-mount") }
+	"github.com/lwiofs/lwiofs/cmd/internal/cli"
+	"github.com/lwiofs/lwiofs/cmd/internal/mountcmd"
+)
+
+func main() {
+	cli.HandleVersion("lwio-mount", os.Args[1:])
+	mountcmd.Main("lwio-mount")
+}

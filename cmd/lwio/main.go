@@ -7,6 +7,14 @@
 // lwio returns once the share is mounted. See docs/usage.md.
 package main
 
-import "github.com/lwiofs/lwiofs/cmd/internal/mountcmd"
+import (
+	"os"
 
-func main() { mountcmd.Main("lwio") }
+	"github.com/lwiofs/lwiofs/cmd/internal/cli"
+	"github.com/lwiofs/lwiofs/cmd/internal/mountcmd"
+)
+
+func main() {
+	cli.HandleVersion("lwio", os.Args[1:])
+	mountcmd.Main("lwio")
+}

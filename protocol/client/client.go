@@ -37,6 +37,9 @@ const (
 	// memory; the client spins on it for SpinTime, then sends an INTERRUPT
 	// request and sleeps until the server's next completion wakes it.
 	Polling
+	// Auto: each connection chooses per request by its load (seed 001:
+	// polling for busy connections, interrupts for idle ones). See auto.go.
+	Auto
 )
 
 func (m Mode) String() string {
@@ -45,6 +48,8 @@ func (m Mode) String() string {
 		return "interrupt"
 	case Polling:
 		return "polling"
+	case Auto:
+		return "auto"
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
@@ -104,6 +109,10 @@ type Config struct {
 	AuthTimeout time.Duration
 	// Logger receives connection events; nil is quiet.
 	Logger logrus.FieldLogger
+	// Counters receive the client's request counts, bytes and latencies;
+	// nil gives the client counters of its own. A mount hands the same
+	// Counters to every Client it dials, so they outlive reconnects.
+	Counters *Counters
 	// Transport shapes the connections (zero fields: queue depths sized to
 	// the credits, provider defaults otherwise).
 	Transport transport.Config
@@ -148,18 +157,6 @@ func (c Config) withDefaults() Config {
 // ErrClosed is returned by calls on a closed Client or File.
 var ErrClosed = errors.New("lwio client: closed")
 
-// ConnError is returned by requests whose connection died; the Client (or
-// that connection) must be replaced. It wraps the cause.
-type ConnError struct {
-	Conn string // provider and remote address
-	Err  error
-}
-
-func (e *ConnError) Error() string {
-	return "lwio client: connection " + e.Conn + " lost: " + e.Err.Error()
-}
-func (e *ConnError) Unwrap() error { return e.Err }
-
 // Client is a set of authenticated LWIO connections to one server for one
 // session.
 type Client struct {
@@ -174,22 +171,7 @@ type Client struct {
 	errMu     sync.Mutex
 	err       error
 
-	collapsed  atomic.Int64
-	interrupts atomic.Int64
-}
-
-// Stats are counters for logs and tests.
-type Stats struct {
-	// Collapsed is the number of VEC_WRITEs sent collapsed (FIG. 17B).
-	Collapsed int64
-	// Interrupts is the number of INTERRUPT requests sent by polling waits
-	// that outlasted SpinTime (FIG. 9A).
-	Interrupts int64
-}
-
-// Stats returns the client's counters.
-func (cl *Client) Stats() Stats {
-	return Stats{Collapsed: cl.collapsed.Load(), Interrupts: cl.interrupts.Load()}
+	ctr *Counters
 }
 
 // New discovers the common providers, connects and authenticates
@@ -206,7 +188,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		l.Out = io.Discard
 		log = l
 	}
-	cl := &Client{cfg: cfg, log: log, done: make(chan struct{})}
+	cl := &Client{cfg: cfg, log: log, done: make(chan struct{}), ctr: cfg.Counters}
+	if cl.ctr == nil {
+		cl.ctr = new(Counters)
+	}
 
 	// FIG. 2: negotiate with the providers usable here.
 	var key [16]byte
@@ -214,7 +199,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	byName := map[string]transport.Provider{}
-	var offer []protocol.ProviderInfo
+	var offer []transport.ProviderInfo
 	for _, p := range cfg.Providers {
 		if err := p.Available(); err != nil {
 			log.WithField("provider", p.Name()).WithError(err).Info("lwio: provider unavailable")
@@ -224,7 +209,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			continue
 		}
 		byName[p.Name()] = p
-		offer = append(offer, protocol.ProviderInfo{Name: p.Name()})
+		offer = append(offer, transport.ProviderInfo{Name: p.Name()})
 	}
 	if len(offer) == 0 {
 		return nil, errors.New("lwio client: no usable provider")
@@ -243,7 +228,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		if p == nil {
 			continue
 		}
-		for _, in := range pi.TransportInstances() {
+		for _, in := range pi.Instances {
 			addr, err := in.Addr()
 			if err != nil {
 				continue
@@ -303,23 +288,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	return cl, nil
 }
 
-// ConnInfo describes one connection, for logs and status commands.
-type ConnInfo struct {
-	Provider   string
-	LocalAddr  string
-	RemoteAddr string
-	Credits    int
-	Alive      bool
-}
-
 // Conns describes the client's connections.
 func (cl *Client) Conns() []ConnInfo {
 	out := make([]ConnInfo, len(cl.conns))
 	for i, c := range cl.conns {
-		out[i] = ConnInfo{
-			Provider: c.tc.Provider(), LocalAddr: c.tc.LocalAddr(), RemoteAddr: c.tc.RemoteAddr(),
-			Credits: c.credits.Limit(), Alive: c.alive(),
-		}
+		out[i] = c.info()
 	}
 	return out
 }
@@ -391,7 +364,7 @@ func (cl *Client) pick() (*conn, error) {
 		if err == nil {
 			err = ErrClosed
 		}
-		return nil, &ConnError{Conn: "all", Err: err}
+		return nil, &protocol.ConnectionError{Conn: "all", Err: err}
 	}
 	return best, nil
 }

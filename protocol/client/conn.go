@@ -1,11 +1,13 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -59,14 +61,40 @@ const (
 	kindInterrupt                 // INTERRUPT (polling wakeup)
 )
 
-// Slot states.
+// slotState is where a request is between its post and its slot's reuse.
+// A requester waiting in wait or waitPoll moves Waiting to Done when the
+// completion comes, or to Abandoned when its context ends first; then the
+// completion moves Abandoned to Finished and frees the slot. A second
+// completion for one cookie finds neither Waiting nor Abandoned and ends
+// the connection.
+type slotState int32
+
 const (
-	slotIdle      int32 = iota
-	slotWaiting         // posted, the requester waits
-	slotDone            // completed and handed to the requester
-	slotAbandoned       // the requester left (context); the completion frees it
-	slotFinished        // abandoned and completed
+	slotIdle      slotState = iota // free, or being filled
+	slotWaiting                    // posted, the requester waits
+	slotDone                       // completed and handed to the requester
+	slotAbandoned                  // the requester left (context); the completion frees it
+	slotFinished                   // abandoned and completed
 )
+
+var slotStateNames = [...]string{"idle", "waiting", "done", "abandoned", "finished"}
+
+func (s slotState) String() string {
+	if int(s) >= 0 && int(s) < len(slotStateNames) {
+		return slotStateNames[s]
+	}
+	return fmt.Sprintf("slotState(%d)", int32(s))
+}
+
+// atomicSlotState is a slotState changed by compare-and-swap, since the
+// requester and the completion race for it.
+type atomicSlotState struct{ v atomic.Int32 }
+
+func (a *atomicSlotState) Load() slotState   { return slotState(a.v.Load()) }
+func (a *atomicSlotState) Store(s slotState) { a.v.Store(int32(s)) }
+func (a *atomicSlotState) CompareAndSwap(old, new slotState) bool {
+	return a.v.CompareAndSwap(int32(old), int32(new))
+}
 
 type result struct {
 	info uint32
@@ -85,11 +113,13 @@ type slot struct {
 	segs   [2]transport.Segment
 	wr     [1]transport.SendWR
 	done   chan result
-	state  atomic.Int32
+	poke   chan struct{} // a polling request's wakeup (pollSleepers)
+	state  atomicSlotState
 	// refs: the SEND completion, the request's completion and the
 	// requester each hold one; the slot is free when all three let go.
 	refs    atomic.Int32
-	buf     transport.Region // data buffer, back to the pool with the slot
+	buf     transport.Region      // data buffer, back to the pool with the slot
+	regions []protocol.RDMARegion // a VEC_READ's list, kept for the next
 	kind    slotKind
 	reqLen  uint32
 	mode    Mode // wanted by the request (kindIO only)
@@ -109,7 +139,7 @@ type conn struct {
 	log logrus.FieldLogger
 
 	credits    *protocol.Credits
-	pool       *bufPool
+	pool       *transport.BufferPool
 	maxRead    int
 	maxWrite   int
 	maxRegions int
@@ -127,19 +157,24 @@ type conn struct {
 	// The reaper role (see reap.go): whoever holds reaping polls the CQ
 	// and dispatches every completion in it. expect counts the CQ events
 	// requests are owed (SEND completions, interrupt-mode answers).
-	reaping  atomic.Bool
-	expect   atomic.Int32
-	sticky   atomic.Bool              // the last I/O request was a polling one
-	reapKick chan struct{}            // one slot: wakes the background reaper
-	wcs      [64]transport.Completion // the role holder's batch
+	reaping atomic.Bool
+	expect  atomic.Int32
+	// lastPolled: the connection's last I/O request was a polling one,
+	// so the background reaper keeps the role (see reap.go).
+	lastPolled atomic.Bool
+	reapKick   chan struct{}            // one slot: wakes the background reaper
+	wcs        [64]transport.Completion // the role holder's batch
 
-	spinners  atomic.Int32 // polling requests spinning now
-	spinScore atomic.Int32 // > 0 while recent spins mostly succeeded
-	spinProbe atomic.Uint32
+	spinners  atomic.Int32  // polling requests spinning now
+	spinScore atomic.Int32  // > 0 while recent spins mostly succeeded
+	spinSkips atomic.Uint32 // polling requests that did not spin; every 64th spins anyway (shouldSpin)
 
 	intrMu  sync.Mutex
 	intrOut bool
 	wake    chan struct{} // closed when an INTERRUPT completes
+
+	auto autoState    // the Auto completion mode's decision (auto.go)
+	ctr  connCounters // this connection's figures (stats.go)
 
 	dieOnce      sync.Once
 	counted      atomic.Bool // one of Client.conns: its death counts toward Done
@@ -163,7 +198,7 @@ func (c *conn) die(err error) {
 		c.err = err
 		close(c.dead)
 		if c.credits != nil {
-			c.credits.Close(&ConnError{Conn: c.name(), Err: err})
+			c.credits.Close(&protocol.ConnectionError{Conn: c.name(), Err: err})
 		}
 		c.tc.Close()
 		if !errors.Is(err, ErrClosed) {
@@ -184,18 +219,16 @@ func (c *conn) countDeath() {
 
 func (c *conn) name() string { return c.tc.Provider() + " " + c.tc.RemoteAddr() }
 
-func (c *conn) connErr() error { return &ConnError{Conn: c.name(), Err: c.err} }
+// connErr is the error of a request whose connection died: its scope is
+// the connection (protocol.ConnectionError), the remedy a new Client.
+func (c *conn) connErr() error { return &protocol.ConnectionError{Conn: c.name(), Err: c.err} }
 
 // dial connects to addr and authenticates (FIG. 5, 6A–C).
 func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr string, key [16]byte) (*conn, error) {
 	cfg := &cl.cfg
 	tcfg := cfg.Transport
-	if tcfg.SendQueueDepth == 0 {
-		tcfg.SendQueueDepth = maxSlots + 8
-	}
-	if tcfg.RecvQueueDepth == 0 {
-		tcfg.RecvQueueDepth = cfg.MaxCredits + 8
-	}
+	tcfg.SendQueueDepth = cmp.Or(tcfg.SendQueueDepth, maxSlots+8)
+	tcfg.RecvQueueDepth = cmp.Or(tcfg.RecvQueueDepth, cfg.MaxCredits+8)
 	tc, err := p.Dial(ctx, addr, tcfg)
 	if err != nil {
 		return nil, err
@@ -218,6 +251,7 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 			}
 		}
 	}()
+	c.ctr.init(cl.ctr, tc.Provider())
 	dom := tc.Domain()
 	nrecv := cfg.MaxCredits + 2
 	if c.recvRegion, err = dom.Alloc(nrecv*recvSize, transport.AccessLocal); err != nil {
@@ -335,7 +369,7 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	c.maxRegions = max(min(maxVecRegions, c.maxWrite/protocol.RDMARegionSize), 1)
 	c.serverPage = int(sp.PageSize)
 	c.spinScore.Store(4)
-	c.pool = newBufPool(dom, transport.AccessLocal|transport.AccessRemoteWrite, max(c.maxRead, c.maxWrite))
+	c.pool = transport.NewBufferPool(dom, transport.AccessLocal|transport.AccessRemoteWrite, max(c.maxRead, c.maxWrite))
 	ok = true
 	return c, nil
 }
@@ -441,6 +475,9 @@ func (c *conn) complete(sl *slot, res result) {
 	} else {
 		c.credits.Release()
 	}
+	if sl.kind == kindIO {
+		c.rang() // not polling: onRecv refuses a completion for a polling request
+	}
 	if sl.kind == kindInterrupt {
 		c.intrMu.Lock()
 		c.intrOut = false
@@ -461,7 +498,7 @@ func (c *conn) complete(sl *slot, res result) {
 			}
 			sl.unref() // for the requester that left
 		default:
-			c.die(fmt.Errorf("protocol violation: second completion for cookie %#x", sl.cookie.Load()))
+			c.die(fmt.Errorf("protocol violation: second completion for cookie %#x (slot %v)", sl.cookie.Load(), s))
 			return
 		}
 		break
@@ -505,8 +542,8 @@ func (c *conn) sendCredit(v int32, kind slotKind) bool {
 		c.credits.Release()
 		return false
 	}
-	h := protocol.NewCreditRequest(v, c.hint(), 0)
-	_, err = c.roundTrip(ctx, sl, kind, &h, protocol.HeaderSize, nil)
+	h := protocol.NewCreditRequest(v, c.hint(), c.prepare(sl, kind).Cookie)
+	_, err = c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
 	return err == nil
 }
 
@@ -549,7 +586,7 @@ func (c *conn) newSlot(i int) (*slot, error) {
 		send.Deregister()
 		return nil, err
 	}
-	sl := &slot{c: c, idx: uint16(i), send: send, remote: remote, done: make(chan result, 1)}
+	sl := &slot{c: c, idx: uint16(i), send: send, remote: remote, done: make(chan result, 1), poke: make(chan struct{}, 1)}
 	c.slots[i].Store(sl)
 	return sl, nil
 }
@@ -561,7 +598,7 @@ func (c *conn) freeSlot(sl *slot) {
 			// sees: not reused under -race (see poll_race.go).
 			sl.buf.Deregister()
 		} else {
-			c.pool.put(sl.buf)
+			c.pool.Put(sl.buf)
 		}
 		sl.buf = nil
 	}
@@ -572,31 +609,41 @@ func (c *conn) freeSlot(sl *slot) {
 	}
 }
 
-// roundTrip posts the request whose header is h (already holding its
-// opcode and parameters; the first hdrLen bytes of the send area are sent,
-// then data if any) and waits for its completion. The caller has charged a
-// credit. Control requests always complete in interrupt mode; kindIO
-// requests use the client's mode.
-func (c *conn) roundTrip(ctx context.Context, sl *slot, kind slotKind, h *protocol.Header, hdrLen int, data *transport.Segment) (result, error) {
-	if err := c.post(sl, kind, h, hdrLen, data); err != nil {
-		return result{}, err
-	}
-	return c.wait(ctx, sl)
-}
-
-func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, data *transport.Segment) error {
+// prepare readies sl for a request of kind: a fresh cookie (generation<<16
+// | index) and its completion mode. It returns the Completion the request's
+// protocol constructor takes (control requests use its Cookie): polling
+// for an I/O request of a polling file, with the slot's status block armed,
+// else interrupt mode with the cookie in both ImmediateCookie and Cookie.
+func (c *conn) prepare(sl *slot, kind slotKind) protocol.Completion {
 	sl.kind = kind
-	sl.polling = kind == kindIO && sl.mode == Polling
+	sl.polling = kind == kindIO && c.polls(sl.mode)
 	cookie := (sl.cookie.Load()>>16+1)<<16 | uint64(sl.idx)
 	sl.cookie.Store(cookie)
 	if sl.polling {
-		h.Flags &^= protocol.FlagInterrupt
-		h.IosVa, h.IosMh = sl.remote.Addr(), sl.remote.Handle()
 		putPending(sl.remote.Bytes())
-	} else {
-		h.Flags |= protocol.FlagInterrupt
-		h.SetCookies(uint32(cookie), cookie)
+		return protocol.PollingMode(sl.remote.Addr(), sl.remote.Handle())
 	}
+	return protocol.InterruptMode(uint32(cookie), cookie)
+}
+
+// roundTrip posts the request whose header is h (built by a protocol
+// constructor with prepare's Completion; the first hdrLen bytes of the send
+// area are sent, then data if any) and waits for its completion. The
+// caller has charged a credit.
+func (c *conn) roundTrip(ctx context.Context, sl *slot, h *protocol.Header, hdrLen int, data *transport.Segment) (result, error) {
+	start, polling, payload := time.Now(), sl.polling, hdrLen-protocol.HeaderSize
+	if data != nil {
+		payload += data.Length
+	}
+	if err := c.post(sl, h, hdrLen, data); err != nil {
+		return result{}, err
+	}
+	r, err := c.wait(ctx, sl)
+	c.count(h.Opcode, polling, payload, r, err, start)
+	return r, err
+}
+
+func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Segment) error {
 	h.Put(sl.send.Bytes())
 	sl.segs[0] = transport.Segment{Region: sl.send, Length: hdrLen}
 	sgl := sl.segs[:1]
@@ -611,12 +658,19 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 	if !sl.polling {
 		owed++ // and the answer
 	}
+	bell := sl.kind == kindIO && !sl.polling
+	if bell {
+		c.auto.doorbells.Add(1)
+	}
 	c.expect.Add(owed)
-	if kind == kindIO && sl.polling != c.sticky.Load() {
-		c.sticky.Store(sl.polling)
+	if sl.kind == kindIO && sl.polling != c.lastPolled.Load() {
+		c.lastPolled.Store(sl.polling)
 	}
 	if err := c.tc.Post(sl.wr[:]...); err != nil {
 		c.expect.Add(-owed)
+		if bell {
+			c.auto.doorbells.Add(-1)
+		}
 		sl.state.Store(slotIdle)
 		sl.refs.Store(0)
 		c.credits.Release()
@@ -628,7 +682,7 @@ func (c *conn) post(sl *slot, kind slotKind, h *protocol.Header, hdrLen int, dat
 		return c.connErr()
 	}
 	if sl.polling && !c.reaping.Load() {
-		signal(c.reapKick) // the background reaper takes the role (sticky)
+		signal(c.reapKick) // the background reaper takes the role (lastPolled)
 	}
 	return nil
 }
@@ -640,7 +694,7 @@ func (c *conn) wait(ctx context.Context, sl *slot) (result, error) {
 		return c.waitPoll(ctx, sl)
 	}
 	if c.reaping.CompareAndSwap(false, true) {
-		if r, ok := c.lead(ctx, sl); ok {
+		if r, ok := c.reapUntilDone(ctx, sl); ok {
 			return r, nil
 		}
 	}

@@ -19,174 +19,159 @@ import (
 )
 
 func TestVectored(t *testing.T) {
-	for _, mode := range modes {
-		t.Run(mode.String(), func(t *testing.T) {
-			e := newEnv(t, server.Config{})
-			s := e.session()
-			cl := s.client(t, s.config(mode))
-			content := randBytes(3<<20 + 1000)
-			key, path := s.file(t, "f", content)
-			f := s.register(t, cl, key, 0)
-			direct := s.register(t, cl, key, protocol.FileNoIntermediateBuffering)
-			ctx := ctxT(t)
+	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
+		content := randBytes(3<<20 + 1000)
+		key, path := s.file(t, "f", content)
+		f := s.register(t, cl, key, 0)
+		direct := s.register(t, cl, key, protocol.FileNoIntermediateBuffering)
+		ctx := ctxT(t)
 
-			// ReadV: 300 pages (two VEC_READs), the last partial.
-			pages := make([][]byte, 300)
-			for i := range pages {
-				pages[i] = make([]byte, 4096)
+		// ReadV: 300 pages (two VEC_READs), the last partial.
+		pages := make([][]byte, 300)
+		for i := range pages {
+			pages[i] = make([]byte, 4096)
+		}
+		pages[299] = pages[299][:700]
+		n, err := f.ReadV(ctx, pages, 8192)
+		if err != nil || n != 299*4096+700 {
+			t.Fatalf("ReadV = %d, %v", n, err)
+		}
+		for i, pg := range pages {
+			if !bytes.Equal(pg, content[8192+i*4096:8192+i*4096+len(pg)]) {
+				t.Fatalf("ReadV page %d differs", i)
 			}
-			pages[299] = pages[299][:700]
-			n, err := f.ReadV(ctx, pages, 8192)
-			if err != nil || n != 299*4096+700 {
-				t.Fatalf("ReadV = %d, %v", n, err)
-			}
-			for i, pg := range pages {
-				if !bytes.Equal(pg, content[8192+i*4096:8192+i*4096+len(pg)]) {
-					t.Fatalf("ReadV page %d differs", i)
-				}
-			}
-			// ReadV across the end of the file.
-			tail := [][]byte{make([]byte, 4096), make([]byte, 4096)}
-			n, err = f.ReadV(ctx, tail, int64(len(content)-5000))
-			if n != 5000 || !errors.Is(err, io.EOF) || !bytes.Equal(tail[0], content[len(content)-5000:len(content)-904]) || !bytes.Equal(tail[1][:904], content[len(content)-904:]) {
-				t.Fatalf("ReadV at EOF = %d, %v", n, err)
-			}
+		}
+		// ReadV across the end of the file.
+		tail := [][]byte{make([]byte, 4096), make([]byte, 4096)}
+		n, err = f.ReadV(ctx, tail, int64(len(content)-5000))
+		if n != 5000 || !errors.Is(err, io.EOF) || !bytes.Equal(tail[0], content[len(content)-5000:len(content)-904]) || !bytes.Equal(tail[1][:904], content[len(content)-904:]) {
+			t.Fatalf("ReadV at EOF = %d, %v", n, err)
+		}
 
-			// WriteV, different pages: gathered.
-			wp := [][]byte{randBytes(4096), randBytes(4096), randBytes(100)}
-			if n, err := f.WriteV(ctx, wp, 4096); err != nil || n != 8292 {
-				t.Fatalf("WriteV = %d, %v", n, err)
-			}
-			copy(content[4096:], bytes.Join(wp, nil))
-			// Identical pages on a buffered file: not collapsed.
-			same := randBytes(4096)
-			if _, err := f.WriteV(ctx, [][]byte{same, same, same}, 65536); err != nil {
-				t.Fatal(err)
-			}
-			copy(content[65536:], bytes.Repeat(same, 3))
-			if c := cl.Stats().Collapsed; c != 0 {
-				t.Fatalf("collapsed %d writes on a buffered file", c)
-			}
-			// Identical pages with FILE_NO_INTERMEDIATE_BUFFERING: collapsed,
-			// 300 pages in one request.
-			big := make([][]byte, 300)
-			for i := range big {
-				big[i] = same
-			}
-			big[299] = same[:1000]
-			if n, err := direct.WriteV(ctx, big, 1<<20); err != nil || n != 299*4096+1000 {
-				t.Fatalf("collapsed WriteV = %d, %v", n, err)
-			}
-			copy(content[1<<20:], bytes.Join(big, nil))
-			if c := cl.Stats().Collapsed; c != 1 {
-				t.Fatalf("collapsed %d writes, want 1", c)
-			}
-			disk, _ := os.ReadFile(path)
-			if !bytes.Equal(disk, content) {
-				t.Fatal("file differs from the model")
-			}
-		})
-	}
+		// WriteV, different pages: gathered.
+		wp := [][]byte{randBytes(4096), randBytes(4096), randBytes(100)}
+		if n, err := f.WriteV(ctx, wp, 4096); err != nil || n != 8292 {
+			t.Fatalf("WriteV = %d, %v", n, err)
+		}
+		copy(content[4096:], bytes.Join(wp, nil))
+		// Identical pages on a buffered file: not collapsed.
+		same := randBytes(4096)
+		if _, err := f.WriteV(ctx, [][]byte{same, same, same}, 65536); err != nil {
+			t.Fatal(err)
+		}
+		copy(content[65536:], bytes.Repeat(same, 3))
+		if c := cl.Stats().Collapsed; c != 0 {
+			t.Fatalf("collapsed %d writes on a buffered file", c)
+		}
+		// Identical pages with FILE_NO_INTERMEDIATE_BUFFERING: collapsed,
+		// 300 pages in one request.
+		big := make([][]byte, 300)
+		for i := range big {
+			big[i] = same
+		}
+		big[299] = same[:1000]
+		if n, err := direct.WriteV(ctx, big, 1<<20); err != nil || n != 299*4096+1000 {
+			t.Fatalf("collapsed WriteV = %d, %v", n, err)
+		}
+		copy(content[1<<20:], bytes.Join(big, nil))
+		if c := cl.Stats().Collapsed; c != 1 {
+			t.Fatalf("collapsed %d writes, want 1", c)
+		}
+		disk, _ := os.ReadFile(path)
+		if !bytes.Equal(disk, content) {
+			t.Fatal("file differs from the model")
+		}
+	})
 }
 
 func TestReadBuf(t *testing.T) {
-	for _, mode := range modes {
-		t.Run(mode.String(), func(t *testing.T) {
-			e := newEnv(t, server.Config{})
-			s := e.session()
-			cl := s.client(t, s.config(mode))
-			content := randBytes(1<<20 + 10)
-			key, _ := s.file(t, "f", content)
-			f := s.register(t, cl, key, 0)
-			ctx := ctxT(t)
-			b, err := f.ReadBuf(ctx, 10, 1<<20)
-			if err != nil || !bytes.Equal(b.Bytes(), content[10:]) {
-				t.Fatalf("ReadBuf = %d bytes, %v", b.Len(), err)
-			}
-			b.Release()
-			b, err = f.ReadBuf(ctx, 1<<20, 4096)
-			if err != nil || b.Len() != 10 {
-				t.Fatalf("ReadBuf at EOF-10: %v", err)
-			}
-			b.Release()
-			if _, err := f.ReadBuf(ctx, 2<<20, 4096); !errors.Is(err, io.EOF) {
-				t.Fatalf("ReadBuf past EOF: %v", err)
-			}
-		})
-	}
+	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
+		content := randBytes(1<<20 + 10)
+		key, _ := s.file(t, "f", content)
+		f := s.register(t, cl, key, 0)
+		ctx := ctxT(t)
+		b, err := f.ReadBuf(ctx, 10, 1<<20)
+		if err != nil || !bytes.Equal(b.Bytes(), content[10:]) {
+			t.Fatalf("ReadBuf = %d bytes, %v", b.Len(), err)
+		}
+		b.Release()
+		b, err = f.ReadBuf(ctx, 1<<20, 4096)
+		if err != nil || b.Len() != 10 {
+			t.Fatalf("ReadBuf at EOF-10: %v", err)
+		}
+		b.Release()
+		if _, err := f.ReadBuf(ctx, 2<<20, 4096); !errors.Is(err, io.EOF) {
+			t.Fatalf("ReadBuf past EOF: %v", err)
+		}
+	})
 }
 
 // 64 requests in flight, mixed reads and writes on several files, checked
 // against an in-memory model.
 func TestManyInFlight(t *testing.T) {
-	for _, mode := range modes {
-		t.Run(mode.String(), func(t *testing.T) {
-			e := newEnv(t, server.Config{})
-			s := e.session()
-			cl := s.client(t, s.config(mode))
-			const nfiles, workers, block = 4, 64, 48 << 10
-			model := make([][]byte, nfiles)
-			files := make([]*File, nfiles)
-			paths := make([]string, nfiles)
-			for i := range model {
-				model[i] = randBytes(workers / nfiles * block)
-				var key protocol.ResumeKey
-				key, paths[i] = s.file(t, fmt.Sprintf("f%d", i), model[i])
-				files[i] = s.register(t, cl, key, 0)
-			}
-			ctx := ctxT(t)
-			var wg sync.WaitGroup
-			errs := make(chan error, workers)
-			for w := 0; w < workers; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					rng := mrand.New(mrand.NewSource(int64(w)))
-					fi := w % nfiles
-					base := (w / nfiles) * block
-					mine := model[fi][base : base+block] // only this worker touches it
-					for it := 0; it < 40; it++ {
-						off := rng.Intn(block - 1)
-						n := 1 + rng.Intn(block-off)
-						if rng.Intn(8) == 0 {
-							n = min(n, 200)
+	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
+		const nfiles, workers, block = 4, 64, 48 << 10
+		model := make([][]byte, nfiles)
+		files := make([]*File, nfiles)
+		paths := make([]string, nfiles)
+		for i := range model {
+			model[i] = randBytes(workers / nfiles * block)
+			var key protocol.ResumeKey
+			key, paths[i] = s.file(t, fmt.Sprintf("f%d", i), model[i])
+			files[i] = s.register(t, cl, key, 0)
+		}
+		ctx := ctxT(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := mrand.New(mrand.NewSource(int64(w)))
+				fi := w % nfiles
+				base := (w / nfiles) * block
+				mine := model[fi][base : base+block] // only this worker touches it
+				for it := 0; it < 40; it++ {
+					off := rng.Intn(block - 1)
+					n := 1 + rng.Intn(block-off)
+					if rng.Intn(8) == 0 {
+						n = min(n, 200)
+					}
+					if rng.Intn(2) == 0 {
+						data := make([]byte, n)
+						rng.Read(data)
+						if got, err := files[fi].WriteAt(ctx, data, int64(base+off)); err != nil || got != n {
+							errs <- fmt.Errorf("worker %d write: %d, %v", w, got, err)
+							return
 						}
-						if rng.Intn(2) == 0 {
-							data := make([]byte, n)
-							rng.Read(data)
-							if got, err := files[fi].WriteAt(ctx, data, int64(base+off)); err != nil || got != n {
-								errs <- fmt.Errorf("worker %d write: %d, %v", w, got, err)
-								return
-							}
-							copy(mine[off:], data)
-						} else {
-							p := make([]byte, n)
-							if got, err := files[fi].ReadAt(ctx, p, int64(base+off)); err != nil || got != n {
-								errs <- fmt.Errorf("worker %d read: %d, %v", w, got, err)
-								return
-							}
-							if !bytes.Equal(p, mine[off:off+n]) {
-								errs <- fmt.Errorf("worker %d read [%d,+%d) differs from the model", w, base+off, n)
-								return
-							}
+						copy(mine[off:], data)
+					} else {
+						p := make([]byte, n)
+						if got, err := files[fi].ReadAt(ctx, p, int64(base+off)); err != nil || got != n {
+							errs <- fmt.Errorf("worker %d read: %d, %v", w, got, err)
+							return
+						}
+						if !bytes.Equal(p, mine[off:off+n]) {
+							errs <- fmt.Errorf("worker %d read [%d,+%d) differs from the model", w, base+off, n)
+							return
 						}
 					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
-			for i := range model {
-				disk, _ := os.ReadFile(paths[i])
-				if !bytes.Equal(disk, model[i]) {
-					t.Errorf("file %d differs from the model", i)
 				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		for i := range model {
+			disk, _ := os.ReadFile(paths[i])
+			if !bytes.Equal(disk, model[i]) {
+				t.Errorf("file %d differs from the model", i)
 			}
-			t.Logf("connections %+v stats %+v", cl.Conns(), cl.Stats())
-		})
-	}
+		}
+		t.Logf("connections %+v stats %+v", cl.Conns(), cl.Stats())
+	})
 }
 
 // Credits grow when the client keeps every credit busy, shrink back when it
@@ -262,96 +247,86 @@ func TestPollingWakeup(t *testing.T) {
 // Cancel with requests in flight: the executing one finishes, queued ones
 // fail with STATUS_CANCELLED; Close fails later calls.
 func TestCancelAndCloseInFlight(t *testing.T) {
-	for _, mode := range modes {
-		t.Run(mode.String(), func(t *testing.T) {
-			e := newEnv(t, server.Config{Workers: 1})
-			s := e.session()
-			cl := s.client(t, s.config(mode))
-			key, g := s.gated(t, "g", randBytes(8192))
-			f := s.register(t, cl, key, 0)
-			ctx := ctxT(t)
-			results := make(chan error, 4)
-			read := func() {
-				p := make([]byte, 4096)
-				_, err := f.ReadAt(ctx, p, 0)
-				results <- err
-			}
+	inEachMode(t, server.Config{Workers: 1}, func(t *testing.T, e *env, s *session, cl *Client) {
+		key, g := s.gated(t, "g", randBytes(8192))
+		f := s.register(t, cl, key, 0)
+		ctx := ctxT(t)
+		results := make(chan error, 4)
+		read := func() {
+			p := make([]byte, 4096)
+			_, err := f.ReadAt(ctx, p, 0)
+			results <- err
+		}
+		go read()
+		<-g.entered
+		for i := 0; i < 3; i++ {
 			go read()
-			<-g.entered
-			for i := 0; i < 3; i++ {
-				go read()
+		}
+		waitCond(t, func() bool {
+			n := 0
+			for _, c := range cl.conns {
+				n += c.credits.Used()
 			}
-			waitCond(t, func() bool {
-				n := 0
-				for _, c := range cl.conns {
-					n += c.credits.Used()
-				}
-				return n >= 4
-			})
-			if err := f.Cancel(ctx); err != nil {
-				t.Fatal(err)
-			}
-			for i := 0; i < 3; i++ {
-				if err := <-results; !errors.Is(err, protocol.StatusCancelled) {
-					t.Fatalf("queued read: %v, want STATUS_CANCELLED", err)
-				}
-			}
-			g.open()
-			if err := <-results; err != nil {
-				t.Fatalf("executing read: %v", err)
-			}
-			if err := f.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.WriteAt(ctx, []byte("x"), 0); !errors.Is(err, ErrClosed) {
-				t.Fatalf("write after Close: %v", err)
-			}
+			return n >= 4
 		})
-	}
+		if err := f.Cancel(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if err := <-results; !errors.Is(err, protocol.StatusCancelled) {
+				t.Fatalf("queued read: %v, want STATUS_CANCELLED", err)
+			}
+		}
+		g.open()
+		if err := <-results; err != nil {
+			t.Fatalf("executing read: %v", err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(ctx, []byte("x"), 0); !errors.Is(err, ErrClosed) {
+			t.Fatalf("write after Close: %v", err)
+		}
+	})
 }
 
 // The server dies mid-I/O: every outstanding and later call fails promptly
 // and Done is closed.
 func TestServerKilledMidIO(t *testing.T) {
-	for _, mode := range modes {
-		t.Run(mode.String(), func(t *testing.T) {
-			e := newEnv(t, server.Config{})
-			s := e.session()
-			cl := s.client(t, s.config(mode))
-			key, g := s.gated(t, "g", randBytes(1<<20))
-			f := s.register(t, cl, key, 0)
-			ctx := context.Background() // no deadline: the engine must not hang
-			const n = 16
-			results := make(chan error, n)
-			for i := 0; i < n; i++ {
-				go func() {
-					p := make([]byte, 64<<10)
-					_, err := f.ReadAt(ctx, p, 0)
-					results <- err
-				}()
+	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
+		key, g := s.gated(t, "g", randBytes(1<<20))
+		f := s.register(t, cl, key, 0)
+		ctx := context.Background() // no deadline: the engine must not hang
+		const n = 16
+		results := make(chan error, n)
+		for i := 0; i < n; i++ {
+			go func() {
+				p := make([]byte, 64<<10)
+				_, err := f.ReadAt(ctx, p, 0)
+				results <- err
+			}()
+		}
+		for i := 0; i < n; i++ {
+			<-g.entered
+		}
+		// Kill: drop every server connection at once, as a crash would.
+		e.srv.Abort()
+		watchdog := time.AfterFunc(10*time.Second, func() { panic("client calls hung after the server died") })
+		defer watchdog.Stop()
+		for i := 0; i < n; i++ {
+			var ce *protocol.ConnectionError
+			if err := <-results; !errors.As(err, &ce) {
+				t.Fatalf("outstanding read: %v, want *protocol.ConnectionError", err)
 			}
-			for i := 0; i < n; i++ {
-				<-g.entered
-			}
-			// Kill: drop every server connection at once, as a crash would.
-			e.srv.Abort()
-			watchdog := time.AfterFunc(10*time.Second, func() { panic("client calls hung after the server died") })
-			defer watchdog.Stop()
-			for i := 0; i < n; i++ {
-				var ce *ConnError
-				if err := <-results; !errors.As(err, &ce) {
-					t.Fatalf("outstanding read: %v, want *ConnError", err)
-				}
-			}
-			<-cl.Done()
-			if _, err := f.ReadAt(ctx, make([]byte, 10), 0); err == nil {
-				t.Fatal("read after the server died succeeded")
-			}
-			if _, err := f.WriteAt(ctx, make([]byte, 10), 0); err == nil {
-				t.Fatal("write after the server died succeeded")
-			}
-		})
-	}
+		}
+		<-cl.Done()
+		if _, err := f.ReadAt(ctx, make([]byte, 10), 0); err == nil {
+			t.Fatal("read after the server died succeeded")
+		}
+		if _, err := f.WriteAt(ctx, make([]byte, 10), 0); err == nil {
+			t.Fatal("write after the server died succeeded")
+		}
+	})
 }
 
 // Server.Close with requests in flight lets them finish.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -85,6 +86,9 @@ type osFile struct {
 
 func (f osFile) ReadOnly() bool { return f.ro }
 
+// Append is share.OpenFile's, for the engine's WriteToEndOfFile.
+func (f osFile) Append(p []byte) (int, int64, error) { return share.AppendFile(f.File, p) }
+
 // env is a server on the soft provider and what a client needs to reach it.
 type env struct {
 	t    testing.TB
@@ -147,8 +151,8 @@ func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) 
 	for _, p := range req.Providers {
 		if p.Name == soft.Name {
 			key := s.e.auth.negotiateKey(s.id, s.key)
-			return protocol.NewNegotiateResponse("test", key, []protocol.ProviderInfo{
-				protocol.ProviderFromTransport(soft.Name, []transport.Instance{in}),
+			return protocol.NewNegotiateResponse("test", key, []transport.ProviderInfo{
+				{Name: soft.Name, Instances: []transport.Instance{in}},
 			}), nil
 		}
 	}
@@ -187,7 +191,15 @@ func (s *session) client(t testing.TB, cfg Config) *Client {
 // file creates name with content and returns its resume key on s.
 func (s *session) file(t testing.TB, name string, content []byte) (protocol.ResumeKey, string) {
 	t.Helper()
-	path := filepath.Join(s.e.dir, name)
+	f, path := s.e.create(t, name, content)
+	return s.e.auth.addFile(s.id, osFile{File: f}), path
+}
+
+// create writes name with content in the server's directory and opens it
+// read-write until the test ends.
+func (e *env) create(t testing.TB, name string, content []byte) (*os.File, string) {
+	t.Helper()
+	path := filepath.Join(e.dir, name)
 	if err := os.WriteFile(path, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +208,7 @@ func (s *session) file(t testing.TB, name string, content []byte) (protocol.Resu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	return s.e.auth.addFile(s.id, osFile{File: f}), path
+	return f, path
 }
 
 func (s *session) register(t testing.TB, cl *Client, key protocol.ResumeKey, flags uint32) *File {
@@ -206,6 +218,18 @@ func (s *session) register(t testing.TB, cl *Client, key protocol.ResumeKey, fla
 		t.Fatal(err)
 	}
 	return f
+}
+
+// inEachMode runs body once per completion mode, as a subtest, against a
+// fresh server configured by cfg and a client (in that mode) of one session.
+func inEachMode(t *testing.T, cfg server.Config, body func(t *testing.T, e *env, s *session, cl *Client)) {
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, cfg)
+			s := e.session()
+			body(t, e, s, s.client(t, s.config(mode)))
+		})
+	}
 }
 
 func randBytes(n int) []byte {
@@ -249,15 +273,8 @@ func (g *gatedFile) WriteAt(p []byte, off int64) (int, error) {
 // gated creates a file whose I/O waits for the gate.
 func (s *session) gated(t testing.TB, name string, content []byte) (protocol.ResumeKey, *gatedFile) {
 	t.Helper()
-	path := filepath.Join(s.e.dir, name)
-	if err := os.WriteFile(path, content, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, _ := s.e.create(t, name, content)
 	g := newGated(osFile{File: f})
-	t.Cleanup(func() { g.open(); f.Close() })
+	t.Cleanup(g.open) // runs before the file's close
 	return s.e.auth.addFile(s.id, g), g
 }

@@ -24,12 +24,12 @@ import (
 //   - A polling requester, once its status block has come, reaps what is in
 //     the CQ (its SEND's completion) if the role is free (reapNow); one that
 //     sleeps after sending an INTERRUPT takes the free role and reaps until
-//     the answer comes (leadPoll).
-//   - While the connection's last I/O request was a polling one (sticky),
+//     the answer comes (reapUntilWoken).
+//   - While the connection's last I/O request was a polling one (lastPolled),
 //     the background reaper keeps the role and waits on the CQ even with
 //     nothing owed, as a plain reaper loop would: polling requests do not
 //     wait on the CQ, and waking the reaper for each would cost more than
-//     the hop saved. The next interrupt-mode request clears sticky, and the
+//     the hop saved. The next interrupt-mode request clears lastPolled, and the
 //     role is free again after the next batch.
 //   - With nothing owed, nobody waits on the CQ; the background reaper looks
 //     every idlePoll (backing off to idlePollMax) for what the server sends
@@ -63,18 +63,21 @@ func (c *conn) dispatch(wcs []transport.Completion) {
 			}
 		}
 	}
+	if c.auto.sleepers.Load() > 0 {
+		c.pollSleepers(false) // auto.go
+	}
 }
 
-// lead is an interrupt-mode requester holding the role: it reaps until sl
+// reapUntilDone is an interrupt-mode requester holding the role: it reaps until sl
 // has its completion, then gives the role back. ok is false when it gave
 // up (its context ended, the connection died): the caller then waits as a
 // follower, which sorts out which.
-func (c *conn) lead(ctx context.Context, sl *slot) (r result, ok bool) {
+func (c *conn) reapUntilDone(ctx context.Context, sl *slot) (r result, ok bool) {
 	cq := c.tc.CQ()
 	for {
 		select {
 		case r = <-sl.done:
-			c.unlead()
+			c.releaseReaper()
 			return r, true
 		default:
 		}
@@ -83,12 +86,12 @@ func (c *conn) lead(ctx context.Context, sl *slot) (r result, ok bool) {
 			if ctx.Err() == nil {
 				c.die(err)
 			}
-			c.unlead()
+			c.releaseReaper()
 			return result{}, false
 		}
 		c.dispatch(c.wcs[:n])
 		if !c.alive() {
-			c.unlead()
+			c.releaseReaper()
 			return result{}, false
 		}
 	}
@@ -104,12 +107,12 @@ func (c *conn) reapNow() {
 	}
 	n := c.tc.CQ().Poll(c.wcs[:])
 	c.dispatch(c.wcs[:n])
-	c.unlead()
+	c.releaseReaper()
 }
 
-// unlead gives the role back and wakes the background reaper if
+// releaseReaper gives the role back and wakes the background reaper if
 // completions are still owed (or the connection is to be drained).
-func (c *conn) unlead() {
+func (c *conn) releaseReaper() {
 	c.reaping.Store(false)
 	if c.expect.Load() > 0 || !c.alive() {
 		signal(c.reapKick)
@@ -127,7 +130,7 @@ func signal(ch chan struct{}) {
 // and its CQ drained.
 func (c *conn) reap() {
 	cq := c.tc.CQ()
-	defer c.pool.drop()
+	defer c.pool.Drop()
 	var wcs [64]transport.Completion
 	period := idlePoll
 	idle := time.NewTimer(period)
@@ -140,7 +143,7 @@ func (c *conn) reap() {
 			for first := true; ; first = false {
 				var n int
 				var err error
-				if c.expect.Load() > 0 || !c.alive() || c.sticky.Load() {
+				if c.expect.Load() > 0 || !c.alive() || c.lastPolled.Load() {
 					n, err = cq.Wait(context.Background(), wcs[:])
 				} else {
 					n = cq.Poll(wcs[:])
@@ -154,7 +157,7 @@ func (c *conn) reap() {
 				if n > 0 && first {
 					period = idlePoll
 				}
-				if n == 0 && c.expect.Load() <= 0 && c.alive() && !c.sticky.Load() {
+				if n == 0 && c.expect.Load() <= 0 && c.alive() && !c.lastPolled.Load() {
 					break
 				}
 			}

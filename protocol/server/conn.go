@@ -27,16 +27,11 @@ const (
 	stateClosed                   // torn down; every request has completed or failed
 )
 
+var connStateNames = [...]string{"auth", "open", "closing", "closed"}
+
 func (s connState) String() string {
-	switch s {
-	case stateAuth:
-		return "auth"
-	case stateOpen:
-		return "open"
-	case stateClosing:
-		return "closing"
-	case stateClosed:
-		return "closed"
+	if int(s) < len(connStateNames) {
+		return connStateNames[s]
 	}
 	return fmt.Sprintf("connState(%d)", uint8(s))
 }
@@ -56,7 +51,7 @@ type conn struct {
 
 	grant *protocol.CreditGrant
 	sq    sendQueue
-	data  *bufPool // read data, local access only
+	data  *transport.BufferPool // read data, local access only
 	slots slotTable
 
 	mu         sync.Mutex
@@ -84,6 +79,8 @@ type conn struct {
 	stall   *time.Timer
 	reapEnd chan struct{}
 	pend    *slot
+
+	rdma *atomic.Uint64 // the provider's RDMA bytes (stats.go)
 }
 
 type recvBuf struct {
@@ -103,8 +100,9 @@ func newConn(s *Server, tc transport.Conn) *conn {
 		log: s.log.WithFields(logrus.Fields{
 			"conn": id, "provider": tc.Provider(), "remote": tc.RemoteAddr(),
 		}),
-		data: newBufPool(tc.Domain(), transport.AccessLocal, s.cfg.MaxRdmaWindowSize),
+		data: transport.NewBufferPool(tc.Domain(), transport.AccessLocal, s.cfg.MaxRdmaWindowSize),
 	}
+	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
 	c.stall = time.AfterFunc(time.Hour, c.takeOver)
 	c.stall.Stop()
@@ -171,9 +169,15 @@ func (c *conn) fail(err error) {
 	}
 	c.err = err
 	c.mu.Unlock()
-	if errors.Is(err, transport.ErrClosed) {
+	var fe *protocol.FieldError
+	switch {
+	case errors.Is(err, transport.ErrClosed):
 		c.log.Info("lwio: connection closed by the peer")
-	} else {
+	case errors.As(err, &fe):
+		// A broken wire rule (docs/wire.md, "Error scope"): the line names
+		// the message and field, e.g. rule=READ.Marker.
+		c.log.WithError(err).WithField("rule", fe.Msg+"."+fe.Field).Warn("lwio: malformed message, connection ends")
+	default:
 		c.log.WithError(err).Warn("lwio: connection ends")
 	}
 	c.cancel()
@@ -310,17 +314,13 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		c.fail(errors.New("protocol violation: RDMA WRITE WITH IMMEDIATE from a client"))
 		return
 	}
-	h, err := protocol.DecodeHeader(msg)
-	if err != nil {
-		c.fail(err)
+	req, err := protocol.DecodeRequest(msg)
+	if state == stateAuth {
+		c.auth(&req, err, len(msg))
 		return
 	}
-	if state == stateAuth {
-		if h.Opcode != protocol.OpAuth {
-			c.fail(fmt.Errorf("protocol violation: %v before AUTH", h.Opcode))
-			return
-		}
-		c.auth(&h, msg)
+	if err != nil {
+		c.fail(err) // a broken wire rule: the FieldError names it
 		return
 	}
 	if err := c.grant.Receive(); err != nil {
@@ -332,10 +332,11 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		c.fail(err)
 		return
 	}
-	sl.hdr = h
-	sl.msg = msg
+	sl.req = req
 	sl.recv = rb
 	sl.inline = false
+	sl.start = time.Now() // for the latency count (stats.go)
+	h := &sl.req.Header
 	switch h.Opcode {
 	case protocol.OpRead, protocol.OpVecRead, protocol.OpWrite, protocol.OpVecWrite:
 		sl.fid = c.sess.lookup(h.Fid)
@@ -352,7 +353,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		if closing {
 			go func() {
 				defer c.reqs.Done()
-				c.completeIO(sl, nil, protocol.StatusRequestNotAccepted, 0, false)
+				c.complete(sl, nil, protocol.StatusRequestNotAccepted, 0)
 			}()
 			return
 		}
@@ -376,12 +377,10 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		// from a goroutine.
 		c.reqs.Add(1)
 		c.ordered(sl)
-	case protocol.OpRegister, protocol.OpClose, protocol.OpCancel, protocol.OpAuth:
+	default: // REGISTER, CLOSE, CANCEL, a repeated AUTH
 		c.policy(h.Credits)
 		c.reqs.Add(1)
 		go c.execControl(sl)
-	default:
-		c.fail(fmt.Errorf("protocol violation: unknown opcode %v", h.Opcode))
 	}
 }
 
@@ -392,7 +391,8 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 	if rb == nil {
 		return
 	}
-	sl.recv, sl.msg = nil, nil
+	sl.recv = nil
+	sl.req.Data, sl.req.Regions = nil, nil // they alias rb
 	c.mu.Lock()
 	if retire || c.recvExcess > 0 {
 		if !retire {
@@ -485,65 +485,81 @@ func (c *conn) postOrDrop(sl *slot, wrs []transport.SendWR) {
 	}
 }
 
-// sendStatus completes a request with a STATUS_RESPONSE send (FIG. 6C...).
-func (c *conn) statusWR(sl *slot, cookie uint64, st protocol.Status, info uint32) transport.SendWR {
-	r := protocol.StatusResponse{Cookie: cookie, Ios: protocol.IOStatusBlock{Information: info, Status: st}}
+// statusWR is the STATUS_RESPONSE send that completes a request in
+// interrupt mode, and every control request (FIG. 6C, 7B, 9B, 11C, 12B,
+// 13B, 14B, 15B, 16B, 17D).
+func (c *conn) statusWR(sl *slot, st protocol.Status, info uint32) transport.SendWR {
+	r := protocol.NewStatusResponse(sl.req.Header.Cookie(), info, st)
 	r.Put(sl.resp.Bytes())
 	sl.tail[0] = transport.Segment{Region: sl.resp, Length: protocol.StatusResponseSize}
 	return transport.SendWR{Op: transport.OpSend, SGL: sl.tail[:]}
 }
 
 // iosWR completes a polling-mode request by RDMA-writing the IO_STATUS_BLOCK
-// to IosVa/IosMh (FIG. 14D...).
+// to IosVa/IosMh (FIG. 14D, 15D, 16D, 17E).
 func (c *conn) iosWR(sl *slot, st protocol.Status, info uint32) transport.SendWR {
-	ios := protocol.IOStatusBlock{Information: info, Status: st}
+	ios := protocol.NewIOStatusBlock(info, st)
 	ios.Put(sl.resp.Bytes()[protocol.StatusResponseSize:])
 	sl.tail[0] = transport.Segment{Region: sl.resp, Offset: protocol.StatusResponseSize, Length: protocol.IOStatusBlockSize}
 	return transport.SendWR{
 		Op:         transport.OpWrite,
 		SGL:        sl.tail[:],
-		RemoteAddr: sl.hdr.IosVa,
-		RKey:       sl.hdr.IosMh,
+		RemoteAddr: sl.req.Header.IosVa,
+		RKey:       sl.req.Header.IosMh,
 	}
 }
 
-// completeIO completes an I/O request: wrs are its data writes (the last
-// carrying the immediate cookie when imm), followed by the status the
-// request's mode asks for; then a pending INTERRUPT is answered.
-func (c *conn) completeIO(sl *slot, wrs []transport.SendWR, st protocol.Status, info uint32, imm bool) {
-	c.releaseRecv(sl, false)
-	switch {
-	case sl.hdr.Flags&protocol.FlagInterrupt == 0:
-		wrs = append(wrs, c.iosWR(sl, st, info))
-	case !imm:
-		wrs = append(wrs, c.statusWR(sl, sl.hdr.Cookie(), st, info))
+// complete is where every request ends: wrs are the work requests its
+// handler built (data RDMA WRITEs, the AUTH parameters), then comes the
+// status its mode asks for — an IO_STATUS_BLOCK write for a polling I/O
+// request, nothing more when the last data write carries the immediate
+// cookie, else a STATUS_RESPONSE send. The credit is counted free before
+// the post (a CREDIT giving one back retires it), and an I/O completion
+// answers the pending INTERRUPT (FIG. 9B). A refused first AUTH ends the
+// connection once its answer is out.
+func (c *conn) complete(sl *slot, wrs []transport.SendWR, st protocol.Status, info uint32) {
+	h := &sl.req.Header
+	isIO := h.Opcode.IsIO()
+	retire := h.Opcode == protocol.OpCredit && st == protocol.NotifyCredit
+	c.releaseRecv(sl, retire)
+	if wrs == nil {
+		wrs = sl.wrs[:0]
 	}
-	c.grant.Complete()
-	c.mu.Lock()
-	c.ioInflight--
-	intr := c.intr
-	c.intr = nil
-	c.mu.Unlock()
+	switch {
+	case isIO && h.Flags&protocol.FlagInterrupt == 0:
+		wrs = append(wrs, c.iosWR(sl, st, info))
+	case isIO && len(wrs) > 0 && wrs[len(wrs)-1].HasImm:
+		// RDMA WRITE WITH IMMEDIATE is the completion (FIG. 14A, 16A).
+	default:
+		wrs = append(wrs, c.statusWR(sl, st, info))
+	}
+	switch {
+	case sl.authn:
+		if st != protocol.StatusSuccess {
+			c.mu.Lock()
+			c.endAfter = sl.idx + 1
+			c.mu.Unlock()
+		}
+	case retire:
+		c.grant.CompleteRetire()
+	default:
+		c.grant.Complete()
+	}
+	c.count(sl, wrs, st, info) // stats.go
+	var intr *slot
+	if isIO {
+		c.mu.Lock()
+		c.ioInflight--
+		intr, c.intr = c.intr, nil
+		c.mu.Unlock()
+	}
+	sl.wrs = wrs // keeps a grown array for the slot's next request
 	inline := sl.inline
 	c.postOrDrop(sl, wrs) // sl may be reused from here on
 	if intr != nil {
 		intr.inline = inline
-		c.completeControl(intr, protocol.StatusSuccess, 0, false)
+		c.complete(intr, nil, protocol.StatusSuccess, 0)
 	}
-}
-
-// completeControl completes a control request with a STATUS_RESPONSE send;
-// retire completes a credit message that gives its credit up (FIG. 11C).
-func (c *conn) completeControl(sl *slot, st protocol.Status, info uint32, retire bool) {
-	c.releaseRecv(sl, retire)
-	wr := c.statusWR(sl, sl.hdr.Cookie(), st, info)
-	if retire {
-		c.grant.CompleteRetire()
-	} else {
-		c.grant.Complete()
-	}
-	sl.wrs = append(sl.wrs[:0], wr)
-	c.postOrDrop(sl, sl.wrs)
 }
 
 // checkIdle wakes a closing connection's shutdown when nothing is left.
@@ -626,7 +642,7 @@ func (c *conn) teardown() {
 	}
 	c.stall.Stop()
 	c.slots.drop()
-	c.data.drop()
+	c.data.Drop()
 	c.log.Info("lwio: connection closed")
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
@@ -11,59 +12,61 @@ import (
 // LWIO_AUTH_PARAMS while they are RDMA-written (FIG. 6B).
 const authParamsOff = 32
 
-// auth handles the connection's first message, AUTH (FIG. 5, 6A–C). It runs
-// on the reaper: nothing else can be outstanding yet. On success the server
-// RDMA-writes its own parameters to DataVa/DataMh, posts the receives for
-// the credits it grants, and sends the STATUS_RESPONSE; on failure it sends
-// STATUS_ACCESS_DENIED and the connection ends.
-func (c *conn) auth(h *protocol.Header, msg []byte) {
+// auth handles the connection's first message, which must be AUTH (FIG.
+// 5, 6A–C). It runs on the reaper: nothing else can be outstanding yet.
+// derr is what DecodeRequest said of the n-byte message. Anything but AUTH ends
+// the connection at once; an AUTH that is malformed or refused is answered
+// with a failure status, after which the connection ends (complete).
+func (c *conn) auth(req *protocol.Request, derr error, n int) {
+	switch {
+	case n < protocol.HeaderSize:
+		c.fail(derr)
+		return
+	case req.Header.Opcode != protocol.OpAuth:
+		c.fail(fmt.Errorf("protocol violation: %v before AUTH", req.Header.Opcode))
+		return
+	}
 	sl, err := c.slots.get()
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	sl.hdr = *h
-	deny := func(why string, st protocol.Status) {
+	sl.req = *req
+	sl.authn = true
+	sl.start = time.Now() // for the latency count (stats.go)
+	wrs, st, info, why := c.authenticate(sl, derr)
+	if st != protocol.StatusSuccess {
 		c.log.WithField("reason", why).Warn("lwio: authentication refused")
-		sl.wrs = append(sl.wrs[:0], c.statusWR(sl, h.Cookie(), st, 0))
-		c.mu.Lock()
-		c.endAfter = sl.idx + 1
-		c.mu.Unlock()
-		c.postOrDrop(sl, sl.wrs)
 	}
-	p, err := protocol.DecodeAuthParams(msg[protocol.HeaderSize:])
-	if err != nil {
-		deny(err.Error(), protocol.StatusAccessDenied)
-		return
-	}
-	if int(h.Length) != len(msg) {
-		deny(fmt.Sprintf("Length %d for a %d-byte message", h.Length, len(msg)), protocol.StatusAccessDenied)
-		return
-	}
-	if p.HeaderSize != protocol.HeaderSize {
-		deny(fmt.Sprintf("HeaderSize %d, want %d", p.HeaderSize, protocol.HeaderSize), protocol.StatusAccessDenied)
-		return
-	}
-	if !p.HasKey || !p.HasSignature {
-		deny("Key or Signature option missing", protocol.StatusAccessDenied)
-		return
+	c.complete(sl, wrs, st, info)
+}
+
+// authenticate checks an AUTH (FIG. 6A) and, if it passes, sets the
+// connection up: credits granted and their receives posted, the session
+// attached, the server's parameters (FIG. 6B) built in the slot and the
+// RDMA WRITE that delivers them returned for complete to post ahead of
+// the STATUS_RESPONSE (FIG. 6C). A refusal returns its status and why.
+func (c *conn) authenticate(sl *slot, derr error) ([]transport.SendWR, protocol.Status, uint32, string) {
+	h, p := &sl.req.Header, &sl.req.Auth
+	deny := protocol.StatusAccessDenied
+	switch {
+	case derr != nil:
+		return nil, deny, 0, derr.Error()
+	case p.HeaderSize != protocol.HeaderSize:
+		return nil, deny, 0, fmt.Sprintf("HeaderSize %d, want %d", p.HeaderSize, protocol.HeaderSize)
+	case !p.HasKey || !p.HasSignature:
+		return nil, deny, 0, "Key or Signature option missing"
 	}
 	id, key, ok := c.s.cfg.Authority.SessionByKey(p.Key)
-	if !ok {
-		deny("unknown Key", protocol.StatusAccessDenied)
-		return
-	}
-	if !p.Verify(key) {
-		deny("bad Signature", protocol.StatusAccessDenied)
-		return
-	}
-	if p.HasSessionID && p.SessionID != id {
-		deny("SessionId of another session", protocol.StatusAccessDenied)
-		return
-	}
-	if !c.s.claimKey(p.Key) {
-		deny("Key already authenticated a connection (replayed AUTH?)", protocol.StatusAccessDenied)
-		return
+	switch {
+	case !ok:
+		return nil, deny, 0, "unknown Key"
+	case !p.Verify(key):
+		return nil, deny, 0, "bad Signature"
+	case p.HasSessionID && p.SessionID != id:
+		return nil, deny, 0, "SessionId of another session"
+	case !c.s.claimKey(p.Key):
+		return nil, deny, 0, "Key already authenticated a connection (replayed AUTH?)"
 	}
 	want := int(p.Credits)
 	if want <= 0 || want > c.s.cfg.Credits {
@@ -71,18 +74,18 @@ func (c *conn) auth(h *protocol.Header, msg []byte) {
 	}
 	granted := c.s.budget.Take(want)
 	if granted == 0 {
-		deny("server credit budget exhausted", protocol.StatusInsufficientResources)
-		return
+		return nil, protocol.StatusInsufficientResources, 0, "server credit budget exhausted"
 	}
 	c.mu.Lock()
 	c.budget = granted
 	c.peerPage = int(p.PageSize)
 	c.mu.Unlock()
 	if err := c.addRecv(granted); err != nil {
-		c.fail(fmt.Errorf("posting receives: %w", err))
-		c.slots.put(sl.idx)
-		return
+		return nil, protocol.StatusInsufficientResources, 0, fmt.Sprintf("posting receives: %v", err)
 	}
+	// The Key echoed is the one the client presented, which is the one
+	// the server issued in the negotiate response (docs/wire.md, "AUTH
+	// response").
 	sp := protocol.AuthParams{
 		RevID:             protocol.RevID,
 		Endian:            protocol.AuthEndian,
@@ -106,64 +109,61 @@ func (c *conn) auth(h *protocol.Header, msg []byte) {
 	c.sess = sess
 	c.state = stateOpen
 	c.mu.Unlock()
-	sl.ensureSegs(2)
-	sl.segs[0] = transport.Segment{Region: sl.resp, Offset: authParamsOff, Length: len(enc)}
-	r := protocol.NewAuthResponse(h.Cookie(), &sp, protocol.StatusSuccess)
-	r.Put(sl.resp.Bytes())
-	sl.segs[1] = transport.Segment{Region: sl.resp, Length: protocol.StatusResponseSize}
-	sl.wrs = append(sl.wrs[:0],
-		transport.SendWR{Op: transport.OpWrite, SGL: sl.segs[0:1:1], RemoteAddr: h.DataVa, RKey: h.DataMh},
-		transport.SendWR{Op: transport.OpSend, SGL: sl.segs[1:2:2]},
-	)
 	c.log.WithFields(map[string]any{"session": id, "credits": granted}).Info("lwio: connection authenticated")
-	c.postOrDrop(sl, sl.wrs)
+	info := protocol.NewAuthResponse(h.Cookie(), &sp, protocol.StatusSuccess).Ios.Information
+	wr := transport.SendWR{
+		Op:         transport.OpWrite,
+		SGL:        sl.sgl(0, transport.Segment{Region: sl.resp, Offset: authParamsOff, Length: len(enc)}),
+		RemoteAddr: h.DataVa,
+		RKey:       h.DataMh,
+	}
+	return append(sl.wrs[:0], wr), protocol.StatusSuccess, info, ""
 }
 
-// execControl runs REGISTER, CLOSE, CANCEL and a repeated AUTH; each completes with a STATUS_RESPONSE send.
+// execControl runs REGISTER, CLOSE, CANCEL and a repeated AUTH, each
+// completed with a STATUS_RESPONSE send.
 func (c *conn) execControl(sl *slot) {
 	defer c.reqs.Done()
-	h := &sl.hdr
+	st, info := c.control(sl)
+	c.complete(sl, nil, st, info)
+}
+
+// control is execControl's handler: the status and Information to answer.
+func (c *conn) control(sl *slot) (protocol.Status, uint32) {
+	h := &sl.req.Header
 	switch h.Opcode {
 	case protocol.OpRegister:
-		c.register(sl)
+		return c.register(sl)
 	case protocol.OpClose:
 		// FIG. 12A/B: later requests on the Fid fail; queued ones are
 		// cancelled, executing ones finish.
 		e := c.sess.unregister(h.Fid)
 		if e == nil {
-			c.completeControl(sl, protocol.StatusInvalidHandle, 0, false)
-			return
+			return protocol.StatusInvalidHandle, 0
 		}
 		e.mu.Lock()
 		e.closed = true
 		e.mu.Unlock()
 		e.cancel()
-		c.completeControl(sl, protocol.StatusSuccess, 0, false)
+		return protocol.StatusSuccess, 0
 	case protocol.OpCancel:
 		// FIG. 13A/B: queued requests complete with STATUS_CANCELLED.
 		e := c.sess.lookup(h.Fid)
 		if e == nil {
-			c.completeControl(sl, protocol.StatusInvalidHandle, 0, false)
-			return
+			return protocol.StatusInvalidHandle, 0
 		}
 		e.cancel()
-		c.completeControl(sl, protocol.StatusSuccess, 0, false)
-	case protocol.OpAuth:
-		c.completeControl(sl, protocol.StatusAccessDenied, 0, false)
+		return protocol.StatusSuccess, 0
 	}
+	return protocol.StatusAccessDenied, 0 // AUTH on an authenticated connection
 }
 
 // register handles REGISTER (FIG. 7A/B): the resume key must resolve on the
 // connection's own session; the Fid returned is scoped to that session.
-func (c *conn) register(sl *slot) {
-	fp, err := protocol.DecodeFidParams(sl.msg[protocol.HeaderSize:])
-	if err != nil {
-		c.completeControl(sl, protocol.StatusInvalidParameter, 0, false)
-		return
-	}
+func (c *conn) register(sl *slot) (protocol.Status, uint32) {
+	fp := &sl.req.Register
 	if fp.SessionID != c.sess.id {
-		c.completeControl(sl, protocol.StatusAccessDenied, 0, false)
-		return
+		return protocol.StatusAccessDenied, 0
 	}
 	f, err := c.s.cfg.Authority.OpenByResumeKey(c.sess.id, [24]byte(fp.ResumeKey))
 	if err != nil {
@@ -171,29 +171,27 @@ func (c *conn) register(sl *slot) {
 		if st == protocol.StatusIOError {
 			st = protocol.StatusInvalidHandle
 		}
-		c.completeControl(sl, st, 0, false)
-		return
+		return st, 0
 	}
 	fid, ok := c.sess.register(f, fp.FlagsAndAttributes)
 	if !ok {
-		c.completeControl(sl, protocol.StatusInsufficientResources, 0, false)
-		return
+		return protocol.StatusInsufficientResources, 0
 	}
 	c.log.WithField("fid", fid).Debug("lwio: file registered")
-	c.completeControl(sl, protocol.StatusSuccess, uint32(fid), false)
+	return protocol.StatusSuccess, uint32(fid)
 }
 
 // ordered decides CREDIT (FIG. 11B/C) and INTERRUPT (FIG. 9A/B) requests
 // on the reaper, in arrival order, and answers them from a goroutine (or,
 // for a held INTERRUPT, at the next I/O completion). c.reqs was added for sl.
 func (c *conn) ordered(sl *slot) {
-	answer := func(st protocol.Status, retire bool) {
+	answer := func(st protocol.Status) {
 		go func() {
 			defer c.reqs.Done()
-			c.completeControl(sl, st, 0, retire)
+			c.complete(sl, nil, st, 0)
 		}()
 	}
-	if sl.hdr.Opcode == protocol.OpInterrupt {
+	if sl.req.Header.Opcode == protocol.OpInterrupt {
 		// Held until the next I/O completion on the connection; answered
 		// at once when no I/O is outstanding, so an I/O that completed
 		// just before the INTERRUPT arrived cannot leave the client
@@ -202,18 +200,18 @@ func (c *conn) ordered(sl *slot) {
 		switch {
 		case c.intr != nil:
 			c.mu.Unlock()
-			answer(protocol.StatusInvalidDeviceRequest, false)
+			answer(protocol.StatusInvalidDeviceRequest)
 		case c.ioInflight == 0:
 			c.mu.Unlock()
-			answer(protocol.StatusSuccess, false)
+			answer(protocol.StatusSuccess)
 		default:
 			c.intr = sl
 			c.mu.Unlock()
-			c.reqs.Done() // completeIO answers it
+			c.reqs.Done() // complete answers it with the next I/O
 		}
 		return
 	}
-	st, released, err := c.grant.CreditMessage(sl.hdr.CreditCount())
+	st, released, err := c.grant.CreditMessage(sl.req.Header.CreditCount())
 	if err != nil {
 		c.fail(err)
 		c.releaseRecv(sl, false)
@@ -229,7 +227,7 @@ func (c *conn) ordered(sl *slot) {
 		c.recvExcess += released
 	}
 	c.mu.Unlock()
-	answer(st, st == protocol.NotifyCredit)
+	answer(st) // NOTIFY_CREDIT retires the credit (complete)
 }
 
 // retireAfter is how many consecutive requests must show a Credits hint

@@ -89,7 +89,7 @@ func TestCreditGrantFromHint(t *testing.T) {
 	p := e.dial()
 	p.auth(key, signing, 2)
 	fid := uint16(p.register(rk, 5, 0).Ios.Information)
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 2, protocol.InterruptMode(1, 1)))
+	p.read(fid, 0, 10, 2, 1)
 	r := p.wantResponse("delta credit")
 	if !r.IsDeltaCredit() || r.CreditDelta() != 2 {
 		t.Fatalf("delta %+v, want +2 (doubling)", r)
@@ -117,34 +117,42 @@ func TestCreditBudget(t *testing.T) {
 		t.Fatalf("second connection got %d credits, want the 2 left", sp.Credits)
 	}
 	c := e.dial()
-	ap := c.authParams(e.another(key), 4)
-	ap.Sign(signing)
-	req := protocol.NewAuthRequest(ap, c.data.Addr(), c.data.Handle(), 9)
-	c.sendMsg(req.Append(nil))
-	if r := c.wantResponse("AUTH"); r.Ios.Status != protocol.StatusInsufficientResources {
+	if r := c.tryAuth(e.another(key), signing, 4, 9); r.Ios.Status != protocol.StatusInsufficientResources {
 		t.Fatalf("AUTH with the budget spent: %+v", r)
 	}
+}
+
+// gatedPeer starts a server with cfg and a connection of session 5 with a
+// gated file registered: its I/O waits until g.open.
+func gatedPeer(t *testing.T, cfg Config) (*peer, uint16, *gatedFile) {
+	e := newEnv(t, cfg)
+	key, signing := e.session(5)
+	rk, g := e.gated(5)
+	p, fid := e.open(key, signing, 5, rk)
+	return p, fid, g
+}
+
+// responses collects the next n STATUS_RESPONSEs by cookie.
+func (p *peer) responses(n int, why string) map[uint64]protocol.Status {
+	p.t.Helper()
+	got := map[uint64]protocol.Status{}
+	for len(got) < n {
+		r := p.wantResponse(why)
+		got[r.Cookie] = r.Ios.Status
+	}
+	return got
 }
 
 // FIG. 13A/B: queued requests complete STATUS_CANCELLED, executing ones
 // finish.
 func TestCancelQueued(t *testing.T) {
-	e := newEnv(t, Config{Workers: 1})
-	key, signing := e.session(5)
-	rk, g := e.gated(5)
-	p := e.dial()
-	p.auth(key, signing, 8)
-	fid := uint16(p.register(rk, 5, 0).Ios.Information)
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 1)))
+	p, fid, g := gatedPeer(t, Config{Workers: 1})
+	p.read(fid, 0, 4096, 1, 1)
 	<-g.entered // executing, holding the one worker
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 2, protocol.InterruptMode(2, 2)))
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 3, protocol.InterruptMode(3, 3)))
+	p.read(fid, 0, 4096, 2, 2)
+	p.read(fid, 0, 4096, 3, 3)
 	p.sendHeader(protocol.NewCancelRequest(fid, 4, 4))
-	got := map[uint64]protocol.Status{}
-	for len(got) < 3 {
-		r := p.wantResponse("CANCEL and the cancelled reads")
-		got[r.Cookie] = r.Ios.Status
-	}
+	got := p.responses(3, "CANCEL and the cancelled reads")
 	if got[4] != protocol.StatusSuccess || got[2] != protocol.StatusCancelled || got[3] != protocol.StatusCancelled {
 		t.Fatalf("completions %v, want cookie 4 success, 2 and 3 cancelled", got)
 	}
@@ -153,7 +161,7 @@ func TestCancelQueued(t *testing.T) {
 		t.Fatalf("imm %d, want 1", imm)
 	}
 	// The Fid still works after CANCEL.
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(5, 5)))
+	p.read(fid, 0, 10, 1, 5)
 	if imm := p.wantImm("READ after CANCEL"); imm != 5 {
 		t.Fatalf("imm %d", imm)
 	}
@@ -162,27 +170,18 @@ func TestCancelQueued(t *testing.T) {
 // FIG. 12A/B with requests in flight: the executing one finishes, queued
 // ones are cancelled, later ones fail.
 func TestCloseInFlight(t *testing.T) {
-	e := newEnv(t, Config{Workers: 1})
-	key, signing := e.session(5)
-	rk, g := e.gated(5)
-	p := e.dial()
-	p.auth(key, signing, 8)
-	fid := uint16(p.register(rk, 5, 0).Ios.Information)
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 1)))
+	p, fid, g := gatedPeer(t, Config{Workers: 1})
+	p.read(fid, 0, 4096, 1, 1)
 	<-g.entered
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 2, protocol.InterruptMode(2, 2)))
+	p.read(fid, 0, 4096, 2, 2)
 	p.sendHeader(protocol.NewCloseRequest(fid, 3, 3))
-	got := map[uint64]protocol.Status{}
-	for len(got) < 2 {
-		r := p.wantResponse("CLOSE and the queued read")
-		got[r.Cookie] = r.Ios.Status
-	}
+	got := p.responses(2, "CLOSE and the queued read")
 	if got[3] != protocol.StatusSuccess || got[2] != protocol.StatusCancelled {
 		t.Fatalf("completions %v", got)
 	}
 	g.open()
 	p.wantImm("the executing READ finishes")
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(5, 5)))
+	p.read(fid, 0, 10, 1, 5)
 	if r := p.wantResponse("READ after CLOSE"); r.Ios.Status != protocol.StatusInvalidHandle {
 		t.Fatalf("READ after CLOSE: %v", r.Ios.Status)
 	}
@@ -191,12 +190,7 @@ func TestCloseInFlight(t *testing.T) {
 // FIG. 9A/B: an INTERRUPT is held until the next I/O completes; a second
 // one while it is held is refused.
 func TestInterruptHeld(t *testing.T) {
-	e := newEnv(t, Config{})
-	key, signing := e.session(5)
-	rk, g := e.gated(5)
-	p := e.dial()
-	p.auth(key, signing, 8)
-	fid := uint16(p.register(rk, 5, 0).Ios.Information)
+	p, fid, g := gatedPeer(t, Config{})
 	ios := p.data.Addr() + 1<<20
 	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.PollingMode(ios, p.data.Handle())))
 	<-g.entered
@@ -224,11 +218,7 @@ func TestAuthKeyOnce(t *testing.T) {
 	a := e.dial()
 	a.auth(key, signing, 4)
 	b := e.dial()
-	ap := b.authParams(key, 4)
-	ap.Sign(signing)
-	req := protocol.NewAuthRequest(ap, b.data.Addr(), b.data.Handle(), 9)
-	b.sendMsg(req.Append(nil))
-	if r := b.wantResponse("AUTH"); r.Ios.Status != protocol.StatusAccessDenied {
+	if r := b.tryAuth(key, signing, 4, 9); r.Ios.Status != protocol.StatusAccessDenied {
 		t.Fatalf("second AUTH with a used Key: %+v, want STATUS_ACCESS_DENIED", r)
 	}
 	c := e.dial()

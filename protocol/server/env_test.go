@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -89,6 +90,9 @@ func (g *gatedFile) WriteAt(p []byte, off int64) (int, error) {
 type osFile struct{ *os.File }
 
 func (osFile) ReadOnly() bool { return false }
+
+// Append is share.OpenFile's, for the engine's WriteToEndOfFile.
+func (f osFile) Append(p []byte) (int, int64, error) { return share.AppendFile(f.File, p) }
 
 type env struct {
 	t    *testing.T
@@ -348,11 +352,7 @@ func (p *peer) authParams(key [16]byte, credits int) protocol.AuthParams {
 // auth authenticates and returns the server's parameters.
 func (p *peer) auth(key [16]byte, signing []byte, credits int) protocol.AuthParams {
 	p.t.Helper()
-	ap := p.authParams(key, credits)
-	ap.Sign(signing)
-	req := protocol.NewAuthRequest(ap, p.data.Addr(), p.data.Handle(), 42)
-	p.sendMsg(req.Append(nil))
-	r := p.wantResponse("AUTH")
+	r := p.tryAuth(key, signing, credits, 42)
 	if r.Cookie != 42 || r.Ios.Status != protocol.StatusSuccess {
 		p.t.Fatalf("AUTH response %+v", r)
 	}
@@ -364,6 +364,32 @@ func (p *peer) auth(key [16]byte, signing []byte, credits int) protocol.AuthPara
 		p.t.Fatalf("AUTH Information %d, params %d bytes", r.Ios.Information, n)
 	}
 	return sp
+}
+
+// tryAuth sends an AUTH for key signed with signing, asking for the
+// server's parameters in the data region, and returns the answer.
+func (p *peer) tryAuth(key [16]byte, signing []byte, credits int, cookie uint64) protocol.StatusResponse {
+	p.t.Helper()
+	ap := p.authParams(key, credits)
+	ap.Sign(signing)
+	req := protocol.NewAuthRequest(ap, p.data.Addr(), p.data.Handle(), cookie)
+	p.sendMsg(req.Append(nil))
+	return p.wantResponse("AUTH")
+}
+
+// open authenticates a new connection of session id (key, signing) with 8
+// credits and registers rk on it without flags.
+func (e *env) open(key [16]byte, signing []byte, id uint64, rk protocol.ResumeKey) (*peer, uint16) {
+	e.t.Helper()
+	p := e.dial()
+	p.auth(key, signing, 8)
+	return p, uint16(p.register(rk, id, 0).Ios.Information)
+}
+
+// read sends an interrupt-mode READ of n bytes at off into the data region,
+// with c as both cookies.
+func (p *peer) read(fid uint16, off uint64, n uint32, credits uint8, c uint64) {
+	p.sendHeader(protocol.NewReadRequest(fid, off, n, p.data.Addr(), p.data.Handle(), credits, protocol.InterruptMode(uint32(c), c)))
 }
 
 func (p *peer) register(key protocol.ResumeKey, session uint64, flags uint32) protocol.StatusResponse {

@@ -11,144 +11,135 @@ import (
 	"github.com/lwiofs/lwiofs/transport"
 )
 
-// execIO runs a READ, VEC_READ, WRITE or VEC_WRITE: it validates the
-// request, waits for a disk worker (CANCEL fails it while it waits) unless
-// it holds one already, does the disk work and completes it.
+// execIO runs a READ, VEC_READ, WRITE or VEC_WRITE and completes it.
 func (c *conn) execIO(sl *slot, worker bool) {
 	defer c.reqs.Done()
+	wrs, st, info := c.runIO(sl, worker)
+	c.complete(sl, wrs, st, info)
+}
+
+// runIO waits for a disk worker unless it holds one already (CANCEL, CLOSE
+// and teardown fail the request while it waits), then runs the opcode's
+// handler. The worker is given back before the completion is posted.
+func (c *conn) runIO(sl *slot, worker bool) ([]transport.SendWR, protocol.Status, uint32) {
 	if worker {
 		defer func() { <-c.s.workers }()
 	}
-	h := &sl.hdr
 	fe := sl.fid
 	if fe == nil {
-		c.completeIO(sl, nil, protocol.StatusInvalidHandle, 0, false)
-		return
+		return nil, protocol.StatusInvalidHandle, 0
 	}
 	if !worker {
 		select {
 		case c.s.workers <- struct{}{}:
 		case <-sl.cancel:
-			c.completeIO(sl, nil, protocol.StatusCancelled, 0, false)
-			return
+			return nil, protocol.StatusCancelled, 0
 		case <-c.ctx.Done():
-			c.completeIO(sl, nil, protocol.StatusCancelled, 0, false)
-			return
+			return nil, protocol.StatusCancelled, 0
 		}
 		defer func() { <-c.s.workers }()
 	}
 	select {
 	case <-sl.cancel:
 		// Cancelled while it waited; a worker came free at the same time.
-		c.completeIO(sl, nil, protocol.StatusCancelled, 0, false)
-		return
+		return nil, protocol.StatusCancelled, 0
 	default:
 	}
 	fe.mu.Lock()
 	closed := fe.closed
 	fe.mu.Unlock()
 	if closed {
-		c.completeIO(sl, nil, protocol.StatusFileClosed, 0, false)
-		return
+		return nil, protocol.StatusFileClosed, 0
 	}
-	switch h.Opcode {
+	switch sl.req.Header.Opcode {
 	case protocol.OpRead:
-		c.read(sl, fe)
+		return c.read(sl, fe)
 	case protocol.OpVecRead:
-		c.vecRead(sl, fe)
+		return c.vecRead(sl, fe)
 	case protocol.OpWrite:
-		c.write(sl, fe, sl.msg[protocol.HeaderSize:])
-	case protocol.OpVecWrite:
-		c.vecWrite(sl, fe)
+		return c.write(sl, fe)
+	default:
+		return c.vecWrite(sl, fe)
 	}
 }
 
 // read serves READ (FIG. 14A–D): pread into a registered buffer, one RDMA
-// WRITE to DataVa/DataMh, completion by immediate data, STATUS_RESPONSE or
-// status block.
-func (c *conn) read(sl *slot, fe *fidEntry) {
-	h := &sl.hdr
+// WRITE to DataVa/DataMh; complete adds the STATUS_RESPONSE or status
+// block, or the write carries the immediate cookie.
+func (c *conn) read(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status, uint32) {
+	h := &sl.req.Header
 	n := int(h.Length)
-	if n > c.s.cfg.MaxRdmaWindowSize || len(sl.msg) != protocol.HeaderSize {
-		c.completeIO(sl, nil, protocol.StatusInvalidParameter, 0, false)
-		return
+	if n > c.s.cfg.MaxRdmaWindowSize {
+		return nil, protocol.StatusInvalidParameter, 0
 	}
 	if n == 0 {
-		c.completeIO(sl, nil, protocol.StatusSuccess, 0, false)
-		return
+		return nil, protocol.StatusSuccess, 0
 	}
-	c.releaseRecv(sl, false) // everything needed is in sl.hdr
-	buf, got, ok := c.readFile(sl, fe, n)
-	if !ok {
-		return
+	c.releaseRecv(sl, false) // everything needed is in the header
+	buf, got, st := c.readFile(sl, fe, n)
+	if got == 0 {
+		return nil, st, 0
 	}
-	imm := got == n && h.Flags&protocol.FlagInterrupt != 0 && !c.s.cfg.NoImmediate
 	wr := transport.SendWR{
 		Op:         transport.OpWrite,
 		SGL:        sl.sgl(0, transport.Segment{Region: buf, Length: got}),
 		RemoteAddr: h.DataVa,
 		RKey:       h.DataMh,
-		Imm:        h.ImmediateCookie(),
-		HasImm:     imm,
 	}
-	sl.wrs = append(sl.wrs[:0], wr)
-	c.completeIO(sl, sl.wrs, protocol.StatusSuccess, uint32(got), imm)
+	c.withImmediate(sl, &wr, got)
+	return append(sl.wrs[:0], wr), protocol.StatusSuccess, uint32(got)
+}
+
+// withImmediate puts the immediate cookie on wr, the last data write, when
+// it completes the request (FIG. 14A, 16A): interrupt mode, a full read,
+// and the server not configured to answer with a STATUS_RESPONSE instead.
+func (c *conn) withImmediate(sl *slot, wr *transport.SendWR, got int) {
+	h := &sl.req.Header
+	if got == int(h.Length) && h.Flags&protocol.FlagInterrupt != 0 && !c.s.cfg.NoImmediate {
+		wr.Imm, wr.HasImm = h.ImmediateCookie(), true
+	}
 }
 
 // readFile reads n bytes at the request's offset into a data buffer (kept
 // in sl.data until the request completes) and returns it with the bytes
-// read. When nothing can be sent — no buffer, nothing read — it completes
-// the request itself (END_OF_FILE at or past the end) and reports !ok.
-func (c *conn) readFile(sl *slot, fe *fidEntry, n int) (transport.Region, int, bool) {
-	buf, err := c.data.get(n)
+// read. When nothing was read it returns got 0 and the status to answer:
+// END_OF_FILE at or past the end, else the error's.
+func (c *conn) readFile(sl *slot, fe *fidEntry, n int) (transport.Region, int, protocol.Status) {
+	buf, err := c.data.Get(n)
 	if err != nil {
-		c.completeIO(sl, nil, protocol.StatusInsufficientResources, 0, false)
-		return nil, 0, false
+		return nil, 0, protocol.StatusInsufficientResources
 	}
 	sl.data = buf
-	got, err := fe.file.ReadAt(buf.Bytes()[:n], int64(sl.hdr.Offset))
+	got, err := fe.file.ReadAt(buf.Bytes()[:n], int64(sl.req.Header.Offset))
 	if got == 0 {
-		st := protocol.StatusEndOfFile
 		if err != nil && !errors.Is(err, io.EOF) {
-			st = statusOf(err)
+			return nil, 0, statusOf(err)
 		}
-		c.completeIO(sl, nil, st, 0, false)
-		return nil, 0, false
+		return nil, 0, protocol.StatusEndOfFile
 	}
-	return buf, got, true
+	return buf, got, protocol.StatusSuccess
 }
 
 // vecRead serves VEC_READ (FIG. 16A–D): the contiguous file range is read
 // once and scattered with one RDMA WRITE per RDMA_REGION; the immediate
-// cookie rides on the last segment.
-func (c *conn) vecRead(sl *slot, fe *fidEntry) {
-	h := &sl.hdr
+// cookie rides on the last segment. DecodeRequest has checked that the
+// regions cover Length as FIG. 16A says.
+func (c *conn) vecRead(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status, uint32) {
+	h := &sl.req.Header
 	n := int(h.Length)
 	np := int(h.NumPages())
 	ps := int(h.PageSize())
-	body := sl.msg[protocol.HeaderSize:]
-	// FIG. 16A: enough regions to cover Length, every one but the last
-	// one page long, the last at most a page.
-	if n > c.s.cfg.MaxRdmaWindowSize || n == 0 || ps == 0 || np != int(protocol.PagesSpanned(h.Length, h.PageSize())) ||
-		len(body) != np*protocol.RDMARegionSize || np+1 > c.sq.size {
-		c.completeIO(sl, nil, protocol.StatusInvalidParameter, 0, false)
-		return
+	if n > c.s.cfg.MaxRdmaWindowSize || n == 0 || np+1 > c.sq.size {
+		return nil, protocol.StatusInvalidParameter, 0
 	}
-	sl.regions = protocol.RegionList(body).AppendTo(sl.regions[:0])
-	for i, r := range sl.regions {
-		if (i < np-1 && int(r.Length) != ps) || (i == np-1 && (r.Length == 0 || int(r.Length) > ps || i*ps+int(r.Length) < n)) {
-			c.completeIO(sl, nil, protocol.StatusInvalidParameter, 0, false)
-			return
-		}
-	}
+	sl.regions = sl.req.Regions.AppendTo(sl.regions[:0])
 	c.releaseRecv(sl, false)
-	buf, got, ok := c.readFile(sl, fe, n)
-	if !ok {
-		return
+	buf, got, st := c.readFile(sl, fe, n)
+	if got == 0 {
+		return nil, st, 0
 	}
-	imm := got == n && h.Flags&protocol.FlagInterrupt != 0 && !c.s.cfg.NoImmediate
 	sl.ensureSegs(np)
-	sl.wrs = sl.wrs[:0]
+	wrs := sl.wrs[:0]
 	for i, r := range sl.regions {
 		off := i * ps
 		if off >= got {
@@ -156,68 +147,51 @@ func (c *conn) vecRead(sl *slot, fe *fidEntry) {
 		}
 		l := min(int(r.Length), got-off, ps)
 		sl.segs[i] = transport.Segment{Region: buf, Offset: off, Length: l}
-		sl.wrs = append(sl.wrs, transport.SendWR{
+		wrs = append(wrs, transport.SendWR{
 			Op:         transport.OpWrite,
 			SGL:        sl.segs[i : i+1 : i+1],
 			RemoteAddr: r.DataVa,
 			RKey:       r.DataMh,
 		})
 	}
-	if imm {
-		last := &sl.wrs[len(sl.wrs)-1]
-		last.Imm, last.HasImm = h.ImmediateCookie(), true
-	}
-	c.completeIO(sl, sl.wrs, protocol.StatusSuccess, uint32(got), imm)
+	c.withImmediate(sl, &wrs[len(wrs)-1], got)
+	return wrs, protocol.StatusSuccess, uint32(got)
 }
 
 // write serves WRITE (FIG. 15A–D) and non-collapsed VEC_WRITE (FIG. 17A):
 // the data is written straight from the receive buffer, which is reposted
 // afterwards.
-func (c *conn) write(sl *slot, fe *fidEntry, data []byte) {
-	h := &sl.hdr
-	if len(data) != int(h.Length) {
-		c.completeIO(sl, nil, protocol.StatusInvalidParameter, 0, false)
-		return
+func (c *conn) write(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status, uint32) {
+	if sl.req.Header.Offset == protocol.WriteToEndOfFile {
+		// An O_APPEND write: the file places it at its end (DecodeRequest
+		// allows the offset on WRITE alone). The completion carries the
+		// count only; the client learns the new size by asking.
+		got, _, err := fe.file.Append(sl.req.Data)
+		return nil, statusOrSuccess(err), uint32(got)
 	}
-	if fe.file.ReadOnly() {
-		c.completeIO(sl, nil, protocol.StatusAccessDenied, 0, false)
-		return
-	}
-	got, err := fe.file.WriteAt(data, int64(h.Offset))
-	st := protocol.StatusSuccess
-	if err != nil {
-		st = statusOf(err)
-	}
-	c.completeIO(sl, nil, st, uint32(got), false)
+	// A write the share's read-only rule forbids fails in WriteAt.
+	got, err := fe.file.WriteAt(sl.req.Data, int64(sl.req.Header.Offset))
+	return nil, statusOrSuccess(err), uint32(got)
 }
 
 // vecWrite serves VEC_WRITE (FIG. 17A–C). With COLLAPSE one page of data
 // follows the header and is replicated over NumPages pages; that is refused
 // unless the file was registered with FILE_NO_INTERMEDIATE_BUFFERING and the
 // two ends' page sizes are multiples of each other.
-func (c *conn) vecWrite(sl *slot, fe *fidEntry) {
-	h := &sl.hdr
-	data := sl.msg[protocol.HeaderSize:]
+func (c *conn) vecWrite(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status, uint32) {
+	h := &sl.req.Header
 	if h.Flags&protocol.FlagCollapse == 0 {
-		c.write(sl, fe, data)
-		return
+		return c.write(sl, fe)
 	}
 	n := int(h.Length)
-	np := int(h.NumPages())
 	ps := int(h.PageSize())
-	if fe.flags&protocol.FileNoIntermediateBuffering == 0 || !pageSizesCompatible(ps, c.s.cfg.PageSize) ||
-		np == 0 || ps == 0 || n > np*ps || n <= (np-1)*ps || len(data) != min(ps, n) {
-		c.completeIO(sl, nil, protocol.StatusInvalidParameter, 0, false)
-		return
-	}
-	if fe.file.ReadOnly() {
-		c.completeIO(sl, nil, protocol.StatusAccessDenied, 0, false)
-		return
+	if fe.flags&protocol.FileNoIntermediateBuffering == 0 || !pageSizesCompatible(ps, c.s.cfg.PageSize) || n == 0 {
+		return nil, protocol.StatusInvalidParameter, 0
 	}
 	chunk := collapseChunk(n, ps)
 	scratch := getScratch(chunk)
 	for off := 0; off < chunk; off += ps {
-		copy(scratch[off:min(off+ps, chunk)], data)
+		copy(scratch[off:min(off+ps, chunk)], sl.req.Data)
 	}
 	c.releaseRecv(sl, false)
 	written := 0
@@ -229,11 +203,15 @@ func (c *conn) vecWrite(sl *slot, fe *fidEntry) {
 		written += got
 	}
 	putScratch(scratch)
-	st := protocol.StatusSuccess
-	if err != nil {
-		st = statusOf(err)
+	return nil, statusOrSuccess(err), uint32(written)
+}
+
+// statusOrSuccess is SUCCESS for a nil error, else statusOf(err).
+func statusOrSuccess(err error) protocol.Status {
+	if err == nil {
+		return protocol.StatusSuccess
 	}
-	c.completeIO(sl, nil, st, uint32(written), false)
+	return statusOf(err)
 }
 
 func pageSizesCompatible(a, b int) bool {

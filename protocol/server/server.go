@@ -10,6 +10,7 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -20,27 +21,26 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
-// Authority is what the engine needs from the session layer.
+// Authority is what the engine needs from the session layer;
+// *session.Server implements it.
 type Authority interface {
 	// SessionByKey returns the session a negotiate Key was issued to over
 	// \PIPE\LWIO, with its signing key (the session key from NTLM).
 	SessionByKey(key [16]byte) (id uint64, signingKey []byte, ok bool)
 	// OpenByResumeKey resolves a resume key on a session to its open file.
 	// The key must have been issued on that session for a handle still open.
-	OpenByResumeKey(sessionID uint64, key [24]byte) (File, error)
+	OpenByResumeKey(sessionID uint64, key [24]byte) (share.File, error)
 }
 
-// File is an open file as the session layer hands it to the engine. ReadAt
-// and WriteAt may be called concurrently.
-type File interface {
-	ReadAt(p []byte, off int64) (int, error)
-	WriteAt(p []byte, off int64) (int, error)
-	Sync() error
-	ReadOnly() bool
-}
+// File is share.File, the one open-file interface (protocol/share): the
+// engine reads and writes registered files through it, and the share
+// refuses writes its read-only rule forbids. The name stays for this
+// package's tests.
+type File = share.File
 
 // Defaults for the zero values of Config.
 const (
@@ -122,12 +122,8 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	if c.Transport.SendQueueDepth == 0 {
-		c.Transport.SendQueueDepth = 1024
-	}
-	if c.Transport.RecvQueueDepth == 0 {
-		c.Transport.RecvQueueDepth = c.MaxCredits + 8
-	}
+	c.Transport.SendQueueDepth = cmp.Or(c.Transport.SendQueueDepth, 1024)
+	c.Transport.RecvQueueDepth = cmp.Or(c.Transport.RecvQueueDepth, c.MaxCredits+8)
 	if c.Transport.MaxMessageSize != 0 && c.Transport.MaxMessageSize < c.MaxRdmaWindowSize {
 		c.MaxRdmaWindowSize = c.Transport.MaxMessageSize
 	}
@@ -155,6 +151,7 @@ type Server struct {
 	listeners map[transport.Listener]struct{}
 	wg        sync.WaitGroup // Serve loops and connections
 	nextConn  atomic.Uint64
+	ctr       counters // stats.go
 }
 
 // ErrServerClosed is returned by Serve after Close.

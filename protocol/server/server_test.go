@@ -77,11 +77,7 @@ func TestAuthViolations(t *testing.T) {
 		p := e.dial()
 		var other [16]byte
 		rand.Read(other[:])
-		ap := p.authParams(other, 4)
-		ap.Sign(signing)
-		req := protocol.NewAuthRequest(ap, p.data.Addr(), p.data.Handle(), 9)
-		p.sendMsg(req.Append(nil))
-		if r := p.wantResponse("AUTH"); r.Ios.Status != protocol.StatusAccessDenied {
+		if r := p.tryAuth(other, signing, 4, 9); r.Ios.Status != protocol.StatusAccessDenied {
 			t.Fatalf("AUTH with an unknown Key: %+v, want STATUS_ACCESS_DENIED", r)
 		}
 		p.wantClosed("after ACCESS_DENIED")
@@ -167,13 +163,6 @@ func TestTranscriptIO(t *testing.T) {
 		t.Fatalf("polling WRITE: status block %+v", ios)
 	}
 	copy(content[20000:], data)
-	// Length disagreeing with the data: refused.
-	w = protocol.NewWriteRequest(fid, 0, data, 1, protocol.InterruptMode(0, 12))
-	w.Header.Length++
-	p.sendMsg(w.Append(nil))
-	if r := p.wantResponse("WRITE with a bad Length"); r.Ios.Status != protocol.StatusInvalidParameter {
-		t.Fatalf("WRITE with a bad Length: %+v", r)
-	}
 	disk, _ := os.ReadFile(f.Name())
 	if !bytes.Equal(disk, content) {
 		t.Fatal("file differs from the writes")
@@ -188,6 +177,15 @@ func TestTranscriptIO(t *testing.T) {
 	if r := p.wantResponse("READ after CLOSE"); r.Ios.Status != protocol.StatusInvalidHandle {
 		t.Fatalf("READ after CLOSE: %+v", r)
 	}
+	// Length disagreeing with the data breaks a wire rule: the connection
+	// ends, and nothing is written.
+	w = protocol.NewWriteRequest(fid, 0, data, 1, protocol.InterruptMode(0, 12))
+	w.Header.Length++
+	p.sendMsg(w.Append(nil))
+	p.wantClosed("WRITE with a bad Length")
+	if disk, _ := os.ReadFile(f.Name()); !bytes.Equal(disk, content) {
+		t.Fatal("a malformed WRITE changed the file")
+	}
 }
 
 // FIG. 16A–D: one RDMA WRITE per region, the immediate data on the last.
@@ -196,9 +194,7 @@ func TestTranscriptVecRead(t *testing.T) {
 	key, signing := e.session(5)
 	content := randBytes(64 << 10)
 	rk, _ := e.file(5, "f", content)
-	p := e.dial()
-	p.auth(key, signing, 8)
-	fid := uint16(p.register(rk, 5, 0).Ios.Information)
+	p, fid := e.open(key, signing, 5, rk)
 	// Four pages of 4 KiB scattered in reverse order, the last one 1 KiB.
 	const ps = 4096
 	length := 3*ps + 1024
@@ -223,13 +219,12 @@ func TestTranscriptVecRead(t *testing.T) {
 			t.Fatalf("region %d holds the wrong page", i)
 		}
 	}
-	// An intermediate region shorter than a page is refused.
+	// An intermediate region shorter than a page breaks FIG. 16A's rule:
+	// the connection ends.
 	regions[1].Length = 512
 	req = protocol.NewVecReadRequest(fid, 0, uint32(length), ps, regions, 1, protocol.InterruptMode(1, 4))
 	p.sendMsg(req.Append(nil))
-	if r := p.wantResponse("bad VEC_READ"); r.Ios.Status != protocol.StatusInvalidParameter {
-		t.Fatalf("VEC_READ with a short middle region: %+v", r)
-	}
+	p.wantClosed("VEC_READ with a short middle region")
 }
 
 // FIG. 17A–C: VEC_WRITE, collapsed only on a file registered with

@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
@@ -19,9 +20,11 @@ type slot struct {
 	idx  int
 	resp transport.Region
 
-	hdr     protocol.Header
-	msg     []byte   // the message, in recv (valid until releaseRecv)
+	// req is the decoded message; its Data and Regions alias recv's
+	// buffer and are cleared when it is released (releaseRecv).
+	req     protocol.Request
 	recv    *recvBuf // the receive buffer still held, or nil
+	authn   bool     // the connection's first AUTH: it holds no credit
 	fid     *fidEntry
 	cancel  <-chan struct{}
 	data    transport.Region // read data buffer, back to the pool with the slot
@@ -30,6 +33,7 @@ type slot struct {
 	segs    []transport.Segment
 	tail    [1]transport.Segment // the completing STATUS_RESPONSE or status block
 	inline  bool                 // runs on the reaper: its posts must not wait
+	start   time.Time            // arrival, for the latency count
 }
 
 // sgl returns a one-entry gather list backed by the slot (no allocation).
@@ -51,7 +55,7 @@ func (sl *slot) ensureSegs(n int) {
 // slotTable owns a connection's slots.
 type slotTable struct {
 	dom     transport.Domain
-	data    *bufPool
+	data    *transport.BufferPool
 	mu      sync.Mutex
 	all     []*slot
 	free    []int
@@ -61,28 +65,26 @@ type slotTable struct {
 
 func (t *slotTable) init(dom transport.Domain) { t.dom = dom }
 
+// get returns a free slot, registering a new one while the table grows
+// (under the lock: that happens only until the connection is warm).
 func (t *slotTable) get() (*slot, error) {
-	t.mu.Lock()
-	if n := len(t.free); n > 0 {
-		sl := t.all[t.free[n-1]]
-		t.free = t.free[:n-1]
-		t.used++
-		t.mu.Unlock()
-		return sl, nil
-	}
-	t.mu.Unlock()
-	r, err := t.dom.Alloc(respSize, transport.AccessLocal)
-	if err != nil {
-		return nil, err
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.dropped {
-		r.Deregister()
 		return nil, transport.ErrClosed
 	}
-	sl := &slot{idx: len(t.all), resp: r}
-	t.all = append(t.all, sl)
+	var sl *slot
+	if n := len(t.free); n > 0 {
+		sl = t.all[t.free[n-1]]
+		t.free = t.free[:n-1]
+	} else {
+		r, err := t.dom.Alloc(respSize, transport.AccessLocal)
+		if err != nil {
+			return nil, err
+		}
+		sl = &slot{idx: len(t.all), resp: r}
+		t.all = append(t.all, sl)
+	}
 	t.used++
 	return sl, nil
 }
@@ -94,13 +96,9 @@ func (t *slotTable) put(idx int) {
 		return
 	}
 	sl := t.all[idx]
-	if sl.data != nil {
-		if t.data != nil {
-			t.data.put(sl.data)
-		}
-		sl.data = nil
-	}
-	sl.fid, sl.cancel, sl.msg, sl.recv = nil, nil, nil, nil
+	t.putData(sl)
+	sl.fid, sl.cancel, sl.recv, sl.authn = nil, nil, nil, false
+	sl.req = protocol.Request{}
 	sl.regions = sl.regions[:0]
 	for i := range sl.wrs {
 		sl.wrs[i] = transport.SendWR{}
@@ -120,8 +118,19 @@ func (t *slotTable) drop() {
 	t.mu.Lock()
 	all := t.all
 	t.all, t.free, t.dropped = nil, nil, true
+	for _, sl := range all {
+		t.putData(sl) // a slot whose chain never completed still holds one
+	}
 	t.mu.Unlock()
 	for _, sl := range all {
 		sl.resp.Deregister()
 	}
+}
+
+// putData gives a slot's read buffer back to the pool; under t.mu.
+func (t *slotTable) putData(sl *slot) {
+	if sl.data != nil && t.data != nil {
+		t.data.Put(sl.data)
+	}
+	sl.data = nil
 }

@@ -6,57 +6,118 @@ import (
 	"time"
 )
 
+// coder is what a message lists its fields to, in wire order, in its code
+// method: the encoder appends them, the decoder fills them in. A body's
+// layout is written once and serves both directions (docs/session.md
+// lists the layouts).
+type coder interface {
+	u16(*uint16)
+	u32(*uint32)
+	u64(*uint64)
+	bool(*bool)
+	// str is a u16 byte count and the bytes.
+	str(*string)
+	// blob is a u32 byte count and the bytes.
+	blob(*[]byte)
+	// time is seconds (i64) and nanoseconds (u32) since the Unix epoch;
+	// the zero time.Time is 0, 0.
+	time(*time.Time)
+	// guid is 16 bytes as they are (an id chosen by one end).
+	guid(*[16]byte)
+	// count is the u32 length of a list whose elements take at least min
+	// bytes each: the decoder refuses a count the rest of the body cannot
+	// hold before anything is allocated. It reports whether to go on.
+	count(n *int, min int) bool
+	// count16 is count with a u16 length.
+	count16(n *int, min int) bool
+}
+
+// list codes a counted list of elements at least min bytes long each.
+func list[T any](c coder, l *[]T, min int, elem func(*T)) { counted(c.count, l, min, elem) }
+
+// list16 is list with a u16 count.
+func list16[T any](c coder, l *[]T, min int, elem func(*T)) { counted(c.count16, l, min, elem) }
+
+func counted[T any](count func(*int, int) bool, l *[]T, min int, elem func(*T)) {
+	n := len(*l)
+	if !count(&n, min) {
+		return
+	}
+	if len(*l) != n { // decoding
+		*l = make([]T, n)
+	}
+	for i := range *l {
+		elem(&(*l)[i])
+	}
+}
+
 // encoder appends little-endian fields to a byte slice. It never fails:
 // lengths that do not fit their prefix are a programming error caught by
 // the callers' own limits (paths are bounded by maxPathLen, blobs by
 // MaxFrameSize).
 type encoder struct{ b []byte }
 
-func (e *encoder) u8(v uint8)   { e.b = append(e.b, v) }
-func (e *encoder) u16(v uint16) { e.b = binary.LittleEndian.AppendUint16(e.b, v) }
-func (e *encoder) u32(v uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, v) }
-func (e *encoder) u64(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
-func (e *encoder) bool(v bool) {
-	if v {
-		e.u8(1)
-	} else {
-		e.u8(0)
+func (e *encoder) u16(v *uint16) { e.b = binary.LittleEndian.AppendUint16(e.b, *v) }
+func (e *encoder) u32(v *uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, *v) }
+func (e *encoder) u64(v *uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, *v) }
+
+func (e *encoder) bool(v *bool) {
+	b := byte(0)
+	if *v {
+		b = 1
 	}
+	e.b = append(e.b, b)
 }
 
-// str writes a string as a u16 byte count followed by its bytes.
-func (e *encoder) str(s string) {
-	if len(s) > 0xFFFF {
-		s = s[:0xFFFF]
+func (e *encoder) str(s *string) {
+	v := *s
+	if len(v) > 0xFFFF {
+		v = v[:0xFFFF]
 	}
-	e.u16(uint16(len(s)))
-	e.b = append(e.b, s...)
+	e.b = binary.LittleEndian.AppendUint16(e.b, uint16(len(v)))
+	e.b = append(e.b, v...)
 }
 
-// blob writes bytes as a u32 byte count followed by the bytes.
-func (e *encoder) blob(p []byte) {
-	e.u32(uint32(len(p)))
-	e.b = append(e.b, p...)
+func (e *encoder) blob(p *[]byte) {
+	e.b = binary.LittleEndian.AppendUint32(e.b, uint32(len(*p)))
+	e.b = append(e.b, *p...)
 }
 
-// time writes t as seconds (i64) and nanoseconds (u32) since the Unix
-// epoch; the zero time.Time is written as 0, 0.
-func (e *encoder) time(t time.Time) {
-	if t.IsZero() {
-		e.u64(0)
-		e.u32(0)
-		return
+func (e *encoder) time(t *time.Time) {
+	var sec uint64
+	var nsec uint32
+	if !t.IsZero() {
+		sec, nsec = uint64(t.Unix()), uint32(t.Nanosecond())
 	}
-	e.u64(uint64(t.Unix()))
-	e.u32(uint32(t.Nanosecond()))
+	e.b = binary.LittleEndian.AppendUint64(e.b, sec)
+	e.b = binary.LittleEndian.AppendUint32(e.b, nsec)
+}
+
+func (e *encoder) guid(g *[16]byte) { e.b = append(e.b, g[:]...) }
+
+func (e *encoder) count(n *int, _ int) bool {
+	e.b = binary.LittleEndian.AppendUint32(e.b, uint32(*n))
+	return true
+}
+
+func (e *encoder) count16(n *int, _ int) bool {
+	e.b = binary.LittleEndian.AppendUint16(e.b, uint16(*n))
+	return true
 }
 
 // decoder reads little-endian fields with a sticky error: after the first
-// short read every further read returns zero, and err says what was short.
-// Callers check err once at the end (the p9 buffer idiom).
+// short read every further field is left as it is (zero in a new
+// message), and err says what was short. Callers check err once at the
+// end (the p9 buffer idiom).
 type decoder struct {
 	b   []byte
 	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrMalformedBody}, args...)...)
+	}
 }
 
 func (d *decoder) need(n int, what string) []byte {
@@ -64,7 +125,7 @@ func (d *decoder) need(n int, what string) []byte {
 		return nil
 	}
 	if n < 0 || len(d.b) < n {
-		d.err = fmt.Errorf("%w: %s needs %d bytes, %d left", ErrMalformedBody, what, n, len(d.b))
+		d.fail("%s needs %d bytes, %d left", what, n, len(d.b))
 		return nil
 	}
 	p := d.b[:n]
@@ -72,72 +133,89 @@ func (d *decoder) need(n int, what string) []byte {
 	return p
 }
 
-func (d *decoder) u8() uint8 {
-	if p := d.need(1, "u8"); p != nil {
-		return p[0]
+// fixed reads an n-byte little-endian integer into v.
+func fixed[T uint16 | uint32 | uint64](d *decoder, v *T, n int, get func([]byte) T, what string) {
+	if p := d.need(n, what); p != nil {
+		*v = get(p)
 	}
-	return 0
 }
 
-func (d *decoder) u16() uint16 {
-	if p := d.need(2, "u16"); p != nil {
-		return binary.LittleEndian.Uint16(p)
-	}
-	return 0
-}
+func (d *decoder) u16(v *uint16) { fixed(d, v, 2, binary.LittleEndian.Uint16, "u16") }
+func (d *decoder) u32(v *uint32) { fixed(d, v, 4, binary.LittleEndian.Uint32, "u32") }
+func (d *decoder) u64(v *uint64) { fixed(d, v, 8, binary.LittleEndian.Uint64, "u64") }
 
-func (d *decoder) u32() uint32 {
-	if p := d.need(4, "u32"); p != nil {
-		return binary.LittleEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *decoder) u64() uint64 {
-	if p := d.need(8, "u64"); p != nil {
-		return binary.LittleEndian.Uint64(p)
-	}
-	return 0
-}
-
-func (d *decoder) bool() bool {
-	v := d.u8()
-	if v > 1 && d.err == nil {
-		d.err = fmt.Errorf("%w: boolean byte %d", ErrMalformedBody, v)
-	}
-	return v == 1
-}
-
-func (d *decoder) str() string {
-	n := int(d.u16())
-	return string(d.need(n, "string"))
-}
-
-// blob returns a copy, so decoded messages never alias the frame buffer.
-func (d *decoder) blob() []byte {
-	n := d.u32()
-	if d.err == nil && uint64(n) > uint64(len(d.b)) {
-		d.err = fmt.Errorf("%w: blob of %d bytes, %d left", ErrMalformedBody, n, len(d.b))
-		return nil
-	}
-	p := d.need(int(n), "blob")
+func (d *decoder) bool(v *bool) {
+	p := d.need(1, "bool")
 	if p == nil {
-		return nil
+		return
 	}
-	return append([]byte{}, p...)
+	if p[0] > 1 {
+		d.fail("boolean byte %d", p[0])
+	}
+	*v = p[0] == 1
 }
 
-func (d *decoder) time() time.Time {
-	sec := int64(d.u64())
-	nsec := d.u32()
-	if d.err != nil || (sec == 0 && nsec == 0) {
-		return time.Time{}
+func (d *decoder) str(s *string) {
+	var n uint16
+	fixed(d, &n, 2, binary.LittleEndian.Uint16, "u16")
+	if p := d.need(int(n), "string"); p != nil {
+		*s = string(p)
 	}
-	if nsec >= 1e9 {
-		d.err = fmt.Errorf("%w: nanoseconds %d out of range", ErrMalformedBody, nsec)
-		return time.Time{}
+}
+
+// blob keeps a copy, so decoded messages never alias the frame buffer.
+func (d *decoder) blob(b *[]byte) {
+	var n uint32
+	d.u32(&n)
+	if p := d.need(int(min(n, 1<<31-1)), "blob"); p != nil {
+		*b = append([]byte{}, p...)
 	}
-	return time.Unix(sec, int64(nsec))
+}
+
+func (d *decoder) time(t *time.Time) {
+	var sec uint64
+	var nsec uint32
+	d.u64(&sec)
+	d.u32(&nsec)
+	switch {
+	case d.err != nil, sec == 0 && nsec == 0:
+	case nsec >= 1e9:
+		d.fail("nanoseconds %d out of range", nsec)
+	default:
+		*t = time.Unix(int64(sec), int64(nsec))
+	}
+}
+
+func (d *decoder) guid(g *[16]byte) {
+	if p := d.need(16, "guid"); p != nil {
+		copy(g[:], p)
+	}
+}
+
+func (d *decoder) count(n *int, min int) bool {
+	var v uint32
+	d.u32(&v)
+	return d.listOf(n, v, min)
+}
+
+func (d *decoder) count16(n *int, min int) bool {
+	var v uint16
+	d.u16(&v)
+	return d.listOf(n, uint32(v), min)
+}
+
+// listOf accepts a list of v elements of at least min bytes each if the
+// rest of the body can hold them.
+func (d *decoder) listOf(n *int, v uint32, min int) bool {
+	if d.err != nil {
+		return false
+	}
+	if uint64(v)*uint64(min) > uint64(len(d.b)) {
+		d.fail("%d list elements of at least %d bytes, %d left", v, min, len(d.b))
+		return false
+	}
+	*n = int(v)
+	return true
 }
 
 // finish reports the sticky error, or trailing bytes left after the body.

@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -32,6 +33,7 @@ type env struct {
 	share   string
 	outside string
 	hook    *logtest.Hook
+	cfg     ServerConfig
 }
 
 func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
@@ -54,7 +56,7 @@ func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 	e.hook = hook
 	cfg := ServerConfig{
 		ServerName: testServer,
-		Shares: []Share{
+		Shares: []share.Config{
 			{Name: "data", Path: e.share},
 			{Name: "ro", Path: filepath.Join(dir, "ro"), ReadOnly: true},
 			{Name: "bobs", Path: e.share, Users: []string{"bob"}},
@@ -68,7 +70,15 @@ func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 	for _, m := range mut {
 		m(&cfg)
 	}
-	srv, err := NewServer(cfg)
+	e.cfg = cfg
+	e.serve()
+	return e
+}
+
+// serve starts a server with e.cfg on a new port.
+func (e *env) serve() {
+	t := e.t
+	srv, err := NewServer(e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +95,6 @@ func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 			t.Errorf("Serve returned %v, want ErrServerClosed", err)
 		}
 	})
-	return e
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -136,6 +145,16 @@ func (e *env) waitLogged(s string) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return false
+}
+
+// each runs fn(0) … fn(n-1), each in a goroutine of its own, and returns
+// their n results as they come.
+func each[T any](n int, fn func(i int) T) <-chan T {
+	out := make(chan T, n)
+	for i := range n {
+		go func() { out <- fn(i) }()
+	}
+	return out
 }
 
 // eventually polls cond for up to two seconds.

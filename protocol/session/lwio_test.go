@@ -38,11 +38,8 @@ func TestResumeKey(t *testing.T) {
 	if n, err := f.ReadAt(buf, 0); err != nil || string(buf[:n]) != "hello" {
 		t.Errorf("ReadAt through resume key: %q %v", buf[:n], err)
 	}
-	if _, err := f.WriteAt([]byte("HELLO"), 0); err != nil || f.ReadOnly() {
-		t.Errorf("WriteAt through resume key: %v, read-only %v", err, f.ReadOnly())
-	}
-	if err := f.Sync(); err != nil {
-		t.Error(err)
+	if _, err := f.WriteAt([]byte("HELLO"), 0); err != nil {
+		t.Errorf("WriteAt through resume key: %v", err)
 	}
 	// Another open gets another key; asking again gives the same.
 	h2, _, _ := tr.Open(ctx, "f", os.O_RDONLY, 0)
@@ -51,8 +48,10 @@ func TestResumeKey(t *testing.T) {
 	if rk2.Key == rk.Key || again.Key != rk.Key {
 		t.Error("resume keys not per open")
 	}
-	if f2, err := e.srv.OpenByResumeKey(sid, rk2.Key); err != nil || !f2.ReadOnly() {
+	if f2, err := e.srv.OpenByResumeKey(sid, rk2.Key); err != nil {
 		t.Errorf("O_RDONLY open by key: %v", err)
+	} else if _, err := f2.WriteAt([]byte("x"), 0); err != protocol.StatusAccessDenied {
+		t.Errorf("write through the key of an O_RDONLY open: %v, want ACCESS_DENIED", err)
 	}
 	// Bound to the session.
 	other := e.client()
@@ -115,9 +114,9 @@ func TestNegotiate(t *testing.T) {
 	})
 	tr := e.tree("data")
 	ctx := ctxT(t)
-	clientProv := []protocol.ProviderInfo{
-		protocol.ProviderFromTransport("softrdma", prov("softrdma", "127.0.0.2").Instances),
-		protocol.ProviderFromTransport("other", prov("other", "1.2.3.4").Instances),
+	clientProv := []transport.ProviderInfo{
+		prov("softrdma", "127.0.0.2"),
+		prov("other", "1.2.3.4"),
 	}
 	req := protocol.NewNegotiateRequest("client", [16]byte{1, 2, 3}, clientProv)
 	resp, err := tr.Negotiate(ctx, req)
@@ -128,7 +127,7 @@ func TestNegotiate(t *testing.T) {
 		t.Errorf("SrvName = %q", resp.SrvName)
 	}
 	got := fmt.Sprint(resp.Providers)
-	want := fmt.Sprint([]protocol.ProviderInfo{protocol.ProviderFromTransport("softrdma", prov("softrdma", "127.0.0.1").Instances)})
+	want := fmt.Sprint([]transport.ProviderInfo{prov("softrdma", "127.0.0.1")})
 	if got != want {
 		t.Errorf("common providers = %s, want %s", got, want)
 	}

@@ -4,11 +4,9 @@ package session
 // shape. Every body is a sequence of fields in the order written here
 // (docs/session.md lists them); strings are u16-counted, blobs u32-counted.
 
-// message is a frame body.
-type message interface {
-	encode(*encoder)
-	decode(*decoder)
-}
+// message is a frame body: code lists its fields, in wire order, to an
+// encoder or a decoder.
+type message interface{ code(coder) }
 
 // sizeHinter is implemented by bodies that can be large (READ responses,
 // WRITE requests), so that frames are allocated once at their final size.
@@ -17,19 +15,20 @@ type sizeHinter interface{ sizeHint() int }
 func (m *dataMsg) sizeHint() int  { return 4 + len(m.Data) }
 func (m *writeReq) sizeHint() int { return 8 + 8 + 4 + len(m.Data) }
 
-// frameCap is the capacity to allocate for a frame carrying body.
+// frameCap is the capacity to allocate for a frame carrying body, with room
+// to seal it in place.
 func frameCap(body message) int {
 	if h, ok := body.(sizeHinter); ok {
-		return HeaderSize + h.sizeHint()
+		return HeaderSize + sealOverhead + h.sizeHint()
 	}
-	return HeaderSize + 128
+	return HeaderSize + sealOverhead + 128
 }
 
 // marshal encodes m into a new byte slice.
 func marshal(m message) []byte {
 	var e encoder
 	if m != nil {
-		m.encode(&e)
+		m.code(&e)
 	}
 	return e.b
 }
@@ -37,52 +36,56 @@ func marshal(m message) []byte {
 // unmarshal decodes b into m, rejecting short input and trailing bytes.
 func unmarshal(b []byte, m message) error {
 	d := decoder{b: b}
-	m.decode(&d)
+	m.code(&d)
 	return d.finish()
 }
+
+// handle codes a Handle (a u64).
+func handle(c coder, h *Handle) { c.u64((*uint64)(h)) }
 
 // empty is the body of requests and responses that carry nothing.
 type empty struct{}
 
-func (*empty) encode(*encoder) {}
-func (*empty) decode(*decoder) {}
+func (*empty) code(coder) {}
 
 // tokenMsg carries an NTLMSSP token (SESSION_SETUP request and response).
 type tokenMsg struct{ Token []byte }
 
-func (m *tokenMsg) encode(e *encoder) { e.blob(m.Token) }
-func (m *tokenMsg) decode(d *decoder) { m.Token = d.blob() }
+func (m *tokenMsg) code(c coder) { c.blob(&m.Token) }
 
-// sessionSetupDone is the final SESSION_SETUP response body.
+// sessionSetupDone is the final SESSION_SETUP response body: the server's
+// name and its sealing answer (seal.go).
 type sessionSetupDone struct {
 	ServerName string
+	Seal       sealAnswer
 }
 
-func (m *sessionSetupDone) encode(e *encoder) { e.str(m.ServerName) }
-func (m *sessionSetupDone) decode(d *decoder) { m.ServerName = d.str() }
+func (m *sessionSetupDone) code(c coder) { c.str(&m.ServerName); m.Seal.code(c) }
 
 // nameMsg carries one name: a share (TREE_CONNECT), a path (GETATTR,
 // RMDIR, UNLINK, READLINK, LISTXATTR), a pipe (PIPE_OPEN).
 type nameMsg struct{ Name string }
 
-func (m *nameMsg) encode(e *encoder) { e.str(m.Name) }
-func (m *nameMsg) decode(d *decoder) { m.Name = d.str() }
+func (m *nameMsg) code(c coder) { c.str(&m.Name) }
 
 // Tree flags of a TREE_CONNECT response.
-const treeFlagReadOnly uint32 = 1
+const (
+	treeFlagReadOnly uint32 = 1
+	// treeFlagSeal: the share seals (encrypt desired or required); every
+	// frame after this response is sealed, both ways.
+	treeFlagSeal uint32 = 2
+)
 
 type treeConnectResp struct {
 	TreeID uint32
 	Flags  uint32
 }
 
-func (m *treeConnectResp) encode(e *encoder) { e.u32(m.TreeID); e.u32(m.Flags) }
-func (m *treeConnectResp) decode(d *decoder) { m.TreeID = d.u32(); m.Flags = d.u32() }
+func (m *treeConnectResp) code(c coder) { c.u32(&m.TreeID); c.u32(&m.Flags) }
 
 type attrMsg struct{ Attr Attr }
 
-func (m *attrMsg) encode(e *encoder) { m.Attr.encode(e) }
-func (m *attrMsg) decode(d *decoder) { m.Attr.decode(d) }
+func (m *attrMsg) code(c coder) { codeAttr(c, &m.Attr) }
 
 type setAttrReq struct {
 	Path   string
@@ -90,12 +93,7 @@ type setAttrReq struct {
 	In     SetAttrIn
 }
 
-func (m *setAttrReq) encode(e *encoder) { e.str(m.Path); e.u64(uint64(m.Handle)); m.In.encode(e) }
-func (m *setAttrReq) decode(d *decoder) {
-	m.Path = d.str()
-	m.Handle = Handle(d.u64())
-	m.In.decode(d)
-}
+func (m *setAttrReq) code(c coder) { c.str(&m.Path); handle(c, &m.Handle); codeSetAttrIn(c, &m.In) }
 
 // readDirReq asks for the entries of Path whose names sort after After
 // (byte order), at most MaxBytes of encoded entries.
@@ -105,42 +103,16 @@ type readDirReq struct {
 	MaxBytes uint32
 }
 
-func (m *readDirReq) encode(e *encoder) { e.str(m.Path); e.str(m.After); e.u32(m.MaxBytes) }
-func (m *readDirReq) decode(d *decoder) { m.Path = d.str(); m.After = d.str(); m.MaxBytes = d.u32() }
+func (m *readDirReq) code(c coder) { c.str(&m.Path); c.str(&m.After); c.u32(&m.MaxBytes) }
 
 type readDirResp struct {
 	More    bool
 	Entries []DirEntry
 }
 
-func (m *readDirResp) encode(e *encoder) {
-	e.bool(m.More)
-	e.u32(uint32(len(m.Entries)))
-	for i := range m.Entries {
-		e.str(m.Entries[i].Name)
-		m.Entries[i].Attr.encode(e)
-	}
-}
-
-func (m *readDirResp) decode(d *decoder) {
-	m.More = d.bool()
-	n := d.u32()
-	// Each entry takes at least 2+attrWireSize bytes: bound the
-	// allocation by what the body can hold.
-	if uint64(n)*(2+attrWireSize) > uint64(len(d.b)) {
-		d.need(int(min(uint64(n)*(2+attrWireSize), 1<<31)), "directory entries")
-		return
-	}
-	m.Entries = make([]DirEntry, 0, n)
-	for range n {
-		var de DirEntry
-		de.Name = d.str()
-		de.Attr.decode(d)
-		if d.err != nil {
-			return
-		}
-		m.Entries = append(m.Entries, de)
-	}
+func (m *readDirResp) code(c coder) {
+	c.bool(&m.More)
+	list(c, &m.Entries, 2+attrWireSize, func(de *DirEntry) { c.str(&de.Name); codeAttr(c, &de.Attr) })
 }
 
 type mkdirReq struct {
@@ -148,33 +120,40 @@ type mkdirReq struct {
 	Mode uint32
 }
 
-func (m *mkdirReq) encode(e *encoder) { e.str(m.Path); e.u32(m.Mode) }
-func (m *mkdirReq) decode(d *decoder) { m.Path = d.str(); m.Mode = d.u32() }
+func (m *mkdirReq) code(c coder) { c.str(&m.Path); c.u32(&m.Mode) }
 
 // openReq: Flags are Linux open(2) flags (O_ACCMODE, O_CREAT, O_EXCL,
 // O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW, O_SYNC, O_DSYNC); others are
-// ignored.
+// ignored. A non-zero DurableID, chosen by the client, asks for a durable
+// handle (durable.go): it names the open in a later REOPEN, and an OPEN
+// that repeats an id the server knows is a replay, answered with that open.
 type openReq struct {
-	Path  string
-	Flags uint32
-	Mode  uint32
+	Path      string
+	Flags     uint32
+	Mode      uint32
+	DurableID DurableID
 }
 
-func (m *openReq) encode(e *encoder) { e.str(m.Path); e.u32(m.Flags); e.u32(m.Mode) }
-func (m *openReq) decode(d *decoder) { m.Path = d.str(); m.Flags = d.u32(); m.Mode = d.u32() }
+func (m *openReq) code(c coder) {
+	c.str(&m.Path)
+	c.u32(&m.Flags)
+	c.u32(&m.Mode)
+	c.guid((*[16]byte)(&m.DurableID))
+}
 
+// openResp: FileID is the sealed identity of the file for a reopen after a
+// server restart (empty: none; durable.go).
 type openResp struct {
 	Handle Handle
 	Attr   Attr
+	FileID []byte
 }
 
-func (m *openResp) encode(e *encoder) { e.u64(uint64(m.Handle)); m.Attr.encode(e) }
-func (m *openResp) decode(d *decoder) { m.Handle = Handle(d.u64()); m.Attr.decode(d) }
+func (m *openResp) code(c coder) { handle(c, &m.Handle); codeAttr(c, &m.Attr); c.blob(&m.FileID) }
 
 type handleMsg struct{ Handle Handle }
 
-func (m *handleMsg) encode(e *encoder) { e.u64(uint64(m.Handle)) }
-func (m *handleMsg) decode(d *decoder) { m.Handle = Handle(d.u64()) }
+func (m *handleMsg) code(c coder) { handle(c, &m.Handle) }
 
 type readReq struct {
 	Handle Handle
@@ -182,20 +161,14 @@ type readReq struct {
 	Length uint32
 }
 
-func (m *readReq) encode(e *encoder) { e.u64(uint64(m.Handle)); e.u64(m.Offset); e.u32(m.Length) }
-func (m *readReq) decode(d *decoder) {
-	m.Handle = Handle(d.u64())
-	m.Offset = d.u64()
-	m.Length = d.u32()
-}
+func (m *readReq) code(c coder) { handle(c, &m.Handle); c.u64(&m.Offset); c.u32(&m.Length) }
 
 // dataMsg carries bytes: a READ response, a READLINK response (the target),
 // a GETXATTR response, a PIPE_TRANSACT request and response, an IOCTL
 // response.
 type dataMsg struct{ Data []byte }
 
-func (m *dataMsg) encode(e *encoder) { e.blob(m.Data) }
-func (m *dataMsg) decode(d *decoder) { m.Data = d.blob() }
+func (m *dataMsg) code(c coder) { c.blob(&m.Data) }
 
 type writeReq struct {
 	Handle Handle
@@ -203,17 +176,16 @@ type writeReq struct {
 	Data   []byte
 }
 
-func (m *writeReq) encode(e *encoder) { e.u64(uint64(m.Handle)); e.u64(m.Offset); e.blob(m.Data) }
-func (m *writeReq) decode(d *decoder) {
-	m.Handle = Handle(d.u64())
-	m.Offset = d.u64()
-	m.Data = d.blob()
+func (m *writeReq) code(c coder) { handle(c, &m.Handle); c.u64(&m.Offset); c.blob(&m.Data) }
+
+// writeResp: End is the file offset just past the bytes written — for an
+// append (Offset WriteToEndOfFile) the end of file it left.
+type writeResp struct {
+	Count uint32
+	End   uint64
 }
 
-type countMsg struct{ Count uint32 }
-
-func (m *countMsg) encode(e *encoder) { e.u32(m.Count) }
-func (m *countMsg) decode(d *decoder) { m.Count = d.u32() }
+func (m *writeResp) code(c coder) { c.u32(&m.Count); c.u64(&m.End) }
 
 // twoPathReq: RENAME (Old, New, Flags = RENAME_NOREPLACE|RENAME_EXCHANGE),
 // LINK (Old, New), SYMLINK (Old = target text, New = link path).
@@ -222,21 +194,18 @@ type twoPathReq struct {
 	Flags    uint32
 }
 
-func (m *twoPathReq) encode(e *encoder) { e.str(m.Old); e.str(m.New); e.u32(m.Flags) }
-func (m *twoPathReq) decode(d *decoder) { m.Old = d.str(); m.New = d.str(); m.Flags = d.u32() }
+func (m *twoPathReq) code(c coder) { c.str(&m.Old); c.str(&m.New); c.u32(&m.Flags) }
 
 type statFSMsg struct{ StatFS StatFS }
 
-func (m *statFSMsg) encode(e *encoder) { m.StatFS.encode(e) }
-func (m *statFSMsg) decode(d *decoder) { m.StatFS.decode(d) }
+func (m *statFSMsg) code(c coder) { codeStatFS(c, &m.StatFS) }
 
 type fsyncReq struct {
 	Handle   Handle
 	Datasync bool
 }
 
-func (m *fsyncReq) encode(e *encoder) { e.u64(uint64(m.Handle)); e.bool(m.Datasync) }
-func (m *fsyncReq) decode(d *decoder) { m.Handle = Handle(d.u64()); m.Datasync = d.bool() }
+func (m *fsyncReq) code(c coder) { handle(c, &m.Handle); c.bool(&m.Datasync) }
 
 // xattrReq: GETXATTR and REMOVEXATTR (Path, Name), SETXATTR (all fields;
 // Flags are XATTR_CREATE / XATTR_REPLACE).
@@ -247,38 +216,11 @@ type xattrReq struct {
 	Flags uint32
 }
 
-func (m *xattrReq) encode(e *encoder) { e.str(m.Path); e.str(m.Name); e.blob(m.Value); e.u32(m.Flags) }
-func (m *xattrReq) decode(d *decoder) {
-	m.Path = d.str()
-	m.Name = d.str()
-	m.Value = d.blob()
-	m.Flags = d.u32()
-}
+func (m *xattrReq) code(c coder) { c.str(&m.Path); c.str(&m.Name); c.blob(&m.Value); c.u32(&m.Flags) }
 
 type namesMsg struct{ Names []string }
 
-func (m *namesMsg) encode(e *encoder) {
-	e.u32(uint32(len(m.Names)))
-	for _, n := range m.Names {
-		e.str(n)
-	}
-}
-
-func (m *namesMsg) decode(d *decoder) {
-	n := d.u32()
-	if uint64(n)*2 > uint64(len(d.b)) {
-		d.need(int(min(uint64(n)*2, 1<<31)), "names")
-		return
-	}
-	m.Names = make([]string, 0, n)
-	for range n {
-		s := d.str()
-		if d.err != nil {
-			return
-		}
-		m.Names = append(m.Names, s)
-	}
-}
+func (m *namesMsg) code(c coder) { list(c, &m.Names, 2, c.str) }
 
 // ioctlReq is an FSCTL on an open handle.
 type ioctlReq struct {
@@ -287,12 +229,7 @@ type ioctlReq struct {
 	Input   []byte
 }
 
-func (m *ioctlReq) encode(e *encoder) { e.u64(uint64(m.Handle)); e.u32(m.CtlCode); e.blob(m.Input) }
-func (m *ioctlReq) decode(d *decoder) {
-	m.Handle = Handle(d.u64())
-	m.CtlCode = d.u32()
-	m.Input = d.blob()
-}
+func (m *ioctlReq) code(c coder) { handle(c, &m.Handle); c.u32(&m.CtlCode); c.blob(&m.Input) }
 
 // pipeTransactReq is one message written to a pipe handle; the response is
 // a dataMsg with the pipe's answer.
@@ -301,14 +238,13 @@ type pipeTransactReq struct {
 	Data   []byte
 }
 
-func (m *pipeTransactReq) encode(e *encoder) { e.u64(uint64(m.Handle)); e.blob(m.Data) }
-func (m *pipeTransactReq) decode(d *decoder) { m.Handle = Handle(d.u64()); m.Data = d.blob() }
+func (m *pipeTransactReq) code(c coder) { handle(c, &m.Handle); c.blob(&m.Data) }
 
 // bodies lists, per command, constructors for its request and successful
 // response bodies. Filled once; used by the server's dispatcher for
 // decoding and by the fuzz targets.
 var bodies = [cmdLimit]struct{ req, resp func() message }{
-	CmdSessionSetup:   {func() message { return new(tokenMsg) }, func() message { return new(tokenMsg) }},
+	CmdSessionSetup:   {func() message { return new(setupReq) }, func() message { return new(tokenMsg) }},
 	CmdLogoff:         {func() message { return new(empty) }, func() message { return new(empty) }},
 	CmdTreeConnect:    {func() message { return new(nameMsg) }, func() message { return new(treeConnectResp) }},
 	CmdTreeDisconnect: {func() message { return new(empty) }, func() message { return new(empty) }},
@@ -320,7 +256,7 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdOpen:           {func() message { return new(openReq) }, func() message { return new(openResp) }},
 	CmdClose:          {func() message { return new(handleMsg) }, func() message { return new(empty) }},
 	CmdRead:           {func() message { return new(readReq) }, func() message { return new(dataMsg) }},
-	CmdWrite:          {func() message { return new(writeReq) }, func() message { return new(countMsg) }},
+	CmdWrite:          {func() message { return new(writeReq) }, func() message { return new(writeResp) }},
 	CmdUnlink:         {func() message { return new(nameMsg) }, func() message { return new(empty) }},
 	CmdRename:         {func() message { return new(twoPathReq) }, func() message { return new(empty) }},
 	CmdSymlink:        {func() message { return new(twoPathReq) }, func() message { return new(attrMsg) }},
@@ -336,4 +272,14 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdPipeOpen:       {func() message { return new(nameMsg) }, func() message { return new(handleMsg) }},
 	CmdPipeTransact:   {func() message { return new(pipeTransactReq) }, func() message { return new(dataMsg) }},
 	CmdEcho:           {func() message { return new(empty) }, func() message { return new(empty) }},
+	CmdLock:           {func() message { return new(lockReq) }, func() message { return new(empty) }},
+	CmdUnlock:         {func() message { return new(unlockReq) }, func() message { return new(empty) }},
+	CmdGetLk:          {func() message { return new(lockReq) }, func() message { return new(lockResp) }},
+	CmdCancel:         {func() message { return new(cancelReq) }, func() message { return new(empty) }},
+	CmdReopen:         {func() message { return new(reopenReq) }, func() message { return new(reopenResp) }},
+	CmdCopyRange:      {func() message { return new(copyRangeReq) }, func() message { return new(copyRangeResp) }},
+	CmdFallocate:      {func() message { return new(fallocateReq) }, func() message { return new(attrMsg) }},
+	CmdSeek:           {func() message { return new(seekReq) }, func() message { return new(offsetMsg) }},
+	CmdTmpfile:        {func() message { return new(openReq) }, func() message { return new(openResp) }},
+	CmdLinkHandle:     {func() message { return new(linkHandleReq) }, func() message { return new(attrMsg) }},
 }

@@ -20,7 +20,7 @@ func (s *Server) pipeOpen(ss *serverSession, name string) (message, error) {
 	if !strings.EqualFold(name, LWIOPipe) {
 		return nil, protocol.StatusObjectNameNotFound
 	}
-	h, err := ss.addHandle(&openFile{sess: ss, pipe: true, readOnly: true}, s.cfg.MaxHandles)
+	h, err := ss.addHandle(&openFile{sess: ss}, s.cfg.MaxHandles)
 	if err != nil {
 		return nil, err
 	}
@@ -34,22 +34,23 @@ func (s *Server) pipeOpen(ss *serverSession, name string) (message, error) {
 // transport.Common computes them against ServerConfig.Providers.
 func (s *Server) pipeTransact(ss *serverSession, r *pipeTransactReq) (message, error) {
 	of, ok := ss.handle(r.Handle)
-	if !ok || !of.pipe {
+	if !ok || of.file != nil { // not the pipe
 		return nil, protocol.StatusInvalidHandle
 	}
 	req, err := protocol.DecodeNegotiateRequest(r.Data)
 	if err != nil {
 		return nil, protocol.StatusInvalidParameter
 	}
-	remote := make([]transport.ProviderInfo, len(req.Providers))
-	for i := range req.Providers {
-		remote[i] = transport.ProviderInfo{Name: req.Providers[i].Name, Instances: req.Providers[i].TransportInstances()}
+	common := transport.Common(s.cfg.Providers, req.Providers)
+	if ss.sealed() && len(common) > 0 {
+		// RDMA data connections cannot seal yet: a sealed session keeps
+		// its file data on the (sealed) session channel rather than
+		// send it in clear.
+		s.log.WithFields(logrus.Fields{"session": ss.id, "withheld": len(common)}).
+			Info("sealed session: no RDMA provider offered, file data stays on the sealed session channel")
+		common = nil
 	}
-	common := transport.Common(s.cfg.Providers, remote)
-	out := make([]protocol.ProviderInfo, len(common))
-	for i, p := range common {
-		out[i] = protocol.ProviderFromTransport(p.Name, p.Instances)
-	}
+	out := common
 	key, err := s.newLWIOKey(ss)
 	if err != nil {
 		return nil, err

@@ -17,22 +17,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
-
-// Share is a directory served under a name.
-type Share struct {
-	// Name is what clients tree-connect to; matched case-insensitively.
-	Name string
-	// Path is the directory on the server's disk. Nothing outside it is
-	// reachable through the share.
-	Path string
-	// ReadOnly refuses every modifying operation with
-	// STATUS_MEDIA_WRITE_PROTECTED.
-	ReadOnly bool
-	// Users may tree-connect; empty means every authenticated user.
-	Users []string
-}
 
 // ServerConfig configures a Server. Zero values are usable defaults except
 // for Shares and Users, which must be filled for the server to be useful.
@@ -43,13 +30,15 @@ type ServerConfig struct {
 	ServerName string
 	// Domain is the NTLM target (domain) name. Empty means "LWIO".
 	Domain string
-	// Shares are the shares served.
-	Shares []Share
+	// Shares are the shares served; protocol/share opens them and does
+	// every disk operation on them.
+	Shares []share.Config
 	// Users maps user names (matched case-insensitively, as NTLM does) to
 	// NT hashes (smbauth.NTHash). Passwords are never kept.
 	Users map[string][16]byte
 	// Providers is the server's local RDMA provider list, intersected with
 	// the client's in the \PIPE\LWIO negotiate. Nil means none in common.
+	// Advertise replaces it.
 	Providers []ProviderInfo
 	// Logger receives connection-level events; nil means quiet.
 	Logger logrus.FieldLogger
@@ -66,9 +55,31 @@ type ServerConfig struct {
 	// WriteTimeout bounds one response write; a client that does not read
 	// for that long is dropped. Zero means 30 seconds.
 	WriteTimeout time.Duration
+	// Encrypt is the server-wide sealing policy (seal.go); the zero value
+	// EncryptIfRequired seals only sessions whose client requires it.
+	Encrypt Encrypt
+	// ShareEncrypt is a share's own sealing policy, by share name as in
+	// Shares: desired seals the share's traffic, required also refuses
+	// clients that cannot seal; a share not named (or off, if_required)
+	// leaves it to Encrypt.
+	ShareEncrypt map[string]Encrypt
+	// Ciphers are the ciphers the server seals with, in order of
+	// preference; nil means smbauth.DefaultCiphers.
+	Ciphers []smbauth.Cipher
 	// DisableOpenat2 forces the component-walking resolver used where
 	// openat2(2) is missing. For tests and odd kernels; zero uses openat2.
 	DisableOpenat2 bool
+	// StateDir keeps what must survive a restart: the key that seals the
+	// file identities clients re-open files by after one
+	// (share.LoadIdentityKey; created mode 0700, the key 0600). Empty means
+	// a new key per process: after a restart every file a client had open
+	// is then ESTALE to it.
+	StateDir string
+	// DurableTimeout is how long a durable open, with its locks, outlives
+	// its connection waiting for the client to reclaim it (REOPEN). Zero
+	// means DefaultDurableTimeout (60 s); negative keeps none: every open
+	// closes with its connection.
+	DurableTimeout time.Duration
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -80,7 +91,9 @@ type Server struct {
 	cfg    ServerConfig
 	log    logrus.FieldLogger
 	auth   *smbauth.Server
-	shares map[string]*share
+	shares map[string]*share.Share // by lower-cased name
+	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
+	shareEncrypt map[string]Encrypt
 
 	mu         sync.Mutex
 	closing    bool
@@ -89,18 +102,13 @@ type Server struct {
 	sessions   map[uint64]*serverSession
 	lwioKeys   map[[16]byte]*serverSession
 	resumeKeys map[[24]byte]*openFile
+	durables   map[DurableID]*openFile // durable opens, live or parked (server_durable.go)
 	connWG     sync.WaitGroup
+
+	lockTab *share.LockTable // every session's lock waits, by file
 
 	nextSession atomic.Uint64
 	nextConn    atomic.Uint64
-}
-
-// share is a served share with its open root.
-type share struct {
-	Share
-	root  *shareRoot
-	users map[string]bool // lower-cased; nil = everyone
-	umask uint32          // the process umask at NewServer
 }
 
 // NewServer opens every share's root and returns a server ready to Serve.
@@ -128,14 +136,17 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.WriteTimeout = 30 * time.Second
 	}
 	s := &Server{
-		cfg:        cfg,
-		log:        orQuiet(cfg.Logger),
-		shares:     map[string]*share{},
-		listeners:  map[net.Listener]struct{}{},
-		conns:      map[*serverConn]struct{}{},
-		sessions:   map[uint64]*serverSession{},
-		lwioKeys:   map[[16]byte]*serverSession{},
-		resumeKeys: map[[24]byte]*openFile{},
+		cfg:          cfg,
+		log:          orQuiet(cfg.Logger),
+		shares:       map[string]*share.Share{},
+		shareEncrypt: map[string]Encrypt{},
+		listeners:    map[net.Listener]struct{}{},
+		conns:        map[*serverConn]struct{}{},
+		sessions:     map[uint64]*serverSession{},
+		lwioKeys:     map[[16]byte]*serverSession{},
+		resumeKeys:   map[[24]byte]*openFile{},
+		durables:     map[DurableID]*openFile{},
+		lockTab:      share.NewLockTable(),
 	}
 	users := map[string][16]byte{}
 	for u, h := range cfg.Users {
@@ -150,35 +161,32 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			h, ok := users[strings.ToLower(user)]
 			return h, ok
 		},
+		DisableSeal: cfg.Encrypt == EncryptOff,
 	})
-	umask := processUmask()
-	if umask != 0 {
+	if umask := share.Umask(); umask != 0 {
 		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")
 	}
-	for _, sh := range cfg.Shares {
-		key := strings.ToLower(sh.Name)
-		if key == "" || strings.ContainsAny(key, `\/`) {
-			s.closeShares()
-			return nil, fmt.Errorf("session: bad share name %q", sh.Name)
-		}
+	idKey, err := identityKey(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	for _, c := range cfg.Shares {
+		key := strings.ToLower(c.Name)
 		if _, dup := s.shares[key]; dup {
 			s.closeShares()
-			return nil, fmt.Errorf("session: share %q listed twice", sh.Name)
+			return nil, fmt.Errorf("session: share %q listed twice", c.Name)
 		}
-		root, err := openShareRoot(sh.Path, cfg.DisableOpenat2)
+		sh, err := share.Open(c, cfg.DisableOpenat2)
 		if err != nil {
 			s.closeShares()
-			return nil, fmt.Errorf("session: share %q: %w", sh.Name, err)
+			return nil, fmt.Errorf("session: %w", err)
 		}
-		ns := &share{Share: sh, root: root, umask: umask}
-		if len(sh.Users) > 0 {
-			ns.users = map[string]bool{}
-			for _, u := range sh.Users {
-				ns.users[strings.ToLower(u)] = true
-			}
+		sh.SetIdentityKey(idKey)
+		s.shares[key] = sh
+		if e, ok := cfg.ShareEncrypt[c.Name]; ok {
+			s.shareEncrypt[key] = e
 		}
-		s.shares[key] = ns
-		s.log.WithFields(logrus.Fields{"share": sh.Name, "path": sh.Path, "readonly": sh.ReadOnly, "openat2": !root.walk}).Debug("share ready")
+		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "encrypt": s.shareEncrypt[key], "resolver": sh.Resolver()}).Debug("share ready")
 	}
 	var seed [8]byte
 	rand.Read(seed[:])
@@ -190,7 +198,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 func (s *Server) closeShares() {
 	for _, sh := range s.shares {
-		sh.root.close()
+		sh.Close()
 	}
 }
 
@@ -260,9 +268,16 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.connWG.Wait()
+	s.closeParked()
 	s.closeShares()
 	return nil
 }
+
+// Advertise sets ServerConfig.Providers, the RDMA providers the
+// \PIPE\LWIO negotiate offers, for a server whose LWIO listeners are opened
+// after it (they need the engine, which needs this server as its
+// Authority). Call it before Serve.
+func (s *Server) Advertise(ps []ProviderInfo) { s.cfg.Providers = ps }
 
 // SessionByKey returns the session a negotiate Key was issued to over
 // \PIPE\LWIO, with its signing key (the NTLM exported session key). It is
@@ -278,27 +293,19 @@ func (s *Server) SessionByKey(key [16]byte) (id uint64, signingKey []byte, ok bo
 	return ss.id, append([]byte(nil), ss.key...), true
 }
 
-// File is an open file as the LWIO engine sees it through a resume key.
-type File interface {
-	ReadAt(p []byte, off int64) (int, error)
-	WriteAt(p []byte, off int64) (int, error)
-	Sync() error
-	ReadOnly() bool
-}
-
 // OpenByResumeKey resolves a resume key issued by FSCTL_SRV_REQUEST_RESUME_KEY
 // on session sessionID to its open file (FIG. 7A: registration names the
 // file by its resume key). An unknown key, a key issued on another session
 // and the key of a closed handle all give STATUS_ACCESS_DENIED, so that
 // nothing can be learnt by probing keys.
-func (s *Server) OpenByResumeKey(sessionID uint64, key [24]byte) (File, error) {
+func (s *Server) OpenByResumeKey(sessionID uint64, key [24]byte) (share.File, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	of, ok := s.resumeKeys[key]
 	if !ok || of.sess.id != sessionID || of.closed.Load() {
 		return nil, protocol.StatusAccessDenied
 	}
-	return of, nil
+	return of.file, nil
 }
 
 // registerSession makes an authenticated session known.
@@ -308,7 +315,9 @@ func (s *Server) registerSession(ss *serverSession) {
 	s.mu.Unlock()
 }
 
-// endSession forgets a session with everything bound to it.
+// endSession forgets a session with everything bound to it: its lock
+// waits end, and its open files close — but for the durable ones, which
+// are kept for a reconnect unless the client logged off (park).
 func (s *Server) endSession(ss *serverSession) {
 	s.mu.Lock()
 	delete(s.sessions, ss.id)
@@ -316,16 +325,20 @@ func (s *Server) endSession(ss *serverSession) {
 		delete(s.lwioKeys, k)
 	}
 	s.mu.Unlock()
+	ss.cancelWaits()
 	ss.mu.Lock()
 	opens := ss.handles
 	ss.handles = map[Handle]*openFile{}
 	ss.mu.Unlock()
 	for _, of := range opens {
-		s.closeOpen(of)
+		if !s.park(ss, of) {
+			s.closeOpen(of)
+		}
 	}
 }
 
-// closeOpen closes an open file and kills its resume key.
+// closeOpen closes an open file: its locks are released, its resume key
+// and durable id die with it.
 func (s *Server) closeOpen(of *openFile) error {
 	if of.closed.Swap(true) {
 		return nil
@@ -334,9 +347,19 @@ func (s *Server) closeOpen(of *openFile) error {
 	if of.resumeKey != nil {
 		delete(s.resumeKeys, *of.resumeKey)
 	}
+	if !of.durable.IsZero() && s.durables[of.durable] == of {
+		delete(s.durables, of.durable)
+	}
+	if of.parked != nil {
+		of.parked.Stop()
+		of.parked = nil
+	}
 	s.mu.Unlock()
-	if of.f != nil {
-		return of.f.Close()
+	if of.file != nil {
+		if of.locks != nil {
+			of.locks.Release(of.file)
+		}
+		return of.file.Close()
 	}
 	return nil
 }

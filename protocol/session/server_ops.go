@@ -1,14 +1,11 @@
 package session
 
 import (
-	"errors"
-	"io"
-	"os"
-
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
+	"github.com/lwiofs/lwiofs/protocol/share"
 )
 
 // FSCTL_SRV_REQUEST_RESUME_KEY ([MS-SMB2] 2.2.31, [MS-FSCC] 2.3): the ioctl
@@ -27,7 +24,10 @@ func (c *serverConn) handle(ss *serverSession, f Frame) error {
 		return err
 	}
 	resp, err := c.s.dispatch(ss, f.Header, req)
-	st := StatusFromError(err)
+	if err == errAnswerLater {
+		return nil
+	}
+	st := ntstatus.FromError(err)
 	if st != protocol.StatusSuccess {
 		c.log.WithFields(logrus.Fields{"op": f.Command, "msgid": f.MessageID, "status": st}).WithError(err).Debug("request failed")
 	}
@@ -35,25 +35,21 @@ func (c *serverConn) handle(ss *serverSession, f Frame) error {
 	return nil
 }
 
-// modifies lists the commands a read-only share refuses outright. OPEN is
-// checked by its flags, WRITE and SETATTR-by-handle by the open.
-var modifies = [cmdLimit]bool{
-	CmdSetAttr: true, CmdMkdir: true, CmdRmdir: true, CmdWrite: true, CmdUnlink: true,
-	CmdRename: true, CmdSymlink: true, CmdLink: true, CmdSetXattr: true, CmdRemoveXattr: true,
-}
-
 func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, error) {
 	switch h.Command {
 	case CmdEcho:
 		return &empty{}, nil
 	case CmdTreeConnect:
-		id, sh, err := s.treeConnect(ss, req.(*nameMsg).Name)
+		id, tr, err := s.treeConnect(ss, req.(*nameMsg).Name)
 		if err != nil {
 			return nil, err
 		}
 		var flags uint32
-		if sh.ReadOnly {
+		if tr.Share().ReadOnly {
 			flags |= treeFlagReadOnly
+		}
+		if ss.treeSeals(id) {
+			flags |= treeFlagSeal
 		}
 		return &treeConnectResp{TreeID: id, Flags: flags}, nil
 	case CmdTreeDisconnect:
@@ -75,78 +71,75 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 			return nil, protocol.StatusInvalidHandle
 		}
 		return &empty{}, s.closeOpen(of)
+	case CmdCancel:
+		return s.cancel(ss, req.(*cancelReq))
 	}
 
-	sh, ok := ss.tree(h.TreeID)
+	tr, ok := ss.tree(h.TreeID)
 	if !ok {
 		return nil, StatusNetworkNameDeleted
 	}
-	if sh.ReadOnly && modifies[h.Command] {
-		return nil, protocol.StatusMediaWriteProtected
+	open := func(hd Handle) (*openFile, error) { return ss.fileIn(tr, hd) }
+	switch h.Command {
+	case CmdCopyRange, CmdFallocate, CmdSeek, CmdTmpfile, CmdLinkHandle:
+		return s.serverSide(ss, tr, h.Command, req)
 	}
-	// open finds a handle of this tree.
-	open := func(hd Handle) (*openFile, error) {
-		of, ok := ss.handle(hd)
-		if !ok || of.share != sh || of.f == nil {
-			return nil, protocol.StatusInvalidHandle
-		}
-		return of, nil
-	}
+	// Every disk operation goes through the tree (protocol/share), which
+	// also applies the read-only rule.
 	switch r := req.(type) {
 	case *nameMsg:
 		switch h.Command {
 		case CmdGetAttr:
-			a, err := sh.getattr(r.Name)
+			a, err := tr.GetAttr(r.Name)
 			return &attrMsg{a}, err
 		case CmdRmdir:
-			return &empty{}, sh.remove(r.Name, unix.AT_REMOVEDIR)
+			return &empty{}, tr.Rmdir(r.Name)
 		case CmdUnlink:
-			return &empty{}, sh.remove(r.Name, 0)
+			return &empty{}, tr.Unlink(r.Name)
 		case CmdReadlink:
-			t, err := sh.readlink(r.Name)
+			t, err := tr.Readlink(r.Name)
 			return &dataMsg{[]byte(t)}, err
 		case CmdListXattr:
-			names, err := sh.listxattr(r.Name)
+			names, err := tr.ListXattr(r.Name)
 			return &namesMsg{names}, err
 		}
 	case *empty:
 		if h.Command == CmdStatFS {
-			st, err := sh.statfs()
+			st, err := tr.StatFS()
 			return &statFSMsg{st}, err
 		}
 	case *setAttrReq:
-		if r.Handle != 0 {
-			of, err := open(r.Handle)
-			if err != nil {
-				return nil, err
-			}
-			var a Attr
-			err = withFd(of.f, func(fd int) error {
-				var err error
-				a, err = sh.setattrFd(fd, r.In)
-				return err
-			})
+		if r.Handle == 0 {
+			a, err := tr.SetAttr(r.Path, r.In)
 			return &attrMsg{a}, err
 		}
-		a, err := sh.setattr(r.Path, r.In)
+		of, err := open(r.Handle)
+		if err != nil {
+			return nil, err
+		}
+		a, err := of.file.SetAttr(r.In)
 		return &attrMsg{a}, err
 	case *readDirReq:
-		return sh.readdir(r, &ss.listing)
+		return readDir(tr, r)
 	case *mkdirReq:
-		a, err := sh.mkdir(r.Path, r.Mode)
+		a, err := tr.Mkdir(r.Path, r.Mode)
 		return &attrMsg{a}, err
 	case *openReq:
-		of, a, err := sh.open(r.Path, int(r.Flags), r.Mode)
+		return s.open(ss, tr, r)
+	case *reopenReq:
+		return s.reopen(ss, tr, r)
+	case *lockReq:
+		of, err := open(r.Handle)
 		if err != nil {
 			return nil, err
 		}
-		of.sess = ss
-		hd, err := ss.addHandle(of, s.cfg.MaxHandles)
+		return s.lock(ss, h, of, r)
+	case *unlockReq:
+		of, err := open(r.Handle)
 		if err != nil {
-			of.f.Close()
 			return nil, err
 		}
-		return &openResp{Handle: hd, Attr: a}, nil
+		return &empty{}, of.locks.UnlockOwner(of.file, r.Owner)
 	case *readReq:
 		of, err := open(r.Handle)
 		if err != nil {
@@ -156,30 +149,34 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 			return nil, protocol.StatusInvalidParameter
 		}
 		buf := make([]byte, r.Length)
-		n, err := of.f.ReadAt(buf, int64(r.Offset))
+		n, err := of.file.ReadAt(buf, int64(r.Offset))
 		if n > 0 || r.Length == 0 {
 			err = nil // a short read is success: the client sees the count
 		}
-		return &dataMsg{buf[:n]}, ioErr(err)
+		return &dataMsg{buf[:n]}, err
 	case *writeReq:
 		of, err := open(r.Handle)
 		if err != nil {
 			return nil, err
 		}
+		if r.Offset == WriteToEndOfFile {
+			n, end, err := of.file.Append(r.Data)
+			return &writeResp{Count: uint32(n), End: uint64(end)}, err
+		}
 		if r.Offset > 1<<63-1 {
 			return nil, protocol.StatusInvalidParameter
 		}
-		n, err := of.WriteAt(r.Data, int64(r.Offset))
-		return &countMsg{uint32(n)}, ioErr(err)
+		n, err := of.file.WriteAt(r.Data, int64(r.Offset))
+		return &writeResp{Count: uint32(n), End: r.Offset + uint64(n)}, err
 	case *twoPathReq:
 		switch h.Command {
 		case CmdRename:
-			return &empty{}, sh.rename(r.Old, r.New, r.Flags)
+			return &empty{}, tr.Rename(r.Old, r.New, r.Flags)
 		case CmdLink:
-			a, err := sh.link(r.Old, r.New)
+			a, err := tr.Link(r.Old, r.New)
 			return &attrMsg{a}, err
 		case CmdSymlink:
-			a, err := sh.symlink(r.Old, r.New)
+			a, err := tr.Symlink(r.Old, r.New)
 			return &attrMsg{a}, err
 		}
 	case *fsyncReq:
@@ -188,21 +185,16 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 			return nil, err
 		}
 		// Really on disk before the answer: the client's fsync(2) promises it.
-		return &empty{}, withFd(of.f, func(fd int) error {
-			if r.Datasync {
-				return unix.Fdatasync(fd)
-			}
-			return unix.Fsync(fd)
-		})
+		return &empty{}, of.file.Fsync(r.Datasync)
 	case *xattrReq:
 		switch h.Command {
 		case CmdGetXattr:
-			v, err := sh.getxattr(r.Path, r.Name)
+			v, err := tr.GetXattr(r.Path, r.Name)
 			return &dataMsg{v}, err
 		case CmdSetXattr:
-			return &empty{}, sh.setxattr(r.Path, r.Name, r.Value, int(r.Flags))
+			return &empty{}, tr.SetXattr(r.Path, r.Name, r.Value, int(r.Flags))
 		case CmdRemoveXattr:
-			return &empty{}, sh.removexattr(r.Path, r.Name)
+			return &empty{}, tr.RemoveXattr(r.Path, r.Name)
 		}
 	case *ioctlReq:
 		of, err := open(r.Handle)
@@ -216,35 +208,25 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if err != nil {
 			return nil, err
 		}
-		return &dataMsg{encodeResumeKey(k, `\\`+s.cfg.ServerName+`\`+sh.Name)}, nil
+		return &dataMsg{encodeResumeKey(k, `\\`+s.cfg.ServerName+`\`+tr.Share().Name)}, nil
 	}
 	return nil, protocol.StatusInvalidDeviceRequest
 }
 
-// ioErr maps the errors of os.File reads and writes (which wrap errno in
-// *PathError, or are io.EOF / os.ErrClosed) for StatusFromError.
-func ioErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, os.ErrClosed):
-		return protocol.StatusFileClosed
-	case errors.Is(err, io.EOF):
-		return protocol.StatusEndOfFile
-	}
-	return err
-}
+// readDirMaxBytes bounds one READDIR page when the client asks for more.
+const readDirMaxBytes = 512 << 10
 
-// withFd runs fn with f's descriptor, holding it open for the call so that
-// a concurrent CLOSE cannot let the number be reused under fn.
-func withFd(f *os.File, fn func(fd int) error) error {
-	rc, err := f.SyscallConn()
+// readDir answers one READDIR page: entries after r.After, as many as fit
+// r.MaxBytes (at most readDirMaxBytes) of encoded body.
+func readDir(tr *share.Tree, r *readDirReq) (*readDirResp, error) {
+	max := int(r.MaxBytes)
+	if max <= 0 || max > readDirMaxBytes {
+		max = readDirMaxBytes
+	}
+	const head = 1 + 4 // More, Count
+	ents, more, err := tr.ReadDir(r.Path, r.After, max-head, func(name string) int { return 2 + len(name) + attrWireSize })
 	if err != nil {
-		return ioErr(err)
+		return nil, err
 	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
-		return ioErr(err)
-	}
-	return ferr
+	return &readDirResp{More: more, Entries: ents}, nil
 }

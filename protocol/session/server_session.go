@@ -2,15 +2,15 @@ package session
 
 import (
 	"crypto/rand"
-	"io"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 )
 
 // StatusNetworkNameDeleted answers a request naming a TreeID the session
@@ -22,82 +22,39 @@ const StatusNetworkNameDeleted = protocol.Status(0xC00000C9)
 type serverSession struct {
 	id   uint64
 	key  []byte
-	macs *macs  // signs and verifies with key
-	user string // lower-cased
+	macs *macs        // signs and verifies with key
+	seal *sessionSeal // sealing keys; nil: the session cannot seal
+	user string       // lower-cased
+	conn *serverConn  // answers what is answered later (a lock wait)
+
+	loggedOff atomic.Bool // LOGOFF: nothing is kept for a reconnect
 
 	mu       sync.Mutex
-	trees    map[uint32]*share
+	trees    map[uint32]*share.Tree
 	nextTree uint32
 	handles  map[Handle]*openFile
 	nextH    uint64
-	lwioKeys [][16]byte // guarded by Server.mu
-	listing  dirListing // READDIR continuation cache
+	locks    *share.LockSpace         // where new opens' lock owners live (server_lock.go)
+	waits    map[uint64]*share.Waiter // waiting LOCKs by MessageID
+	lwioKeys [][16]byte               // guarded by Server.mu
+
+	sealTrees map[uint32]bool // guarded by mu: trees whose every frame must be sealed
 }
 
-// openFile is an open handle: a file, a directory or the \PIPE\LWIO pipe.
-// It is also the File the LWIO engine reaches through a resume key.
+// openFile is an open handle: a file or directory a tree opened, or the
+// \PIPE\LWIO pipe. Its file is what the LWIO engine reaches through a
+// resume key.
 type openFile struct {
-	sess     *serverSession
-	share    *share // nil for a pipe
-	f        *os.File
-	pipe     bool
-	readOnly bool // opened O_RDONLY or on a read-only share
+	sess  *serverSession   // guarded by Server.mu: a reconnect moves a durable open
+	file  *share.OpenFile  // nil for the pipe
+	locks *share.LockSpace // where locks taken through it live
+	user  string           // who opened it (a durable open is reclaimed by the same user)
 
-	resumeKey *[24]byte // guarded by Server.mu
+	durable   DurableID   // zero: closes with its session; guarded by Server.mu
+	parked    *time.Timer // set while kept after its connection ended; guarded by Server.mu
+	resumeKey *[24]byte   // guarded by Server.mu
 	closed    atomic.Bool
 }
-
-var _ File = (*openFile)(nil)
-
-// ReadAt reads from the open file (pread).
-func (of *openFile) ReadAt(p []byte, off int64) (int, error) {
-	if of.f == nil {
-		return 0, protocol.StatusInvalidDeviceRequest
-	}
-	return of.f.ReadAt(p, off)
-}
-
-// WriteAt writes to the open file (pwrite); a read-only open refuses.
-func (of *openFile) WriteAt(p []byte, off int64) (int, error) {
-	if of.f == nil {
-		return 0, protocol.StatusInvalidDeviceRequest
-	}
-	if of.readOnly {
-		if of.share != nil && of.share.ReadOnly {
-			return 0, protocol.StatusMediaWriteProtected
-		}
-		return 0, protocol.StatusAccessDenied
-	}
-	// Not os.File.WriteAt, which refuses files opened with O_APPEND; on
-	// Linux pwrite(2) to such a file appends, which is what the opener
-	// asked for.
-	n := 0
-	err := withFd(of.f, func(fd int) error {
-		for n < len(p) {
-			k, err := unix.Pwrite(fd, p[n:], off+int64(n))
-			if err != nil {
-				return err
-			}
-			if k == 0 {
-				return io.ErrShortWrite
-			}
-			n += k
-		}
-		return nil
-	})
-	return n, err
-}
-
-// Sync flushes the file to stable storage (fsync).
-func (of *openFile) Sync() error {
-	if of.f == nil {
-		return protocol.StatusInvalidDeviceRequest
-	}
-	return of.f.Sync()
-}
-
-// ReadOnly reports whether writes through this open are refused.
-func (of *openFile) ReadOnly() bool { return of.readOnly }
 
 // addHandle registers an open on the session and returns its handle, or
 // STATUS_INSUFFICIENT_RESOURCES when the session already holds max.
@@ -120,6 +77,16 @@ func (ss *serverSession) handle(h Handle) (*openFile, bool) {
 	return of, ok
 }
 
+// fileIn finds a file handle (not the pipe) of the session on tree tr's
+// share: a handle is usable only on the session that opened it.
+func (ss *serverSession) fileIn(tr *share.Tree, h Handle) (*openFile, error) {
+	of, ok := ss.handle(h)
+	if !ok || of.file == nil || of.file.Tree().Share() != tr.Share() {
+		return nil, protocol.StatusInvalidHandle
+	}
+	return of, nil
+}
+
 func (ss *serverSession) removeHandle(h Handle) (*openFile, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -128,31 +95,63 @@ func (ss *serverSession) removeHandle(h Handle) (*openFile, bool) {
 	return of, ok
 }
 
-func (ss *serverSession) tree(id uint32) (*share, bool) {
+func (ss *serverSession) tree(id uint32) (*share.Tree, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	sh, ok := ss.trees[id]
 	return sh, ok
 }
 
-// treeConnect checks the share and the user's right to it.
-func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share, error) {
+// treeConnect finds the share and connects the session's user to it.
+func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tree, error) {
 	name = strings.TrimPrefix(name, `\\`)
 	if i := strings.LastIndexAny(name, `\/`); i >= 0 {
 		name = name[i+1:] // accept \\server\share as well as share
 	}
-	sh, ok := s.shares[strings.ToLower(name)]
+	key := strings.ToLower(name)
+	sh, ok := s.shares[key]
 	if !ok {
 		return 0, nil, protocol.StatusBadNetworkName
 	}
-	if sh.users != nil && !sh.users[ss.user] {
-		return 0, nil, protocol.StatusAccessDenied
+	enc := s.shareEncrypt[key]
+	seals := ss.seal != nil && (enc == EncryptDesired || enc == EncryptRequired)
+	if enc == EncryptRequired && ss.seal == nil {
+		s.log.WithFields(logrus.Fields{"session": ss.id, "user": ss.user, "share": sh.Name}).
+			Warn("tree connect refused: the share requires sealing (encrypt = required) and this session cannot seal (the client does not, or the server's encrypt is off)")
+		return 0, nil, StatusSealRequired
+	}
+	tr, err := sh.Connect(share.Identity{User: ss.user})
+	if err != nil {
+		return 0, nil, err
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.nextTree++
-	ss.trees[ss.nextTree] = sh
-	return ss.nextTree, sh, nil
+	ss.trees[ss.nextTree] = tr
+	if seals {
+		if ss.sealTrees == nil {
+			ss.sealTrees = map[uint32]bool{}
+		}
+		ss.sealTrees[ss.nextTree] = true
+	}
+	return ss.nextTree, tr, nil
+}
+
+// treeSeals reports whether every frame naming tree id must be sealed.
+func (ss *serverSession) treeSeals(id uint32) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.sealTrees[id]
+}
+
+// sealed reports whether any of the session's traffic is sealed.
+func (ss *serverSession) sealed() bool {
+	if ss.seal == nil {
+		return false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.seal.always || len(ss.sealTrees) > 0
 }
 
 // newResumeKey issues a resume key for an open (FSCTL_SRV_REQUEST_RESUME_KEY).
@@ -168,18 +167,11 @@ func (s *Server) newResumeKey(of *openFile) ([24]byte, error) {
 	if of.resumeKey != nil {
 		return *of.resumeKey, nil
 	}
-	var k [24]byte
-	for {
-		if _, err := rand.Read(k[:]); err != nil {
-			return k, err
-		}
-		if _, taken := s.resumeKeys[k]; !taken {
-			break
-		}
+	k, err := issue(s.resumeKeys, of, func(k *[24]byte) []byte { return k[:] })
+	if err == nil {
+		of.resumeKey = &k
 	}
-	s.resumeKeys[k] = of
-	of.resumeKey = &k
-	return k, nil
+	return k, err
 }
 
 // maxLWIOKeys bounds the negotiate keys one session holds; the oldest is
@@ -193,16 +185,10 @@ func (s *Server) newLWIOKey(ss *serverSession) ([16]byte, error) {
 	if _, live := s.sessions[ss.id]; !live {
 		return [16]byte{}, protocol.StatusAccessDenied
 	}
-	var k [16]byte
-	for {
-		if _, err := rand.Read(k[:]); err != nil {
-			return k, err
-		}
-		if _, taken := s.lwioKeys[k]; !taken {
-			break
-		}
+	k, err := issue(s.lwioKeys, ss, func(k *[16]byte) []byte { return k[:] })
+	if err != nil {
+		return k, err
 	}
-	s.lwioKeys[k] = ss
 	ss.lwioKeys = append(ss.lwioKeys, k)
 	if len(ss.lwioKeys) > maxLWIOKeys {
 		// A client negotiates once per mount or reconnect; a session that
@@ -211,4 +197,19 @@ func (s *Server) newLWIOKey(ss *serverSession) ([16]byte, error) {
 		ss.lwioKeys = append(ss.lwioKeys[:0], ss.lwioKeys[1:]...)
 	}
 	return k, nil
+}
+
+// issue binds v to a key from crypto/rand that keys does not hold yet;
+// bytes gives a key's bytes to fill.
+func issue[K comparable, V any](keys map[K]V, v V, bytes func(*K) []byte) (K, error) {
+	var k K
+	for {
+		if _, err := rand.Read(bytes(&k)); err != nil {
+			return k, err
+		}
+		if _, taken := keys[k]; !taken {
+			keys[k] = v
+			return k, nil
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,7 +88,7 @@ func TestChallengeUsedOnce(t *testing.T) {
 	nl := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: testPassword})
 	neg, _ := nl.Negotiate()
 	var chal tokenMsg
-	h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg}, &chal)
+	h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: neg}, &chal)
 	if err != nil || h.Status != protocol.StatusMoreProcessingReq {
 		t.Fatalf("NEGOTIATE: %v %v", h.Status, err)
 	}
@@ -95,7 +96,7 @@ func TestChallengeUsedOnce(t *testing.T) {
 	bad := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: "wrong"})
 	bad.Negotiate()
 	badAuth, _, _ := bad.Authenticate(chal.Token)
-	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: badAuth}, nil)
+	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: badAuth}, nil)
 	if err != nil || h.Status != protocol.StatusLogonFailure {
 		t.Fatalf("wrong AUTHENTICATE: %v %v", h.Status, err)
 	}
@@ -104,7 +105,7 @@ func TestChallengeUsedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, nil)
+	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: auth}, nil)
 	if err == nil && h.Status == protocol.StatusSuccess {
 		t.Fatal("AUTHENTICATE accepted against a used challenge")
 	}
@@ -112,11 +113,11 @@ func TestChallengeUsedOnce(t *testing.T) {
 	// fails as well.
 	c2 := rawClient(t, e.addr)
 	neg2, _ := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: testPassword}).Negotiate()
-	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg2}, &tokenMsg{})
+	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: neg2}, &tokenMsg{})
 	if err != nil || h.Status != protocol.StatusMoreProcessingReq {
 		t.Fatalf("NEGOTIATE: %v %v", h.Status, err)
 	}
-	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, nil)
+	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: auth}, nil)
 	if err == nil && h.Status == protocol.StatusSuccess {
 		t.Fatal("replayed AUTHENTICATE accepted")
 	}
@@ -133,9 +134,9 @@ func TestNoRequestsBeforeSetup(t *testing.T) {
 
 // sendRaw writes an encoded request on an established client's connection,
 // signed with key (nil: unsigned), bypassing the id counter.
-func sendRaw(t *testing.T, c *Client, h Header, body message, key []byte) {
+func sendRaw(t *testing.T, c *Client, h Header, body []byte, key []byte) {
 	t.Helper()
-	raw := AppendFrame(nil, h, marshal(body))
+	raw := AppendFrame(nil, h, body)
 	if key != nil {
 		signFrame(key, raw)
 	}
@@ -144,6 +145,14 @@ func sendRaw(t *testing.T, c *Client, h Header, body message, key []byte) {
 	if _, err := c.nc.Write(raw); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// takeID takes the client's next message id, for a frame sent by hand.
+func takeID(c *Client) uint64 {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.nextID++
+	return c.nextID
 }
 
 func waitDone(t *testing.T, c *Client) {
@@ -160,11 +169,7 @@ func TestTamperedSignatureDropsConnection(t *testing.T) {
 	c := e.client()
 	key := c.SessionKey()
 	key[0] ^= 1
-	c.writeMu.Lock()
-	c.nextID++
-	id := c.nextID
-	c.writeMu.Unlock()
-	sendRaw(t, c, Header{MessageID: id, Command: CmdEcho, SessionID: c.SessionID()}, &empty{}, key)
+	sendRaw(t, c, Header{MessageID: takeID(c), Command: CmdEcho, SessionID: c.SessionID()}, nil, key)
 	waitDone(t, c)
 	if !e.waitLogged("bad signature") {
 		t.Error("no log line for the bad signature")
@@ -177,11 +182,7 @@ func TestTamperedSignatureDropsConnection(t *testing.T) {
 func TestUnsignedFrameDropsConnection(t *testing.T) {
 	e := newEnv(t)
 	c := e.client()
-	c.writeMu.Lock()
-	c.nextID++
-	id := c.nextID
-	c.writeMu.Unlock()
-	sendRaw(t, c, Header{MessageID: id, Command: CmdEcho, SessionID: c.SessionID()}, &empty{}, nil)
+	sendRaw(t, c, Header{MessageID: takeID(c), Command: CmdEcho, SessionID: c.SessionID()}, nil, nil)
 	waitDone(t, c)
 }
 
@@ -193,7 +194,7 @@ func TestReplayedMessageIDDropsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A correctly signed frame with an id already used.
-	sendRaw(t, c, Header{MessageID: 1, Command: CmdEcho, SessionID: c.SessionID()}, &empty{}, c.SessionKey())
+	sendRaw(t, c, Header{MessageID: 1, Command: CmdEcho, SessionID: c.SessionID()}, nil, c.SessionKey())
 	waitDone(t, c)
 	if !e.waitLogged("replayed message id") {
 		t.Error("no log line for the replay")
@@ -255,8 +256,8 @@ func TestDeadServerFailsCallsPromptly(t *testing.T) {
 	waitDone(t, c)
 	start := time.Now()
 	_, err := tr.GetAttr(context.Background(), "")
-	if !errors.Is(err, ErrClosed) {
-		t.Errorf("GetAttr after server close = %v, want ErrClosed", err)
+	if !errors.Is(err, ErrClosed) || !protocol.IsConnectionLost(err) || ToErrno(err) != syscall.ENOTCONN {
+		t.Errorf("GetAttr after server close = %v, want a ConnectionError wrapping ErrClosed (ENOTCONN)", err)
 	}
 	if time.Since(start) > time.Second {
 		t.Error("call on a dead connection was slow")
@@ -321,8 +322,9 @@ func TestPendingCallsFailWhenConnectionDies(t *testing.T) {
 	for range n {
 		select {
 		case err := <-errs:
-			if !errors.Is(err, ErrClosed) {
-				t.Errorf("pending call = %v, want ErrClosed", err)
+			var ce *protocol.ConnectionError
+			if !errors.Is(err, ErrClosed) || !errors.As(err, &ce) || !strings.HasPrefix(ce.Conn, "session ") {
+				t.Errorf("pending call = %v, want a session ConnectionError wrapping ErrClosed", err)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("pending call hangs after the connection died")
@@ -344,14 +346,11 @@ func TestGracefulClose(t *testing.T) {
 		name string
 		err  error
 	}
-	errs := make(chan result, n)
-	for i := range n {
-		go func() {
-			name := fmt.Sprintf("d%d", i)
-			_, err := tr.Mkdir(ctx, name, 0o755)
-			errs <- result{name, err}
-		}()
-	}
+	errs := each(n, func(i int) result {
+		name := fmt.Sprintf("d%d", i)
+		_, err := tr.Mkdir(ctx, name, 0o755)
+		return result{name, err}
+	})
 	// Wait for the directories to start appearing, then close.
 	eventually(t, "first mkdir", func() bool {
 		ents, _ := os.ReadDir(e.share)
@@ -438,11 +437,11 @@ func TestTooManyLogonFailuresDropConnection(t *testing.T) {
 		nl := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: "wrong"})
 		neg, _ := nl.Negotiate()
 		var chal tokenMsg
-		if _, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg}, &chal); err != nil {
+		if _, err := c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: neg}, &chal); err != nil {
 			t.Fatalf("attempt %d: %v", i, err)
 		}
 		auth, _, _ := nl.Authenticate(chal.Token)
-		h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, nil)
+		h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: auth}, nil)
 		if err != nil || h.Status != protocol.StatusLogonFailure {
 			t.Fatalf("attempt %d: %v %v", i, h.Status, err)
 		}
@@ -508,16 +507,8 @@ func TestMalformedBodyDropsConnection(t *testing.T) {
 	e := newEnv(t)
 	tr := e.tree("data")
 	c := tr.c
-	c.writeMu.Lock()
-	c.nextID++
-	id := c.nextID
-	c.writeMu.Unlock()
 	// A GETATTR whose path length runs past the body.
-	raw := AppendFrame(nil, Header{MessageID: id, Command: CmdGetAttr, SessionID: c.SessionID(), TreeID: tr.id}, []byte{0xff, 0x00, 'a'})
-	signFrame(c.SessionKey(), raw)
-	c.writeMu.Lock()
-	c.nc.Write(raw)
-	c.writeMu.Unlock()
+	sendRaw(t, c, Header{MessageID: takeID(c), Command: CmdGetAttr, SessionID: c.SessionID(), TreeID: tr.id}, []byte{0xff, 0x00, 'a'}, c.SessionKey())
 	waitDone(t, c)
 	if !e.waitLogged("malformed request") {
 		t.Error("no log line")

@@ -167,10 +167,26 @@ var slowKinds = []slowKind{
 func negotiateFrame() []byte {
 	cl := smbauth.NewClient(smbauth.ClientConfig{User: rig.User, Password: rig.Password})
 	neg, _ := cl.Negotiate()
-	return frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, blob(neg), nil)
+	return frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, setupBody(neg), nil)
 }
 
 // slowPer is how many connections of each slow kind are held.
+// settled waits up to 10 s for the goroutine count to come back within 10
+// of before (what a test started must not linger), reports a failure
+// naming after if it does not, and returns the count.
+func settled(t *testing.T, before int, after string) int {
+	t.Helper()
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(10 * time.Second); n > before+10 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		n = runtime.NumGoroutine()
+	}
+	if n > before+10 {
+		t.Errorf("%d goroutines after %s, %d before", n, after, before)
+	}
+	return n
+}
+
 func slowPer() int {
 	if testing.Short() {
 		return 8
@@ -262,14 +278,7 @@ func TestSlowLorisDropped(t *testing.T) {
 		t.Errorf("%d LWIO connections remain", n)
 	}
 	after := s.Check(t)
-	goroutinesAfter := runtime.NumGoroutine()
-	for deadline := time.Now().Add(10 * time.Second); goroutinesAfter > goroutinesBefore+10 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-		goroutinesAfter = runtime.NumGoroutine()
-	}
-	if goroutinesAfter > goroutinesBefore+10 {
-		t.Errorf("%d goroutines after the slow connections were dropped, %d before", goroutinesAfter, goroutinesBefore)
-	}
+	goroutinesAfter := settled(t, goroutinesBefore, "the slow connections were dropped")
 	figure(t, "after %d slow connections were dropped: legitimate client served in %v; goroutines %d before, %d after",
 		len(all), after.Round(time.Millisecond), goroutinesBefore, goroutinesAfter)
 }
@@ -397,14 +406,7 @@ func TestConnectionFlood(t *testing.T) {
 	}
 	after := s.Check(t)
 	// Nothing the flood started may linger: goroutines settle back.
-	goroutinesAfter := runtime.NumGoroutine()
-	for deadline := time.Now().Add(10 * time.Second); goroutinesAfter > goroutinesBefore+10 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-		goroutinesAfter = runtime.NumGoroutine()
-	}
-	if goroutinesAfter > goroutinesBefore+10 {
-		t.Errorf("%d goroutines after the flood, %d before", goroutinesAfter, goroutinesBefore)
-	}
+	goroutinesAfter := settled(t, goroutinesBefore, "the flood")
 	figure(t, "goroutines in the process: %d before the flood, %d after", goroutinesBefore, goroutinesAfter)
 	figure(t, "%d connection attempts in %v (%.0f/s, %d goroutines): %d ended as expected (reset, closed or refused), %d forged AUTHs denied, %d wrong-password setups refused, %d authenticated, %d unexpected errors; %d legitimate checks during the flood, %d failed; served after in %v",
 		made.Load(), elapsed.Round(time.Millisecond), float64(made.Load())/elapsed.Seconds(), workers,
@@ -466,7 +468,7 @@ func wrongPassword(addr string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, err := nc.Write(frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, blob(neg), nil)); err != nil {
+	if _, err := nc.Write(frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, setupBody(neg), nil)); err != nil {
 		return false, err
 	}
 	f, _, err := session.ReadFrame(nc)
@@ -480,7 +482,7 @@ func wrongPassword(addr string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, err := nc.Write(frame(session.Header{MessageID: 2, Command: session.CmdSessionSetup}, blob(auth), nil)); err != nil {
+	if _, err := nc.Write(frame(session.Header{MessageID: 2, Command: session.CmdSessionSetup}, setupBody(auth), nil)); err != nil {
 		return false, err
 	}
 	if f, _, err = session.ReadFrame(nc); err != nil {

@@ -277,7 +277,7 @@ func newLWIOSession(t testing.TB, s *rig.Server) *lwioSession {
 	t.Cleanup(ss.Close)
 	var ck [16]byte
 	rand.Read(ck[:])
-	resp, err := ss.Tree.Negotiate(ctx, protocol.NewNegotiateRequest("hostile", ck, []protocol.ProviderInfo{{Name: soft.Name}}))
+	resp, err := ss.Tree.Negotiate(ctx, protocol.NewNegotiateRequest("hostile", ck, []transport.ProviderInfo{{Name: soft.Name}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func (ls *lwioSession) fresh(t testing.TB) [16]byte {
 	defer cancel()
 	var ck [16]byte
 	rand.Read(ck[:])
-	resp, err := ls.Tree.Negotiate(ctx, protocol.NewNegotiateRequest("hostile", ck, []protocol.ProviderInfo{{Name: soft.Name}}))
+	resp, err := ls.Tree.Negotiate(ctx, protocol.NewNegotiateRequest("hostile", ck, []transport.ProviderInfo{{Name: soft.Name}}))
 	if err != nil {
 		t.Fatal(err)
 	}

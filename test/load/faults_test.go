@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/test/hostile/rig"
 	"github.com/lwiofs/lwiofs/transport/soft"
@@ -61,8 +62,7 @@ func untilDead(t *testing.T, c *loadClient, until time.Time, limit time.Duration
 			o.ok++
 			continue
 		}
-		var ce *client.ConnError
-		if !errors.As(err, &ce) && !errors.Is(err, client.ErrClosed) {
+		if !protocol.IsConnectionLost(err) && !errors.Is(err, client.ErrClosed) {
 			t.Errorf("client %d: call %d failed with %v, want a connection error", c.idx, i, err)
 		}
 		if firstFail.IsZero() {

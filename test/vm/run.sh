@@ -2,10 +2,13 @@
 # run.sh boots a Debian bookworm guest under qemu (TCG), sets up Soft-RoCE
 # (rdma_rxe on a dummy netdev) and runs test binaries inside it.
 #
-#   test/vm/run.sh [-t SECONDS] [-o OUTDIR] BINARY... [-- ARGS...]
+#   test/vm/run.sh [-t SECONDS] [-o OUTDIR] [-f FILE]... BINARY... [-- ARGS...]
 #
 # Each BINARY is copied into a 9p share and run in the guest, in order, with
-# ARGS; its output is printed (and kept in OUTDIR/NAME.log). run.sh exits 0
+# ARGS; its output is printed (and kept in OUTDIR/NAME.log). Each -f FILE is
+# copied into the share too but not run: a program a BINARY starts (the
+# guest sees the share at $LWIOFS_VM_SHARE, /mnt/share; whatever a BINARY
+# writes under $LWIOFS_VM_SHARE/out ends up in OUTDIR). run.sh exits 0
 # only if every binary exited 0 inside the guest; 3 if the guest never
 # reported (boot failure, timeout), 2 on usage errors.
 #
@@ -17,8 +20,8 @@
 #
 # In the guest: modprobe rdma_rxe rdma_ucm; dummy netdev dum0 with
 # $LWIOFS_VM_IP (10.77.0.1/24); rdma link add rxe0 type rxe netdev dum0.
-# Binaries see LWIOFS_VERBS_ADDR=<that ip> and LWIOFS_VM=1 in their
-# environment.
+# Binaries see LWIOFS_VERBS_ADDR=<that ip>, LWIOFS_VM=1 and
+# LWIOFS_VM_SHARE=/mnt/share in their environment.
 #
 # Environment knobs (all optional):
 #   LWIOFS_VM_CACHE    cache directory
@@ -39,11 +42,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 timeout_s=600
 outdir=
 bins=()
+files=()
 args=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-t) timeout_s=$2; shift 2 ;;
 	-o) outdir=$2; shift 2 ;;
+	-f) files+=("$2"); shift 2 ;;
 	--) shift; args=("$@"); break ;;
 	-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "run.sh: unknown flag $1" >&2; exit 2 ;;
@@ -53,6 +58,9 @@ done
 [ ${#bins[@]} -gt 0 ] || { echo "run.sh: no test binaries given (see -h)" >&2; exit 2; }
 for b in "${bins[@]}"; do
 	[ -x "$b" ] || { echo "run.sh: $b is not an executable file" >&2; exit 2; }
+done
+for f in "${files[@]+"${files[@]}"}"; do
+	[ -f "$f" ] || { echo "run.sh: -f $f is not a file" >&2; exit 2; }
 done
 
 log() { echo "vm: $*" >&2; }
@@ -65,7 +73,12 @@ done
 
 # ---------------------------------------------------------------- image ----
 
+# The guest's packages: the kernel, Soft-RoCE and rdma-core for the rig,
+# then what the end-to-end phase runs on the mount (e2e-guest.sh: FUSE,
+# fio; tar and diff are in every Debian system). The list is part of the
+# image's cache key: adding a package rebuilds the image.
 packages=linux-image-amd64,initramfs-tools,kmod,iproute2,procps,rdma-core,ibverbs-utils,rdmacm-utils,ibverbs-providers,libibverbs1,librdmacm1
+packages+=,fuse3,fio
 guest_ip=${LWIOFS_VM_IP:-10.77.0.1}
 
 # The in-image init: mount what a test needs and hand over to the per-run
@@ -178,6 +191,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+for f in "${files[@]+"${files[@]}"}"; do
+	cp -p "$f" "$share/$(basename "$f")"
+done
 names=()
 for b in "${bins[@]}"; do
 	n=$(basename "$b")
@@ -196,7 +212,7 @@ inner=$((timeout_s > 120 ? timeout_s - 60 : timeout_s))
 	echo 'rdma link add rxe0 type rxe netdev dum0 || echo "SETUP-FAILED rxe"'
 	echo 'rdma link show; ibv_devices; ibv_devinfo -d rxe0 | head -20'
 	echo 'ulimit -l unlimited'
-	echo 'export LWIOFS_VERBS_ADDR='"$guest_ip"' LWIOFS_VM=1 HOME=/tmp TMPDIR=/tmp'
+	echo 'export LWIOFS_VERBS_ADDR='"$guest_ip"' LWIOFS_VM=1 LWIOFS_VM_SHARE=/mnt/share HOME=/tmp TMPDIR=/tmp'
 	echo 'set +x'
 	echo 'cd /tmp'
 	q=$(printf ' %q' "${args[@]+"${args[@]}"}")

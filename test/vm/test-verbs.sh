@@ -5,6 +5,9 @@
 # the rkey of every RDMA WRITE — and runs both binaries in one boot of the Soft-RoCE guest
 # (test/vm/run.sh). It passes only if the real build passes and the broken
 # build fails its RDMA WRITE cases: a rig that cannot fail proves nothing.
+# The same boot then runs the end-to-end phase (test/vm/e2e.sh): lwio-server
+# and lwio-mount over verbs, fio, tar and POSIX checks on the mount, and
+# proof that the data moved by RDMA on verbs.
 #
 #   test/vm/test-verbs.sh            # what `make test-verbs` runs
 #
@@ -21,10 +24,14 @@ t0=$(date +%s)
 $GO test -race -c -o "$out/bin/verbs.test" ./transport/verbs
 $GO test -c -tags verbsbroken -o "$out/bin/verbs-broken.test" ./transport/verbs
 $GO test -c -o "$out/bin/transport.test" ./transport
+# shellcheck source=test/vm/e2e.sh
+. test/vm/e2e.sh
+e2e_build "$out"
 echo "test-verbs: test binaries built in $(( $(date +%s) - t0 )) s" >&2
 
 set +e
 test/vm/run.sh -t "${LWIOFS_VM_TIMEOUT:-900}" -o "$out" "$out/bin/verbs.test" "$out/bin/verbs-broken.test" "$out/bin/transport.test" \
+	"${e2e_run_args[@]}" \
 	-- -test.v -test.count=1 -test.timeout=600s >"$out/run.log" 2>&1
 vmrc=$?
 set -e
@@ -70,5 +77,6 @@ else
 	# the expected result, and a log reader must not take them for ours.
 	echo "    caught by: $(grep -- '    --- FAIL' "$out/verbs-broken.test.log" | sed -E 's/.*--- FAIL: TestConformance\/([^ ]*).*/\1/' | tr '\n' ' ')"
 fi
+e2e_report "$out" || status=1
 echo "test-verbs: $(( $(date +%s) - t0 )) s in total"
 exit $status

@@ -1,5 +1,5 @@
-// Package cli holds what both binaries share: logging set-up and the one-
-// line fatal error.
+// Package cli holds what the programs share: logging set-up, the one-line
+// fatal error and -version.
 package cli
 
 import (

@@ -1,54 +1,55 @@
 package mountcmd
 
 import (
-	"context"
 	"fmt"
 	"io"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/fs"
+	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 	"github.com/lwiofs/lwiofs/transport/verbs"
 )
 
-// dataPath is the file data path of a mount and how to shut it down.
-type dataPath struct {
-	fs.DataPath
-	close func() error
-	done  <-chan struct{} // closed when the data path died; nil: never
-}
-
-func (d *dataPath) Close() error {
-	if d.close == nil {
-		return nil
+// dialConfig is what fs.Dial needs to make one session of the mount: the
+// credentials, and the local providers — made once per mount and reused by
+// every reconnect, since their registered memory and device contexts are
+// not per session. provider=none means no RDMA at all (loudly: silent
+// fallback is what SMB Direct users complain about most); a provider named
+// explicitly must come up; auto falls back to the session channel.
+func dialConfig(o *Options, log *logrus.Logger) fs.DialConfig {
+	o.providersOnce.Do(func() {
+		if o.Provider == "none" {
+			log.WithFields(logrus.Fields{"provider": "none", "data_path": "session"}).
+				Warn("provider=none: file data goes over the session channel, not RDMA")
+			return
+		}
+		o.providers = localProviders(o.Provider, log.WithField("component", "transport"))
+	})
+	mode := client.Auto
+	switch o.Completion {
+	case "interrupt":
+		mode = client.Interrupt
+	case "polling":
+		mode = client.Polling
 	}
-	return d.close()
-}
-
-// openDataPath sets up the LWIO client for the mount: negotiate over
-// \PIPE\LWIO, connect and authenticate on the first common provider. When
-// that is impossible it falls back to the session channel, loudly: silent
-// fallback is what SMB Direct users complain about most.
-func openDataPath(ctx context.Context, o *Options, c *session.Client, tree *session.Tree, log *logrus.Logger) (*dataPath, error) {
-	fallback := &dataPath{DataPath: fs.SessionDataPath(tree)}
-	if o.Provider == "none" {
-		log.WithFields(logrus.Fields{"provider": "none", "data_path": "session"}).
-			Warn("provider=none: file data goes over the session channel, not RDMA")
-		return fallback, nil
+	return fs.DialConfig{
+		Addr:  o.Addr(),
+		Share: o.Share,
+		Session: session.ClientConfig{
+			User: o.Username, Domain: o.Domain, Password: o.password,
+			Logger: log.WithField("component", "session"), Seal: sealMode(o.Seal),
+		},
+		Providers:   o.providers,
+		RequireRDMA: o.Provider != "auto",
+		Completion:  mode,
+		Conns:       o.Conns,
+		Logger:      log,
+		Stats:       o.stats,
 	}
-	dp, err := openLWIO(ctx, o, c, tree, log)
-	if err == nil {
-		return dp, nil
-	}
-	if o.Provider != "auto" {
-		return nil, fmt.Errorf("provider=%s: %v", o.Provider, err)
-	}
-	log.WithError(err).WithField("data_path", "session").
-		Warn("NO RDMA: LWIO data path unavailable, file data falls back to the session channel (TCP); see lwio-mount -providers")
-	return fallback, nil
 }
 
 // localProviders are the providers this host can use, for the negotiate

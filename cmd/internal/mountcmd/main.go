@@ -35,6 +35,14 @@ func Main(prog string) {
 }
 
 func run(prog string, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "stat":
+			return runStat(args[1:], stdout, stderr)
+		case "devices":
+			return runDevices(args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 1 && (args[0] == "-providers" || args[0] == "--providers" || args[0] == "providers") {
 		describeProviders(stdout)
 		return 0
@@ -98,13 +106,17 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 
 const usage = `usage: lwio-mount //HOST[:PORT]/SHARE MOUNTPOINT [-o opts]
        lwio-mount -providers
+       lwio stat MOUNTPOINT [-json]     what a running mount moves, and how
+       lwio devices [-json]             RDMA devices and the mounts using them
 options (comma separated, mount(8) style):
   credentials=FILE   lines username=, password=, domain=
   username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
   domain=NAME        NTLM domain
   ro                 read-only mount
+  seal               require sealing (AES-GCM encryption) of the session channel;
+                     without it, sealed when the server or share asks
   provider=P         auto (default), verbs, softrdma, or none (session channel only)
-  completion=M       interrupt (default) or polling
+  completion=M       auto (default: by each connection's load), interrupt or polling
   attr_timeout=SEC   attribute cache timeout (default 1)
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
@@ -173,11 +185,19 @@ func unwrapPathErr(err error) error {
 }
 
 // connectError turns a failure to reach, log on to, or tree-connect to the
-// server into the one-line message a user needs.
-func connectError(o *Options, stage string, err error) error {
+// server, or to bring up the RDMA data path asked for, into the one-line
+// message a user needs.
+func connectError(o *Options, err error) error {
 	var ne net.Error
 	var oe *net.OpError
+	stage := "dial"
+	var de *fs.DialError
+	if errors.As(err, &de) {
+		stage, err = de.Step, de.Err
+	}
 	switch {
+	case stage == "lwio":
+		return fmt.Errorf("provider=%s: %v", o.Provider, err)
 	case errors.Is(err, session.ErrLogonFailure), errors.Is(err, protocol.StatusLogonFailure):
 		return fmt.Errorf("logon to %s as %q failed: wrong user name or password", o.Addr(), o.Username)
 	case stage == "tree" && errors.Is(err, protocol.StatusBadNetworkName):
@@ -230,10 +250,11 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		}
 	}()
 	defer func() { connected(); <-watched }()
+	o.stats = new(fs.Stats)
 	first := true
 	dial := func(ctx context.Context) (*fs.Session, error) {
-		s, readOnly, err := dialSession(ctx, o, log)
-		if err == nil && first && readOnly && !o.ReadOnly {
+		s, err := dialSession(ctx, o, log)
+		if err == nil && first && s.ReadOnly && !o.ReadOnly {
 			log.WithField("share", o.Share).Info("share is read-only on the server: mounting read-only")
 			o.ReadOnly = true
 		}
@@ -252,6 +273,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		return err
 	}
 	defer r.Close()
+	r.CountInto(o.stats)
 
 	fopts := o.fsOptions()
 	fopts.Logger = log.WithField("component", "fs")
@@ -261,6 +283,9 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 	}
 	log.WithFields(logrus.Fields{"source": o.Source(), "mountpoint": o.Mountpoint, "user": o.Username,
 		"data_path": r.Name(), "read_only": o.ReadOnly}).Info("mounted")
+	if c := startControl(o, r, o.stats, log); c != nil {
+		defer c.Close()
+	}
 	ready.report(nil)
 	connected()
 	<-watched
@@ -294,36 +319,12 @@ func unmount(srv *fuse.Server, mountpoint string, log *logrus.Logger) {
 	}
 }
 
-// dialSession makes one session: setup, tree connect, data path. It
-// reports whether the share is read-only.
-func dialSession(ctx context.Context, o *Options, log *logrus.Logger) (*fs.Session, bool, error) {
-	c, err := session.Dial(ctx, o.Addr(), session.ClientConfig{
-		User: o.Username, Domain: o.Domain, Password: o.password,
-		Logger: log.WithField("component", "session"),
-	})
+// dialSession makes one session of the mount (fs.Dial) and turns a
+// failure into the message a user needs.
+func dialSession(ctx context.Context, o *Options, log *logrus.Logger) (*fs.Session, error) {
+	s, err := fs.Dial(ctx, dialConfig(o, log))
 	if err != nil {
-		return nil, false, connectError(o, "session", err)
+		return nil, connectError(o, err)
 	}
-	tree, err := c.TreeConnect(ctx, o.Share)
-	if err != nil {
-		c.Close()
-		return nil, false, connectError(o, "tree", err)
-	}
-	dp, err := openDataPath(ctx, o, c, tree, log)
-	if err != nil {
-		c.Close()
-		return nil, false, err
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-c.Done():
-		case <-dp.done:
-		}
-		close(done)
-	}()
-	return &fs.Session{
-		Tree: tree, Data: dp, Done: done,
-		Close: func() error { dp.Close(); return c.Close() },
-	}, tree.ReadOnly(), nil
+	return s, nil
 }

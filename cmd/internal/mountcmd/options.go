@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/fs"
+	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -30,8 +31,9 @@ type Options struct {
 	Credentials      string
 
 	ReadOnly     bool
+	Seal         bool   // require sealing of the session channel (-o seal)
 	Provider     string // auto, verbs, softrdma, none
-	Completion   string // interrupt, polling
+	Completion   string // auto, interrupt, polling
 	AttrTimeout  time.Duration
 	EntryTimeout time.Duration
 	AllowOther   bool
@@ -49,6 +51,8 @@ type Options struct {
 
 	providersOnce sync.Once
 	providers     []transport.Provider
+	// stats are the mount's counters, across reconnects (lwio stat).
+	stats *fs.Stats
 }
 
 // Addr is the session channel address.
@@ -123,6 +127,11 @@ func (o *Options) applyOption(opt string) error {
 		return errors.New("password= is not accepted on the command line (it would show in ps): use credentials=FILE or LWIO_PASSWORD")
 	case "ro":
 		o.ReadOnly = true
+	case "seal":
+		if hasVal {
+			return fmt.Errorf("option seal takes no value (%q)", opt)
+		}
+		o.Seal = true
 	case "provider":
 		switch val {
 		case "auto", "verbs", "softrdma", "none":
@@ -132,10 +141,10 @@ func (o *Options) applyOption(opt string) error {
 		}
 	case "completion":
 		switch val {
-		case "interrupt", "polling":
+		case "auto", "interrupt", "polling":
 			o.Completion = val
 		default:
-			return fmt.Errorf("option completion=%q: want interrupt or polling", val)
+			return fmt.Errorf("option completion=%q: want auto, interrupt or polling", val)
 		}
 	case "attr_timeout", "actimeo":
 		o.AttrTimeout, err = seconds()
@@ -186,7 +195,7 @@ func (o *Options) applyOption(opt string) error {
 // ignored. It does not read credentials.
 func parseArgs(args []string) (*Options, error) {
 	o := &Options{
-		Provider: "auto", Completion: "interrupt",
+		Provider: "auto", Completion: "auto",
 		AttrTimeout: fs.DefaultAttrTimeout, EntryTimeout: fs.DefaultEntryTimeout,
 	}
 	var pos []string
@@ -320,4 +329,13 @@ func (o *Options) fsOptions() fs.Options {
 		Debug:        o.Debug,
 		FsName:       o.Source(),
 	}
+}
+
+// sealMode is the session's sealing mode for -o seal: required, or (as
+// mount.cifs without "seal") sealed when the server or share asks.
+func sealMode(seal bool) session.SealMode {
+	if seal {
+		return session.SealRequired
+	}
+	return session.SealAuto
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/fs"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
@@ -66,7 +67,7 @@ func TestParseArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Background == nil || !*o.Background || o.Provider != "auto" || o.Completion != "interrupt" || o.AttrTimeout != time.Second {
+	if o.Background == nil || !*o.Background || o.Provider != "auto" || o.Completion != "auto" || o.AttrTimeout != time.Second {
 		t.Errorf("second form: %s", summary(o))
 	}
 	for _, bad := range [][]string{
@@ -160,8 +161,10 @@ func TestConnectError(t *testing.T) {
 		{"tree", protocol.StatusAccessDenied, `may not use share "s"`},
 		{"session", refused, "cannot reach server h:4450: connection refused"},
 		{"session", errors.New("odd"), "session h:4450: odd"},
+		{"lwio", errors.New("no usable local RDMA provider"), "provider=auto: no usable local RDMA provider"},
 	} {
-		got := connectError(o, tc.stage, tc.err).Error()
+		o.Provider = "auto"
+		got := connectError(o, &fs.DialError{Step: tc.stage, Err: tc.err}).Error()
 		if !strings.Contains(got, tc.want) || strings.Contains(got, "\n") {
 			t.Errorf("connectError(%v) = %q, want it to say %q", tc.err, got, tc.want)
 		}
@@ -175,4 +178,22 @@ func summary(o *Options) string {
 		o.Host, o.Port, o.Share, o.Mountpoint, o.Username, o.Domain, o.ReadOnly, o.Provider, o.Completion,
 		o.AttrTimeout, o.EntryTimeout, o.AllowOther, o.Debug, o.Conns, o.Background, o.LogFile, o.LogLevel,
 		o.LogFormat, o.ReconnectWait)
+}
+
+func TestSealOption(t *testing.T) {
+	for _, tc := range []struct {
+		opts string
+		want session.SealMode
+	}{{"ro", session.SealAuto}, {"seal,ro", session.SealRequired}} {
+		o, err := parseArgs([]string{"//h/s", "/mnt", "-o", tc.opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sealMode(o.Seal); got != tc.want {
+			t.Errorf("-o %s: seal mode %v, want %v", tc.opts, got, tc.want)
+		}
+	}
+	if _, err := parseArgs([]string{"//h/s", "/mnt", "-o", "seal=yes"}); err == nil {
+		t.Error("seal=yes accepted")
+	}
 }

@@ -38,31 +38,24 @@ func (l *RegionLog) add(r transport.Region, access transport.Access) {
 
 // Snapshot returns the regions registered so far.
 func (l *RegionLog) Snapshot() []RegionInfo {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]RegionInfo(nil), l.regions...)
+	return read(l, func() []RegionInfo { return append([]RegionInfo(nil), l.regions...) })
 }
 
 // Count is the number of regions registered so far.
-func (l *RegionLog) Count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.regions)
-}
+func (l *RegionLog) Count() int { return read(l, func() int { return len(l.regions) }) }
 
 // RemoteWritable is the number of regions registered with
 // AccessRemoteWrite: the server's security model says it is always 0.
-func (l *RegionLog) RemoteWritable() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.remote
-}
+func (l *RegionLog) RemoteWritable() int { return read(l, func() int { return l.remote }) }
 
 // Bytes is the total size of every region registered so far.
-func (l *RegionLog) Bytes() int64 {
+func (l *RegionLog) Bytes() int64 { return read(l, func() int64 { return l.bytes }) }
+
+// read is v() under l's lock.
+func read[T any](l *RegionLog, v func() T) T {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.bytes
+	return v()
 }
 
 // countingProvider is the server's softrdma provider with its accepted
@@ -80,11 +73,16 @@ func Counted(p transport.Provider, log *RegionLog) transport.Provider {
 }
 
 func (p *countingProvider) Dial(ctx context.Context, addr string, cfg transport.Config) (transport.Conn, error) {
-	c, err := p.Provider.Dial(ctx, addr, cfg)
+	return p.log.conn(p.Provider.Dial(ctx, addr, cfg))
+}
+
+// conn gives c, a connection just dialled or accepted, with its Domain
+// recording in l, or passes on the error that came instead.
+func (l *RegionLog) conn(c transport.Conn, err error) (transport.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: c, dom: &countingDomain{Domain: c.Domain(), log: p.log}}, nil
+	return &countingConn{Conn: c, dom: &countingDomain{Domain: c.Domain(), log: l}}, nil
 }
 
 func (p *countingProvider) Listen(addr string, cfg transport.Config) (transport.Listener, error) {
@@ -101,11 +99,7 @@ type countingListener struct {
 }
 
 func (l *countingListener) Accept(ctx context.Context) (transport.Conn, error) {
-	c, err := l.Listener.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: c, dom: &countingDomain{Domain: c.Domain(), log: l.log}}, nil
+	return l.log.conn(l.Listener.Accept(ctx))
 }
 
 type countingConn struct {

@@ -1,6 +1,7 @@
 // Package rig starts a real lwiofs server in the test process — the session
 // channel (protocol/session) and the LWIO engine (protocol/server) on the
-// softrdma provider, wired the way cmd/lwio-server wires them — on
+// softrdma provider, built by protocol/fileserver as cmd/lwio-server builds
+// it — on
 // 127.0.0.1 ephemeral ports with a temporary share, and gives tests what
 // they need around it: a legitimate client that does the whole round
 // (session setup, tree connect, open, resume key, negotiate, LWIO AUTH,
@@ -17,9 +18,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,8 +27,10 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
+	"github.com/lwiofs/lwiofs/protocol/fileserver"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/session"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
@@ -63,7 +64,6 @@ type Server struct {
 	Regions *RegionLog
 
 	wrap atomic.Pointer[func(server.File) server.File]
-	log  logrus.FieldLogger
 }
 
 // Logger returns a logger for a component: quiet unless LWIO_TEST_LOG is
@@ -77,100 +77,46 @@ func Logger(component string) logrus.FieldLogger {
 	return l.WithField("component", component)
 }
 
-// authority adapts the session server to the engine's Authority, as
-// cmd/lwio-server's does, with one test hook: files handed to the engine
-// can be wrapped (e.g. to hold requests executing).
-type authority struct {
-	s   *session.Server
-	srv *Server
-}
-
-func (a *authority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
-	return a.s.SessionByKey(key)
-}
-
-func (a *authority) OpenByResumeKey(id uint64, key [24]byte) (server.File, error) {
-	f, err := a.s.OpenByResumeKey(id, key)
-	if err != nil {
-		return nil, err
-	}
-	if w := a.srv.wrap.Load(); w != nil {
-		return (*w)(f), nil
-	}
-	return f, nil
-}
-
-// Start starts a server and stops it at the end of the test.
+// Start starts a server — fileserver.Start, as cmd/lwio-server does, on
+// one softrdma listener whose registrations Regions records — and stops it
+// at the end of the test.
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
-	s := &Server{T: t, Dir: t.TempDir(), Regions: &RegionLog{}, log: Logger("rig")}
-	auth := &authority{srv: s}
+	s := &Server{T: t, Dir: t.TempDir(), Regions: &RegionLog{}}
 	ec := o.Engine
-	ec.Authority = auth
 	if ec.Logger == nil {
 		ec.Logger = Logger("lwio")
-	}
-	engine, err := server.New(ec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	so := o.Soft
 	if so.Logger == nil {
 		so.Logger = Logger("softrdma")
 	}
-	prov := &countingProvider{Provider: soft.New(so), log: s.Regions}
-	ll, err := engine.Listen(prov, "127.0.0.1:0")
-	if err != nil {
-		sl.Close()
-		t.Fatal(err)
-	}
-	in, err := transport.InstanceFor(ll.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
 	sc := o.Session
 	sc.ServerName = "rig"
 	sc.Users = map[string][16]byte{User: smbauth.NTHash(Password)}
-	sc.Shares = []session.Share{{Name: Share, Path: s.Dir}}
-	sc.Providers = []session.ProviderInfo{{Name: soft.Name, Instances: []transport.Instance{in}}}
+	sc.Shares = []share.Config{{Name: Share, Path: s.Dir}}
 	if sc.Logger == nil {
 		sc.Logger = Logger("session")
 	}
-	sess, err := session.NewServer(sc)
+	srv, err := fileserver.Start(fileserver.Config{
+		Session:     sc,
+		Engine:      ec,
+		SessionAddr: "127.0.0.1:0",
+		Listeners:   []fileserver.Listener{{Provider: &countingProvider{Provider: soft.New(so), log: s.Regions}, Addr: "127.0.0.1:0"}},
+		WrapFile: func(f share.File) share.File {
+			if w := s.wrap.Load(); w != nil {
+				return (*w)(f)
+			}
+			return f
+		},
+		Logger: Logger("rig"),
+	})
 	if err != nil {
-		sl.Close()
-		ll.Close()
 		t.Fatal(err)
 	}
-	auth.s = sess
-	s.Engine, s.Sess = engine, sess
-	s.SessionAddr, s.SoftAddr = sl.Addr().String(), ll.Addr()
-
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := sess.Serve(sl); err != nil && !errors.Is(err, session.ErrServerClosed) {
-			t.Errorf("session Serve: %v", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if err := engine.Serve(ll); err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, server.ErrServerClosed) {
-			t.Errorf("LWIO Serve: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		// As cmd/lwio-server shuts down: listeners, engine, sessions.
-		ll.Close()
-		engine.Close()
-		sess.Close()
-		wg.Wait()
-	})
+	t.Cleanup(func() { srv.Close() })
+	s.Engine, s.Sess = srv.Engine(), srv.Session()
+	s.SessionAddr, s.SoftAddr = srv.SessionAddr(), srv.Listeners()[0].Addr
 	return s
 }
 

@@ -1,4 +1,4 @@
-package session
+package share
 
 import (
 	"errors"
@@ -37,18 +37,18 @@ const (
 // maps to STATUS_ACCESS_DENIED.
 var errEscape = unix.EACCES
 
-// shareRoot is an open share root.
-type shareRoot struct {
+// root is an open share root.
+type root struct {
 	fd   int  // O_PATH|O_DIRECTORY descriptor of the root
 	walk bool // openat2 unavailable (or disabled): use the walking resolver
 }
 
-func openShareRoot(path string, noOpenat2 bool) (*shareRoot, error) {
+func openRoot(path string, noOpenat2 bool) (*root, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	r := &shareRoot{fd: fd, walk: noOpenat2}
+	r := &root{fd: fd, walk: noOpenat2}
 	if !r.walk {
 		// Probe once: seccomp profiles and old kernels answer ENOSYS.
 		pfd, err := unix.Openat2(fd, ".", &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: resolveHow})
@@ -61,7 +61,7 @@ func openShareRoot(path string, noOpenat2 bool) (*shareRoot, error) {
 	return r, nil
 }
 
-func (r *shareRoot) close() error { return unix.Close(r.fd) }
+func (r *root) close() error { return unix.Close(r.fd) }
 
 // splitPath validates a client path and splits it into components. The
 // path is relative, slash-separated, "" for the root; empty components,
@@ -92,8 +92,8 @@ func splitPath(p string) ([]string, error) {
 }
 
 func openat2(dirfd int, p string, flags int, mode uint32) (int, error) {
-	if flags&unix.O_CREAT == 0 {
-		mode = 0 // openat2 refuses a mode without O_CREAT (EINVAL)
+	if flags&unix.O_CREAT == 0 && flags&unix.O_TMPFILE != unix.O_TMPFILE {
+		mode = 0 // openat2 refuses a mode without O_CREAT or O_TMPFILE (EINVAL)
 	}
 	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveHow}
 	for range 8 {
@@ -114,7 +114,7 @@ func openat2(dirfd int, p string, flags int, mode uint32) (int, error) {
 // parent resolves all components of p but the last and returns a directory
 // descriptor (the caller closes it) and the last component. For the root
 // ("") base is "" and dirfd is a duplicate of the root.
-func (r *shareRoot) parent(p string) (dirfd int, base string, err error) {
+func (r *root) parent(p string) (dirfd int, base string, err error) {
 	comps, err := splitPath(p)
 	if err != nil {
 		return -1, "", err
@@ -147,7 +147,7 @@ func (r *shareRoot) parent(p string) (dirfd int, base string, err error) {
 
 // open opens p beneath the root with open(2) flags. A final symlink is
 // followed (confined) unless flags has O_NOFOLLOW.
-func (r *shareRoot) open(p string, flags int, mode uint32) (int, error) {
+func (r *root) open(p string, flags int, mode uint32) (int, error) {
 	comps, err := splitPath(p)
 	if err != nil {
 		return -1, err

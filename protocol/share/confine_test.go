@@ -1,4 +1,4 @@
-package session
+package share
 
 import (
 	"os"
@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 )
 
 // TestEscapes tries every way out of the share we could think of. Each
 // must fail, and dir/outside must be left exactly as it was.
 func TestEscapes(t *testing.T) {
 	resolvers(t, func(t *testing.T, e *env) {
-		ctx := ctxT(t)
 		sym := func(target, name string) {
 			if err := os.Symlink(target, filepath.Join(e.share, name)); err != nil {
 				t.Fatal(err)
@@ -24,7 +25,7 @@ func TestEscapes(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(e.share, "sub"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		e.writeFile("file", "inside")
+		e.writeFile(t, "file", "inside")
 		sym("/etc/passwd", "abs")                        // absolute symlink to a file outside
 		sym(e.outside, "absdir")                         // absolute symlink to a directory outside
 		sym("../outside", "reldir")                      // relative symlink out
@@ -35,26 +36,26 @@ func TestEscapes(t *testing.T) {
 		sym("sub/../../outside/secret", "dotdotinside")  // ".." after a real directory
 		sym(filepath.Join(e.share, "file"), "absinside") // absolute even if it names the share
 
-		tr := e.tree("data")
+		tr := e.tr
 		refused := func(what string, err error) {
 			t.Helper()
-			switch ToErrno(err) {
+			switch ntstatus.ToErrno(err) {
 			case syscall.EACCES, syscall.ELOOP:
 			default:
 				t.Errorf("%s: %v, want refused (EACCES or ELOOP)", what, err)
 			}
 		}
 		open := func(p string, flags int) error {
-			h, _, err := tr.Open(ctx, p, flags, 0o644)
+			f, _, err := tr.Open(p, flags, 0o644)
 			if err == nil {
-				tr.CloseHandle(ctx, h)
+				f.Close()
 			}
 			return err
 		}
 
 		// ".." and absolute paths.
 		for _, p := range []string{"..", "../outside/secret", "sub/../../outside/secret", "/etc/passwd", "sub/..", "a\x00b"} {
-			_, err := tr.GetAttr(ctx, p)
+			_, err := tr.GetAttr(p)
 			refused("GetAttr "+p, err)
 			refused("Open "+p, open(p, os.O_RDONLY))
 		}
@@ -64,53 +65,53 @@ func TestEscapes(t *testing.T) {
 			refused("Open "+p, open(p, os.O_RDONLY))
 			refused("Open O_RDWR "+p, open(p, os.O_RDWR))
 			refused("Open O_CREAT|O_TRUNC "+p, open(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC))
-			_, err := tr.GetAttr(ctx, p+"/x")
+			_, err := tr.GetAttr(p + "/x")
 			refused("GetAttr through "+p, err)
 		}
 		for _, p := range []string{"absdir", "reldir", "l1", "sub/up"} {
-			_, err := tr.ReadDir(ctx, p)
+			_, err := readDir(tr, p)
 			refused("ReadDir "+p, err)
-			_, err = tr.Mkdir(ctx, p+"/new", 0o755)
+			_, err = tr.Mkdir(p+"/new", 0o755)
 			refused("Mkdir in "+p, err)
 			refused("Open O_CREAT in "+p, open(p+"/new", os.O_WRONLY|os.O_CREATE))
-			_, err = tr.Symlink(ctx, "x", p+"/newlink")
+			_, err = tr.Symlink("x", p+"/newlink")
 			refused("Symlink in "+p, err)
-			refused("Unlink through "+p, tr.Unlink(ctx, p+"/secret"))
-			refused("Rename out through "+p, tr.Rename(ctx, "file", p+"/stolen", 0))
-			refused("Rename in through "+p, tr.Rename(ctx, p+"/secret", "got", 0))
-			_, err = tr.Link(ctx, p+"/secret", "hard")
+			refused("Unlink through "+p, tr.Unlink(p+"/secret"))
+			refused("Rename out through "+p, tr.Rename("file", p+"/stolen", 0))
+			refused("Rename in through "+p, tr.Rename(p+"/secret", "got", 0))
+			_, err = tr.Link(p+"/secret", "hard")
 			refused("Link from "+p, err)
-			_, err = tr.Link(ctx, "file", p+"/hard")
+			_, err = tr.Link("file", p+"/hard")
 			refused("Link into "+p, err)
-			refused("SetXattr through "+p, tr.SetXattr(ctx, p+"/secret", "user.x", []byte("1"), 0))
-			_, err = tr.SetAttr(ctx, p+"/secret", 0, SetAttrIn{Valid: SetMode, Mode: 0o777})
+			refused("SetXattr through "+p, tr.SetXattr(p+"/secret", "user.x", []byte("1"), 0))
+			_, err = tr.SetAttr(p+"/secret", SetAttrIn{Valid: SetMode, Mode: 0o777})
 			refused("SetAttr through "+p, err)
 		}
 		// Renaming onto and out with ".." names.
-		refused("Rename ../", tr.Rename(ctx, "file", "../stolen", 0))
-		refused("Rename symlink out", tr.Rename(ctx, "abs", "../abs", 0))
+		refused("Rename ../", tr.Rename("file", "../stolen", 0))
+		refused("Rename symlink out", tr.Rename("abs", "../abs", 0))
 		// A final symlink is acted on itself, never followed out.
-		if a, err := tr.GetAttr(ctx, "relfile"); err != nil || a.Mode&unix.S_IFMT != unix.S_IFLNK {
+		if a, err := tr.GetAttr("relfile"); err != nil || a.Mode&unix.S_IFMT != unix.S_IFLNK {
 			t.Errorf("GetAttr of a symlink: %v mode %o", err, a.Mode)
 		}
-		if _, err := tr.SetAttr(ctx, "relfile", 0, SetAttrIn{Valid: SetMode, Mode: 0o777}); ToErrno(err) != syscall.EOPNOTSUPP {
+		if _, err := tr.SetAttr("relfile", SetAttrIn{Valid: SetMode, Mode: 0o777}); ntstatus.ToErrno(err) != syscall.EOPNOTSUPP {
 			t.Errorf("chmod of a symlink: %v", err)
 		}
-		tr.SetAttr(ctx, "relfile", 0, SetAttrIn{Valid: SetSize, Size: 0})
-		tr.SetAttr(ctx, "relfile", 0, SetAttrIn{Valid: SetUid | SetGid, Uid: 4242, Gid: 4242})
-		tr.SetXattr(ctx, "relfile", "user.x", []byte("1"), 0)
-		tr.SetXattr(ctx, "relfile", "trusted.x", []byte("1"), 0)
+		tr.SetAttr("relfile", SetAttrIn{Valid: SetSize, Size: 0})
+		tr.SetAttr("relfile", SetAttrIn{Valid: SetUid | SetGid, Uid: 4242, Gid: 4242})
+		tr.SetXattr("relfile", "user.x", []byte("1"), 0)
+		tr.SetXattr("relfile", "trusted.x", []byte("1"), 0)
 		// Hard-linking a symlink links the symlink, which still resolves
 		// confined.
-		if _, err := tr.Link(ctx, "relfile", "hardlink"); err != nil {
+		if _, err := tr.Link("relfile", "hardlink"); err != nil {
 			t.Errorf("Link of a symlink: %v", err)
 		}
 		refused("Open a hard link of an escaping symlink", open("hardlink", os.O_RDONLY))
 		// Unlinking a symlink removes it, not its target.
-		if err := tr.Unlink(ctx, "relfile"); err != nil {
+		if err := tr.Unlink("relfile"); err != nil {
 			t.Errorf("Unlink of a symlink: %v", err)
 		}
-		if err := tr.Rename(ctx, "abs", "abs2", 0); err != nil {
+		if err := tr.Rename("abs", "abs2", 0); err != nil {
 			t.Errorf("Rename of a symlink inside: %v", err)
 		}
 		// A symlink loop ends.
@@ -150,27 +151,22 @@ func TestEscapes(t *testing.T) {
 func TestMagicLinks(t *testing.T) {
 	for _, walk := range []bool{false, true} {
 		t.Run(map[bool]string{false: "openat2", true: "walk"}[walk], func(t *testing.T) {
-			e := newEnv(t, func(c *ServerConfig) {
-				c.Shares = append(c.Shares, Share{Name: "proc", Path: "/proc/self", ReadOnly: true})
-				c.DisableOpenat2 = walk
-			})
-			tr := e.tree("proc")
-			ctx := ctxT(t)
+			tr := connect(t, Config{Name: "proc", Path: "/proc/self", ReadOnly: true}, walk)
 			for _, p := range []string{"root/etc/passwd", "cwd", "root", "exe", "fd/0", "fd/1", "task/" + strconv.Itoa(os.Getpid()) + "/root/etc"} {
-				h, _, err := tr.Open(ctx, p, os.O_RDONLY, 0)
+				h, _, err := tr.Open(p, os.O_RDONLY, 0)
 				if err == nil {
-					tr.CloseHandle(ctx, h)
+					h.Close()
 					t.Errorf("Open %s through a magic link succeeded", p)
 				}
 			}
-			if _, err := tr.ReadDir(ctx, "root"); err == nil {
+			if _, err := readDir(tr, "root"); err == nil {
 				t.Error("ReadDir root (a magic link to /) succeeded")
 			}
-			if _, err := tr.GetAttr(ctx, "root/etc"); err == nil {
+			if _, err := tr.GetAttr("root/etc"); err == nil {
 				t.Error("GetAttr root/etc succeeded")
 			}
 			// The share itself still works.
-			if _, err := tr.GetAttr(ctx, "status"); err != nil {
+			if _, err := tr.GetAttr("status"); err != nil {
 				t.Errorf("GetAttr status: %v", err)
 			}
 		})
@@ -207,13 +203,12 @@ func TestSplitPath(t *testing.T) {
 // inside the share, ".." inside targets included.
 func TestSymlinksInsideResolve(t *testing.T) {
 	resolvers(t, func(t *testing.T, e *env) {
-		ctx := ctxT(t)
 		for _, d := range []string{"a", "a/b", "c"} {
 			if err := os.Mkdir(filepath.Join(e.share, d), 0o755); err != nil {
 				t.Fatal(err)
 			}
 		}
-		e.writeFile("a/b/target", "found")
+		e.writeFile(t, "a/b/target", "found")
 		for _, l := range [][2]string{
 			{"b", "a/lb"},              // a/lb → a/b
 			{"../a/b/target", "c/lt"},  // c/lt → a/b/target
@@ -225,48 +220,48 @@ func TestSymlinksInsideResolve(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		tr := e.tree("data")
+		tr := e.tr
 		for _, p := range []string{"a/lb/target", "c/lt", "a/b/up", "toc/lt", "c/l2", "toc/l2"} {
-			h, a, err := tr.Open(ctx, p, os.O_RDONLY, 0)
+			h, a, err := tr.Open(p, os.O_RDONLY, 0)
 			if err != nil {
 				t.Errorf("Open %s: %v", p, err)
 				continue
 			}
 			buf := make([]byte, 16)
-			n, _ := tr.ReadAt(ctx, h, buf, 0)
+			n, _ := h.ReadAt(buf, 0)
 			if string(buf[:n]) != "found" || a.Size != 5 {
 				t.Errorf("Open %s read %q", p, buf[:n])
 			}
-			tr.CloseHandle(ctx, h)
+			h.Close()
 		}
 		// Creating through a symlinked directory, and listing through one.
-		h, _, err := tr.Open(ctx, "a/lb/new", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		h, _, err := tr.Open("a/lb/new", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			t.Fatalf("O_CREAT through a symlinked dir: %v", err)
 		}
-		tr.CloseHandle(ctx, h)
+		h.Close()
 		if _, err := os.Stat(filepath.Join(e.share, "a/b/new")); err != nil {
 			t.Error(err)
 		}
-		ents, err := tr.ReadDir(ctx, "a/lb")
+		ents, err := readDir(tr, "a/lb")
 		if err != nil || len(ents) != 3 {
 			t.Errorf("ReadDir a/lb: %v %d entries", err, len(ents))
 		}
-		if _, err := tr.Mkdir(ctx, "toc/sub", 0o755); err != nil {
+		if _, err := tr.Mkdir("toc/sub", 0o755); err != nil {
 			t.Errorf("Mkdir through a symlink: %v", err)
 		}
 		// O_CREAT on a dangling in-share symlink creates its target, as
 		// open(2) does; with O_EXCL it is EEXIST.
 		os.Symlink("c/created", filepath.Join(e.share, "dangling"))
-		_, _, err = tr.Open(ctx, "dangling", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		_, _, err = tr.Open("dangling", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		wantErrno(t, "O_CREAT|O_EXCL on a symlink", err, syscall.EEXIST)
-		if h, _, err := tr.Open(ctx, "dangling", os.O_WRONLY|os.O_CREATE, 0o600); err != nil {
+		if h, _, err := tr.Open("dangling", os.O_WRONLY|os.O_CREATE, 0o600); err != nil {
 			t.Errorf("O_CREAT through a dangling symlink: %v", err)
 		} else {
-			tr.CloseHandle(ctx, h)
+			h.Close()
 		}
 		// O_NOFOLLOW on a final symlink.
-		_, _, err = tr.Open(ctx, "c/lt", os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		_, _, err = tr.Open("c/lt", os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 		wantErrno(t, "O_NOFOLLOW on a symlink", err, syscall.ELOOP)
 	})
 }

@@ -1,9 +1,10 @@
-package session
+package ntstatus
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"syscall"
@@ -12,12 +13,12 @@ import (
 	"github.com/lwiofs/lwiofs/protocol"
 )
 
-func TestErrnoTableRoundTrips(t *testing.T) {
-	for _, r := range errnoTable {
+func TestTableRoundTrips(t *testing.T) {
+	for _, r := range table {
 		if r.Dir != both {
 			continue
 		}
-		st := StatusFromError(r.Errno)
+		st := FromError(r.Errno)
 		if st != r.Status {
 			t.Errorf("%v → %v, want %v", r.Errno, st, r.Status)
 		}
@@ -27,7 +28,8 @@ func TestErrnoTableRoundTrips(t *testing.T) {
 	}
 }
 
-func TestErrnoMapping(t *testing.T) {
+func TestToErrno(t *testing.T) {
+	lost := &protocol.ConnectionError{Conn: "session 127.0.0.1:1", Err: syscall.ECONNRESET}
 	for _, tc := range []struct {
 		err  error
 		want syscall.Errno
@@ -39,7 +41,7 @@ func TestErrnoMapping(t *testing.T) {
 		{protocol.StatusObjectNameCollision, syscall.EEXIST},
 		{protocol.StatusDirectoryNotEmpty, syscall.ENOTEMPTY},
 		{protocol.StatusAccessDenied, syscall.EACCES},
-		{StatusPrivilegeNotHeld, syscall.EPERM},
+		{PrivilegeNotHeld, syscall.EPERM},
 		{protocol.StatusFileIsADirectory, syscall.EISDIR},
 		{protocol.StatusNotADirectory, syscall.ENOTDIR},
 		{protocol.StatusDiskFull, syscall.ENOSPC},
@@ -49,8 +51,9 @@ func TestErrnoMapping(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", protocol.StatusInvalidHandle), syscall.EBADF},
 		{protocol.Status(0xC0DEC0DE), syscall.EIO},
 		{syscall.EXDEV, syscall.EXDEV},
-		{ErrClosed, syscall.ENOTCONN},
-		{fmt.Errorf("%w: reset", ErrClosed), syscall.ENOTCONN},
+		// A lost connection is ENOTCONN whatever broke it.
+		{lost, syscall.ENOTCONN},
+		{fmt.Errorf("read: %w", lost), syscall.ENOTCONN},
 		{context.Canceled, syscall.EINTR},
 		{errors.New("anything"), syscall.EIO},
 	} {
@@ -59,32 +62,39 @@ func TestErrnoMapping(t *testing.T) {
 		}
 	}
 	// EPERM and EACCES stay apart end to end.
-	if ToErrno(StatusFromError(syscall.EPERM)) != syscall.EPERM || ToErrno(StatusFromError(syscall.EACCES)) != syscall.EACCES {
+	if ToErrno(FromError(syscall.EPERM)) != syscall.EPERM || ToErrno(FromError(syscall.EACCES)) != syscall.EACCES {
 		t.Error("EPERM and EACCES folded")
 	}
+}
+
+func TestFromError(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
 		want protocol.Status
 	}{
 		{nil, protocol.StatusSuccess},
+		{protocol.StatusCancelled, protocol.StatusCancelled},
 		{&fs.PathError{Op: "open", Path: "x", Err: syscall.ENOENT}, protocol.StatusObjectNameNotFound},
+		{&fs.PathError{Op: "write", Path: "x", Err: syscall.EDQUOT}, QuotaExceeded},
 		{os.ErrExist, protocol.StatusObjectNameCollision},
+		{os.ErrClosed, protocol.StatusFileClosed},
+		{io.EOF, protocol.StatusEndOfFile},
 		{syscall.ETXTBSY, protocol.StatusSharingViolation},
 		{syscall.Errno(4000), protocol.StatusUnsuccessful},
 		{errors.New("x"), protocol.StatusUnsuccessful},
 	} {
-		if got := StatusFromError(tc.err); got != tc.want {
-			t.Errorf("StatusFromError(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := FromError(tc.err); got != tc.want {
+			t.Errorf("FromError(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
 
-// TestErrnoTableConsistent: a status appears once among the rows that map
-// both ways, and so does an errno.
-func TestErrnoTableConsistent(t *testing.T) {
+// TestTableConsistent: a status appears once among the rows that map both
+// ways, and so does an errno.
+func TestTableConsistent(t *testing.T) {
 	seenE := map[syscall.Errno]bool{}
 	seenS := map[protocol.Status]bool{}
-	for _, r := range errnoTable {
+	for _, r := range table {
 		if r.Dir != both {
 			continue
 		}

@@ -1,34 +1,42 @@
-package session
+// Package ntstatus is the one mapping between errno and NTSTATUS, both
+// ways. The server turns what the disk said (an errno, an os sentinel, end
+// of file) into the NTSTATUS a client sees with FromError — protocol/share
+// does it for every disk operation, so the session channel and the LWIO
+// engine answer alike — and the client turns a status back into the errno a
+// program sees with ToErrno, which fs's translateError applies at the FUSE
+// boundary. docs/session.md lists the table.
+package ntstatus
 
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"syscall"
 
 	"github.com/lwiofs/lwiofs/protocol"
 )
 
-// NTSTATUS codes the session channel needs beyond protocol's list
-// ([MS-ERREF] 2.3.1). They keep errno values distinguishable that Windows
-// folds together (EPERM vs EACCES, E2BIG, EDQUOT, ERANGE).
+// NTSTATUS codes the table needs beyond protocol's list ([MS-ERREF]
+// 2.3.1). They keep errno values distinguishable that Windows folds
+// together (EPERM vs EACCES, E2BIG, EDQUOT, ERANGE).
 const (
-	StatusPrivilegeNotHeld        = protocol.Status(0xC0000061) // EPERM
-	StatusEATooLarge              = protocol.Status(0xC0000050) // E2BIG (xattr value)
-	StatusQuotaExceeded           = protocol.Status(0xC0000044) // EDQUOT
-	StatusReparsePointNotResolved = protocol.Status(0xC0000280) // ELOOP
-	StatusFileInvalid             = protocol.Status(0xC0000098) // ESTALE
-	StatusInvalidDevState         = protocol.Status(0xC0000184) // ENXIO/ENODEV
-	StatusFileLockConflict        = protocol.Status(0xC0000054) // EAGAIN / EWOULDBLOCK
+	PrivilegeNotHeld        = protocol.Status(0xC0000061) // EPERM
+	EATooLarge              = protocol.Status(0xC0000050) // E2BIG (xattr value)
+	QuotaExceeded           = protocol.Status(0xC0000044) // EDQUOT
+	ReparsePointNotResolved = protocol.Status(0xC0000280) // ELOOP
+	FileInvalid             = protocol.Status(0xC0000098) // ESTALE
+	InvalidDevState         = protocol.Status(0xC0000184) // ENXIO/ENODEV
+	FileLockConflict        = protocol.Status(0xC0000054) // EAGAIN / EWOULDBLOCK
 )
 
-// errnoTable is THE mapping between errno and NTSTATUS, both directions.
+// table is THE mapping between errno and NTSTATUS, both directions.
 // Server: the first row whose Errno matches gives the status sent.
 // Client: the first row whose Status matches gives the errno returned.
 // Rows marked toStatus fold an errno onto a status another row owns; rows
 // marked toErrno are statuses the server never sends for that errno but
 // another server (or an older one) might.
-var errnoTable = []struct {
+var table = []struct {
 	Errno  syscall.Errno
 	Status protocol.Status
 	Dir    direction
@@ -37,13 +45,13 @@ var errnoTable = []struct {
 	{syscall.EEXIST, protocol.StatusObjectNameCollision, both},
 	{syscall.ENOTEMPTY, protocol.StatusDirectoryNotEmpty, both},
 	{syscall.EACCES, protocol.StatusAccessDenied, both},
-	{syscall.EPERM, StatusPrivilegeNotHeld, both},
+	{syscall.EPERM, PrivilegeNotHeld, both},
 	{syscall.EISDIR, protocol.StatusFileIsADirectory, both},
 	{syscall.ENOTDIR, protocol.StatusNotADirectory, both},
 	{syscall.ENOSPC, protocol.StatusDiskFull, both},
-	{syscall.EDQUOT, StatusQuotaExceeded, both},
+	{syscall.EDQUOT, QuotaExceeded, both},
 	{syscall.ENODATA, protocol.StatusNoEAsOnFile, both},
-	{syscall.E2BIG, StatusEATooLarge, both},
+	{syscall.E2BIG, EATooLarge, both},
 	{syscall.ERANGE, protocol.StatusBufferTooSmall, both},
 	{syscall.EOPNOTSUPP, protocol.StatusNotSupported, both},
 	{syscall.ENOSYS, protocol.StatusNotImplemented, both},
@@ -52,16 +60,16 @@ var errnoTable = []struct {
 	{syscall.ENAMETOOLONG, protocol.StatusNameTooLong, both},
 	{syscall.EXDEV, protocol.StatusNotSameDevice, both},
 	{syscall.EMLINK, protocol.StatusTooManyLinks, both},
-	{syscall.ELOOP, StatusReparsePointNotResolved, both},
+	{syscall.ELOOP, ReparsePointNotResolved, both},
 	{syscall.EROFS, protocol.StatusMediaWriteProtected, both},
 	{syscall.EFBIG, protocol.StatusFileTooLarge, both},
 	{syscall.EIO, protocol.StatusIOError, both},
 	{syscall.ENOMEM, protocol.StatusNoMemory, both},
 	{syscall.EBUSY, protocol.StatusSharingViolation, both},
 	{syscall.ETXTBSY, protocol.StatusSharingViolation, toStatus},
-	{syscall.ESTALE, StatusFileInvalid, both},
-	{syscall.ENXIO, StatusInvalidDevState, both},
-	{syscall.EAGAIN, StatusFileLockConflict, both},
+	{syscall.ESTALE, FileInvalid, both},
+	{syscall.ENXIO, InvalidDevState, both},
+	{syscall.EAGAIN, FileLockConflict, both},
 	{syscall.ECANCELED, protocol.StatusCancelled, both},
 	{syscall.ETIMEDOUT, protocol.StatusIOTimeout, both},
 	{syscall.ECONNRESET, protocol.StatusConnectionReset, both},
@@ -80,13 +88,13 @@ var errnoTable = []struct {
 	{syscall.ELOOP, protocol.StatusStoppedOnSymlink, toErrno},
 }
 
-// errnoToStatus and statusToErrno are errnoTable indexed once at init.
+// errnoToStatus and statusToErrno are table indexed once at init.
 var (
 	errnoToStatus = map[syscall.Errno]protocol.Status{}
 	statusToErrno = map[protocol.Status]syscall.Errno{}
 )
 
-// direction says which way a row of errnoTable translates.
+// direction says which way a row of table translates.
 type direction uint8
 
 const (
@@ -96,7 +104,7 @@ const (
 )
 
 func init() {
-	for _, r := range errnoTable {
+	for _, r := range table {
 		if _, ok := errnoToStatus[r.Errno]; !ok && r.Dir != toErrno {
 			errnoToStatus[r.Errno] = r.Status
 		}
@@ -106,11 +114,13 @@ func init() {
 	}
 }
 
-// StatusFromError maps a server-side error to the NTSTATUS sent on the
-// wire: a protocol.Status as itself, an errno through errnoTable, the os
-// sentinels (ErrNotExist, ErrExist, ErrPermission) by meaning, anything else
-// STATUS_UNSUCCESSFUL.
-func StatusFromError(err error) protocol.Status {
+// FromError maps a server-side error to the NTSTATUS sent on the wire: a
+// protocol.Status as itself, an errno through the table, io.EOF as
+// END_OF_FILE, a closed file as FILE_CLOSED, the os sentinels
+// (ErrNotExist, ErrExist, ErrPermission) by meaning, and anything else —
+// an errno the table lacks included — as STATUS_UNSUCCESSFUL, Samba's
+// default too (map_nt_error_from_unix).
+func FromError(err error) protocol.Status {
 	if err == nil {
 		return protocol.StatusSuccess
 	}
@@ -126,6 +136,10 @@ func StatusFromError(err error) protocol.Status {
 		return protocol.StatusUnsuccessful
 	}
 	switch {
+	case errors.Is(err, io.EOF):
+		return protocol.StatusEndOfFile
+	case errors.Is(err, os.ErrClosed):
+		return protocol.StatusFileClosed
 	case errors.Is(err, os.ErrNotExist):
 		return protocol.StatusObjectNameNotFound
 	case errors.Is(err, os.ErrExist):
@@ -136,13 +150,16 @@ func StatusFromError(err error) protocol.Status {
 	return protocol.StatusUnsuccessful
 }
 
-// ToErrno maps an error from a client call to the errno the FUSE layer
-// returns: nil → 0, a protocol.Status through errnoTable, a syscall.Errno
-// as itself, a dead connection → ENOTCONN, a cancelled context → EINTR,
-// anything else EIO.
+// ToErrno maps an error from a client call to the errno a program sees: nil
+// → 0, a lost connection (protocol.ConnectionError, whichever channel) →
+// ENOTCONN, a protocol.Status through the table (EIO when unknown), a
+// syscall.Errno as itself, a cancelled context → EINTR, anything else EIO.
 func ToErrno(err error) syscall.Errno {
 	if err == nil {
 		return 0
+	}
+	if protocol.IsConnectionLost(err) {
+		return syscall.ENOTCONN
 	}
 	var st protocol.Status
 	if errors.As(err, &st) {
@@ -158,10 +175,7 @@ func ToErrno(err error) syscall.Errno {
 	if errors.As(err, &en) {
 		return en
 	}
-	switch {
-	case errors.Is(err, ErrClosed):
-		return syscall.ENOTCONN
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return syscall.EINTR
 	}
 	return syscall.EIO
