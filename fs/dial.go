@@ -36,8 +36,14 @@ type DialConfig struct {
 	// Conns is how many RDMA connections to open; 0 is the client's
 	// default.
 	Conns int
+	// PoolMemory bounds the LWIO client's idle registered buffers
+	// (client.Config.PoolMemory; 0 its default).
+	PoolMemory int
 	// Logger receives the data path's events; nil is quiet.
 	Logger logrus.FieldLogger
+	// Stats, when not nil, receive the LWIO client's counters and the
+	// bytes of file data the session channel carries (stats.go).
+	Stats *Stats
 }
 
 // DialError is a Dial that failed, with the step that failed: "session"
@@ -69,7 +75,11 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 		c.Close()
 		return nil, &DialError{"tree", err}
 	}
-	s := &Session{Tree: tree, Data: SessionDataPath(tree), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly()}
+	var data HandleIO = tree
+	if cfg.Stats != nil {
+		data = countedIO{tree, cfg.Stats}
+	}
+	s := &Session{Tree: tree, Data: SessionDataPath(data), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly()}
 	if len(cfg.Providers) == 0 {
 		return s, nil
 	}
@@ -87,6 +97,7 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 	// The LWIO connections are authenticated: every open from now on
 	// registers its file and answers the Fid (no REGISTER round trip).
 	tree.RegisterOnOpen(true)
+	s.LWIO = cl
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -116,13 +127,19 @@ func dialLWIO(ctx context.Context, cfg DialConfig, c *session.Client, tree *sess
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("no usable local RDMA provider (%s)", strings.Join(why, "; "))
 	}
+	var ctr *client.Counters
+	if cfg.Stats != nil {
+		ctr = &cfg.Stats.LWIO
+	}
 	cl, err := client.New(ctx, client.Config{
+		Counters:    ctr,
 		Providers:   ps,
 		Negotiate:   tree.Negotiate,
 		SessionID:   c.SessionID(),
 		SigningKey:  c.SessionKey(),
 		Completion:  cfg.Completion,
 		Connections: cfg.Conns,
+		PoolMemory:  cfg.PoolMemory,
 		Logger:      log.WithField("component", "lwio"),
 	})
 	if err != nil {

@@ -154,10 +154,24 @@ func TestDecodeRequestRejects(t *testing.T) {
 		{"FRAGMENT empty", edit(frag, func(b []byte) []byte { b = b[:HeaderSize]; binary.LittleEndian.PutUint32(b, 0); return b }), "FRAGMENT", "Length"},
 		{"FRAGMENT flags", edit(frag, setByte(5, 0xa0)), "FRAGMENT", "Flags"},
 		{"FRAGMENT marker", edit(frag, setByte(7, 0)), "FRAGMENT", "Marker"},
+		{"READ at end of file", edit(read, toEOF), "READ", "Offset"},
+		{"VEC_READ at end of file", edit(vecr, toEOF), "VEC_READ", "Offset"},
+		{"VEC_WRITE at end of file", edit(vecw, toEOF), "VEC_WRITE", "Offset"},
+		{"collapsed VEC_WRITE at end of file", edit(coll, toEOF), "VEC_WRITE", "Offset"},
 	} {
 		_, err := DecodeRequest(c.b)
 		wantFieldErr(t, c.name, err, c.msg, c.field)
 	}
+	// A WRITE may append: Offset WriteToEndOfFile.
+	if r, err := DecodeRequest(edit(write, toEOF)); err != nil || r.Header.Offset != WriteToEndOfFile {
+		t.Errorf("WRITE at end of file: %v, offset %#x", err, r.Header.Offset)
+	}
+}
+
+// toEOF sets a message's Offset to WriteToEndOfFile.
+func toEOF(b []byte) []byte {
+	binary.LittleEndian.PutUint64(b[16:], WriteToEndOfFile)
+	return b
 }
 
 func TestDecodeSessionRejects(t *testing.T) {

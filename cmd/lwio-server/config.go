@@ -11,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -19,6 +20,8 @@ import (
 //
 //	server_name = "fileserver"        # default: the host name
 //	domain = "LWIO"
+//	state_dir = "/var/lib/lwio"       # the identity key of durable handles
+//	encrypt = "if_required"           # sealing: off, if_required, desired, required
 //	[log]
 //	level = "info"                    # debug, info, warn, error
 //	format = "text"                   # text or json
@@ -26,21 +29,26 @@ import (
 //	session = "0.0.0.0:4450"          # the session channel (TCP)
 //	softrdma = ["0.0.0.0:4451"]       # software RDMA listeners; [] disables
 //	verbs = ["192.0.2.10:4452"]       # verbs (rdma_cm) listeners; default none
+//	metrics = "127.0.0.1:9450"        # Prometheus /metrics; default none
 //	[limits]
 //	credits_per_connection = 64
-//	credit_budget = 4096              # all connections together
+//	max_buffer_memory = 67108864      # receive buffers of all connections together, bytes
 //	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
-//	max_recv_buffer = 1052672         # largest client message: a 1 MiB WRITE + header
+//	max_recv_buffer = 131120          # a receive buffer: 128 KiB of WRITE data + header
 //	workers = 0                       # disk I/O goroutines; 0 = engine default
+//	durable_timeout = 60              # seconds an open file outlives its connection; -1 none
 //	[shares.demo]
 //	path = "/srv/demo"
 //	read_only = false
 //	users = ["alice"]                 # empty: every configured user
+//	encrypt = "required"              # desired or required: seal this share's traffic
 //	[users.alice]
 //	nt_hash = "..."                   # 32 hex digits; lwio-server adduser writes it
 type Config struct {
 	ServerName string                 `toml:"server_name"`
 	Domain     string                 `toml:"domain"`
+	StateDir   string                 `toml:"state_dir"`
+	Encrypt    string                 `toml:"encrypt"`
 	Log        LogConfig              `toml:"log"`
 	Listen     ListenConfig           `toml:"listen"`
 	Limits     LimitsConfig           `toml:"limits"`
@@ -66,15 +74,25 @@ type ListenConfig struct {
 	Softrdma []string `toml:"softrdma"`
 	// Verbs are the verbs provider's listen addresses; unset means none.
 	Verbs []string `toml:"verbs"`
+	// Metrics is where the Prometheus text exposition is served at
+	// /metrics; "" means nowhere.
+	Metrics string `toml:"metrics"`
 }
 
 // LimitsConfig is [limits]; zero fields leave the engine's defaults.
 type LimitsConfig struct {
 	CreditsPerConnection int `toml:"credits_per_connection"`
-	CreditBudget         int `toml:"credit_budget"`
-	MaxRDMAWindow        int `toml:"max_rdma_window"`
-	MaxRecvBuffer        int `toml:"max_recv_buffer"`
-	Workers              int `toml:"workers"`
+	// MaxBufferMemory is the server's receive memory in bytes, which the
+	// credits of all connections are granted against (issue 20).
+	MaxBufferMemory int64 `toml:"max_buffer_memory"`
+	// CreditBudget is the same budget in credits (older configurations);
+	// it wins over MaxBufferMemory when both are set.
+	CreditBudget  int `toml:"credit_budget"`
+	MaxRDMAWindow int `toml:"max_rdma_window"`
+	MaxRecvBuffer int `toml:"max_recv_buffer"`
+	Workers       int `toml:"workers"`
+	// DurableTimeout is in seconds; 0 the default, negative none.
+	DurableTimeout int `toml:"durable_timeout"`
 }
 
 // ShareConfig is one [shares.NAME].
@@ -82,6 +100,7 @@ type ShareConfig struct {
 	Path     string   `toml:"path"`
 	ReadOnly bool     `toml:"read_only"`
 	Users    []string `toml:"users"`
+	Encrypt  string   `toml:"encrypt"`
 }
 
 // UserConfig is one [users.NAME].
@@ -91,6 +110,10 @@ type UserConfig struct {
 
 // DefaultSessionAddr is where the session channel listens by default.
 const DefaultSessionAddr = "0.0.0.0:4450"
+
+// DefaultStateDir keeps what must survive a restart (the key that seals
+// file identities) when state_dir is not set.
+const DefaultStateDir = "/var/lib/lwio"
 
 // loadConfig reads a configuration file, refusing unknown keys (a typo
 // should not silently mean a default).
@@ -166,6 +189,14 @@ func (c *Config) validate() error {
 			return fmt.Errorf("listen address %q: %v", a, err)
 		}
 	}
+	if m := c.Listen.Metrics; m != "" {
+		if _, _, err := net.SplitHostPort(m); err != nil {
+			return fmt.Errorf("listen.metrics %q: %v", m, err)
+		}
+	}
+	if _, err := session.ParseEncrypt(c.Encrypt); err != nil {
+		return err
+	}
 	if len(c.Shares) == 0 {
 		return errors.New("no shares configured (give -share NAME=PATH or [shares.NAME] in the config)")
 	}
@@ -188,6 +219,9 @@ func (c *Config) validate() error {
 		if s.Path == "" {
 			return fmt.Errorf("shares.%s: no path", name)
 		}
+		if _, err := session.ParseEncrypt(s.Encrypt); err != nil {
+			return fmt.Errorf("shares.%s: %v", name, err)
+		}
 		st, err := os.Stat(s.Path)
 		if err != nil {
 			return fmt.Errorf("shares.%s: %v", name, err)
@@ -201,7 +235,7 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	if c.Limits.CreditsPerConnection < 0 || c.Limits.CreditBudget < 0 || c.Limits.MaxRDMAWindow < 0 ||
+	if c.Limits.CreditsPerConnection < 0 || c.Limits.CreditBudget < 0 || c.Limits.MaxBufferMemory < 0 || c.Limits.MaxRDMAWindow < 0 ||
 		c.Limits.MaxRecvBuffer < 0 || c.Limits.Workers < 0 {
 		return errors.New("limits: values must not be negative")
 	}
@@ -209,6 +243,18 @@ func (c *Config) validate() error {
 		return errors.New("limits.credits_per_connection: at most 255 (a u8 on the wire)")
 	}
 	return nil
+}
+
+// encrypt is the validated server-wide sealing policy.
+func (c *Config) encrypt() session.Encrypt {
+	e, _ := session.ParseEncrypt(c.Encrypt)
+	return e
+}
+
+// encrypt is the validated sealing policy of the share.
+func (s ShareConfig) encrypt() session.Encrypt {
+	e, _ := session.ParseEncrypt(s.Encrypt)
+	return e
 }
 
 // userFold finds a user case-insensitively, as NTLM matches names.

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/lwiofs/lwiofs/cmd/internal/cli"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -35,9 +36,13 @@ type flags struct {
 	listen    string
 	soft      string
 	verbs     string
+	metrics   string
 	user      string
+	encrypt   string
 	logLevel  string
 	logFormat string
+	stateDir  string
+	durable   time.Duration
 	set       map[string]bool // flags given explicitly
 }
 
@@ -50,11 +55,15 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.listen, "listen", DefaultSessionAddr, "session channel `address`")
 	fs.StringVar(&f.soft, "soft", "", "softrdma listen `address`, \"none\" disables (default: session host, port+1)")
 	fs.StringVar(&f.verbs, "verbs", "", "verbs (rdma_cm) listen `address` (default: none)")
+	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: none)")
 	fs.StringVar(&f.user, "user", "", "add user `NAME`, password from LWIO_PASSWORD")
+	fs.StringVar(&f.encrypt, "encrypt", "if_required", "sealing (encryption) of the session channel, `MODE`: off, if_required, desired or required")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&f.stateDir, "state-dir", "", "`directory` of the key durable handles survive a restart with (default "+DefaultStateDir+")")
+	fs.DurationVar(&f.durable, "durable-timeout", 0, "how long an open file and its locks outlive a lost connection (default 60s; negative: not at all)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
+		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-metrics ADDR] [-encrypt MODE] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -102,12 +111,29 @@ func buildConfig(f *flags) (*Config, error) {
 			c.Listen.Verbs = []string{f.verbs}
 		}
 	}
+	if f.set["metrics"] {
+		c.Listen.Metrics = f.metrics
+	}
 	if f.user != "" {
 		pw := os.Getenv("LWIO_PASSWORD")
 		if pw == "" {
 			return nil, fmt.Errorf("-user %s: set the password in LWIO_PASSWORD", f.user)
 		}
 		c.Users[f.user] = UserConfig{NTHash: smbauth.FormatNTHash(smbauth.NTHash(pw))}
+	}
+	if f.set["state-dir"] {
+		c.StateDir = f.stateDir
+	}
+	if f.set["durable-timeout"] {
+		c.Limits.DurableTimeout = int(f.durable / time.Second)
+		if f.durable < 0 {
+			c.Limits.DurableTimeout = -1
+		} else if c.Limits.DurableTimeout == 0 {
+			c.Limits.DurableTimeout = 1 // shorter than a second rounds up, not to the default
+		}
+	}
+	if f.set["encrypt"] {
+		c.Encrypt = f.encrypt
 	}
 	if f.set["log-level"] || c.Log.Level == "" {
 		c.Log.Level = f.logLevel

@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -48,21 +49,27 @@ func serve(c *Config, log *logrus.Logger) error {
 func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	fc := fileserver.Config{
 		Session: session.ServerConfig{
-			ServerName: c.ServerName,
-			Domain:     c.Domain,
-			Users:      map[string][16]byte{},
-			Logger:     log.WithField("component", "session"),
+			ServerName:     c.ServerName,
+			Domain:         c.Domain,
+			Encrypt:        c.encrypt(),
+			ShareEncrypt:   map[string]session.Encrypt{},
+			Users:          map[string][16]byte{},
+			Logger:         log.WithField("component", "session"),
+			StateDir:       stateDir(c, log),
+			DurableTimeout: time.Duration(c.Limits.DurableTimeout) * time.Second,
 		},
 		Engine: server.Config{
 			Logger:            log.WithField("component", "lwio"),
 			Credits:           c.Limits.CreditsPerConnection,
 			MaxCredits:        c.Limits.CreditsPerConnection,
+			MaxBufferMemory:   c.Limits.MaxBufferMemory,
 			CreditBudget:      c.Limits.CreditBudget,
 			MaxRdmaWindowSize: c.Limits.MaxRDMAWindow,
 			MaxRecvBufferSize: c.Limits.MaxRecvBuffer,
 			Workers:           c.Limits.Workers,
 		},
 		SessionAddr: c.sessionAddr(),
+		MetricsAddr: c.Listen.Metrics,
 		Logger:      log,
 	}
 	for name, u := range c.Users {
@@ -72,6 +79,7 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
 		fc.Session.Shares = append(fc.Session.Shares, share.Config{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users})
+		fc.Session.ShareEncrypt[name] = s.encrypt()
 	}
 	if len(c.Listen.Verbs) > 0 {
 		p := verbs.New(verbs.Options{Logger: log.WithField("provider", verbs.Name)})
@@ -99,11 +107,26 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	return fc, nil
 }
 
+// stateDir is the state directory: state_dir as given (the server then
+// fails to start if it cannot be used), or DefaultStateDir when it can be
+// made — else none, with a warning: durable handles then do not survive a
+// restart (clients get ESTALE on the files they had open).
+func stateDir(c *Config, log *logrus.Logger) string {
+	if c.StateDir != "" {
+		return c.StateDir
+	}
+	if _, err := share.LoadIdentityKey(DefaultStateDir); err != nil {
+		log.WithError(err).WithField("state_dir", DefaultStateDir).Warn("no state directory: files clients have open will be ESTALE to them after a restart (set state_dir)")
+		return ""
+	}
+	return DefaultStateDir
+}
+
 func logStart(c *Config, log *logrus.Logger, srv *fileserver.Server) {
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
 		log.WithFields(logrus.Fields{"share": name, "path": s.Path, "read_only": s.ReadOnly,
-			"users": strings.Join(s.Users, ",")}).Info("share")
+			"encrypt": s.encrypt(), "users": strings.Join(s.Users, ",")}).Info("share")
 	}
 	log.WithFields(logrus.Fields{"listener": "session", "addr": srv.SessionAddr()}).Info("listening")
 	for _, l := range srv.Listeners() {
@@ -113,6 +136,9 @@ func logStart(c *Config, log *logrus.Logger, srv *fileserver.Server) {
 		}
 		log.WithFields(logrus.Fields{"listener": "lwio", "provider": l.Provider, "addr": l.Addr,
 			"advertised": strings.Join(ins, " ")}).Info("listening")
+	}
+	if a := srv.MetricsAddr(); a != "" {
+		log.WithFields(logrus.Fields{"listener": "metrics", "addr": a, "url": "http://" + a + "/metrics"}).Info("listening")
 	}
 	if len(srv.Listeners()) == 0 {
 		log.Warn("no RDMA provider enabled: clients fall back to file data over the session channel")

@@ -38,6 +38,9 @@ const (
 	// memory; the client spins on it for SpinTime, then sends an INTERRUPT
 	// request and sleeps until the server's next completion wakes it.
 	Polling
+	// Auto: each connection chooses per request by its load (seed 001:
+	// polling for busy connections, interrupts for idle ones). See auto.go.
+	Auto
 )
 
 func (m Mode) String() string {
@@ -46,6 +49,8 @@ func (m Mode) String() string {
 		return "interrupt"
 	case Polling:
 		return "polling"
+	case Auto:
+		return "auto"
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
@@ -53,6 +58,7 @@ func (m Mode) String() string {
 // Defaults for the zero values of Config.
 const (
 	DefaultCredits         = 32
+	DefaultPoolMemory      = 32 << 20
 	DefaultMaxCredits      = 64
 	DefaultSpinTime        = 20 * time.Microsecond
 	DefaultBounceThreshold = 1024
@@ -93,6 +99,11 @@ type Config struct {
 	// BounceThreshold: reads of at most this many bytes land in a slot's
 	// pre-registered bounce buffer and are copied (0 = DefaultBounceThreshold).
 	BounceThreshold int
+	// PoolMemory bounds the registered data buffers the client keeps
+	// between requests, over all its connections (issue 20; 0 =
+	// DefaultPoolMemory, negative: unbounded). Buffers of requests in
+	// flight are not counted: the credits bound those.
+	PoolMemory int
 	// MaxIO is the largest read this client accepts in one RDMA transfer,
 	// announced as its MaxRdmaWindowSize (0 = DefaultMaxIO).
 	MaxIO int
@@ -104,6 +115,10 @@ type Config struct {
 	AuthTimeout time.Duration
 	// Logger receives connection events; nil is quiet.
 	Logger logrus.FieldLogger
+	// Counters receive the client's request counts, bytes and latencies;
+	// nil gives the client counters of its own. A mount hands the same
+	// Counters to every Client it dials, so they outlive reconnects.
+	Counters *Counters
 	// Transport shapes the connections (zero fields: queue depths sized to
 	// the credits, provider defaults otherwise).
 	Transport transport.Config
@@ -117,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.Connections, DefaultConnections())
 	def(&c.Credits, DefaultCredits)
+	if c.PoolMemory == 0 {
+		c.PoolMemory = DefaultPoolMemory
+	}
 	def(&c.MaxCredits, DefaultMaxCredits)
 	if c.MaxCredits < c.Credits {
 		c.MaxCredits = c.Credits
@@ -170,28 +188,7 @@ type Client struct {
 	errMu     sync.Mutex
 	err       error
 
-	collapsed  atomic.Int64
-	interrupts atomic.Int64
-	registered atomic.Int64
-	attached   atomic.Int64
-}
-
-// Stats are counters for logs and tests.
-type Stats struct {
-	// Collapsed is the number of VEC_WRITEs sent collapsed (FIG. 17B).
-	Collapsed int64
-	// Interrupts is the number of INTERRUPT requests sent by polling waits
-	// that outlasted SpinTime (FIG. 9A).
-	Interrupts int64
-	// Registered is the number of files registered by REGISTER (FIG. 7A),
-	// Attached the number whose Fid came with the session's OPEN (Attach).
-	Registered, Attached int64
-}
-
-// Stats returns the client's counters.
-func (cl *Client) Stats() Stats {
-	return Stats{Collapsed: cl.collapsed.Load(), Interrupts: cl.interrupts.Load(),
-		Registered: cl.registered.Load(), Attached: cl.attached.Load()}
+	ctr *Counters
 }
 
 // New discovers the common providers, connects and authenticates
@@ -208,7 +205,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		l.Out = io.Discard
 		log = l
 	}
-	cl := &Client{cfg: cfg, log: log, done: make(chan struct{})}
+	cl := &Client{cfg: cfg, log: log, done: make(chan struct{}), ctr: cfg.Counters}
+	if cl.ctr == nil {
+		cl.ctr = new(Counters)
+	}
 
 	// FIG. 2: negotiate with the providers usable here.
 	var key [16]byte
@@ -335,25 +335,11 @@ func preferred(offered []transport.ProviderInfo, mine []transport.Provider, byNa
 	return out
 }
 
-// ConnInfo describes one connection, for logs and status commands.
-type ConnInfo struct {
-	Provider   string
-	LocalAddr  string
-	RemoteAddr string
-	Credits    int
-	Alive      bool
-	// Requests is how many requests the connection has carried.
-	Requests uint64
-}
-
 // Conns describes the client's connections.
 func (cl *Client) Conns() []ConnInfo {
 	out := make([]ConnInfo, len(cl.conns))
 	for i, c := range cl.conns {
-		out[i] = ConnInfo{
-			Provider: c.tc.Provider(), LocalAddr: c.tc.LocalAddr(), RemoteAddr: c.tc.RemoteAddr(),
-			Credits: c.credits.Limit(), Alive: c.alive(), Requests: c.requests.Load(),
-		}
+		out[i] = c.info()
 	}
 	return out
 }
@@ -436,6 +422,5 @@ func (cl *Client) pick() (*conn, error) {
 		}
 		return nil, &protocol.ConnectionError{Conn: "all", Err: err}
 	}
-	best.requests.Add(1)
 	return best, nil
 }

@@ -86,6 +86,9 @@ type osFile struct {
 
 func (f osFile) ReadOnly() bool { return f.ro }
 
+// Append is share.OpenFile's, for the engine's WriteToEndOfFile.
+func (f osFile) Append(p []byte) (int, int64, error) { return share.AppendFile(f.File, p) }
+
 // env is a server on the soft provider and what a client needs to reach it.
 type env struct {
 	t    testing.TB

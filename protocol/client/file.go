@@ -49,7 +49,7 @@ func (cl *Client) Register(ctx context.Context, key protocol.ResumeKey, flagsAnd
 	}
 	f := &File{cl: cl, fid: uint16(r.info), flags: flagsAndAttributes}
 	f.mode.Store(uint32(cl.cfg.Completion))
-	cl.registered.Add(1)
+	cl.ctr.registered.Add(1)
 	return f, nil
 }
 
@@ -60,7 +60,7 @@ func (cl *Client) Register(ctx context.Context, key protocol.ResumeKey, flagsAnd
 func (cl *Client) Attach(fid uint16, flagsAndAttributes uint32) *File {
 	f := &File{cl: cl, fid: fid, flags: flagsAndAttributes, byOpen: true}
 	f.mode.Store(uint32(cl.cfg.Completion))
-	cl.attached.Add(1)
+	cl.ctr.attached.Add(1)
 	return f
 }
 

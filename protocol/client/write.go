@@ -6,16 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
-// WriteAt writes p at off, in requests of at most MaxWrite bytes.
+// WriteAt writes p at off, in requests of at most MaxWrite bytes. A
+// negative off appends: each request carries the offset
+// protocol.WriteToEndOfFile and the server places it at the end of the
+// file as it is then.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	total := 0
 	for total < len(p) || len(p) == 0 {
-		got, sent, err := f.writeChunk(ctx, p[total:total+min(len(p)-total, f.cl.MaxWrite())], off+int64(total))
+		at := off + int64(total)
+		if off < 0 {
+			at = -1 // uint64: WriteToEndOfFile
+		}
+		got, sent, err := f.writeChunk(ctx, p[total:total+min(len(p)-total, f.cl.MaxWrite())], at)
 		total += got
 		if err != nil {
 			return total, err
@@ -100,15 +108,26 @@ func (c *conn) writeArea(sl *slot, n int) (dst []byte, seg *transport.Segment, e
 // sendWrite posts a WRITE or VEC_WRITE whose data writeArea placed and
 // returns the bytes the server wrote.
 func (c *conn) sendWrite(ctx context.Context, sl *slot, req *protocol.WriteRequest, seg *transport.Segment) (int, error) {
+	start, polling := time.Now(), sl.polling
 	if err := c.postWrite(sl, req, seg); err != nil {
 		return 0, err
 	}
 	r, err := c.wait(ctx, sl)
+	c.count(req.Header.Opcode, polling, writePayload(req, seg), r, err, start)
 	if err != nil {
 		return 0, err
 	}
 	sl.unref()
 	return writeCount(r, req)
+}
+
+// writePayload is the write data a request sends (a collapsed VEC_WRITE,
+// one page): what the counters call RDMA bytes.
+func writePayload(req *protocol.WriteRequest, seg *transport.Segment) int {
+	if seg != nil {
+		return seg.Length
+	}
+	return len(req.Data)
 }
 
 // postWrite posts a WRITE or VEC_WRITE: one SEND (header, then the data
@@ -175,6 +194,9 @@ func writeCount(r result, req *protocol.WriteRequest) (int, error) {
 // FILE_NO_INTERMEDIATE_BUFFERING and the page sizes of the two ends are
 // multiples of each other, only one page is sent (COLLAPSE, FIG. 17B/C).
 func (f *File) WriteV(ctx context.Context, pages [][]byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("lwio writev at %d: only WriteAt appends: %w", off, protocol.StatusInvalidParameter)
+	}
 	ps, total, err := checkPages("writev", pages)
 	if err != nil || total == 0 {
 		return 0, err
@@ -239,7 +261,7 @@ func (f *File) collapsed(ctx context.Context, page []byte, total int, off int64)
 	}
 	req := protocol.NewCollapsedVecWriteRequest(f.fid, uint64(off), uint32(total), page, c.hint(), c.prepare(sl, kindIO))
 	req.Data = dst[:copy(dst, req.Data)]
-	f.cl.collapsed.Add(1)
+	f.cl.ctr.collapsed.Add(1)
 	return c.sendWrite(ctx, sl, &req, seg)
 }
 
@@ -277,6 +299,11 @@ type PendingWrite struct {
 	data []byte // a copy of the bytes, kept when the connection died
 	n    int
 	err  error
+	// For the counters (stats.go): when it was posted, in which mode,
+	// with how many bytes.
+	start   time.Time
+	polling bool
+	payload int
 }
 
 // WriteAsync copies p into registered memory, posts it as one WRITE at off
@@ -305,7 +332,7 @@ func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWri
 		return nil, err
 	}
 	copy(dst, p)
-	w := &PendingWrite{c: c, sl: sl}
+	w := &PendingWrite{c: c, sl: sl, start: time.Now(), polling: sl.polling, payload: len(p)}
 	w.req = protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO))
 	if err := c.postWrite(sl, &w.req, seg); err != nil {
 		return nil, err
@@ -322,6 +349,7 @@ func (w *PendingWrite) Wait(ctx context.Context) (int, error) {
 		return w.n, w.err
 	}
 	r, err := c.wait(ctx, sl)
+	c.count(w.req.Header.Opcode, w.polling, w.payload, r, err, w.start)
 	if err != nil {
 		if !c.alive() {
 			// The slot's memory stays the slot's: the bytes are read

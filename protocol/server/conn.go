@@ -88,6 +88,8 @@ type conn struct {
 	stall   *time.Timer
 	reapEnd chan struct{}
 	pend    *slot
+
+	rdma *atomic.Uint64 // the provider's RDMA bytes (stats.go)
 }
 
 // recvBuf is one posted receive: seg is where in its region the message
@@ -120,6 +122,7 @@ func newConn(s *Server, tc transport.Conn) *conn {
 		}),
 		data: transport.NewBufferPool(tc.Domain(), transport.AccessLocal, s.cfg.MaxRdmaWindowSize),
 	}
+	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
 	c.stall = time.AfterFunc(time.Hour, c.takeOver)
 	c.stall.Stop()
@@ -599,6 +602,7 @@ func (c *conn) complete(sl *slot, wrs []transport.SendWR, st protocol.Status, in
 			c.grant.Complete()
 		}
 	}
+	c.count(sl, wrs, st, info) // stats.go
 	var intr *slot
 	if isIO {
 		c.mu.Lock()

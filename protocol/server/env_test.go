@@ -91,6 +91,9 @@ type osFile struct{ *os.File }
 
 func (osFile) ReadOnly() bool { return false }
 
+// Append is share.OpenFile's, for the engine's WriteToEndOfFile.
+func (f osFile) Append(p []byte) (int, int64, error) { return share.AppendFile(f.File, p) }
+
 type env struct {
 	t    *testing.T
 	dir  string

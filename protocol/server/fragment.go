@@ -1,6 +1,10 @@
 package server
 
-import "github.com/lwiofs/lwiofs/protocol"
+import (
+	"time"
+
+	"github.com/lwiofs/lwiofs/protocol"
+)
 
 // Fragmented writes (docs/wire.md, "Fragmented writes"; seed 004): a
 // write longer than a receive buffer comes as its first message and
@@ -45,6 +49,7 @@ func (c *conn) assemble(req *protocol.Request, rb *recvBuf) (*slot, bool) {
 	sl.req = *req
 	sl.recv = rb
 	sl.inline = false
+	sl.start = time.Now() // for the latency count (stats.go)
 	sl.msgs = 1
 	if req.Header.Flags&protocol.FlagFragmented == 0 {
 		return sl, true

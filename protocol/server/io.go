@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -161,6 +162,19 @@ func (c *conn) vecRead(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Sta
 // the data is written straight from the receive buffer, which is reposted
 // afterwards.
 func (c *conn) write(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status, uint32) {
+	if sl.req.Header.Offset == protocol.WriteToEndOfFile {
+		// An O_APPEND write: the file places it at its end (DecodeRequest
+		// allows the offset on WRITE alone). The completion carries the
+		// count only; the client learns the new size by asking.
+		// A fragmented append is joined first (a copy: appends are one
+		// atomic write, and rare past one receive buffer).
+		data := sl.req.Data
+		if len(sl.fragData) > 0 {
+			data = slices.Concat(sl.fragData...)
+		}
+		got, _, err := fe.file.Append(data)
+		return nil, ntstatus.FromError(err), uint32(got)
+	}
 	// A write the share's read-only rule forbids fails in WriteAt.
 	off := int64(sl.req.Header.Offset)
 	var got int

@@ -168,13 +168,16 @@ type Server struct {
 	wg        sync.WaitGroup // Serve loops and connections
 	nextConn  atomic.Uint64
 
+	ctr counters // stats.go
+
 	// The memory budget's balancer (budget.go): contended is when growth
 	// stops being capped at the fair share (unix ns), poke wakes the
 	// balancer, authed counts authenticated connections.
 	contended atomic.Int64
 	poke      chan struct{}
 	authed    atomic.Int32
-	recvBufs  atomic.Int64  // receive buffers registered, posted or spare (conn.go)
+	recvBufs  atomic.Int64 // receive buffers registered, posted or spare (conn.go)
+
 	runq      chan *slot    // to an idle request goroutine (run.go)
 	quit      chan struct{} // closed by Close: request goroutines exit
 	closeOnce sync.Once

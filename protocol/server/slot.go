@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
@@ -40,6 +41,7 @@ type slot struct {
 	frags    []*recvBuf
 	fragData [][]byte
 	msgs     int
+	start    time.Time // arrival, for the latency count
 }
 
 // sgl returns a one-entry gather list backed by the slot (no allocation).

@@ -11,6 +11,7 @@ import (
 // layout is written once and serves both directions (docs/session.md
 // lists the layouts).
 type coder interface {
+	u16(*uint16)
 	u32(*uint32)
 	u64(*uint64)
 	bool(*bool)
@@ -21,16 +22,25 @@ type coder interface {
 	// time is seconds (i64) and nanoseconds (u32) since the Unix epoch;
 	// the zero time.Time is 0, 0.
 	time(*time.Time)
+	// guid is 16 bytes as they are (an id chosen by one end).
+	guid(*[16]byte)
 	// count is the u32 length of a list whose elements take at least min
 	// bytes each: the decoder refuses a count the rest of the body cannot
 	// hold before anything is allocated. It reports whether to go on.
 	count(n *int, min int) bool
+	// count16 is count with a u16 length.
+	count16(n *int, min int) bool
 }
 
 // list codes a counted list of elements at least min bytes long each.
-func list[T any](c coder, l *[]T, min int, elem func(*T)) {
+func list[T any](c coder, l *[]T, min int, elem func(*T)) { counted(c.count, l, min, elem) }
+
+// list16 is list with a u16 count.
+func list16[T any](c coder, l *[]T, min int, elem func(*T)) { counted(c.count16, l, min, elem) }
+
+func counted[T any](count func(*int, int) bool, l *[]T, min int, elem func(*T)) {
 	n := len(*l)
-	if !c.count(&n, min) {
+	if !count(&n, min) {
 		return
 	}
 	if len(*l) != n { // decoding
@@ -47,6 +57,7 @@ func list[T any](c coder, l *[]T, min int, elem func(*T)) {
 // MaxFrameSize).
 type encoder struct{ b []byte }
 
+func (e *encoder) u16(v *uint16) { e.b = binary.LittleEndian.AppendUint16(e.b, *v) }
 func (e *encoder) u32(v *uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, *v) }
 func (e *encoder) u64(v *uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, *v) }
 
@@ -82,8 +93,15 @@ func (e *encoder) time(t *time.Time) {
 	e.b = binary.LittleEndian.AppendUint32(e.b, nsec)
 }
 
+func (e *encoder) guid(g *[16]byte) { e.b = append(e.b, g[:]...) }
+
 func (e *encoder) count(n *int, _ int) bool {
 	e.b = binary.LittleEndian.AppendUint32(e.b, uint32(*n))
+	return true
+}
+
+func (e *encoder) count16(n *int, _ int) bool {
+	e.b = binary.LittleEndian.AppendUint16(e.b, uint16(*n))
 	return true
 }
 
@@ -122,6 +140,7 @@ func fixed[T uint16 | uint32 | uint64](d *decoder, v *T, n int, get func([]byte)
 	}
 }
 
+func (d *decoder) u16(v *uint16) { fixed(d, v, 2, binary.LittleEndian.Uint16, "u16") }
 func (d *decoder) u32(v *uint32) { fixed(d, v, 4, binary.LittleEndian.Uint32, "u32") }
 func (d *decoder) u64(v *uint64) { fixed(d, v, 8, binary.LittleEndian.Uint64, "u64") }
 
@@ -167,9 +186,27 @@ func (d *decoder) time(t *time.Time) {
 	}
 }
 
+func (d *decoder) guid(g *[16]byte) {
+	if p := d.need(16, "guid"); p != nil {
+		copy(g[:], p)
+	}
+}
+
 func (d *decoder) count(n *int, min int) bool {
 	var v uint32
 	d.u32(&v)
+	return d.listOf(n, v, min)
+}
+
+func (d *decoder) count16(n *int, min int) bool {
+	var v uint16
+	d.u16(&v)
+	return d.listOf(n, uint32(v), min)
+}
+
+// listOf accepts a list of v elements of at least min bytes each if the
+// rest of the body can hold them.
+func (d *decoder) listOf(n *int, v uint32, min int) bool {
 	if d.err != nil {
 		return false
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/smbauth"
 )
 
 // A frame written by hand from the layout in frame.go / docs/session.md.
@@ -125,8 +126,9 @@ func TestCommandString(t *testing.T) {
 		t.Error(CmdReadDir.String(), Command(999).String())
 	}
 	for c := Command(1); c < cmdLimit; c++ {
-		if strings.HasPrefix(c.String(), "Command(") || bodies[c].req == nil || bodies[c].resp == nil {
-			t.Errorf("command %d has no name or bodies", c)
+		named, coded := !strings.HasPrefix(c.String(), "Command("), bodies[c].req != nil && bodies[c].resp != nil
+		if named != coded || (!named && bodies[c].req != nil) {
+			t.Errorf("command %d: named %v, bodies %v (a number is either reserved or has both)", c, named, coded)
 		}
 	}
 }
@@ -138,21 +140,22 @@ var fullAttr = Attr{Ino: 1, Mode: 0o100644, Nlink: 2, Uid: 3, Gid: 4, Rdev: 5, B
 // samples has, for every body type, a value with every field non-zero.
 var samples = []message{
 	&tokenMsg{Token: []byte("NTLMSSP\x00")},
-	&sessionSetupDone{ServerName: "srv"},
+	&setupReq{Token: []byte("NTLMSSP\x00"), Offer: sealOffer{Flags: sealOfferRequired, Ciphers: []smbauth.Cipher{smbauth.CipherAES256GCM, smbauth.CipherAES128GCM}}},
+	&sessionSetupDone{ServerName: "srv", Seal: sealAnswer{Flags: sealAnswerSealed, Cipher: smbauth.CipherAES256GCM, Echo: sealOffer{Flags: 1, Ciphers: []smbauth.Cipher{4}}}},
 	&nameMsg{Name: "a/b"},
-	&treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly},
+	&treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly | treeFlagSeal},
 	&attrMsg{Attr: fullAttr},
 	&setAttrReq{Path: "p", Handle: 9, In: SetAttrIn{Valid: 63, Mode: 0o755, Uid: 1, Gid: 2, Size: 3, Atime: tm, Mtime: tm, AtimeNow: true, MtimeNow: true}},
 	&readDirReq{Path: "d", After: "x", MaxBytes: 100},
 	&readDirResp{More: true, Entries: []DirEntry{{Name: "a", Attr: fullAttr}, {Name: "b", Attr: fullAttr}}},
 	&mkdirReq{Path: "d", Mode: 0o700},
-	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, Register: true, FidFlags: 8},
-	&openResp{Handle: 7, Attr: fullAttr, Fid: 3},
+	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, DurableID: DurableID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, Register: true, FidFlags: 8},
+	&openResp{Handle: 7, Attr: fullAttr, FileID: []byte("id"), Fid: 3},
 	&handleMsg{Handle: 7},
 	&readReq{Handle: 7, Offset: 1 << 40, Length: 4096},
 	&dataMsg{Data: []byte("data")},
 	&writeReq{Handle: 7, Offset: 5, Data: []byte("data")},
-	&countMsg{Count: 4},
+	&writeResp{Count: 4, End: 9},
 	&twoPathReq{Old: "a", New: "b", Flags: 1},
 	&statFSMsg{StatFS: StatFS{Blocks: 1, Bfree: 2, Bavail: 3, Files: 4, Ffree: 5, Bsize: 6, Frsize: 7, NameLen: 8}},
 	&fsyncReq{Handle: 7, Datasync: true},
@@ -160,6 +163,12 @@ var samples = []message{
 	&namesMsg{Names: []string{"user.a", "user.b"}},
 	&ioctlReq{Handle: 7, CtlCode: FsctlSrvRequestResumeKey, Input: []byte{1}},
 	&pipeTransactReq{Handle: 7, Data: []byte("LWIO")},
+	&lockReq{Handle: 7, Owner: 0x1122334455667788, Start: 1, End: LockToEOF, Type: LockWrite, Flags: lockWait | lockFlock},
+	&unlockReq{Handle: 7, Owner: 9},
+	&lockResp{Type: LockRead, Start: 5, End: 6},
+	&cancelReq{MessageID: 42},
+	&reopenReq{DurableID: DurableID{9: 1, 15: 2}, FileID: []byte("sealed"), Path: "a/b", Flags: 2},
+	&reopenResp{Handle: 8, Attr: fullAttr, Flags: reopenReclaimed},
 }
 
 func TestBodyRoundTrip(t *testing.T) {
@@ -200,14 +209,37 @@ func TestBodyGolden(t *testing.T) {
 	if got := hex.EncodeToString(marshal(&writeReq{Handle: 7, Offset: 5, Data: []byte("hi")})); got != want {
 		t.Errorf("writeReq = %s, want %s", got, want)
 	}
-	// OPEN: path, Flags u32, Mode u32, Register u8, FidFlags u32.
-	want = "0100" + "66" + "42000000" + "80010000" + "01" + "08000000"
-	if got := hex.EncodeToString(marshal(&openReq{Path: "f", Flags: 0o102, Mode: 0o600, Register: true, FidFlags: 8})); got != want {
-		t.Errorf("openReq = %s, want %s", got, want)
-	}
-	// OPEN response: Handle u64, Attr (84 bytes), Fid u32.
-	if b := marshal(&openResp{Handle: 7, Fid: 0x0305}); len(b) != 8+attrWireSize+4 || hex.EncodeToString(b[:8]) != "0700000000000000" || hex.EncodeToString(b[8+attrWireSize:]) != "05030000" {
-		t.Errorf("openResp = %x", b)
+	for _, g := range []struct {
+		m    message
+		want string
+	}{
+		// WRITE response: Count u32, End u64.
+		{&writeResp{Count: 2, End: 0x10}, "02000000" + "1000000000000000"},
+		// OPEN request: path, Flags u32, Mode u32, DurableID [16],
+		// Register u8, FidFlags u32.
+		{&openReq{Path: "f", Flags: 0x241, Mode: 0o644, DurableID: DurableID{0: 0xaa, 15: 0xbb}, Register: true, FidFlags: 8},
+			"0100" + "66" + "41020000" + "a4010000" + "aa0000000000000000000000000000bb" + "01" + "08000000"},
+		// OPEN response: Handle u64, Attr (84 bytes), FileID blob, Fid u32.
+		{&openResp{Handle: 3, FileID: []byte{0xf1}, Fid: 0x0305},
+			"0300000000000000" + strings.Repeat("00", 84) + "01000000" + "f1" + "05030000"},
+		// LOCK / GETLK request: Handle, Owner, Start, End u64; Type, Flags u32.
+		{&lockReq{Handle: 1, Owner: 0x0102030405060708, Start: 0x10, End: 0x7fffffffffffffff, Type: 1, Flags: 3},
+			"0100000000000000" + "0807060504030201" + "1000000000000000" + "ffffffffffffff7f" + "01000000" + "03000000"},
+		// UNLOCK request: Handle u64, Owner u64.
+		{&unlockReq{Handle: 2, Owner: 5}, "0200000000000000" + "0500000000000000"},
+		// GETLK response: Type u32, Start u64, End u64.
+		{&lockResp{Type: 0, Start: 1, End: 2}, "00000000" + "0100000000000000" + "0200000000000000"},
+		// CANCEL request: MessageID u64.
+		{&cancelReq{MessageID: 0x1234}, "3412000000000000"},
+		// REOPEN request: DurableID [16], FileID blob, path, Flags u32.
+		{&reopenReq{DurableID: DurableID{0: 1}, FileID: []byte{0xee, 0xff}, Path: "p", Flags: 2},
+			"01000000000000000000000000000000" + "02000000eeff" + "010070" + "02000000"},
+		// REOPEN response: Handle u64, Attr, Flags u32.
+		{&reopenResp{Handle: 4, Flags: 1}, "0400000000000000" + strings.Repeat("00", 84) + "01000000"},
+	} {
+		if got := hex.EncodeToString(marshal(g.m)); got != g.want {
+			t.Errorf("%T = %s, want %s", g.m, got, g.want)
+		}
 	}
 	if n := len(marshal(&attrMsg{})); n != attrWireSize || attrWireSize != 84 {
 		t.Errorf("Attr is %d bytes, attrWireSize %d, want 84", n, attrWireSize)
@@ -245,6 +277,9 @@ func FuzzDecodeFrame(f *testing.F) {
 // body that decodes re-encodes to bytes that decode to the same message.
 func FuzzBodies(f *testing.F) {
 	for c := Command(1); c < cmdLimit; c++ {
+		if bodies[c].req == nil {
+			continue // reserved
+		}
 		for _, m := range samples {
 			if reflect.TypeOf(m) == reflect.TypeOf(bodies[c].req()) || reflect.TypeOf(m) == reflect.TypeOf(bodies[c].resp()) {
 				f.Add(uint16(c), false, marshal(m))
@@ -254,7 +289,7 @@ func FuzzBodies(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, cmd uint16, resp bool, b []byte) {
 		c := Command(cmd % cmdLimit)
-		if c == 0 {
+		if bodies[c].req == nil { // 0 and reserved numbers
 			return
 		}
 		mk := bodies[c].req

@@ -15,12 +15,13 @@ type sizeHinter interface{ sizeHint() int }
 func (m *dataMsg) sizeHint() int  { return 4 + len(m.Data) }
 func (m *writeReq) sizeHint() int { return 8 + 8 + 4 + len(m.Data) }
 
-// frameCap is the capacity to allocate for a frame carrying body.
+// frameCap is the capacity to allocate for a frame carrying body, with room
+// to seal it in place.
 func frameCap(body message) int {
 	if h, ok := body.(sizeHinter); ok {
-		return HeaderSize + h.sizeHint()
+		return HeaderSize + sealOverhead + h.sizeHint()
 	}
-	return HeaderSize + 128
+	return HeaderSize + sealOverhead + 128
 }
 
 // marshal encodes m into a new byte slice.
@@ -52,12 +53,14 @@ type tokenMsg struct{ Token []byte }
 
 func (m *tokenMsg) code(c coder) { c.blob(&m.Token) }
 
-// sessionSetupDone is the final SESSION_SETUP response body.
+// sessionSetupDone is the final SESSION_SETUP response body: the server's
+// name and its sealing answer (seal.go).
 type sessionSetupDone struct {
 	ServerName string
+	Seal       sealAnswer
 }
 
-func (m *sessionSetupDone) code(c coder) { c.str(&m.ServerName) }
+func (m *sessionSetupDone) code(c coder) { c.str(&m.ServerName); m.Seal.code(c) }
 
 // nameMsg carries one name: a share (TREE_CONNECT), a path (GETATTR,
 // RMDIR, UNLINK, READLINK, LISTXATTR), a pipe (PIPE_OPEN).
@@ -66,7 +69,12 @@ type nameMsg struct{ Name string }
 func (m *nameMsg) code(c coder) { c.str(&m.Name) }
 
 // Tree flags of a TREE_CONNECT response.
-const treeFlagReadOnly uint32 = 1
+const (
+	treeFlagReadOnly uint32 = 1
+	// treeFlagSeal: the share seals (encrypt desired or required); every
+	// frame after this response is sealed, both ways.
+	treeFlagSeal uint32 = 2
+)
 
 type treeConnectResp struct {
 	TreeID uint32
@@ -116,36 +124,48 @@ func (m *mkdirReq) code(c coder) { c.str(&m.Path); c.u32(&m.Mode) }
 
 // openReq: Flags are Linux open(2) flags (O_ACCMODE, O_CREAT, O_EXCL,
 // O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW, O_SYNC, O_DSYNC); others are
-// ignored. Register asks the server to register the opened file with the
-// session's LWIO engine as REGISTER would (FIG. 7A), with FidFlags as its
+// ignored. A non-zero DurableID, chosen by the client, asks for a durable
+// handle (durable.go): it names the open in a later REOPEN, and an OPEN
+// that repeats an id the server knows is a replay, answered with that open.
+// Register asks the server to register the opened file with the session's
+// LWIO engine as REGISTER would (FIG. 7A), with FidFlags as its
 // FlagsAndAttributes, and to return the Fid: the data path then needs no
 // resume key and no REGISTER round trip (issue 16).
 type openReq struct {
-	Path     string
-	Flags    uint32
-	Mode     uint32
-	Register bool
-	FidFlags uint32
+	Path      string
+	Flags     uint32
+	Mode      uint32
+	DurableID DurableID
+	Register  bool
+	FidFlags  uint32
 }
 
 func (m *openReq) code(c coder) {
 	c.str(&m.Path)
 	c.u32(&m.Flags)
 	c.u32(&m.Mode)
+	c.guid((*[16]byte)(&m.DurableID))
 	c.bool(&m.Register)
 	c.u32(&m.FidFlags)
 }
 
-// openResp: Fid is the LWIO Fid the open was registered as (openReq's
-// Register), or 0 when it was not (not asked, no LWIO connection of the
-// session, the Fid table full).
+// openResp: FileID is the sealed identity of the file for a reopen after a
+// server restart (empty: none; durable.go). Fid is the LWIO Fid the open
+// was registered as (openReq's Register), or 0 when it was not (not asked,
+// no LWIO connection of the session, the Fid table full).
 type openResp struct {
 	Handle Handle
 	Attr   Attr
+	FileID []byte
 	Fid    uint32
 }
 
-func (m *openResp) code(c coder) { handle(c, &m.Handle); codeAttr(c, &m.Attr); c.u32(&m.Fid) }
+func (m *openResp) code(c coder) {
+	handle(c, &m.Handle)
+	codeAttr(c, &m.Attr)
+	c.blob(&m.FileID)
+	c.u32(&m.Fid)
+}
 
 type handleMsg struct{ Handle Handle }
 
@@ -174,9 +194,14 @@ type writeReq struct {
 
 func (m *writeReq) code(c coder) { handle(c, &m.Handle); c.u64(&m.Offset); c.blob(&m.Data) }
 
-type countMsg struct{ Count uint32 }
+// writeResp: End is the file offset just past the bytes written — for an
+// append (Offset WriteToEndOfFile) the end of file it left.
+type writeResp struct {
+	Count uint32
+	End   uint64
+}
 
-func (m *countMsg) code(c coder) { c.u32(&m.Count) }
+func (m *writeResp) code(c coder) { c.u32(&m.Count); c.u64(&m.End) }
 
 // twoPathReq: RENAME (Old, New, Flags = RENAME_NOREPLACE|RENAME_EXCHANGE),
 // LINK (Old, New), SYMLINK (Old = target text, New = link path).
@@ -235,7 +260,7 @@ func (m *pipeTransactReq) code(c coder) { handle(c, &m.Handle); c.blob(&m.Data) 
 // response bodies. Filled once; used by the server's dispatcher for
 // decoding and by the fuzz targets.
 var bodies = [cmdLimit]struct{ req, resp func() message }{
-	CmdSessionSetup:   {func() message { return new(tokenMsg) }, func() message { return new(tokenMsg) }},
+	CmdSessionSetup:   {func() message { return new(setupReq) }, func() message { return new(tokenMsg) }},
 	CmdLogoff:         {func() message { return new(empty) }, func() message { return new(empty) }},
 	CmdTreeConnect:    {func() message { return new(nameMsg) }, func() message { return new(treeConnectResp) }},
 	CmdTreeDisconnect: {func() message { return new(empty) }, func() message { return new(empty) }},
@@ -247,7 +272,7 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdOpen:           {func() message { return new(openReq) }, func() message { return new(openResp) }},
 	CmdClose:          {func() message { return new(handleMsg) }, func() message { return new(empty) }},
 	CmdRead:           {func() message { return new(readReq) }, func() message { return new(dataMsg) }},
-	CmdWrite:          {func() message { return new(writeReq) }, func() message { return new(countMsg) }},
+	CmdWrite:          {func() message { return new(writeReq) }, func() message { return new(writeResp) }},
 	CmdUnlink:         {func() message { return new(nameMsg) }, func() message { return new(empty) }},
 	CmdRename:         {func() message { return new(twoPathReq) }, func() message { return new(empty) }},
 	CmdSymlink:        {func() message { return new(twoPathReq) }, func() message { return new(attrMsg) }},
@@ -263,4 +288,14 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdPipeOpen:       {func() message { return new(nameMsg) }, func() message { return new(handleMsg) }},
 	CmdPipeTransact:   {func() message { return new(pipeTransactReq) }, func() message { return new(dataMsg) }},
 	CmdEcho:           {func() message { return new(empty) }, func() message { return new(empty) }},
+	CmdLock:           {func() message { return new(lockReq) }, func() message { return new(empty) }},
+	CmdUnlock:         {func() message { return new(unlockReq) }, func() message { return new(empty) }},
+	CmdGetLk:          {func() message { return new(lockReq) }, func() message { return new(lockResp) }},
+	CmdCancel:         {func() message { return new(cancelReq) }, func() message { return new(empty) }},
+	CmdReopen:         {func() message { return new(reopenReq) }, func() message { return new(reopenResp) }},
+	CmdCopyRange:      {func() message { return new(copyRangeReq) }, func() message { return new(copyRangeResp) }},
+	CmdFallocate:      {func() message { return new(fallocateReq) }, func() message { return new(attrMsg) }},
+	CmdSeek:           {func() message { return new(seekReq) }, func() message { return new(offsetMsg) }},
+	CmdTmpfile:        {func() message { return new(openReq) }, func() message { return new(openResp) }},
+	CmdLinkHandle:     {func() message { return new(linkHandleReq) }, func() message { return new(attrMsg) }},
 }

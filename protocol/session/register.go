@@ -1,6 +1,10 @@
 package session
 
-import "github.com/lwiofs/lwiofs/protocol/share"
+import (
+	"syscall"
+
+	"github.com/lwiofs/lwiofs/protocol/share"
+)
 
 // Registrar registers the files OPEN opens with the LWIO engine when the
 // client asks (openReq's Register): the open answers with the Fid, so the
@@ -45,8 +49,23 @@ func (s *Server) registerOpen(ss *serverSession, of *openFile, flags uint32) uin
 }
 
 // closeFid closes the Fid an OPEN registered for of, once.
-func (s *Server) closeFid(of *openFile) {
+func (s *Server) closeFid(of *openFile) { s.closeFidIn(of.sess, of) }
+
+// closeFidIn closes the Fid of registered in session ss's LWIO engine
+// (an open a new session claimed: its Fid was the old session's).
+func (s *Server) closeFidIn(ss *serverSession, of *openFile) {
 	if fid := of.fid.Swap(0); fid != 0 && s.registrar != nil {
-		s.registrar.CloseOpen(of.sess.id, uint16(fid), of.file)
+		s.registrar.CloseOpen(ss.id, uint16(fid), of.file)
+	}
+}
+
+// registerIfAsked registers the open resp answers with the session's LWIO
+// engine when the OPEN asked and it is a regular file, and sets resp.Fid.
+func (s *Server) registerIfAsked(ss *serverSession, r *openReq, resp *openResp) {
+	if !r.Register || resp.Attr.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return
+	}
+	if of, ok := ss.handle(resp.Handle); ok {
+		resp.Fid = s.registerOpen(ss, of, r.FidFlags)
 	}
 }

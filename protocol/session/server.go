@@ -55,9 +55,31 @@ type ServerConfig struct {
 	// WriteTimeout bounds one response write; a client that does not read
 	// for that long is dropped. Zero means 30 seconds.
 	WriteTimeout time.Duration
+	// Encrypt is the server-wide sealing policy (seal.go); the zero value
+	// EncryptIfRequired seals only sessions whose client requires it.
+	Encrypt Encrypt
+	// ShareEncrypt is a share's own sealing policy, by share name as in
+	// Shares: desired seals the share's traffic, required also refuses
+	// clients that cannot seal; a share not named (or off, if_required)
+	// leaves it to Encrypt.
+	ShareEncrypt map[string]Encrypt
+	// Ciphers are the ciphers the server seals with, in order of
+	// preference; nil means smbauth.DefaultCiphers.
+	Ciphers []smbauth.Cipher
 	// DisableOpenat2 forces the component-walking resolver used where
 	// openat2(2) is missing. For tests and odd kernels; zero uses openat2.
 	DisableOpenat2 bool
+	// StateDir keeps what must survive a restart: the key that seals the
+	// file identities clients re-open files by after one
+	// (share.LoadIdentityKey; created mode 0700, the key 0600). Empty means
+	// a new key per process: after a restart every file a client had open
+	// is then ESTALE to it.
+	StateDir string
+	// DurableTimeout is how long a durable open, with its locks, outlives
+	// its connection waiting for the client to reclaim it (REOPEN). Zero
+	// means DefaultDurableTimeout (60 s); negative keeps none: every open
+	// closes with its connection.
+	DurableTimeout time.Duration
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -70,6 +92,8 @@ type Server struct {
 	log    logrus.FieldLogger
 	auth   *smbauth.Server
 	shares map[string]*share.Share // by lower-cased name
+	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
+	shareEncrypt map[string]Encrypt
 
 	mu         sync.Mutex
 	closing    bool
@@ -78,8 +102,11 @@ type Server struct {
 	sessions   map[uint64]*serverSession
 	lwioKeys   map[[16]byte]*serverSession
 	resumeKeys map[[24]byte]*openFile
+	durables   map[DurableID]*openFile // durable opens, live or parked (server_durable.go)
 	connWG     sync.WaitGroup
 	registrar  Registrar // set before Serve (SetRegistrar)
+
+	lockTab *share.LockTable // every session's lock waits, by file
 
 	nextSession atomic.Uint64
 	nextConn    atomic.Uint64
@@ -110,14 +137,17 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.WriteTimeout = 30 * time.Second
 	}
 	s := &Server{
-		cfg:        cfg,
-		log:        orQuiet(cfg.Logger),
-		shares:     map[string]*share.Share{},
-		listeners:  map[net.Listener]struct{}{},
-		conns:      map[*serverConn]struct{}{},
-		sessions:   map[uint64]*serverSession{},
-		lwioKeys:   map[[16]byte]*serverSession{},
-		resumeKeys: map[[24]byte]*openFile{},
+		cfg:          cfg,
+		log:          orQuiet(cfg.Logger),
+		shares:       map[string]*share.Share{},
+		shareEncrypt: map[string]Encrypt{},
+		listeners:    map[net.Listener]struct{}{},
+		conns:        map[*serverConn]struct{}{},
+		sessions:     map[uint64]*serverSession{},
+		lwioKeys:     map[[16]byte]*serverSession{},
+		resumeKeys:   map[[24]byte]*openFile{},
+		durables:     map[DurableID]*openFile{},
+		lockTab:      share.NewLockTable(),
 	}
 	users := map[string][16]byte{}
 	for u, h := range cfg.Users {
@@ -132,9 +162,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			h, ok := users[strings.ToLower(user)]
 			return h, ok
 		},
+		DisableSeal: cfg.Encrypt == EncryptOff,
 	})
 	if umask := share.Umask(); umask != 0 {
 		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")
+	}
+	idKey, err := identityKey(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
 	}
 	for _, c := range cfg.Shares {
 		key := strings.ToLower(c.Name)
@@ -147,8 +182,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			s.closeShares()
 			return nil, fmt.Errorf("session: %w", err)
 		}
+		sh.SetIdentityKey(idKey)
 		s.shares[key] = sh
-		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "resolver": sh.Resolver()}).Debug("share ready")
+		if e, ok := cfg.ShareEncrypt[c.Name]; ok {
+			s.shareEncrypt[key] = e
+		}
+		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "encrypt": s.shareEncrypt[key], "resolver": sh.Resolver()}).Debug("share ready")
 	}
 	var seed [8]byte
 	rand.Read(seed[:])
@@ -230,6 +269,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.connWG.Wait()
+	s.closeParked()
 	s.closeShares()
 	return nil
 }
@@ -276,7 +316,9 @@ func (s *Server) registerSession(ss *serverSession) {
 	s.mu.Unlock()
 }
 
-// endSession forgets a session with everything bound to it.
+// endSession forgets a session with everything bound to it: its lock
+// waits end, and its open files close — but for the durable ones, which
+// are kept for a reconnect unless the client logged off (park).
 func (s *Server) endSession(ss *serverSession) {
 	s.mu.Lock()
 	delete(s.sessions, ss.id)
@@ -284,16 +326,20 @@ func (s *Server) endSession(ss *serverSession) {
 		delete(s.lwioKeys, k)
 	}
 	s.mu.Unlock()
+	ss.cancelWaits()
 	ss.mu.Lock()
 	opens := ss.handles
 	ss.handles = map[Handle]*openFile{}
 	ss.mu.Unlock()
 	for _, of := range opens {
-		s.closeOpen(of)
+		if !s.park(ss, of) {
+			s.closeOpen(of)
+		}
 	}
 }
 
-// closeOpen closes an open file and kills its resume key.
+// closeOpen closes an open file: its locks are released, its resume key
+// and durable id die with it.
 func (s *Server) closeOpen(of *openFile) error {
 	if of.closed.Swap(true) {
 		return nil
@@ -303,8 +349,18 @@ func (s *Server) closeOpen(of *openFile) error {
 	if of.resumeKey != nil {
 		delete(s.resumeKeys, *of.resumeKey)
 	}
+	if !of.durable.IsZero() && s.durables[of.durable] == of {
+		delete(s.durables, of.durable)
+	}
+	if of.parked != nil {
+		of.parked.Stop()
+		of.parked = nil
+	}
 	s.mu.Unlock()
 	if of.file != nil {
+		if of.locks != nil {
+			of.locks.Release(of.file)
+		}
 		return of.file.Close()
 	}
 	return nil

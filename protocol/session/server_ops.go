@@ -1,8 +1,6 @@
 package session
 
 import (
-	"syscall"
-
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -26,6 +24,9 @@ func (c *serverConn) handle(ss *serverSession, f Frame) error {
 		return err
 	}
 	resp, err := c.s.dispatch(ss, f.Header, req)
+	if err == errAnswerLater {
+		return nil
+	}
 	st := ntstatus.FromError(err)
 	if st != protocol.StatusSuccess {
 		c.log.WithFields(logrus.Fields{"op": f.Command, "msgid": f.MessageID, "status": st}).WithError(err).Debug("request failed")
@@ -47,6 +48,9 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if tr.Share().ReadOnly {
 			flags |= treeFlagReadOnly
 		}
+		if ss.treeSeals(id) {
+			flags |= treeFlagSeal
+		}
 		return &treeConnectResp{TreeID: id, Flags: flags}, nil
 	case CmdTreeDisconnect:
 		ss.mu.Lock()
@@ -67,19 +71,18 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 			return nil, protocol.StatusInvalidHandle
 		}
 		return &empty{}, s.closeOpen(of)
+	case CmdCancel:
+		return s.cancel(ss, req.(*cancelReq))
 	}
 
 	tr, ok := ss.tree(h.TreeID)
 	if !ok {
 		return nil, StatusNetworkNameDeleted
 	}
-	// open finds a file handle of this tree's share.
-	open := func(hd Handle) (*openFile, error) {
-		of, ok := ss.handle(hd)
-		if !ok || of.file == nil || of.file.Tree().Share() != tr.Share() {
-			return nil, protocol.StatusInvalidHandle
-		}
-		return of, nil
+	open := func(hd Handle) (*openFile, error) { return ss.fileIn(tr, hd) }
+	switch h.Command {
+	case CmdCopyRange, CmdFallocate, CmdSeek, CmdTmpfile, CmdLinkHandle:
+		return s.serverSide(ss, tr, h.Command, req)
 	}
 	// Every disk operation goes through the tree (protocol/share), which
 	// also applies the read-only rule.
@@ -122,21 +125,21 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		a, err := tr.Mkdir(r.Path, r.Mode)
 		return &attrMsg{a}, err
 	case *openReq:
-		f, a, err := tr.Open(r.Path, int(r.Flags), r.Mode)
+		return s.open(ss, tr, r)
+	case *reopenReq:
+		return s.reopen(ss, tr, r)
+	case *lockReq:
+		of, err := open(r.Handle)
 		if err != nil {
 			return nil, err
 		}
-		of := &openFile{sess: ss, file: f}
-		hd, err := ss.addHandle(of, s.cfg.MaxHandles)
+		return s.lock(ss, h, of, r)
+	case *unlockReq:
+		of, err := open(r.Handle)
 		if err != nil {
-			f.Close()
 			return nil, err
 		}
-		resp := &openResp{Handle: hd, Attr: a}
-		if r.Register && a.Mode&syscall.S_IFMT == syscall.S_IFREG {
-			resp.Fid = s.registerOpen(ss, of, r.FidFlags)
-		}
-		return resp, nil
+		return &empty{}, of.locks.UnlockOwner(of.file, r.Owner)
 	case *readReq:
 		of, err := open(r.Handle)
 		if err != nil {
@@ -156,11 +159,15 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if err != nil {
 			return nil, err
 		}
+		if r.Offset == WriteToEndOfFile {
+			n, end, err := of.file.Append(r.Data)
+			return &writeResp{Count: uint32(n), End: uint64(end)}, err
+		}
 		if r.Offset > 1<<63-1 {
 			return nil, protocol.StatusInvalidParameter
 		}
 		n, err := of.file.WriteAt(r.Data, int64(r.Offset))
-		return &countMsg{uint32(n)}, err
+		return &writeResp{Count: uint32(n), End: r.Offset + uint64(n)}, err
 	case *twoPathReq:
 		switch h.Command {
 		case CmdRename:

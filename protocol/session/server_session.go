@@ -5,6 +5,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/share"
@@ -19,25 +22,37 @@ const StatusNetworkNameDeleted = protocol.Status(0xC00000C9)
 type serverSession struct {
 	id   uint64
 	key  []byte
-	macs *macs  // signs and verifies with key
-	user string // lower-cased
+	macs *macs        // signs and verifies with key
+	seal *sessionSeal // sealing keys; nil: the session cannot seal
+	user string       // lower-cased
+	conn *serverConn  // answers what is answered later (a lock wait)
+
+	loggedOff atomic.Bool // LOGOFF: nothing is kept for a reconnect
 
 	mu       sync.Mutex
 	trees    map[uint32]*share.Tree
 	nextTree uint32
 	handles  map[Handle]*openFile
 	nextH    uint64
-	lwioKeys [][16]byte // guarded by Server.mu
+	locks    *share.LockSpace         // where new opens' lock owners live (server_lock.go)
+	waits    map[uint64]*share.Waiter // waiting LOCKs by MessageID
+	lwioKeys [][16]byte               // guarded by Server.mu
+
+	sealTrees map[uint32]bool // guarded by mu: trees whose every frame must be sealed
 }
 
 // openFile is an open handle: a file or directory a tree opened, or the
 // \PIPE\LWIO pipe. Its file is what the LWIO engine reaches through a
 // resume key.
 type openFile struct {
-	sess *serverSession
-	file *share.OpenFile // nil for the pipe
+	sess  *serverSession   // guarded by Server.mu: a reconnect moves a durable open
+	file  *share.OpenFile  // nil for the pipe
+	locks *share.LockSpace // where locks taken through it live
+	user  string           // who opened it (a durable open is reclaimed by the same user)
 
-	resumeKey *[24]byte // guarded by Server.mu
+	durable   DurableID   // zero: closes with its session; guarded by Server.mu
+	parked    *time.Timer // set while kept after its connection ended; guarded by Server.mu
+	resumeKey *[24]byte   // guarded by Server.mu
 	closed    atomic.Bool
 	fid       atomic.Uint32 // the LWIO Fid OPEN registered it as (register.go), or 0
 }
@@ -63,6 +78,16 @@ func (ss *serverSession) handle(h Handle) (*openFile, bool) {
 	return of, ok
 }
 
+// fileIn finds a file handle (not the pipe) of the session on tree tr's
+// share: a handle is usable only on the session that opened it.
+func (ss *serverSession) fileIn(tr *share.Tree, h Handle) (*openFile, error) {
+	of, ok := ss.handle(h)
+	if !ok || of.file == nil || of.file.Tree().Share() != tr.Share() {
+		return nil, protocol.StatusInvalidHandle
+	}
+	return of, nil
+}
+
 func (ss *serverSession) removeHandle(h Handle) (*openFile, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -84,9 +109,17 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tre
 	if i := strings.LastIndexAny(name, `\/`); i >= 0 {
 		name = name[i+1:] // accept \\server\share as well as share
 	}
-	sh, ok := s.shares[strings.ToLower(name)]
+	key := strings.ToLower(name)
+	sh, ok := s.shares[key]
 	if !ok {
 		return 0, nil, protocol.StatusBadNetworkName
+	}
+	enc := s.shareEncrypt[key]
+	seals := ss.seal != nil && (enc == EncryptDesired || enc == EncryptRequired)
+	if enc == EncryptRequired && ss.seal == nil {
+		s.log.WithFields(logrus.Fields{"session": ss.id, "user": ss.user, "share": sh.Name}).
+			Warn("tree connect refused: the share requires sealing (encrypt = required) and this session cannot seal (the client does not, or the server's encrypt is off)")
+		return 0, nil, StatusSealRequired
 	}
 	tr, err := sh.Connect(share.Identity{User: ss.user})
 	if err != nil {
@@ -96,7 +129,30 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tre
 	defer ss.mu.Unlock()
 	ss.nextTree++
 	ss.trees[ss.nextTree] = tr
+	if seals {
+		if ss.sealTrees == nil {
+			ss.sealTrees = map[uint32]bool{}
+		}
+		ss.sealTrees[ss.nextTree] = true
+	}
 	return ss.nextTree, tr, nil
+}
+
+// treeSeals reports whether every frame naming tree id must be sealed.
+func (ss *serverSession) treeSeals(id uint32) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.sealTrees[id]
+}
+
+// sealed reports whether any of the session's traffic is sealed.
+func (ss *serverSession) sealed() bool {
+	if ss.seal == nil {
+		return false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.seal.always || len(ss.sealTrees) > 0
 }
 
 // newResumeKey issues a resume key for an open (FSCTL_SRV_REQUEST_RESUME_KEY).

@@ -2,6 +2,8 @@ package session
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -27,11 +29,24 @@ type Tree struct {
 
 // TreeConnect connects to share (a name, or \\server\share). An unknown
 // share is STATUS_BAD_NETWORK_NAME, one the user may not use
-// STATUS_ACCESS_DENIED.
+// STATUS_ACCESS_DENIED, one that requires sealing on a session that cannot
+// seal an error wrapping ErrSealRequired. When the share seals, every frame
+// of the session is sealed from then on.
 func (c *Client) TreeConnect(ctx context.Context, share string) (*Tree, error) {
 	var r treeConnectResp
 	if err := c.call(ctx, CmdTreeConnect, 0, &nameMsg{Name: share}, &r); err != nil {
+		if errors.Is(err, StatusSealRequired) {
+			return nil, fmt.Errorf("%w: share %q requires sealing (encrypt = required) and this session is not sealed", ErrSealRequired, share)
+		}
 		return nil, err
+	}
+	if r.Flags&treeFlagSeal != 0 {
+		if c.seal.Load() == nil {
+			err := errors.New("session: server seals a tree of a session without sealing keys")
+			c.fail(err)
+			return nil, err
+		}
+		c.startSealing("tree connect to " + share)
 	}
 	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0}, nil
 }
@@ -185,24 +200,37 @@ func (t *Tree) ReadAt(ctx context.Context, h Handle, p []byte, off int64) (int, 
 }
 
 // WriteAt writes p at off through the session channel, in MaxIOSize
-// pieces.
+// pieces. A negative off appends, as Append does.
 func (t *Tree) WriteAt(ctx context.Context, h Handle, p []byte, off int64) (int, error) {
+	n, _, err := t.write(ctx, h, p, off)
+	return n, err
+}
+
+// write writes p at off (off < 0: at the end of file, WriteToEndOfFile)
+// in MaxIOSize pieces and returns the offset just past the last one.
+func (t *Tree) write(ctx context.Context, h Handle, p []byte, off int64) (int, int64, error) {
 	n := 0
+	var end int64
 	for {
 		chunk := p[n:min(len(p), n+MaxIOSize)]
-		var r countMsg
-		if err := t.call(ctx, CmdWrite, &writeReq{Handle: h, Offset: uint64(off) + uint64(n), Data: chunk}, &r); err != nil {
-			return n, err
+		at := WriteToEndOfFile
+		if off >= 0 {
+			at = uint64(off) + uint64(n)
 		}
-		if int(r.Count) > len(chunk) {
-			return n, protocol.StatusInvalidNetworkResp
+		var r writeResp
+		if err := t.call(ctx, CmdWrite, &writeReq{Handle: h, Offset: at, Data: chunk}, &r); err != nil {
+			return n, end, err
+		}
+		if int(r.Count) > len(chunk) || r.End > 1<<63-1 {
+			return n, end, protocol.StatusInvalidNetworkResp
 		}
 		n += int(r.Count)
+		end = int64(r.End)
 		if int(r.Count) < len(chunk) {
-			return n, io.ErrShortWrite
+			return n, end, io.ErrShortWrite
 		}
 		if n >= len(p) {
-			return n, nil
+			return n, end, nil
 		}
 	}
 }

@@ -29,8 +29,11 @@ func dialConfig(o *Options, log *logrus.Logger) fs.DialConfig {
 		}
 		o.providers = localProviders(o.Provider, log.WithField("component", "transport"))
 	})
-	mode := client.Interrupt
-	if o.Completion == "polling" {
+	mode := client.Auto
+	switch o.Completion {
+	case "interrupt":
+		mode = client.Interrupt
+	case "polling":
 		mode = client.Polling
 	}
 	return fs.DialConfig{
@@ -38,13 +41,15 @@ func dialConfig(o *Options, log *logrus.Logger) fs.DialConfig {
 		Share: o.Share,
 		Session: session.ClientConfig{
 			User: o.Username, Domain: o.Domain, Password: o.password,
-			Logger: log.WithField("component", "session"),
+			Logger: log.WithField("component", "session"), Seal: sealMode(o.Seal),
 		},
 		Providers:   o.providers,
 		RequireRDMA: o.Provider != "auto",
 		Completion:  mode,
 		Conns:       o.Conns,
+		PoolMemory:  o.PoolMiB << 20,
 		Logger:      log,
+		Stats:       o.stats,
 	}
 }
 

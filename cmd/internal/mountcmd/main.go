@@ -35,6 +35,14 @@ func Main(prog string) {
 }
 
 func run(prog string, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "stat":
+			return runStat(args[1:], stdout, stderr)
+		case "devices":
+			return runDevices(args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 1 && (args[0] == "-providers" || args[0] == "--providers" || args[0] == "providers") {
 		describeProviders(stdout)
 		return 0
@@ -98,19 +106,24 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 
 const usage = `usage: lwio-mount //HOST[:PORT]/SHARE MOUNTPOINT [-o opts]
        lwio-mount -providers
+       lwio stat MOUNTPOINT [-json]     what a running mount moves, and how
+       lwio devices [-json]             RDMA devices and the mounts using them
 options (comma separated, mount(8) style):
   credentials=FILE   lines username=, password=, domain=
   username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
   domain=NAME        NTLM domain
   ro                 read-only mount
+  seal               require sealing (AES-GCM encryption) of the session channel;
+                     without it, sealed when the server or share asks
   provider=P         auto (default), verbs, softrdma, or none (session channel only)
-  completion=M       interrupt (default) or polling
+  completion=M       auto (default: by each connection's load), interrupt or polling
   attr_timeout=SEC   attribute cache timeout (default 1)
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
   conns=N            RDMA connections to open (default: one per CPU, 2–16)
   readahead=KIB      readahead window (default 1024; 0 keeps the kernel's 128)
   writebehind=N      buffered writes of a file in flight (default 8; 0 writes through)
+  pool_memory=MIB    registered data buffers kept between requests (default 32; 0: unbounded)
   reconnect_timeout=SEC  how long file operations wait for a lost server (default 30)
   debug              log every FUSE request
   bg | fg            return once mounted | stay in the foreground (default: fg,
@@ -240,6 +253,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		}
 	}()
 	defer func() { connected(); <-watched }()
+	o.stats = new(fs.Stats)
 	first := true
 	dial := func(ctx context.Context) (*fs.Session, error) {
 		s, err := dialSession(ctx, o, log)
@@ -262,6 +276,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		return err
 	}
 	defer r.Close()
+	r.CountInto(o.stats)
 
 	fopts := o.fsOptions()
 	fopts.Logger = log.WithField("component", "fs")
@@ -271,6 +286,9 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 	}
 	log.WithFields(logrus.Fields{"source": o.Source(), "mountpoint": o.Mountpoint, "user": o.Username,
 		"data_path": r.Name(), "read_only": o.ReadOnly}).Info("mounted")
+	if c := startControl(o, r, o.stats, log); c != nil {
+		defer c.Close()
+	}
 	ready.report(nil)
 	connected()
 	<-watched

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/fs"
+	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -30,8 +31,9 @@ type Options struct {
 	Credentials      string
 
 	ReadOnly     bool
+	Seal         bool   // require sealing of the session channel (-o seal)
 	Provider     string // auto, verbs, softrdma, none
-	Completion   string // interrupt, polling
+	Completion   string // auto, interrupt, polling
 	AttrTimeout  time.Duration
 	EntryTimeout time.Duration
 	AllowOther   bool
@@ -39,6 +41,7 @@ type Options struct {
 	Conns        int // RDMA connections; 0 = engine default
 	ReadAheadKB  int // readahead window in KiB; 0 = fs default (1 MiB), -1 = the kernel's
 	WriteBehind  int // writes of a file in flight; 0 = fs default, -1 = write through
+	PoolMiB      int // idle registered buffers kept, MiB; 0 = engine default, -1 = unbounded
 	// Background: true returns once mounted (mount helper behaviour),
 	// false stays in the foreground; nil decides by how we were started.
 	Background *bool
@@ -51,6 +54,8 @@ type Options struct {
 
 	providersOnce sync.Once
 	providers     []transport.Provider
+	// stats are the mount's counters, across reconnects (lwio stat).
+	stats *fs.Stats
 }
 
 // Addr is the session channel address.
@@ -125,6 +130,11 @@ func (o *Options) applyOption(opt string) error {
 		return errors.New("password= is not accepted on the command line (it would show in ps): use credentials=FILE or LWIO_PASSWORD")
 	case "ro":
 		o.ReadOnly = true
+	case "seal":
+		if hasVal {
+			return fmt.Errorf("option seal takes no value (%q)", opt)
+		}
+		o.Seal = true
 	case "provider":
 		switch val {
 		case "auto", "verbs", "softrdma", "none":
@@ -134,10 +144,10 @@ func (o *Options) applyOption(opt string) error {
 		}
 	case "completion":
 		switch val {
-		case "interrupt", "polling":
+		case "auto", "interrupt", "polling":
 			o.Completion = val
 		default:
-			return fmt.Errorf("option completion=%q: want interrupt or polling", val)
+			return fmt.Errorf("option completion=%q: want auto, interrupt or polling", val)
 		}
 	case "attr_timeout", "actimeo":
 		o.AttrTimeout, err = seconds()
@@ -176,6 +186,15 @@ func (o *Options) applyOption(opt string) error {
 		if n == 0 {
 			o.WriteBehind = -1
 		}
+	case "pool_memory":
+		n, cerr := strconv.Atoi(val)
+		if cerr != nil || n < 0 || n > 4096 {
+			return fmt.Errorf("option pool_memory=%q: want 0 (unbounded) to 4096 MiB", val)
+		}
+		o.PoolMiB = n
+		if n == 0 {
+			o.PoolMiB = -1
+		}
 	case "bg", "background":
 		t := true
 		o.Background = &t
@@ -206,7 +225,7 @@ func (o *Options) applyOption(opt string) error {
 // ignored. It does not read credentials.
 func parseArgs(args []string) (*Options, error) {
 	o := &Options{
-		Provider: "auto", Completion: "interrupt",
+		Provider: "auto", Completion: "auto",
 		AttrTimeout: fs.DefaultAttrTimeout, EntryTimeout: fs.DefaultEntryTimeout,
 	}
 	var pos []string
@@ -342,4 +361,13 @@ func (o *Options) fsOptions() fs.Options {
 		ReadAhead:    o.ReadAheadKB * 1024,
 		WriteBehind:  o.WriteBehind,
 	}
+}
+
+// sealMode is the session's sealing mode for -o seal: required, or (as
+// mount.cifs without "seal") sealed when the server or share asks.
+func sealMode(seal bool) session.SealMode {
+	if seal {
+		return session.SealRequired
+	}
+	return session.SealAuto
 }
