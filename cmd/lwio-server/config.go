@@ -32,7 +32,7 @@ import (
 //	metrics = "127.0.0.1:9450"        # Prometheus /metrics; default none
 //	[limits]
 //	credits_per_connection = 64
-//	max_buffer_memory = 67108864      # receive buffers of all connections together, bytes
+//	max_buffer_memory = 33554432      # receive buffers of all connections together, bytes
 //	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
 //	max_recv_buffer = 131120          # a receive buffer: 128 KiB of WRITE data + header
 //	workers = 0                       # disk I/O goroutines; 0 = engine default

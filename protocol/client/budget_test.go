@@ -112,8 +112,8 @@ func TestBudgetRebalances(t *testing.T) {
 }
 
 // More than 16 clients, each with two connections, all get their LWIO
-// connections from a server with the default memory budget (64 MiB, about
-// 500 credits of 32 asked per connection): the ones past the budget get
+// connections from a server with the default memory budget (32 MiB, 248
+// credits of 32 asked per connection): the ones past the budget get
 // the minimal grant, the balancer takes the overdraft back from the
 // others, and every client's I/O works (issue 20: before, a first come,
 // first served budget refused every AUTH past the 16th mount).

@@ -29,7 +29,7 @@ import (
 
 // Defaults of the budget's Config fields.
 const (
-	DefaultMaxBufferMemory = 64 << 20
+	DefaultMaxBufferMemory = 32 << 20
 	DefaultMinCredits      = 4
 )
 
@@ -163,7 +163,7 @@ func (c *conn) dropSpares() {
 	regions := make([]transport.Region, 0, len(spare))
 	for _, rb := range spare {
 		regions = append(regions, rb.region)
-		rb.region = nil
+		rb.region, rb.seg = nil, transport.Segment{} // nothing keeps the memory
 	}
 	c.mu.Unlock()
 	for _, r := range regions {

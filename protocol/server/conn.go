@@ -418,6 +418,12 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 	sl.recv = nil
 	sl.req.Data, sl.req.Regions = nil, nil // they alias rb
 	c.releaseFragments(sl)
+	c.giveBack(sl, rb, retire)
+}
+
+// giveBack reposts a consumed receive buffer, or, when credits were retired
+// (or retire: this message retired one), keeps it as a spare or frees it.
+func (c *conn) giveBack(sl *slot, rb *recvBuf, retire bool) {
 	c.mu.Lock()
 	if retire || c.recvExcess > 0 {
 		if !retire {
@@ -432,7 +438,7 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 			return
 		}
 		r := rb.region
-		rb.region = nil
+		rb.region, rb.seg = nil, transport.Segment{} // nothing keeps the memory
 		c.mu.Unlock()
 		r.Deregister()
 		c.s.recvBufs.Add(-1)

@@ -72,7 +72,7 @@ type Config struct {
 	// credit is a posted receive buffer (MaxRecvBufferSize, plus 4 KiB
 	// that page-aligns write data), and all connections' credits together
 	// stay within this, rebalanced as clients come and go (budget.go; 0 =
-	// DefaultMaxBufferMemory, 64 MiB: about 500 credits).
+	// DefaultMaxBufferMemory, 32 MiB: 248 credits).
 	MaxBufferMemory int64
 	// CreditBudget, when set, is the budget in credits instead of
 	// MaxBufferMemory's (tests).
