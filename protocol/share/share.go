@@ -117,7 +117,7 @@ type Identity struct {
 type Tree struct {
 	sh      *Share
 	id      Identity
-	listing dirListing // READDIR continuation cache
+	listing dirListing  // READDIR continuation cache
 	lease   *treeLeases // set by EnableLeases
 }
 
