@@ -43,7 +43,8 @@ var frameMagic = [4]byte{'L', 'W', 'S', 'C'}
 
 // Flags of a frame header.
 const (
-	// FlagResponse marks a server-to-client response.
+	// FlagResponse marks a server-to-client frame: a response, or a
+	// LEASE_BREAK (whose MessageID is the server's own sequence).
 	FlagResponse uint16 = 1 << 0
 	// FlagSigned says the Signature field holds a signature with the
 	// session key. After session setup every frame must carry it.
@@ -86,8 +87,12 @@ const (
 	CmdPipeOpen       Command = 26 // opens a named pipe (\PIPE\LWIO)
 	CmdPipeTransact   Command = 27 // one request/response on a pipe handle
 	CmdEcho           Command = 28 // keepalive; an empty body both ways
+	CmdLeaseBreak     Command = 33 // server → client, unsolicited: a lease no longer holds (lease.go)
+	CmdLeaseAck       Command = 34 // the client's acknowledgement of a LEASE_BREAK
+	CmdLease          Command = 35 // a lookup with a lease; gives leases up
+	CmdBatch          Command = 43 // requests on open handles, run in order as one (batch.go)
 
-	cmdLimit = 29
+	cmdLimit = 44
 )
 
 var commandNames = [cmdLimit]string{
@@ -99,6 +104,7 @@ var commandNames = [cmdLimit]string{
 	CmdStatFS: "STATFS", CmdFsync: "FSYNC", CmdGetXattr: "GETXATTR", CmdSetXattr: "SETXATTR",
 	CmdListXattr: "LISTXATTR", CmdRemoveXattr: "REMOVEXATTR", CmdIoctl: "IOCTL",
 	CmdPipeOpen: "PIPE_OPEN", CmdPipeTransact: "PIPE_TRANSACT", CmdEcho: "ECHO",
+	CmdLeaseBreak: "LEASE_BREAK", CmdLeaseAck: "LEASE_ACK", CmdLease: "LEASE", CmdBatch: "BATCH",
 }
 
 // String returns the command's name, e.g. "READDIR".

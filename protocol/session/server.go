@@ -283,6 +283,7 @@ func (s *Server) endSession(ss *serverSession) {
 		delete(s.lwioKeys, k)
 	}
 	s.mu.Unlock()
+	ss.endLeases()
 	ss.mu.Lock()
 	opens := ss.handles
 	ss.handles = map[Handle]*openFile{}

@@ -71,6 +71,13 @@ type serverConn struct {
 	inflight sync.WaitGroup
 	sem      chan struct{}
 	stopping atomic.Bool
+
+	// LEASE_BREAKs waiting to be written (lease.go).
+	breakMu   sync.Mutex
+	breakQ    []queuedBreak
+	breakRun  bool
+	breakStop bool
+	breakSeq  uint64 // owned by the writing goroutine
 }
 
 func (s *Server) newConn(nc net.Conn) *serverConn {
@@ -95,6 +102,7 @@ func (c *serverConn) serve() {
 	c.log.Debug("connection open")
 	err := c.readLoop()
 	c.inflight.Wait()
+	c.stopBreaks()
 	c.nc.Close()
 	if ss := c.sess.Load(); ss != nil {
 		c.s.endSession(ss)
@@ -163,7 +171,7 @@ func (c *serverConn) readLoop() error {
 			c.setState(stateClosed)
 			return nil
 		}
-		if len(c.sem) == 0 && inlineCommand(f.Command) && br.Buffered() == 0 {
+		if f.Command == CmdLeaseAck || len(c.sem) == 0 && inlineCommand(f.Command) && br.Buffered() == 0 && !ss.othersHoldLeases() {
 			// Nothing else in flight and nothing more read: a quick
 			// namespace operation runs on the reader itself, saving a
 			// goroutine hand-off (and the wake-up of an idle thread
@@ -249,6 +257,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		trees:   map[uint32]*share.Tree{},
 		handles: map[Handle]*openFile{},
 	}
+	ss.sendBreak = c.sendBreak
 	c.s.registerSession(ss)
 	c.log = c.log.WithFields(logrus.Fields{"session": ss.id, "user": res.User})
 	c.log.WithFields(logrus.Fields{"domain": res.Domain, "workstation": res.Workstation}).Info("session established")

@@ -23,7 +23,16 @@ func (c *serverConn) handle(ss *serverSession, f Frame) error {
 	if err := unmarshal(f.Body, req); err != nil {
 		return err
 	}
-	resp, err := c.s.dispatch(ss, f.Header, req)
+	var resp message
+	var err error
+	if b, ok := req.(*batchReq); ok {
+		var broken error
+		if resp, err, broken = c.batch(ss, f.Header, b); broken != nil {
+			return broken
+		}
+	} else {
+		resp, err = c.s.dispatch(ss, f.Header, req)
+	}
 	st := ntstatus.FromError(err)
 	if st != protocol.StatusSuccess {
 		c.log.WithFields(logrus.Fields{"op": f.Command, "msgid": f.MessageID, "status": st}).WithError(err).Debug("request failed")
@@ -45,15 +54,19 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if tr.Share().ReadOnly {
 			flags |= treeFlagReadOnly
 		}
+		if ss.leasing(tr) {
+			flags |= treeFlagLeases
+		}
 		return &treeConnectResp{TreeID: id, Flags: flags}, nil
 	case CmdTreeDisconnect:
 		ss.mu.Lock()
-		_, ok := ss.trees[h.TreeID]
+		tr, ok := ss.trees[h.TreeID]
 		delete(ss.trees, h.TreeID)
 		ss.mu.Unlock()
 		if !ok {
 			return nil, StatusNetworkNameDeleted
 		}
+		tr.Disconnect()
 		return &empty{}, nil
 	case CmdPipeOpen:
 		return s.pipeOpen(ss, req.(*nameMsg).Name)
@@ -78,6 +91,9 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 			return nil, protocol.StatusInvalidHandle
 		}
 		return of, nil
+	}
+	if resp, err, ok := s.leaseDispatch(ss, tr, req); ok {
+		return resp, err
 	}
 	// Every disk operation goes through the tree (protocol/share), which
 	// also applies the read-only rule.
@@ -118,7 +134,7 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		return readDir(tr, r)
 	case *mkdirReq:
 		a, err := tr.Mkdir(r.Path, r.Mode)
-		return &attrMsg{a}, err
+		return &mkdirResp{Attr: a}, err
 	case *openReq:
 		f, a, err := tr.Open(r.Path, int(r.Flags), r.Mode)
 		if err != nil {

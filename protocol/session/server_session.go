@@ -28,6 +28,8 @@ type serverSession struct {
 	handles  map[Handle]*openFile
 	nextH    uint64
 	lwioKeys [][16]byte // guarded by Server.mu
+
+	sendBreak func(tree uint32, b share.LeaseBreak) // the connection's (lease.go)
 }
 
 // openFile is an open handle: a file or directory a tree opened, or the
@@ -92,10 +94,12 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tre
 		return 0, nil, err
 	}
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	ss.nextTree++
-	ss.trees[ss.nextTree] = tr
-	return ss.nextTree, tr, nil
+	id := ss.nextTree
+	ss.trees[id] = tr
+	ss.mu.Unlock()
+	ss.enableLeases(id, tr)
+	return id, tr, nil
 }
 
 // newResumeKey issues a resume key for an open (FSCTL_SRV_REQUEST_RESUME_KEY).

@@ -16,6 +16,7 @@ type Tree struct {
 	id       uint32
 	name     string
 	readOnly bool
+	leases   bool // the share grants leases (lease.go)
 }
 
 // TreeConnect connects to share (a name, or \\server\share). An unknown
@@ -26,7 +27,7 @@ func (c *Client) TreeConnect(ctx context.Context, share string) (*Tree, error) {
 	if err := c.call(ctx, CmdTreeConnect, 0, &nameMsg{Name: share}, &r); err != nil {
 		return nil, err
 	}
-	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0}, nil
+	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0, leases: r.Flags&treeFlagLeases != 0}, nil
 }
 
 // ReadOnly reports whether the share refuses modifications.
