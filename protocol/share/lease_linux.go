@@ -672,3 +672,7 @@ func (lt *leaseTable) revokeAll() []pending {
 	}
 	return ps
 }
+
+// OthersHold reports whether another tree holds a lease on the share: a
+// change by t may then wait for acknowledgements.
+func (t *Tree) OthersHold() bool { return t.othersHold() }
