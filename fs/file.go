@@ -58,16 +58,26 @@ var (
 )
 
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if fh, ok := n.reuseHandle(int(flags)); ok {
+		if a, ok := n.freshAttr(); ok {
+			return fh, n.openFlags(a, int(flags)), 0
+		}
+		fh.Release(ctx) // (kept again, or closed)
+	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
 	g := n.dropAttr()
-	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
+	h, a, got, err := n.openTree(ctx, p, int(flags), int(flags)&sessionOpenFlags, 0)
 	if err != nil {
 		return nil, 0, n.errno("open", p, err)
 	}
+	n.fs.lease.install(n, a.Ino, got, g)
 	n.rememberAt(g, a)
-	return n.newHandle(p, h, int(flags)), n.openFlags(a, int(flags)), 0
+	n.brokenDuring(a.Ino, g)
+	fh := n.newHandle(p, h, int(flags))
+	fh.writable()
+	return fh, n.openFlags(a, int(flags)), 0
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -76,13 +86,18 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	p := n.childPath(name)
 	n.dropAttr()
 	defer n.dropAttr()
-	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
+	g := n.gen()
+	h, a, got, err := n.openTree(ctx, p, int(flags), int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
 	if err != nil {
+		n.nameUnknown(name)
 		return nil, nil, 0, n.errno("create", p, err)
 	}
-	child := n.newChild(ctx, a, out)
+	child := n.newChild(ctx, a, out, g)
+	n.created(child, name, got, g, false, out)
 	cn := child.Operations().(*Node)
-	return child, cn.newHandle(p, h, int(flags)), cn.openFlags(a, int(flags)), 0
+	fh := cn.newHandle(p, h, int(flags))
+	fh.writable()
+	return child, fh, cn.openFlags(a, int(flags)), 0
 }
 
 func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
@@ -108,6 +123,9 @@ func (f *fileHandle) dataFile(ctx context.Context) (DataFile, error) {
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	if err := f.node.flushDeferred(ctx, false); err != nil {
+		return nil, err // what was held back goes first
+	}
 	d, err := f.node.fs.data.Attach(ctx, f.h, f.flags)
 	if err != nil {
 		return nil, err
@@ -147,12 +165,14 @@ func (f *fileHandle) dirty() {
 	n.mu.Lock()
 	n.cache = validator{}
 	n.freshValid = false // size and mtime move
-	n.freshGen++
+	n.freshGen = n.fs.seq.Add(1)
 	n.mu.Unlock()
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f.node.dropAttr() // the server may move the atime
+	if !f.node.holdsRead() {
+		f.node.dropAttr() // the server may move the atime (a Read lease covers all else)
+	}
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return nil, f.errno("register", err)
@@ -199,6 +219,9 @@ func (f *fileHandle) inlineWrite(n int) (HandleIO, bool) {
 }
 
 func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, syscall.Errno) {
+	if done, errno := f.deferWrite(ctx, buf, off); done {
+		return uint32(len(buf)), errno
+	}
 	f.dirty()
 	defer f.dirty() // and attributes fetched during the write predate it
 	if hio, ok := f.inlineWrite(len(buf)); ok {
@@ -315,18 +338,39 @@ func (f *fileHandle) cancel() {
 }
 
 // Flush is close(2). Writes are write-through (each WRITE completes on the
-// server before the kernel is answered), so there is nothing to push: the
-// file is consistent on the server for the next open anywhere.
-func (f *fileHandle) Flush(ctx context.Context) syscall.Errno { return 0 }
+// server before the kernel is answered) but for what a Write lease held
+// back, which goes now: the file is consistent on the server for the next
+// open anywhere, and close(2) reports a failure.
+func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	return f.errno("flush", f.node.flushDeferred(ctx, false))
+}
 
-// Release is the last close: LWIO CLOSE of the Fid, then the session
-// handle. The caller's context is already gone, so both get their own.
+// Release is the last close. It is answered at once — the kernel does not
+// wait for it anyway — and the rest happens in the background: what a
+// Write lease held back is sent, then a read handle under a Handle lease
+// is kept for the next open, or LWIO CLOSE of the Fid and the session
+// handle's CLOSE go out.
 func (f *fileHandle) Release(context.Context) syscall.Errno {
 	if f.released.Swap(true) {
 		return 0
 	}
+	f.closing()
+	if !f.node.holding() && f.keepHandle() {
+		return 0 // kept, now: the next open may come at once
+	}
+	go f.release()
+	return 0
+}
+
+func (f *fileHandle) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
+	if err := f.node.flushDeferred(ctx, false); err != nil {
+		f.log.WithField("op", "release").WithError(err).Warn("fs: held-back writes at release")
+	}
+	if f.keepHandle() {
+		return
+	}
 	f.attachMu.Lock() // no attach after this
 	b := f.data.Load()
 	f.attachMu.Unlock()
@@ -340,7 +384,7 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 	if err == nil {
 		err = derr
 	}
-	return f.errno("release", err)
+	f.errno("release", err)
 }
 
 func (f *fileHandle) errno(op string, err error) syscall.Errno {

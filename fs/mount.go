@@ -47,6 +47,9 @@ type Options struct {
 	// NoInlineWrites sends every write over the data path: no file
 	// writes its first InlineWriteMax bytes over the session channel.
 	NoInlineWrites bool
+	// NoLeases asks the server for no leases: only the attribute and
+	// entry timeouts cache (lease.go).
+	NoLeases bool
 	// Logger receives the filesystem's logs; nil means quiet.
 	Logger logrus.FieldLogger
 }
@@ -65,8 +68,14 @@ type nopWriter struct{}
 func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 // NewRoot returns the root node of a mount over tree with file data on data.
+// A tree that grants leases (a SessionLeaser) is asked for them unless
+// opts.NoLeases.
 func NewRoot(tree Tree, data DataPath, opts Options) *Node {
-	return &Node{fs: &filesystem{tree: tree, data: data, opts: opts, log: opts.logger()}}
+	fs := &filesystem{tree: tree, data: data, opts: opts, log: opts.logger()}
+	if sl, ok := tree.(SessionLeaser); ok && !opts.NoLeases {
+		fs.lease = newLeaseCtl(fs, sl)
+	}
+	return &Node{fs: fs}
 }
 
 // MountOptions returns the go-fuse options of a mount: timeouts, and the
@@ -146,9 +155,18 @@ func trimNL(p []byte) []byte {
 // Mount mounts tree at mountpoint and returns once the kernel has the
 // mount; the caller runs until Wait returns or calls Unmount.
 func Mount(mountpoint string, tree Tree, data DataPath, opts Options) (*fuse.Server, error) {
-	root := NewRoot(tree, data, opts)
-	srv, err := gofs.Mount(mountpoint, root, opts.MountOptions())
+	return mountRoot(mountpoint, NewRoot(tree, data, opts), opts)
+}
+
+// mountRoot mounts the node tree under root at mountpoint.
+func mountRoot(mountpoint string, root *Node, opts Options) (*fuse.Server, error) {
+	o := opts.MountOptions()
+	srv, err := fuse.NewServer(negativeFS{gofs.NewNodeFS(root, o)}, mountpoint, &o.MountOptions)
 	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	return srv, nil

@@ -75,6 +75,7 @@ type Reconnector struct {
 	closed  bool
 	handles map[session.Handle]*vhandle
 	next    session.Handle
+	breakTo func(session.LeaseBreak) LeaseState // the mount's lease breaks (reconnect_lease.go)
 }
 
 // vhandle is an open file as the mount knows it: a handle number stable
@@ -149,6 +150,9 @@ func (r *Reconnector) lost(gen uint64) {
 	r.cur = nil
 	r.redial = make(chan struct{})
 	r.log.WithField("generation", gen).Warn("fs: connection to the server lost; reconnecting")
+	if fn := r.breakTo; fn != nil {
+		go fn(session.LeaseBreak{}) // the session's leases died with it
+	}
 	go func() {
 		if old != nil && old.Close != nil {
 			old.Close()
@@ -181,6 +185,7 @@ func (r *Reconnector) redialLoop() {
 			}
 			r.gen++
 			r.cur = s
+			forwardBreaks(s, r.breakTo)
 			gen := r.gen
 			close(r.redial)
 			r.redial = nil
@@ -295,12 +300,20 @@ func (r *Reconnector) Rmdir(ctx context.Context, path string) error {
 }
 
 func (r *Reconnector) Open(ctx context.Context, path string, flags int, mode uint32) (session.Handle, session.Attr, error) {
+	return r.open(ctx, path, flags, func(s *Session) (session.Handle, session.Attr, error) {
+		return s.Tree.Open(ctx, path, flags, mode)
+	})
+}
+
+// open runs an open on the live session and gives the handle it made a
+// number that outlives reconnects.
+func (r *Reconnector) open(ctx context.Context, path string, flags int, op func(s *Session) (session.Handle, session.Attr, error)) (session.Handle, session.Attr, error) {
 	var real session.Handle
 	var a session.Attr
 	var gen uint64
 	replay := flags&syscall.O_CREAT == 0 // opening an existing file twice is harmless
 	err := r.do(ctx, replay, func(s *Session, g uint64) (err error) {
-		real, a, err = s.Tree.Open(ctx, path, flags, mode)
+		real, a, err = op(s)
 		gen = g
 		return err
 	})
