@@ -361,4 +361,3 @@ func TestLeaseHandleReuse(t *testing.T) {
 	}
 	soon(t, "local rewrite", time.Second, func() bool { return content(filepath.Join(a, "f")) == "changed\n" })
 }
-
