@@ -97,7 +97,11 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	cn := child.Operations().(*Node)
 	fh := cn.newHandle(p, h, int(flags))
 	fh.writable()
-	return child, fh, cn.openFlags(a, int(flags)), 0
+	var fl uint32
+	if !cn.freshNode(a) {
+		fl = cn.openFlags(a, int(flags))
+	}
+	return child, fh, fl, 0
 }
 
 func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
@@ -379,6 +383,10 @@ func (f *fileHandle) release() {
 		if derr = b.Close(ctx); derr != nil {
 			f.log.WithField("op", "release").WithError(derr).Warn("fs: closing data path")
 		}
+	}
+	if lc := f.node.fs.lease; lc.on() {
+		lc.closeLater(f.h)
+		return
 	}
 	err := f.node.fs.tree.CloseHandle(ctx, f.h)
 	if err == nil {

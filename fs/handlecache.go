@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
@@ -122,11 +123,54 @@ func (ch *cachedHandle) close() {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		defer cancel()
 		if ch.data != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 			ch.data.Close(ctx)
+			cancel()
 		}
-		ch.node.fs.tree.CloseHandle(ctx, ch.h)
+		ch.node.fs.lease.closeLater(ch.h)
 	}()
+}
+
+// closeDelay gathers the CLOSEs of released handles: `tar -x` releases a
+// file every few hundred microseconds, and closing them in one BATCH
+// each closeDelay (or maxBatchCloses) spares the server and this mount a
+// request and a response per file. Nobody waits for a CLOSE.
+const (
+	closeDelay     = 20 * time.Millisecond
+	maxBatchCloses = 64
+)
+
+// closeLater closes h on the server with the next gathered BATCH.
+func (lc *leaseCtl) closeLater(h session.Handle) {
+	lc.mu.Lock()
+	lc.closes = append(lc.closes, h)
+	now := len(lc.closes) >= maxBatchCloses
+	arm := !lc.closing && !now
+	if arm {
+		lc.closing = true
+	}
+	lc.mu.Unlock()
+	if now {
+		go lc.sendCloses()
+	} else if arm {
+		time.AfterFunc(closeDelay, lc.sendCloses)
+	}
+}
+
+// sendCloses closes the gathered handles.
+func (lc *leaseCtl) sendCloses() {
+	lc.mu.Lock()
+	hs := lc.closes
+	lc.closes = nil
+	lc.closing = false
+	lc.mu.Unlock()
+	if len(hs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := lc.tr.CloseHandles(ctx, hs); err != nil {
+		lc.log.WithError(err).WithField("handles", len(hs)).Debug("fs: closing released handles")
+	}
 }

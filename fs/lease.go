@@ -40,9 +40,10 @@ const (
 const leaseTimeout = time.Hour
 
 // predictedTimeout is the attribute timeout of attributes predicted for
-// changes held back under a Write lease: the kernel asks again at the next
-// stat, which the node answers until the server's own arrive.
-const predictedTimeout = time.Nanosecond
+// changes held back under a Write lease. They are what the file will be
+// but for its ctime and block count, which the server decides: when the
+// changes reach it, the kernel is told to drop them (flushDeferred).
+const predictedTimeout = time.Second
 
 // SessionLeaser is the lease half of a connected tree: *session.Tree, and
 // the Reconnector over it.
@@ -57,6 +58,8 @@ type SessionLeaser interface {
 	MkdirLease(ctx context.Context, path string, mode uint32, want LeaseState) (session.Attr, LeaseState, error)
 	ReadDirLease(ctx context.Context, path string, want, entryWant LeaseState) ([]session.DirEntry, []LeaseState, LeaseState, error)
 	Batch(ctx context.Context, ops []session.BatchOp) ([]session.BatchResult, error)
+	// CloseHandles closes handles, several per round trip.
+	CloseHandles(ctx context.Context, hs []session.Handle) error
 }
 
 var _ SessionLeaser = (*session.Tree)(nil)
@@ -79,6 +82,8 @@ type leaseCtl struct {
 	nodes     map[uint64]*Node  // inode → the node holding its lease
 	release   []uint64          // leases of forgotten nodes, to give up
 	releasing bool
+	closes    []session.Handle // released handles, closed together (closeLater)
+	closing   bool
 	cached    []*cachedHandle // handles kept under Handle leases, oldest first
 }
 

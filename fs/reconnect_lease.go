@@ -144,3 +144,37 @@ func (r *Reconnector) Batch(ctx context.Context, ops []session.BatchOp) (res []s
 	})
 	return res, err
 }
+
+// CloseHandles closes handles of the live session; those of a lost one
+// died with it. Their numbers are forgotten either way.
+func (r *Reconnector) CloseHandles(ctx context.Context, vhs []session.Handle) error {
+	r.mu.Lock()
+	s, gen := r.cur, r.gen
+	var real []session.Handle
+	var hs []*vhandle
+	for _, vh := range vhs {
+		if h, ok := r.handles[vh]; ok {
+			delete(r.handles, vh)
+			hs = append(hs, h)
+		}
+	}
+	r.mu.Unlock()
+	for _, h := range hs {
+		h.mu.Lock()
+		if h.gen == gen {
+			real = append(real, h.real)
+		}
+		h.mu.Unlock()
+	}
+	if s == nil || len(real) == 0 {
+		return nil
+	}
+	sl, ok := s.Tree.(SessionLeaser)
+	if !ok {
+		for _, h := range real {
+			s.Tree.CloseHandle(ctx, h)
+		}
+		return nil
+	}
+	return sl.CloseHandles(ctx, real)
+}

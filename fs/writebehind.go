@@ -239,7 +239,8 @@ func (n *Node) flushDeferred(ctx context.Context, background bool) error {
 		}
 	}
 	n.mu.Lock()
-	if len(n.ls.wb.ops) == 0 {
+	replaced := len(n.ls.wb.ops) == 0
+	if replaced {
 		n.ls.wb.predicted = false
 		if err == nil {
 			n.fresh, n.freshAt, n.freshValid = res[len(res)-1].Attr, time.Now(), true
@@ -252,6 +253,12 @@ func (n *Node) flushDeferred(ctx context.Context, background bool) error {
 		n.ls.wb.err = err
 	}
 	n.mu.Unlock()
+	if replaced {
+		// The kernel has the predicted attributes: the server's (ctime,
+		// blocks) replace them at its next stat. Attributes only: takes
+		// no lock a request on this file could hold.
+		n.NotifyContent(-1, 0)
+	}
 	if err != nil {
 		n.fs.log.WithError(err).WithField("path", n.path()).Warn("fs: held-back writes failed")
 		return err

@@ -195,3 +195,27 @@ func (c *serverConn) batch(ss *serverSession, h Header, req *batchReq) (message,
 	}
 	return resp, nil, nil
 }
+
+// CloseHandles closes handles in as few round trips as BATCH allows
+// (closes a client put off, gathered). A handle that fails to close does
+// not keep the others open; the first failure is returned.
+func (t *Tree) CloseHandles(ctx context.Context, hs []Handle) error {
+	var first error
+	for len(hs) > 0 {
+		n := min(len(hs), maxBatchOps)
+		ops := make([]BatchOp, n)
+		for i := range ops {
+			ops[i] = BatchOp{Command: CmdClose, Handle: hs[i]}
+		}
+		res, err := t.Batch(ctx, ops)
+		if err != nil {
+			return err
+		}
+		done := len(res)
+		if st := res[done-1].Status; st != protocol.StatusSuccess && first == nil {
+			first = st
+		}
+		hs = hs[done:]
+	}
+	return first
+}

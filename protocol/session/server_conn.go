@@ -199,13 +199,14 @@ func (c *serverConn) readLoop() error {
 
 // inlineCommand reports whether a request is quick enough to run on the
 // connection's reader when it is alone: single-inode namespace operations
-// on the local disk. Data (READ, WRITE), FSYNC, READDIR (a whole
-// directory) and the pipe go to their own goroutine.
+// on the local disk, LEASE, and BATCH (what a client held back of one
+// small file). Data (READ, WRITE), FSYNC, READDIR (a whole directory) and
+// the pipe go to their own goroutine.
 func inlineCommand(cmd Command) bool {
 	switch cmd {
 	case CmdGetAttr, CmdSetAttr, CmdMkdir, CmdRmdir, CmdOpen, CmdClose, CmdUnlink, CmdRename,
 		CmdSymlink, CmdReadlink, CmdLink, CmdGetXattr, CmdSetXattr, CmdListXattr, CmdRemoveXattr,
-		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS:
+		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS, CmdLease, CmdBatch:
 		return true
 	}
 	return false

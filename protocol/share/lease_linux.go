@@ -116,6 +116,7 @@ type leaseTable struct {
 	objs    map[fileKey]*leaseObj
 	byFID   map[string]*leaseObj
 	waits   map[uint64]pending // breaks waiting for an acknowledgement
+	fsids   map[uint64]string  // filesystem ids by device (fidOf)
 	nextID  uint64
 	watched int // directories with a mark
 
@@ -141,8 +142,9 @@ type openCount struct{ all, write int }
 
 // treeLeases is a tree's side: how to reach its client, and what it holds.
 type treeLeases struct {
-	send BreakSender
-	held atomic.Int64
+	send   BreakSender
+	held   atomic.Int64
+	writes atomic.Int64 // of them Write
 	// Guarded by leaseTable.mu.
 	objs      map[*leaseObj]struct{}
 	suspended bool   // an acknowledgement timed out: no grants until resumeID is acknowledged
@@ -157,7 +159,7 @@ func (s *Share) openLeases(timeout time.Duration) {
 	if timeout <= 0 {
 		timeout = DefaultLeaseBreakTimeout
 	}
-	lt := &leaseTable{timeout: timeout, objs: map[fileKey]*leaseObj{}, byFID: map[string]*leaseObj{}, waits: map[uint64]pending{}}
+	lt := &leaseTable{timeout: timeout, objs: map[fileKey]*leaseObj{}, byFID: map[string]*leaseObj{}, waits: map[uint64]pending{}, fsids: map[uint64]string{}}
 	w, err := newWatcher(lt.local)
 	if err != nil {
 		s.leaseErr = err
@@ -278,6 +280,7 @@ func (lt *leaseTable) setHolder(o *leaseObj, t *Tree, s LeaseState) {
 	old, had := o.holders[t]
 	if had && old&LeaseWrite != 0 {
 		lt.writes.Add(-1)
+		t.lease.writes.Add(-1)
 	}
 	if s == 0 {
 		if had {
@@ -296,6 +299,7 @@ func (lt *leaseTable) setHolder(o *leaseObj, t *Tree, s LeaseState) {
 	}
 	if s&LeaseWrite != 0 {
 		lt.writes.Add(1)
+		t.lease.writes.Add(1)
 	}
 	o.holders[t] = s
 }
@@ -399,7 +403,7 @@ func (lt *leaseTable) watchIn(o *leaseObj, dirfd int, base string) bool {
 		lt.tidy(p)
 		return false
 	}
-	fid, err := fidOf(dirfd, base)
+	fid, err := fidOf(dirfd, base, p.key.dev, lt.fsids)
 	if err != nil {
 		lt.tidy(p)
 		return false
@@ -448,7 +452,7 @@ func (lt *leaseTable) markDir(o *leaseObj, dirfd int, base string) bool {
 		unix.Close(fd)
 		return false
 	}
-	fid, err := fidOf(fd, "")
+	fid, err := fidOf(fd, "", o.key.dev, lt.fsids)
 	if err == nil {
 		err = lt.w.markDir(fd)
 	}
@@ -671,6 +675,20 @@ func (lt *leaseTable) revokeAll() []pending {
 		ps = append(ps, pending{t: t, b: LeaseBreak{ID: lt.nextID, Current: LeaseAll}})
 	}
 	return ps
+}
+
+// othersWrite reports whether any tree but t holds Write on the share: a
+// read or change by t may then have to recall it.
+func (t *Tree) othersWrite() bool {
+	lt := t.sh.leases
+	if lt == nil {
+		return false
+	}
+	own := int64(0)
+	if t.lease != nil {
+		own = t.lease.writes.Load()
+	}
+	return lt.writes.Load() > own
 }
 
 // OthersHold reports whether another tree holds a lease on the share: a

@@ -143,7 +143,7 @@ func (t *Tree) ReadDirLease(p, after string, budget int, cost func(name string) 
 // holds Write.
 func (t *Tree) recall(st *unix.Stat_t) bool {
 	lt := t.sh.leases
-	if lt == nil || lt.writes.Load() == 0 {
+	if !t.othersWrite() {
 		return false
 	}
 	lt.mu.Lock()
@@ -165,7 +165,7 @@ func (t *Tree) recallFor(st *unix.Stat_t, a *Attr, dirfd int, base string) {
 
 // recallFd is recall before a change through fd (a setattr).
 func (t *Tree) recallFd(fd int) {
-	if t.sh.leases == nil || t.sh.leases.writes.Load() == 0 {
+	if !t.othersWrite() {
 		return
 	}
 	if st, err := statAt(fd, ""); err == nil {
@@ -176,7 +176,7 @@ func (t *Tree) recallFd(fd int) {
 // recallPath is recall before an open that truncates p (following a final
 // symlink, as the open does).
 func (t *Tree) recallPath(p string) {
-	if t.sh.leases == nil || t.sh.leases.writes.Load() == 0 {
+	if !t.othersWrite() {
 		return
 	}
 	t.at(p, func(dirfd int, base string) error {
@@ -210,6 +210,10 @@ func (t *Tree) changed(st *unix.Stat_t, keep LeaseState) {
 func (t *Tree) changedFd(fd int, keep LeaseState) {
 	if t.sh.leases == nil {
 		return
+	}
+	t.sh.leases.changes.Add(1)
+	if !t.othersHold() {
+		return // asked after the change: see grant
 	}
 	if st, err := statAt(fd, ""); err == nil {
 		t.changed(&st, keep)
@@ -378,8 +382,7 @@ func (t *Tree) createdPath(p string) {
 // ents[i]'s), re-reading those entries' attributes. Only when some tree
 // holds Write.
 func (t *Tree) listedRecall(fd int, ents []DirEntry, sts []unix.Stat_t) {
-	lt := t.sh.leases
-	if lt == nil || lt.writes.Load() == 0 {
+	if !t.othersWrite() {
 		return
 	}
 	for i := range ents {
@@ -391,6 +394,12 @@ func (t *Tree) listedRecall(fd int, ents []DirEntry, sts []unix.Stat_t) {
 // recalled before (what they held back lands first), their leases broken
 // after (a new size ends Read; other attributes keep it).
 func (t *Tree) setattrBreaking(fd int, in SetAttrIn, a *Attr) error {
+	if in.Valid == 0 {
+		// Changes nothing (a client's fstat of a handle).
+		r, err := setattrFd(fd, in)
+		*a = r
+		return err
+	}
 	t.recallFd(fd)
 	r, err := setattrFd(fd, in)
 	if err != nil {

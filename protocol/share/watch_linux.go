@@ -92,8 +92,9 @@ func (w *watcher) mark(op uint, fd int) error {
 
 // fidOf is the file identifier fanotify reports for the object (dirfd,
 // base) — base "" is dirfd itself —: the filesystem id and the file handle
-// (name_to_handle_at(2), not following a final symlink).
-func fidOf(dirfd int, base string) (string, error) {
+// (name_to_handle_at(2), not following a final symlink). fsids caches the
+// filesystem ids by device (dev, dirfd's).
+func fidOf(dirfd int, base string, dev uint64, fsids map[uint64]string) (string, error) {
 	flags := 0
 	if base == "" {
 		flags = unix.AT_EMPTY_PATH
@@ -102,13 +103,18 @@ func fidOf(dirfd int, base string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(dirfd, &sfs); err != nil {
-		return "", err
+	fsid, ok := fsids[dev]
+	if !ok {
+		var sfs unix.Statfs_t
+		if err := unix.Fstatfs(dirfd, &sfs); err != nil {
+			return "", err
+		}
+		b := binary.LittleEndian.AppendUint32(nil, uint32(sfs.Fsid.Val[0]))
+		fsid = string(binary.LittleEndian.AppendUint32(b, uint32(sfs.Fsid.Val[1])))
+		fsids[dev] = fsid
 	}
 	b := make([]byte, 0, 12+len(h.Bytes()))
-	b = binary.LittleEndian.AppendUint32(b, uint32(sfs.Fsid.Val[0]))
-	b = binary.LittleEndian.AppendUint32(b, uint32(sfs.Fsid.Val[1]))
+	b = append(b, fsid...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.Type()))
 	return string(append(b, h.Bytes()...)), nil
 }
