@@ -122,7 +122,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if !ok {
 		return d.node.Lookup(ctx, name, out)
 	}
-	child := d.node.newChild(ctx, a, out, g)
+	child := d.node.newChild(ctx, name, a, out, g)
 	if cn, ok := child.Operations().(*Node); ok && d.node.fs.lease != nil {
 		if leased {
 			d.node.fs.lease.install(cn, a.Ino, lease, g)

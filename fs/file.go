@@ -92,7 +92,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		n.nameUnknown(name)
 		return nil, nil, 0, n.errno("create", p, err)
 	}
-	child := n.newChild(ctx, a, out, g)
+	child := n.newChild(ctx, name, a, out, g)
 	n.created(child, name, got, g, false, out)
 	cn := child.Operations().(*Node)
 	fh := cn.newHandle(p, h, int(flags))
@@ -385,7 +385,7 @@ func (f *fileHandle) release() {
 		}
 	}
 	if lc := f.node.fs.lease; lc.on() {
-		lc.closeLater(f.h)
+		f.closeLater()
 		return
 	}
 	err := f.node.fs.tree.CloseHandle(ctx, f.h)

@@ -128,23 +128,44 @@ func (ch *cachedHandle) close() {
 			ch.data.Close(ctx)
 			cancel()
 		}
-		ch.node.fs.lease.closeLater(ch.h)
+		ch.node.fs.lease.closeLater(pendingClose{ch.h, ch.node})
 	}()
 }
 
 // closeDelay gathers the CLOSEs of released handles: `tar -x` releases a
 // file every few hundred microseconds, and closing them in one BATCH
 // each closeDelay (or maxBatchCloses) spares the server and this mount a
-// request and a response per file. Nobody waits for a CLOSE.
+// request and a response per file. Nobody waits for a CLOSE — but an
+// open handle on the server is an open the others' leases must respect:
+// a handle that wrote is put off only while its file holds Write (nobody
+// else is interested), and closed at once when that lease is recalled
+// (closeNow), before the recall is acknowledged.
 const (
 	closeDelay     = 20 * time.Millisecond
 	maxBatchCloses = 64
 )
 
-// closeLater closes h on the server with the next gathered BATCH.
-func (lc *leaseCtl) closeLater(h session.Handle) {
+// pendingClose is a released handle not closed yet, and its node.
+type pendingClose struct {
+	h session.Handle
+	n *Node
+}
+
+// closeLater closes f's handle on the server with the next gathered BATCH
+// when it may wait (see closeDelay), else now, in the background.
+func (f *fileHandle) closeLater() {
+	n, lc := f.node, f.node.fs.lease
+	if f.flags&syscall.O_ACCMODE != syscall.O_RDONLY && !n.holdsWrite() {
+		go lc.close([]session.Handle{f.h})
+		return
+	}
+	lc.closeLater(pendingClose{f.h, n})
+}
+
+// closeLater queues a close for the next gathered BATCH.
+func (lc *leaseCtl) closeLater(pc pendingClose) {
 	lc.mu.Lock()
-	lc.closes = append(lc.closes, h)
+	lc.closes = append(lc.closes, pc)
 	now := len(lc.closes) >= maxBatchCloses
 	arm := !lc.closing && !now
 	if arm {
@@ -161,10 +182,37 @@ func (lc *leaseCtl) closeLater(h session.Handle) {
 // sendCloses closes the gathered handles.
 func (lc *leaseCtl) sendCloses() {
 	lc.mu.Lock()
-	hs := lc.closes
+	pcs := lc.closes
 	lc.closes = nil
 	lc.closing = false
 	lc.mu.Unlock()
+	hs := make([]session.Handle, len(pcs))
+	for i, pc := range pcs {
+		hs[i] = pc.h
+	}
+	lc.close(hs)
+}
+
+// closeNow closes n's handles waiting in the gathered BATCH, and returns
+// once they are closed: n's Write lease is being recalled for another
+// client, whose open or lease the server decides once this mount
+// acknowledges.
+func (lc *leaseCtl) closeNow(n *Node) {
+	var hs []session.Handle
+	lc.mu.Lock()
+	lc.closes = slices.DeleteFunc(lc.closes, func(pc pendingClose) bool {
+		if pc.n == n {
+			hs = append(hs, pc.h)
+			return true
+		}
+		return false
+	})
+	lc.mu.Unlock()
+	lc.close(hs)
+}
+
+// close closes handles on the server, several per round trip.
+func (lc *leaseCtl) close(hs []session.Handle) {
 	if len(hs) == 0 {
 		return
 	}

@@ -79,10 +79,10 @@ type leaseCtl struct {
 	mu        sync.Mutex
 	floor     uint64            // grants from requests begun before it are not trusted
 	broken    map[uint64]uint64 // inode → fs.seq at its last break
-	nodes     map[uint64]*Node  // inode → the node holding its lease
+	nodes     map[uint64]*Node  // inode → its node, once a lease was asked for it
 	release   []uint64          // leases of forgotten nodes, to give up
 	releasing bool
-	closes    []session.Handle // released handles, closed together (closeLater)
+	closes    []pendingClose // released handles, closed together (closeLater)
 	closing   bool
 	cached    []*cachedHandle // handles kept under Handle leases, oldest first
 }
@@ -132,12 +132,9 @@ func (lc *leaseCtl) trusted(ino, s0 uint64) bool {
 	return s0 >= lc.floor && lc.broken[ino] <= s0
 }
 
-// noteBreak records a break of ino (0: every lease) and returns the new
-// point in the mount's sequence.
-func (lc *leaseCtl) noteBreak(ino uint64) uint64 {
+// noteBreak records a break of ino (0: every lease). lc.mu held.
+func (lc *leaseCtl) noteBreak(ino uint64) {
 	seq := lc.fs.seq.Add(1)
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
 	if ino == 0 || len(lc.broken) >= maxBrokenMemory {
 		lc.floor = seq
 		clear(lc.broken)
@@ -145,13 +142,14 @@ func (lc *leaseCtl) noteBreak(ino uint64) uint64 {
 	if ino != 0 {
 		lc.broken[ino] = seq
 	}
-	return seq
 }
 
 // install gives n the lease got on inode ino, granted in answer to a
 // request begun at s0 — unless a break may have overtaken it. A grant
 // that holds less than n held (the server took something back without a
 // break) drops what it no longer covers. It returns what n now holds.
+// The check and the node's new state are one step under lc.mu, which a
+// break takes too: a grant can never land after a break that overtook it.
 func (lc *leaseCtl) install(n *Node, ino uint64, got LeaseState, s0 uint64) LeaseState {
 	if lc == nil {
 		return 0
@@ -160,13 +158,13 @@ func (lc *leaseCtl) install(n *Node, ino uint64, got LeaseState, s0 uint64) Leas
 	if got != 0 && !lc.trusted(ino, s0) {
 		got = 0
 	}
+	// Known even without a lease: the server may think it granted one
+	// (refused here, overtaken), and its break still says the node
+	// changed.
+	lc.nodes[ino] = n
 	if got != 0 {
-		lc.nodes[ino] = n
 		lc.unrelease(ino)
-	} else if lc.nodes[ino] == n {
-		delete(lc.nodes, ino)
 	}
-	lc.mu.Unlock()
 	n.mu.Lock()
 	if got != 0 && (n.ls.state == 0 || n.ls.ino != ino) {
 		// What the reply carried was read after the server registered
@@ -175,9 +173,11 @@ func (lc *leaseCtl) install(n *Node, ino uint64, got LeaseState, s0 uint64) Leas
 	}
 	n.ls.ino = ino
 	n.mu.Unlock()
+	ch := n.changeLease(got, got, nil)
+	lc.mu.Unlock()
 	// Inside a FUSE request: what the grant no longer covers is told to
 	// the kernel in the background.
-	n.leaseChanged(got, got, nil, true)
+	n.afterChange(ch, true)
 	return got
 }
 
@@ -220,6 +220,13 @@ func (n *Node) brokenDuring(ino, g uint64) {
 	}
 }
 
+// holdsWrite reports whether n holds a Write lease now.
+func (n *Node) holdsWrite() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ls.state&LeaseWrite != 0
+}
+
 // holdsRead reports whether n holds a Read lease now.
 func (n *Node) holdsRead() bool {
 	n.mu.Lock()
@@ -231,8 +238,8 @@ func (n *Node) holdsRead() bool {
 // of its own per break, and the session channel acknowledges the break
 // with what it returns once it is done.
 func (lc *leaseCtl) onBreak(b session.LeaseBreak) LeaseState {
-	lc.noteBreak(b.Ino)
 	lc.mu.Lock()
+	lc.noteBreak(b.Ino)
 	var ns []*Node
 	if b.Ino == 0 {
 		for _, n := range lc.nodes {
@@ -241,13 +248,14 @@ func (lc *leaseCtl) onBreak(b session.LeaseBreak) LeaseState {
 		clear(lc.nodes)
 	} else if n := lc.nodes[b.Ino]; n != nil {
 		ns = append(ns, n)
-		if b.New == 0 {
-			delete(lc.nodes, b.Ino)
-		}
+	}
+	chs := make([]leaseChange, len(ns))
+	for i, n := range ns {
+		chs[i] = n.changeLease(b.New, 0, b.Names)
 	}
 	lc.mu.Unlock()
-	for _, n := range ns {
-		n.leaseChanged(b.New, 0, b.Names, false)
+	for i, n := range ns {
+		n.afterChange(chs[i], false)
 	}
 	lc.log.WithFields(logrus.Fields{"ino": b.Ino, "from": b.Current, "to": b.New, "names": len(b.Names)}).Debug("lease break")
 	return b.New
@@ -256,33 +264,45 @@ func (lc *leaseCtl) onBreak(b session.LeaseBreak) LeaseState {
 // revokeAll drops every lease (the session that held them is gone).
 func (lc *leaseCtl) revokeAll() { lc.onBreak(session.LeaseBreak{}) }
 
-// leaseChanged makes n hold what it held within keep, plus grant; drops
-// what that no longer covers and tells the kernel: a directory's named
-// entries, or all it knows when Read goes; a file's attributes, and its
-// pages when Read goes. Write lost sends what was held back first; Handle
-// lost closes the kept handles. A break keeps b.New and grants nothing;
-// a grant keeps and grants what it gave. async: called inside a FUSE
-// request, so the kernel notifications must not wait for that request's
-// locks.
-func (n *Node) leaseChanged(keep, grant LeaseState, names []string, async bool) {
+// leaseChange is what changeLease changed, for afterChange.
+type leaseChange struct {
+	lost    LeaseState
+	names   []string
+	negs    []string
+	handles []*cachedHandle
+	dir     bool
+	none    bool // nothing to do
+}
+
+// changeLease makes n hold what it held within keep, plus grant, and
+// drops what that no longer covers from the node: its attributes, a
+// directory's listing (or the named entries), a file's validator, the
+// kept handles. A break keeps b.New and grants nothing; a grant keeps and
+// grants what it gave. lc.mu held; afterChange does the rest.
+func (n *Node) changeLease(keep, grant LeaseState, names []string) leaseChange {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	old := n.ls.state
 	n.ls.state = old&keep | grant
-	lost := old &^ n.ls.state
-	if lost == 0 && len(names) == 0 && grant != 0 {
-		n.mu.Unlock()
-		return // a grant that takes nothing away
+	ch := leaseChange{lost: old &^ n.ls.state, names: names, dir: n.IsDir()}
+	if grant != 0 && ch.lost == 0 && len(names) == 0 {
+		ch.none = true // a grant that takes nothing away
+		return ch
+	}
+	if old == 0 && grant == 0 && !ch.dir {
+		// A break of a file this mount holds no lease on (the grant was
+		// refused here, overtaken by an earlier break): the server says
+		// it changed, which close-to-open's size and mtime may not show.
+		ch.lost = LeaseRead
 	}
 	n.freshValid = false
 	n.freshGen = n.fs.seq.Add(1)
-	dir := n.IsDir()
-	var negs []string
-	if dir {
+	if ch.dir {
 		n.ls.kcache = kcacheSuspect
-		if lost&LeaseRead != 0 || old == 0 {
+		if ch.lost&LeaseRead != 0 || old == 0 {
 			n.ls.complete, n.ls.names, n.ls.unknown = false, nil, nil
 			for name := range n.ls.negs {
-				negs = append(negs, name)
+				ch.negs = append(ch.negs, name)
 			}
 			n.ls.negs = nil
 		} else {
@@ -297,39 +317,51 @@ func (n *Node) leaseChanged(keep, grant LeaseState, names []string, async bool) 
 				}
 			}
 		}
-	} else if lost&LeaseRead != 0 {
+	} else if ch.lost&LeaseRead != 0 {
 		n.cache = validator{}
 	}
-	var handles []*cachedHandle
-	if lost&LeaseHandle != 0 {
-		handles, n.ls.handles = n.ls.handles, nil
+	if ch.lost&LeaseHandle != 0 {
+		ch.handles, n.ls.handles = n.ls.handles, nil
 	}
-	n.mu.Unlock()
-	if lost&LeaseWrite != 0 {
+	return ch
+}
+
+// afterChange finishes a lease change: Write lost sends what was held
+// back (and closes the handles that wrote) first, Handle lost closes the
+// kept handles, and the kernel is told — a directory's named entries, or
+// all it knows when Read goes; a file's attributes, and its pages when
+// Read goes. async: inside a FUSE request, where the kernel's
+// notifications must not wait for that request's locks.
+func (n *Node) afterChange(ch leaseChange, async bool) {
+	if ch.none {
+		return
+	}
+	if ch.lost&LeaseWrite != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), nsTimeout)
 		n.flushDeferred(ctx, true)
 		cancel()
+		n.fs.lease.closeNow(n)
 	}
-	n.fs.lease.forgetHandles(handles)
+	n.fs.lease.forgetHandles(ch.handles)
 	notify := func() {
-		if !dir {
-			if lost&LeaseRead != 0 {
+		if !ch.dir {
+			if ch.lost&LeaseRead != 0 {
 				n.NotifyContent(0, 0)
 			} else {
 				n.NotifyContent(-1, 0)
 			}
 			return
 		}
-		for _, name := range names {
+		for _, name := range ch.names {
 			n.NotifyEntry(name)
 		}
-		if lost&LeaseRead != 0 {
+		if ch.lost&LeaseRead != 0 {
 			for name := range n.Children() {
-				if !slices.Contains(names, name) {
+				if !slices.Contains(ch.names, name) {
 					n.NotifyEntry(name)
 				}
 			}
-			for _, name := range negs {
+			for _, name := range ch.negs {
 				n.NotifyEntry(name)
 			}
 		}
@@ -358,12 +390,11 @@ func (n *Node) OnForget() {
 	n.ls.state, n.ls.handles = 0, nil
 	n.mu.Unlock()
 	lc.forgetHandles(hs)
-	if st == 0 {
-		return
-	}
 	lc.mu.Lock()
 	if lc.nodes[ino] == n {
 		delete(lc.nodes, ino)
+	}
+	if st != 0 {
 		lc.release = append(lc.release, ino)
 		if !lc.releasing {
 			lc.releasing = true
@@ -395,9 +426,7 @@ func (lc *leaseCtl) sendReleases() {
 			return
 		}
 		lc.mu.Unlock()
-		for _, ino := range inos {
-			lc.noteBreak(ino)
-		}
+		lc.noteBreaks(inos)
 		if lc.on() {
 			ctx, cancel := context.WithTimeout(context.Background(), nsTimeout)
 			if err := lc.tr.ReleaseLeases(ctx, inos); err != nil {
@@ -405,9 +434,16 @@ func (lc *leaseCtl) sendReleases() {
 			}
 			cancel()
 		}
-		for _, ino := range inos {
-			lc.noteBreak(ino)
-		}
+		lc.noteBreaks(inos)
+	}
+}
+
+// noteBreaks records breaks of inos.
+func (lc *leaseCtl) noteBreaks(inos []uint64) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for _, ino := range inos {
+		lc.noteBreak(ino)
 	}
 }
 

@@ -134,7 +134,7 @@ func (n *Node) lookupLeased(ctx context.Context, name string, out *fuse.EntryOut
 		}
 		return nil, errno
 	}
-	child := n.newChild(ctx, a, out, s0)
+	child := n.newChild(ctx, name, a, out, s0)
 	cn := child.Operations().(*Node)
 	n.fs.lease.install(cn, a.Ino, got, s0)
 	n.names([]string{name}, nil)

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,7 +138,28 @@ func content(p string) string {
 // a file's data and attributes before a's call returns. b's caches are a
 // minute long: without leases every step fails.
 func TestLeaseTwoMounts(t *testing.T) {
-	dir, a, b, _, _ := leaseMounts(t, Options{})
+	dir, a, b, _, _, _, rb := leaseRoots(t, Options{})
+	// leased waits until b holds a Read lease on p: a grant can be
+	// refused for a moment (a's handle that wrote is closed in the
+	// background), and b's caches are then only its timeouts'.
+	leased := func(p string) {
+		t.Helper()
+		soon(t, "b's lease on "+p, 2*time.Second, func() bool {
+			var st syscall.Stat_t
+			if syscall.Lstat(p, &st) != nil {
+				return false
+			}
+			lc := rb.fs.lease
+			lc.mu.Lock()
+			n := lc.nodes[st.Ino]
+			lc.mu.Unlock()
+			if n == nil || !n.holdsRead() {
+				content(p) // an open asks again
+				return false
+			}
+			return true
+		})
+	}
 	const within = 500 * time.Millisecond
 	must := func(err error) {
 		t.Helper()
@@ -158,6 +180,7 @@ func TestLeaseTwoMounts(t *testing.T) {
 	if got := content(filepath.Join(b, "d", "f")); got != "one" {
 		t.Fatalf("b reads %q", got)
 	}
+	leased(filepath.Join(b, "d", "f"))
 	f, err := os.OpenFile(filepath.Join(a, "d", "f"), os.O_WRONLY, 0)
 	must(err)
 	_, err = f.WriteAt([]byte("two"), 0)
@@ -171,6 +194,7 @@ func TestLeaseTwoMounts(t *testing.T) {
 	if mode(filepath.Join(b, "d", "f")) != 0o644 {
 		t.Fatal("b's mode")
 	}
+	leased(filepath.Join(b, "d", "f"))
 	must(os.Chmod(filepath.Join(a, "d", "f"), 0o600))
 	if m := mode(filepath.Join(b, "d", "f")); m != 0o600 {
 		t.Errorf("b sees mode %o after a's chmod returned", m)

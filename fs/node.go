@@ -46,6 +46,9 @@ type Node struct {
 	freshValid bool
 	freshGen   uint64 // fs.seq at the last change this mount made or break it heard
 	ls         nodeLease
+	// tmp is the open handle of an O_TMPFILE node until it is named
+	// (tmpfile.go).
+	tmp atomic.Pointer[fileHandle]
 }
 
 // freshAttrAge bounds how long a GETATTR is answered from attributes the
@@ -163,14 +166,19 @@ func fillAttr(out *fuse.Attr, a session.Attr) {
 	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
 }
 
-// newChild makes (or finds, by inode number) the Inode for attributes a,
-// which a request begun at g returned, and fills out with them. A new
-// node remembers them; an existing one only if nothing of this mount
-// changed it (nor broke its lease) since g.
-func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut, g uint64) *gofs.Inode {
+// newChild makes (or finds) the Inode for entry name, attributes a, which
+// a request begun at g returned, and fills out with them. A new node
+// remembers them; an existing one only if nothing of this mount changed
+// it (nor broke its lease) since g. go-fuse's NewInode always makes a new
+// Inode and swaps in a known one with the same inode number only after
+// the operation returns: the node already under name is taken here, so
+// that what is remembered and held lands on the node the kernel will use.
+func (n *Node) newChild(ctx context.Context, name string, a session.Attr, out *fuse.EntryOut, g uint64) *gofs.Inode {
 	fillAttr(&out.Attr, a)
-	fresh := &Node{fs: n.fs}
-	child := n.NewInode(ctx, fresh, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	child := n.GetChild(name)
+	if child == nil || child.StableAttr().Ino != a.Ino || child.StableAttr().Mode != a.Mode&syscall.S_IFMT {
+		child = n.NewInode(ctx, &Node{fs: n.fs}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	}
 	if cn, ok := child.Operations().(*Node); ok {
 		cn.rememberAt(g, a)
 	}
@@ -189,7 +197,7 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if err != nil {
 		return nil, n.errno("lookup", p, err)
 	}
-	return n.newChild(ctx, a, out, g), 0
+	return n.newChild(ctx, name, a, out, g), 0
 }
 
 func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -321,7 +329,7 @@ func (n *Node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 		n.nameUnknown(name)
 		return nil, n.errno(op, p, err)
 	}
-	child := n.newChild(ctx, a, out, g)
+	child := n.newChild(ctx, name, a, out, g)
 	n.created(child, name, got, g, op == "mkdir", out)
 	return child, 0
 }
@@ -392,8 +400,11 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	oldPath := target.EmbeddedInode().Path(n.Root())
 	tn, _ := target.(*Node)
+	if fh := tn.tmpHandle(); fh != nil {
+		return n.linkTmp(ctx, tn, fh, name, out) // an O_TMPFILE file has no path
+	}
+	oldPath := target.EmbeddedInode().Path(n.Root())
 	return n.makeChild(ctx, "link", name, out, tn, func(ctx context.Context, p string) (session.Attr, LeaseState, error) {
 		a, err := n.fs.tree.Link(ctx, oldPath, p)
 		return a, 0, err // a hard-linked file keeps no lease: created drops tn's

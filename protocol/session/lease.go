@@ -34,7 +34,7 @@ const (
 type LeaseBreak = share.LeaseBreak
 
 // treeFlagLeases in a TREE_CONNECT response: the share grants leases.
-const treeFlagLeases uint32 = 2
+const treeFlagLeases uint32 = 4
 
 // leaseBreakAckRequired in a LEASE_BREAK's Flags: the server waits for the
 // LEASE_ACK (SMB2_NOTIFY_BREAK_LEASE_FLAG_ACK_REQUIRED).
@@ -271,7 +271,13 @@ func (c *serverConn) writeBreaks() {
 			if qb.b.Ack {
 				m.Flags |= leaseBreakAckRequired
 			}
-			c.respond(Header{MessageID: c.breakSeq, Command: CmdLeaseBreak, TreeID: qb.tree}, protocol.StatusSuccess, m)
+			h := Header{MessageID: c.breakSeq, Command: CmdLeaseBreak, TreeID: qb.tree}
+			if ss := c.sess.Load(); ss != nil && ss.sealed() {
+				// A sealing session's client seals everything: so are
+				// its breaks (a directory's names are its data).
+				h.Flags |= FlagSealed
+			}
+			c.respond(h, protocol.StatusSuccess, m)
 		}
 	}
 }

@@ -382,9 +382,9 @@ func (lt *leaseTable) watch(o *leaseObj, dirfd int, base string) bool {
 		}
 		return lt.markDir(o, dirfd, base)
 	}
-	if o.parent != nil && o.fid != "" {
-		return true
-	}
+	// Each time: an inode number freed and used again by a new file
+	// (ext4 does that at once) must not keep the old file's identifier,
+	// which the new file's events do not carry.
 	return lt.watchIn(o, dirfd, base)
 }
 

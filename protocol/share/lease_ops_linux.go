@@ -301,10 +301,10 @@ func (t *Tree) linked(st *unix.Stat_t) {
 	lt.mu.Unlock()
 }
 
-// opened counts an open of f (flags as Open got them) and breaks what it
+// leaseOpened counts an open of f (flags as Open got them) and breaks what it
 // conflicts with: an open for writing (or truncating) ends the other
 // trees' leases; any other open recalls their Write.
-func (t *Tree) opened(f *OpenFile, flags int) {
+func (t *Tree) leaseOpened(f *OpenFile, flags int) {
 	lt := t.sh.leases
 	if lt == nil {
 		return
