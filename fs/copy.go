@@ -84,6 +84,11 @@ func (n *Node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn ui
 		return 0, syscall.EINVAL
 	}
 	want := int64(min(length, maxCopyCall))
+	for _, f := range []*fileHandle{src, dst} {
+		if err := f.node.flushDeferred(ctx, false); err != nil {
+			return 0, f.errno("copy_file_range", err) // the server copies what it has
+		}
+	}
 	dst.dirty()
 	defer dst.dirty()
 	var done int64

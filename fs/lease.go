@@ -173,7 +173,7 @@ func (lc *leaseCtl) install(n *Node, ino uint64, got LeaseState, s0 uint64) Leas
 	}
 	n.ls.ino = ino
 	n.mu.Unlock()
-	ch := n.changeLease(got, got, nil)
+	ch := n.changeLease(got, got, nil, false)
 	lc.mu.Unlock()
 	// Inside a FUSE request: what the grant no longer covers is told to
 	// the kernel in the background.
@@ -251,7 +251,7 @@ func (lc *leaseCtl) onBreak(b session.LeaseBreak) LeaseState {
 	}
 	chs := make([]leaseChange, len(ns))
 	for i, n := range ns {
-		chs[i] = n.changeLease(b.New, 0, b.Names)
+		chs[i] = n.changeLease(b.New, 0, b.Names, true)
 	}
 	lc.mu.Unlock()
 	for i, n := range ns {
@@ -278,18 +278,18 @@ type leaseChange struct {
 // drops what that no longer covers from the node: its attributes, a
 // directory's listing (or the named entries), a file's validator, the
 // kept handles. A break keeps b.New and grants nothing; a grant keeps and
-// grants what it gave. lc.mu held; afterChange does the rest.
-func (n *Node) changeLease(keep, grant LeaseState, names []string) leaseChange {
+// grants what it gave (brk false). lc.mu held; afterChange does the rest.
+func (n *Node) changeLease(keep, grant LeaseState, names []string, brk bool) leaseChange {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	old := n.ls.state
 	n.ls.state = old&keep | grant
 	ch := leaseChange{lost: old &^ n.ls.state, names: names, dir: n.IsDir()}
-	if grant != 0 && ch.lost == 0 && len(names) == 0 {
+	if !brk && ch.lost == 0 {
 		ch.none = true // a grant that takes nothing away
 		return ch
 	}
-	if old == 0 && grant == 0 && !ch.dir {
+	if old == 0 && brk && !ch.dir {
 		// A break of a file this mount holds no lease on (the grant was
 		// refused here, overtaken by an earlier break): the server says
 		// it changed, which close-to-open's size and mtime may not show.

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -384,4 +385,31 @@ func TestLeaseHandleReuse(t *testing.T) {
 		t.Fatalf("%v %s", err, out)
 	}
 	soon(t, "local rewrite", time.Second, func() bool { return content(filepath.Join(a, "f")) == "changed\n" })
+}
+
+// TestLeasePingPong: two mounts take turns rewriting one file with a new
+// size and reading the other's version back — each turn a write open that
+// ends the reader's lease, a recall of the writer's, and grants refused
+// while the other still has the file open.
+func TestLeasePingPong(t *testing.T) {
+	_, a, b, _, _ := leaseMounts(t, Options{})
+	for round := range 5 {
+		for i := range 10 {
+			w, r := a, b
+			if i%2 == 1 {
+				w, r = b, a
+			}
+			data := bytes.Repeat([]byte{byte(20 + i + round)}, 100000+i*4096)
+			if err := os.WriteFile(filepath.Join(w, "pingpong"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(r, "pingpong"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatalf("round %d turn %d: read %d bytes, want %d", round, i, len(got), len(data))
+			}
+		}
+	}
 }

@@ -79,6 +79,9 @@ type LimitsConfig struct {
 	MaxRDMAWindow        int `toml:"max_rdma_window"`
 	MaxRecvBuffer        int `toml:"max_recv_buffer"`
 	Workers              int `toml:"workers"`
+	// LeaseBreakTimeout bounds, in seconds, how long a change waits for
+	// a client to acknowledge a lease break (0: the share's default).
+	LeaseBreakTimeout float64 `toml:"lease_break_timeout"`
 }
 
 // ShareConfig is one [shares.NAME].
@@ -87,7 +90,13 @@ type ShareConfig struct {
 	ReadOnly bool     `toml:"read_only"`
 	Users    []string `toml:"users"`
 	Encrypt  string   `toml:"encrypt"`
+	// Leases false grants no leases on the share; unset or true grants
+	// them when the kernel can watch the share.
+	Leases *bool `toml:"leases"`
 }
+
+// leases reports whether the share grants leases.
+func (s ShareConfig) leases() bool { return s.Leases == nil || *s.Leases }
 
 // UserConfig is one [users.NAME].
 type UserConfig struct {
@@ -213,7 +222,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.Limits.CreditsPerConnection < 0 || c.Limits.CreditBudget < 0 || c.Limits.MaxRDMAWindow < 0 ||
-		c.Limits.MaxRecvBuffer < 0 || c.Limits.Workers < 0 {
+		c.Limits.MaxRecvBuffer < 0 || c.Limits.Workers < 0 || c.Limits.LeaseBreakTimeout < 0 {
 		return errors.New("limits: values must not be negative")
 	}
 	if c.Limits.CreditsPerConnection > 255 {

@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -73,7 +74,8 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	}
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
-		fc.Session.Shares = append(fc.Session.Shares, share.Config{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users})
+		fc.Session.Shares = append(fc.Session.Shares, share.Config{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users,
+			NoLeases: !s.leases(), LeaseBreakTimeout: time.Duration(c.Limits.LeaseBreakTimeout * float64(time.Second))})
 		fc.Session.ShareEncrypt[name] = s.encrypt()
 	}
 	if len(c.Listen.Verbs) > 0 {

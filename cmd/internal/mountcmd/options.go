@@ -32,6 +32,7 @@ type Options struct {
 
 	ReadOnly     bool
 	Seal         bool   // require sealing of the session channel (-o seal)
+	NoLeases     bool   // ask the server for no leases (-o noleases)
 	Provider     string // auto, verbs, softrdma, none
 	Completion   string // interrupt, polling
 	AttrTimeout  time.Duration
@@ -125,6 +126,8 @@ func (o *Options) applyOption(opt string) error {
 		return errors.New("password= is not accepted on the command line (it would show in ps): use credentials=FILE or LWIO_PASSWORD")
 	case "ro":
 		o.ReadOnly = true
+	case "noleases":
+		o.NoLeases = true
 	case "seal":
 		if hasVal {
 			return fmt.Errorf("option seal takes no value (%q)", opt)
@@ -323,6 +326,7 @@ func (o *Options) fsOptions() fs.Options {
 		AttrTimeout:  o.AttrTimeout,
 		EntryTimeout: o.EntryTimeout,
 		ReadOnly:     o.ReadOnly,
+		NoLeases:     o.NoLeases,
 		AllowOther:   o.AllowOther,
 		Debug:        o.Debug,
 		FsName:       o.Source(),
