@@ -346,6 +346,7 @@ func (f *fileHandle) cancel() {
 // back, which goes now: the file is consistent on the server for the next
 // open anywhere, and close(2) reports a failure.
 func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	f.closing() // a chmod after close(2) must not wait for the release
 	return f.errno("flush", f.node.flushDeferred(ctx, false))
 }
 

@@ -58,7 +58,8 @@ func (f *fileHandle) writable() {
 	n.mu.Unlock()
 }
 
-// closing forgets f as n's handle for setattrs; f is being released.
+// closing forgets f as n's handle for setattrs: f is being closed (the
+// kernel's RELEASE comes in the background, after close(2) returned).
 func (f *fileHandle) closing() {
 	n := f.node
 	n.mu.Lock()
