@@ -413,3 +413,46 @@ func TestLeasePingPong(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasesEndWithTheSession: what a mount cached under leases is
+// dropped when its connection goes (the leases died with the session),
+// so a file and a name changed on the server while it was away are seen
+// as they are after the reconnect — though the mount's timeouts are a
+// minute long.
+func TestLeasesEndWithTheSession(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	log := logrus.New()
+	log.SetLevel(logrus.PanicLevel)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := NewReconnector(ctx, dialer(srv.SessionAddr(), client.Interrupt), 20*time.Second, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if !r.Leases() {
+		t.Skip("the server grants no leases on this kernel")
+	}
+	mnt := t.TempDir()
+	fsrv, err := Mount(mnt, r, r, Options{AttrTimeout: time.Minute, EntryTimeout: time.Minute, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fsrv.Unmount() })
+
+	os.WriteFile(filepath.Join(dir, "f"), []byte("before"), 0o644)
+	if content(filepath.Join(mnt, "f")) != "before" || exists(filepath.Join(mnt, "new")) || mode(filepath.Join(mnt, "f")) != 0o644 {
+		t.Fatal("the mount's view before")
+	}
+	srv.Close()
+	// Changed while the server is down (by the server host).
+	os.WriteFile(filepath.Join(dir, "f"), []byte("AFTER!"), 0o600)
+	os.Chmod(filepath.Join(dir, "f"), 0o600)
+	os.WriteFile(filepath.Join(dir, "new"), []byte("new"), 0o644)
+	serve(t, dir, srv.SessionAddr(), srv.Listeners()[0].Addr, nil)
+	soon(t, "the file changed while the server was away", 10*time.Second, func() bool {
+		return content(filepath.Join(mnt, "f")) == "AFTER!" && mode(filepath.Join(mnt, "f")) == 0o600 && exists(filepath.Join(mnt, "new"))
+	})
+}

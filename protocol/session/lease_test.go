@@ -184,6 +184,17 @@ func TestBatch(t *testing.T) {
 	if err := tr.CloseHandle(ctx, h); err != nil {
 		t.Fatal(err)
 	}
+	// CloseHandles closes the others past a handle that fails.
+	h1, _, _ := tr.Open(ctx, "f", syscall.O_RDONLY, 0)
+	h2, _, _ := tr.Open(ctx, "f", syscall.O_RDONLY, 0)
+	if err := tr.CloseHandles(ctx, []Handle{h1, 999, h2}); err != protocol.StatusInvalidHandle {
+		t.Errorf("CloseHandles with a bad handle = %v", err)
+	}
+	for _, h := range []Handle{h1, h2} {
+		if err := tr.CloseHandle(ctx, h); err != protocol.StatusInvalidHandle {
+			t.Errorf("handle %d still open after CloseHandles: %v", h, err)
+		}
+	}
 	// What may not be in a batch is refused whole.
 	req := &batchReq{Ops: []batchOp{{Command: uint32(CmdRead), Body: marshal(&readReq{Handle: h, Length: 1})}}}
 	if err := tr.call(ctx, CmdBatch, req, &batchResp{}); err != protocol.StatusInvalidParameter {
