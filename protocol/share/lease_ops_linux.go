@@ -188,57 +188,55 @@ func (t *Tree) recallPath(p string) {
 	})
 }
 
+// noteChange counts a change t made and reports whether another tree holds
+// a lease it may break. Asked after the change: see grant.
+func (t *Tree) noteChange() bool {
+	lt := t.sh.leases
+	if lt == nil {
+		return false
+	}
+	lt.changes.Add(1)
+	return t.othersHold()
+}
+
 // changed breaks the other trees' leases on the object st describes after
 // t changed it: down to keep (a directory always keeps Read unless keep
 // is 0 and it is gone).
 func (t *Tree) changed(st *unix.Stat_t, keep LeaseState) {
+	if t.noteChange() {
+		t.breakKey(keyOf(st), keep, nil)
+	}
+}
+
+// breakKey breaks the other trees' leases on key down to keep, naming a
+// directory's changed entries.
+func (t *Tree) breakKey(key fileKey, keep LeaseState, names []string) {
 	lt := t.sh.leases
-	if lt == nil {
-		return
-	}
-	lt.changes.Add(1)
-	if !t.othersHold() {
-		return
-	}
 	lt.mu.Lock()
-	ps := lt.breakObj(lt.objs[keyOf(st)], t, keep, nil)
+	ps := lt.breakObj(lt.objs[key], t, keep, names)
 	lt.mu.Unlock()
 	lt.deliver(ps)
 }
 
 // changedFd is changed for the object fd refers to.
 func (t *Tree) changedFd(fd int, keep LeaseState) {
-	if t.sh.leases == nil {
+	if !t.noteChange() {
 		return
 	}
-	t.sh.leases.changes.Add(1)
-	if !t.othersHold() {
-		return // asked after the change: see grant
-	}
 	if st, err := statAt(fd, ""); err == nil {
-		t.changed(&st, keep)
+		t.breakKey(keyOf(&st), keep, nil)
 	}
 }
 
 // namesChanged breaks the other trees' leases on directory dirfd after t
 // created, removed or renamed names in it.
 func (t *Tree) namesChanged(dirfd int, names ...string) {
-	lt := t.sh.leases
-	if lt == nil {
+	if !t.noteChange() {
 		return
 	}
-	lt.changes.Add(1)
-	if !t.othersHold() {
-		return
+	if st, err := statAt(dirfd, ""); err == nil {
+		t.breakKey(keyOf(&st), LeaseRead, names)
 	}
-	st, err := statAt(dirfd, "")
-	if err != nil {
-		return
-	}
-	lt.mu.Lock()
-	ps := lt.breakObj(lt.objs[keyOf(&st)], t, LeaseRead, names)
-	lt.mu.Unlock()
-	lt.deliver(ps)
 }
 
 // victim is the object (dirfd, base) before a change removes or replaces
@@ -363,16 +361,12 @@ func (f *OpenFile) leaseClosed() {
 // createdPath breaks the other trees' leases on p's directory after an
 // open with O_CREAT (which may have made p).
 func (t *Tree) createdPath(p string) {
-	if t.sh.leases == nil {
-		return
-	}
-	t.sh.leases.changes.Add(1)
-	if !t.othersHold() {
+	if !t.noteChange() {
 		return
 	}
 	t.at(p, func(dirfd int, base string) error {
-		if base != "" {
-			t.namesChanged(dirfd, base)
+		if st, err := statAt(dirfd, ""); err == nil && base != "" {
+			t.breakKey(keyOf(&st), LeaseRead, []string{base})
 		}
 		return nil
 	})
