@@ -87,6 +87,25 @@ func (n *Node) names(added, gone []string) {
 	}
 }
 
+// removed records that this mount removed name from directory n: gone
+// from the listing, and the handles kept of it closed (a kept handle
+// would keep an unlinked file's space on the server).
+func (n *Node) removed(name string) {
+	n.names(nil, []string{name})
+	if n.fs.lease == nil {
+		return
+	}
+	if c := n.GetChild(name); c != nil {
+		if cn, ok := c.Operations().(*Node); ok {
+			cn.mu.Lock()
+			hs := cn.ls.handles
+			cn.ls.handles = nil
+			cn.mu.Unlock()
+			n.fs.lease.forgetHandles(hs)
+		}
+	}
+}
+
 // nameUnknown forgets what n knew of name (an operation on it failed in a
 // way the listing did not predict).
 func (n *Node) nameUnknown(name string) {

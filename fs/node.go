@@ -356,7 +356,7 @@ func (n *Node) removeChild(ctx context.Context, op, name string, remove func(con
 	if err != nil {
 		n.nameUnknown(name)
 	} else {
-		n.names(nil, []string{name})
+		n.removed(name)
 	}
 	return n.errno(op, p, err)
 }

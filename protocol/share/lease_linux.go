@@ -103,6 +103,10 @@ const DefaultLeaseBreakTimeout = 5 * time.Second
 // that need a new watch are refused.
 const maxWatchedDirs = 8192
 
+// maxTreeLeases bounds the leases one tree holds (a client listing huge
+// directories, or a hostile one): beyond it, new ones are refused.
+const maxTreeLeases = 1 << 18
+
 type fileKey struct{ dev, ino uint64 }
 
 func keyOf(st *unix.Stat_t) fileKey { return fileKey{uint64(st.Dev), st.Ino} }
@@ -360,8 +364,13 @@ func (t *Tree) grant(dirfd int, base string, st *unix.Stat_t, want LeaseState, o
 	}
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	if t.lease.closed || t.lease.suspended {
+	if t.lease.closed || t.lease.suspended || lt.w.failed.Load() {
 		return 0
+	}
+	if t.lease.held.Load() >= maxTreeLeases {
+		if o := lt.objs[keyOf(st)]; o == nil || o.holders[t] == 0 {
+			return 0
+		}
 	}
 	o := lt.obj(keyOf(st), dir)
 	got := o.allowed(t, want|o.holders[t], openWrite || o.holders[t]&LeaseWrite != 0)

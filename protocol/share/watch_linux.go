@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -29,6 +30,9 @@ type watcher struct {
 	self int32
 	on   func([]watchEvent)
 	done chan struct{}
+	// failed is set when reading events failed: local changes may go
+	// unseen, so every lease was revoked and none is granted any more.
+	failed atomic.Bool
 }
 
 // watchEvent is one fanotify event, reduced to what the lease table needs.
@@ -131,6 +135,8 @@ func (w *watcher) run() {
 			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
 				continue
 			}
+			w.failed.Store(true)
+			w.on([]watchEvent{{overflow: true}})
 			return
 		}
 		if evs := w.decode(buf[:n]); len(evs) > 0 {
