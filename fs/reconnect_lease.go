@@ -142,6 +142,9 @@ func (r *Reconnector) Batch(ctx context.Context, ops []session.BatchOp) (res []s
 		res, err = sl.Batch(ctx, real)
 		return err
 	})
+	for _, x := range res {
+		r.stats.countWrite(int(x.Count)) // held-back writes are session-channel data too
+	}
 	return res, err
 }
 

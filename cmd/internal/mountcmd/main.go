@@ -35,6 +35,14 @@ func Main(prog string) {
 }
 
 func run(prog string, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "stat":
+			return runStat(args[1:], stdout, stderr)
+		case "devices":
+			return runDevices(args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 1 && (args[0] == "-providers" || args[0] == "--providers" || args[0] == "providers") {
 		describeProviders(stdout)
 		return 0
@@ -98,6 +106,8 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 
 const usage = `usage: lwio-mount //HOST[:PORT]/SHARE MOUNTPOINT [-o opts]
        lwio-mount -providers
+       lwio stat MOUNTPOINT [-json]     what a running mount moves, and how
+       lwio devices [-json]             RDMA devices and the mounts using them
 options (comma separated, mount(8) style):
   credentials=FILE   lines username=, password=, domain=
   username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
@@ -106,7 +116,7 @@ options (comma separated, mount(8) style):
   seal               require sealing (AES-GCM encryption) of the session channel;
                      without it, sealed when the server or share asks
   provider=P         auto (default), verbs, softrdma, or none (session channel only)
-  completion=M       interrupt (default) or polling
+  completion=M       auto (default: by each connection's load), interrupt or polling
   attr_timeout=SEC   attribute cache timeout (default 1)
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
@@ -240,6 +250,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		}
 	}()
 	defer func() { connected(); <-watched }()
+	o.stats = new(fs.Stats)
 	first := true
 	dial := func(ctx context.Context) (*fs.Session, error) {
 		s, err := dialSession(ctx, o, log)
@@ -262,6 +273,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		return err
 	}
 	defer r.Close()
+	r.CountInto(o.stats)
 
 	fopts := o.fsOptions()
 	fopts.Logger = log.WithField("component", "fs")
@@ -271,6 +283,9 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 	}
 	log.WithFields(logrus.Fields{"source": o.Source(), "mountpoint": o.Mountpoint, "user": o.Username,
 		"data_path": r.Name(), "read_only": o.ReadOnly}).Info("mounted")
+	if c := startControl(o, r, o.stats, log); c != nil {
+		defer c.Close()
+	}
 	ready.report(nil)
 	connected()
 	<-watched
