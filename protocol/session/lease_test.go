@@ -268,3 +268,48 @@ func TestClientRefusesReplayedBreak(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseBreakSealed: on a sealing session a LEASE_BREAK is sealed too —
+// a directory's break carries the names created in it, which must not
+// cross the wire in the clear — and reaches the tree's handler.
+func TestLeaseBreakSealed(t *testing.T) {
+	e := newEnv(t, withEncrypt(EncryptRequired))
+	p := newWireProxy(t, e.addr)
+	a, err := e.dialSeal(p.addr, SealAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.dialSeal("", SealAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	ta, err := a.TreeConnect(ctx, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := b.TreeConnect(ctx, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ta.Leases() {
+		t.Skip("the share grants no leases on this kernel")
+	}
+	got := make(chan LeaseBreak, 4)
+	ta.OnLeaseBreak(func(br LeaseBreak) LeaseState { got <- br; return br.New })
+	os.Mkdir(filepath.Join(e.share, "d"), 0o755)
+	if _, _, l, err := ta.ReadDirLease(ctx, "d", LeaseRead, 0); err != nil || l != LeaseRead {
+		t.Fatalf("ReadDirLease: %v %v", l, err)
+	}
+	const marker = "MARKER-3c1e7b-leased-name"
+	if _, err := tb.Mkdir(ctx, "d/"+marker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	br := nextBreak(t, got)
+	if !slices.Equal(br.Names, []string{marker}) {
+		t.Fatalf("break %+v", br)
+	}
+	if _, s2c := p.seen([]byte(marker)); s2c {
+		t.Error("the break's names crossed the wire in the clear")
+	}
+}
