@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -21,9 +22,9 @@ import (
 const releaseTimeout = 30 * time.Second
 
 // sessionOpenFlags are the open(2) flags passed on to the server. O_APPEND
-// is left out on purpose: the kernel already turns appends into writes at
-// the end of the file, and a server file opened O_APPEND refuses positional
-// writes. O_DIRECT is the client's business (the kernel page cache here),
+// is left out on purpose: each O_APPEND write asks the server to append
+// (append.go), and a server file opened O_APPEND would append positional
+// writes too (a shared mapping's writeback through that handle). O_DIRECT is the client's business (the kernel page cache here),
 // not the server disk's.
 const sessionOpenFlags = syscall.O_ACCMODE | syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC |
 	syscall.O_NOFOLLOW | syscall.O_SYNC | syscall.O_DSYNC
@@ -70,7 +71,15 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	g := n.dropAttr()
 	h, a, got, err := n.openTree(ctx, p, int(flags), int(flags)&sessionOpenFlags, 0)
 	if err != nil {
-		return nil, 0, n.errno("open", p, err)
+		if errno := n.errno("open", p, err); errno != syscall.ENOENT {
+			return nil, 0, errno
+		}
+		// The kernel had the name cached; another client has removed it
+		// since. ESTALE makes the VFS look it up afresh and retry once
+		// (LOOKUP_REVAL), as for NFS: an O_CREAT open then creates the
+		// file instead of failing (sqlite's journal, made and removed by
+		// every transaction on another mount).
+		return nil, 0, syscall.ESTALE
 	}
 	n.fs.lease.install(n, a.Ino, got, g)
 	n.rememberAt(g, a)
@@ -105,6 +114,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
+	n.fs.open.opened(n, flags)
 	return &fileHandle{node: n, h: h, flags: flags,
 		log: n.fs.log.WithFields(logrus.Fields{"path": p, "handle": uint64(h)})}
 }
@@ -143,7 +153,11 @@ func (f *fileHandle) dataFile(ctx context.Context) (DataFile, error) {
 // dropped (no FOPEN_KEEP_CACHE) and the cached attributes too, so the new
 // size is fetched before a read trusts the old one.
 func (n *Node) openFlags(fresh session.Attr, flags int) uint32 {
-	if n.keepCache(fresh) {
+	keep := n.keepCache(fresh)
+	if flags&syscall.O_APPEND != 0 {
+		return appendDirect // append.go
+	}
+	if keep {
 		return fuse.FOPEN_KEEP_CACHE
 	}
 	// Attributes only (offset < 0): safe from inside OPEN, as it takes no
@@ -193,6 +207,7 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	if b == nil {
 		return fuse.ReadResultData(nil), 0
 	}
+	f.node.fs.open.keepTwins(f.node, b.Bytes(), off) // twin.go
 	return &bufResult{b}, 0
 }
 
@@ -222,7 +237,23 @@ func (f *fileHandle) inlineWrite(n int) (HandleIO, bool) {
 	return hio, true
 }
 
-func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, syscall.Errno) {
+func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32, errno syscall.Errno) {
+	switch x := f.node.fs.writeKind(ctx); {
+	case x.appending:
+		// What a Write lease held back goes first: the server places
+		// the append after it.
+		if err := f.node.flushDeferred(ctx, false); err != nil {
+			return 0, f.errno("write", err)
+		}
+		return f.append(ctx, buf, off)
+	case x.writeback:
+		return f.writeBack(ctx, buf, off) // twin.go
+	}
+	defer func() {
+		if errno == 0 {
+			f.node.fs.open.wrote(f.node, buf, off) // the server has these bytes now, or holds them back in order
+		}
+	}()
 	if done, errno := f.deferWrite(ctx, buf, off); done {
 		return uint32(len(buf)), errno
 	}
@@ -255,6 +286,9 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (uint32, 
 }
 
 func (f *fileHandle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
+	if x := f.node.fs.writeKind(ctx); len(data) > 1 && (x.appending || x.writeback) {
+		return f.Write(ctx, bytes.Join(data, nil), off) // one append, or one diff, whole
+	}
 	var total int
 	for _, b := range data {
 		n, errno := f.Write(ctx, b, off+int64(total))
@@ -344,10 +378,15 @@ func (f *fileHandle) cancel() {
 // Flush is close(2). Writes are write-through (each WRITE completes on the
 // server before the kernel is answered) but for what a Write lease held
 // back, which goes now: the file is consistent on the server for the next
-// open anywhere, and close(2) reports a failure.
+// open anywhere, and close(2) reports a failure. Then the closing
+// process's locks on the file go (lock.go).
 func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	f.closing() // a chmod after close(2) must not wait for the release
-	return f.errno("flush", f.node.flushDeferred(ctx, false))
+	errno := f.errno("flush", f.node.flushDeferred(ctx, false))
+	if e := f.releaseLocks(ctx); errno == 0 {
+		errno = e
+	}
+	return errno
 }
 
 // Release is the last close. It is answered at once — the kernel does not
@@ -361,6 +400,7 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 	}
 	f.closing()
 	if !f.node.holding() && f.keepHandle() {
+		f.node.fs.open.closed(f.node, f.flags)
 		return 0 // kept, now: the next open may come at once
 	}
 	go f.release()
@@ -368,6 +408,7 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 }
 
 func (f *fileHandle) release() {
+	defer f.node.fs.open.closed(f.node, f.flags)
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := f.node.flushDeferred(ctx, false); err != nil {

@@ -26,6 +26,9 @@ type filesystem struct {
 	// reply may predate happened since its request began (rememberAt).
 	seq   atomic.Uint64
 	lease *leaseCtl // nil: no leases (lease.go)
+
+	extras *requestExtras // what rawFS kept of requests in flight
+	open   openNodes      // nodes with open files (lock.go)
 }
 
 // Node is one file, directory or symlink of the share. It keeps no path:

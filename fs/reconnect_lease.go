@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 
+	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
@@ -80,17 +81,7 @@ func (r *Reconnector) ReleaseLeases(ctx context.Context, inos []uint64) error {
 }
 
 func (r *Reconnector) OpenLease(ctx context.Context, path string, flags int, mode uint32, want LeaseState) (session.Handle, session.Attr, LeaseState, error) {
-	var got LeaseState
-	h, a, err := r.open(ctx, path, flags, func(s *Session) (session.Handle, session.Attr, error) {
-		if sl, ok := leaser(s); ok {
-			h, a, g, err := sl.OpenLease(ctx, path, flags, mode, want)
-			got = g
-			return h, a, err
-		}
-		got = 0
-		return s.Tree.Open(ctx, path, flags, mode)
-	})
-	return h, a, got, err
+	return r.openLeased(ctx, path, flags, mode, want)
 }
 
 func (r *Reconnector) MkdirLease(ctx context.Context, path string, mode uint32, want LeaseState) (a session.Attr, got LeaseState, err error) {
@@ -164,12 +155,14 @@ func (r *Reconnector) CloseHandles(ctx context.Context, vhs []session.Handle) er
 	r.mu.Unlock()
 	for _, h := range hs {
 		h.mu.Lock()
-		if h.gen == gen {
+		if s != nil && h.gen == gen {
 			real = append(real, h.real)
+		} else {
+			r.orphan(h) // durable: the server keeps it for a reclaim (CloseHandle)
 		}
 		h.mu.Unlock()
 	}
-	if s == nil || len(real) == 0 {
+	if len(real) == 0 {
 		return nil
 	}
 	sl, ok := s.Tree.(SessionLeaser)
@@ -179,5 +172,16 @@ func (r *Reconnector) CloseHandles(ctx context.Context, vhs []session.Handle) er
 		}
 		return nil
 	}
-	return sl.CloseHandles(ctx, real)
+	err := sl.CloseHandles(ctx, real)
+	if protocol.IsConnectionLost(err) {
+		// Which of them closed is unknown: reclaiming one the server
+		// closed finds nothing, and one it kept is closed then.
+		for _, h := range hs {
+			h.mu.Lock()
+			r.orphan(h)
+			h.mu.Unlock()
+		}
+		return nil
+	}
+	return err
 }

@@ -20,6 +20,7 @@ import (
 //
 //	server_name = "fileserver"        # default: the host name
 //	domain = "LWIO"
+//	state_dir = "/var/lib/lwio"       # the identity key of durable handles
 //	encrypt = "if_required"           # sealing: off, if_required, desired, required
 //	[log]
 //	level = "info"                    # debug, info, warn, error
@@ -35,6 +36,7 @@ import (
 //	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
 //	max_recv_buffer = 1052672         # largest client message: a 1 MiB WRITE + header
 //	workers = 0                       # disk I/O goroutines; 0 = engine default
+//	durable_timeout = 60              # seconds an open file outlives its connection; -1 none
 //	[shares.demo]
 //	path = "/srv/demo"
 //	read_only = false
@@ -45,6 +47,7 @@ import (
 type Config struct {
 	ServerName string                 `toml:"server_name"`
 	Domain     string                 `toml:"domain"`
+	StateDir   string                 `toml:"state_dir"`
 	Encrypt    string                 `toml:"encrypt"`
 	Log        LogConfig              `toml:"log"`
 	Listen     ListenConfig           `toml:"listen"`
@@ -86,6 +89,8 @@ type LimitsConfig struct {
 	// LeaseBreakTimeout bounds, in seconds, how long a change waits for
 	// a client to acknowledge a lease break (0: the share's default).
 	LeaseBreakTimeout float64 `toml:"lease_break_timeout"`
+	// DurableTimeout is in seconds; 0 the default, negative none.
+	DurableTimeout int `toml:"durable_timeout"`
 }
 
 // ShareConfig is one [shares.NAME].
@@ -109,6 +114,10 @@ type UserConfig struct {
 
 // DefaultSessionAddr is where the session channel listens by default.
 const DefaultSessionAddr = "0.0.0.0:4450"
+
+// DefaultStateDir keeps what must survive a restart (the key that seals
+// file identities) when state_dir is not set.
+const DefaultStateDir = "/var/lib/lwio"
 
 // loadConfig reads a configuration file, refusing unknown keys (a typo
 // should not silently mean a default).

@@ -49,12 +49,14 @@ func serve(c *Config, log *logrus.Logger) error {
 func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	fc := fileserver.Config{
 		Session: session.ServerConfig{
-			ServerName:   c.ServerName,
-			Domain:       c.Domain,
-			Encrypt:      c.encrypt(),
-			ShareEncrypt: map[string]session.Encrypt{},
-			Users:        map[string][16]byte{},
-			Logger:       log.WithField("component", "session"),
+			ServerName:     c.ServerName,
+			Domain:         c.Domain,
+			Encrypt:        c.encrypt(),
+			ShareEncrypt:   map[string]session.Encrypt{},
+			Users:          map[string][16]byte{},
+			Logger:         log.WithField("component", "session"),
+			StateDir:       stateDir(c, log),
+			DurableTimeout: time.Duration(c.Limits.DurableTimeout) * time.Second,
 		},
 		Engine: server.Config{
 			Logger:            log.WithField("component", "lwio"),
@@ -103,6 +105,21 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 		}
 	}
 	return fc, nil
+}
+
+// stateDir is the state directory: state_dir as given (the server then
+// fails to start if it cannot be used), or DefaultStateDir when it can be
+// made — else none, with a warning: durable handles then do not survive a
+// restart (clients get ESTALE on the files they had open).
+func stateDir(c *Config, log *logrus.Logger) string {
+	if c.StateDir != "" {
+		return c.StateDir
+	}
+	if _, err := share.LoadIdentityKey(DefaultStateDir); err != nil {
+		log.WithError(err).WithField("state_dir", DefaultStateDir).Warn("no state directory: files clients have open will be ESTALE to them after a restart (set state_dir)")
+		return ""
+	}
+	return DefaultStateDir
 }
 
 func logStart(c *Config, log *logrus.Logger, srv *fileserver.Server) {

@@ -142,7 +142,7 @@ func (t *Tree) Batch(ctx context.Context, ops []BatchOp) ([]BatchResult, error) 
 		var err error
 		switch ops[i].Command {
 		case CmdWrite:
-			var cm countMsg
+			var cm writeResp
 			err = unmarshal(res.Body, &cm)
 			out[i].Count = cm.Count
 		case CmdSetAttr:

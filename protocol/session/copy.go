@@ -143,7 +143,7 @@ func (s *Server) serverSide(ss *serverSession, tr *share.Tree, cmd Command, req 
 		if err != nil {
 			return nil, err
 		}
-		return s.addOpen(ss, f, a)
+		return s.newOpen(ss, f, a, r.DurableID)
 	case *linkHandleReq:
 		of, err := ss.fileIn(tr, r.Handle)
 		if err != nil {
@@ -195,17 +195,6 @@ func (s *Server) copySource(ss *serverSession, tr *share.Tree, r *copyRangeReq) 
 		return nil, protocol.StatusAccessDenied
 	}
 	return of, nil
-}
-
-// addOpen registers an opened file as a handle of the session (OPEN,
-// TMPFILE), closing it when the session holds too many.
-func (s *Server) addOpen(ss *serverSession, f *share.OpenFile, a Attr) (*openResp, error) {
-	hd, err := ss.addHandle(&openFile{sess: ss, file: f}, s.cfg.MaxHandles)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &openResp{Handle: hd, Attr: a}, nil
 }
 
 // Client side.

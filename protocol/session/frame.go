@@ -92,12 +92,15 @@ const (
 	CmdPipeOpen       Command = 26 // opens a named pipe (\PIPE\LWIO)
 	CmdPipeTransact   Command = 27 // one request/response on a pipe handle
 	CmdEcho           Command = 28 // keepalive; an empty body both ways
-	// 29–32, 36, 37 and 44–47 are reserved for other commands (locks,
-	// durable handles, MKNOD, identity).
-
-	CmdLeaseBreak Command = 33 // server → client, unsolicited: a lease no longer holds (lease.go)
-	CmdLeaseAck   Command = 34 // the client's acknowledgement of a LEASE_BREAK
-	CmdLease      Command = 35 // a lookup with a lease; gives leases up
+	CmdLock           Command = 29 // byte-range or flock lock/unlock on a Handle, waiting or not (lock.go)
+	CmdUnlock         Command = 30 // every lock of one owner on a Handle's file
+	CmdGetLk          Command = 31 // the first lock that would conflict (F_GETLK)
+	CmdCancel         Command = 32 // cancels a pending request by MessageID (SMB2 CANCEL)
+	CmdLeaseBreak     Command = 33 // server → client, unsolicited: a lease no longer holds (lease.go)
+	CmdLeaseAck       Command = 34 // the client's acknowledgement of a LEASE_BREAK
+	CmdLease          Command = 35 // a lookup with a lease; gives leases up
+	CmdReopen         Command = 36 // reclaims a durable handle, or re-opens a file by identity (durable.go)
+	// 37 (MKNOD) and 44–47 are reserved for other commands.
 	CmdCopyRange  Command = 38 // copy_file_range between two opens, on the server
 	CmdFallocate  Command = 39 // fallocate on a Handle
 	CmdSeek       Command = 40 // lseek SEEK_DATA / SEEK_HOLE on a Handle
@@ -118,6 +121,7 @@ var commandNames = [cmdLimit]string{
 	CmdListXattr: "LISTXATTR", CmdRemoveXattr: "REMOVEXATTR", CmdIoctl: "IOCTL",
 	CmdPipeOpen: "PIPE_OPEN", CmdPipeTransact: "PIPE_TRANSACT", CmdEcho: "ECHO",
 	CmdLeaseBreak: "LEASE_BREAK", CmdLeaseAck: "LEASE_ACK", CmdLease: "LEASE", CmdBatch: "BATCH",
+	CmdLock: "LOCK", CmdUnlock: "UNLOCK", CmdGetLk: "GETLK", CmdCancel: "CANCEL", CmdReopen: "REOPEN",
 	CmdCopyRange: "COPY_RANGE", CmdFallocate: "FALLOCATE", CmdSeek: "SEEK", CmdTmpfile: "TMPFILE",
 	CmdLinkHandle: "LINKAT_HANDLE",
 }

@@ -33,6 +33,7 @@ type env struct {
 	share   string
 	outside string
 	hook    *logtest.Hook
+	cfg     ServerConfig
 }
 
 func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
@@ -69,7 +70,15 @@ func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 	for _, m := range mut {
 		m(&cfg)
 	}
-	srv, err := NewServer(cfg)
+	e.cfg = cfg
+	e.serve()
+	return e
+}
+
+// serve starts a server with e.cfg on a new port.
+func (e *env) serve() {
+	t := e.t
+	srv, err := NewServer(e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +95,6 @@ func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 			t.Errorf("Serve returned %v, want ErrServerClosed", err)
 		}
 	})
-	return e
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -138,9 +138,17 @@ func (t *Tree) ReleaseLeases(ctx context.Context, inos []uint64) error {
 
 // OpenLease is Open with a lease of want on the file.
 func (t *Tree) OpenLease(ctx context.Context, path string, flags int, mode uint32, want LeaseState) (Handle, Attr, LeaseState, error) {
+	h, a, _, got, err := t.OpenDurableLease(ctx, path, flags, mode, DurableID{}, want)
+	return h, a, got, err
+}
+
+// OpenDurableLease is OpenDurable with a lease of want on the file. A
+// replay of it (the same id) is answered with the first open and no lease:
+// a lease granted then went with the session that asked.
+func (t *Tree) OpenDurableLease(ctx context.Context, path string, flags int, mode uint32, id DurableID, want LeaseState) (Handle, Attr, []byte, LeaseState, error) {
 	var r openResp
-	err := t.call(ctx, CmdOpen, &openReq{Path: path, Flags: uint32(flags), Mode: mode, leaseTail: leaseTail{true, uint32(want)}}, &r)
-	return r.Handle, r.Attr, LeaseState(r.Lease), err
+	err := t.call(ctx, CmdOpen, &openReq{Path: path, Flags: uint32(flags), Mode: mode, DurableID: id, leaseTail: leaseTail{true, uint32(want)}}, &r)
+	return r.Handle, r.Attr, r.FileID, LeaseState(r.Lease), err
 }
 
 // MkdirLease is Mkdir with a lease of want on the new directory.
@@ -328,8 +336,23 @@ func (ss *serverSession) endLeases() {
 	}
 }
 
-// leaseDispatch runs LEASE and LEASE_ACK, and the lease forms of OPEN,
-// MKDIR and READDIR; ok is false for any other request.
+// openLease is OPEN with a lease: a new open (durable when r asks) and the
+// lease granted with it. A replayed durable OPEN never gets here (open).
+func (s *Server) openLease(ss *serverSession, tr *share.Tree, r *openReq) (message, error) {
+	f, a, got, err := tr.OpenLease(r.Path, int(r.Flags), r.Mode, LeaseState(r.Lease))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.newOpen(ss, f, a, r.DurableID)
+	if err != nil {
+		return nil, err
+	}
+	resp.leaseTail = leaseTail{true, uint32(got)}
+	return resp, nil
+}
+
+// leaseDispatch runs LEASE and LEASE_ACK, and the lease forms of MKDIR and
+// READDIR; ok is false for any other request.
 func (s *Server) leaseDispatch(ss *serverSession, tr *share.Tree, req message) (resp message, err error, ok bool) {
 	switch r := req.(type) {
 	case *leaseReq:
@@ -342,20 +365,6 @@ func (s *Server) leaseDispatch(ss *serverSession, tr *share.Tree, req message) (
 	case *leaseAckReq:
 		tr.AckLease(r.BreakID)
 		return &empty{}, nil, true
-	case *openReq:
-		if !r.Leased {
-			return nil, nil, false
-		}
-		f, a, got, err := tr.OpenLease(r.Path, int(r.Flags), r.Mode, LeaseState(r.Lease))
-		if err != nil {
-			return nil, err, true
-		}
-		hd, err := ss.addHandle(&openFile{sess: ss, file: f}, s.cfg.MaxHandles)
-		if err != nil {
-			f.Close()
-			return nil, err, true
-		}
-		return &openResp{Handle: hd, Attr: a, leaseTail: leaseTail{true, uint32(got)}}, nil, true
 	case *mkdirReq:
 		if !r.Leased {
 			return nil, nil, false

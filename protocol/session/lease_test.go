@@ -30,8 +30,13 @@ func TestLeaseBodiesGolden(t *testing.T) {
 		{&leaseAckReq{BreakID: 9, Ino: 5, State: 1}, "0900000000000000" + "0500000000000000" + "01000000"},
 		// LEASE: Path, Want u32, Release (u32 count, u64 each).
 		{&leaseReq{Path: "d", Want: 1, Release: []uint64{7}}, "0100" + "64" + "01000000" + "01000000" + "0700000000000000"},
-		// OPEN with the lease field: Path, Flags, Mode, Want.
-		{&openReq{Path: "f", Flags: 0x42, Mode: 0o644, leaseTail: leaseTail{true, 7}}, "0100" + "66" + "42000000" + "a4010000" + "07000000"},
+		// OPEN with the lease field: Path, Flags, Mode, DurableID
+		// [16], Want.
+		{&openReq{Path: "f", Flags: 0x42, Mode: 0o644, DurableID: DurableID{0: 0xaa, 15: 0xbb}, leaseTail: leaseTail{true, 7}},
+			"0100" + "66" + "42000000" + "a4010000" + "aa0000000000000000000000000000bb" + "07000000"},
+		// Its answer: Handle, Attr, FileID (blob), Lease.
+		{&openResp{Handle: 9, FileID: []byte{0xcc}, leaseTail: leaseTail{true, 3}},
+			"0900000000000000" + hex.EncodeToString(marshal(&attrMsg{})) + "01000000" + "cc" + "03000000"},
 		// READDIR with the lease fields: ..., Want u32, EntryWant u32.
 		{&readDirReq{Path: "d", MaxBytes: 0x100, leaseTail: leaseTail{true, 1}, EntryWant: 3}, "0100" + "64" + "0000" + "00010000" + "01000000" + "03000000"},
 		// BATCH: Count u32, per request Command u32 and Body (blob).

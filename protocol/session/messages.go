@@ -151,24 +151,42 @@ func (m *mkdirResp) code(c coder) { codeAttr(c, &m.Attr); m.leaseTail.code(c) }
 
 // openReq: Flags are Linux open(2) flags (O_ACCMODE, O_CREAT, O_EXCL,
 // O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW, O_SYNC, O_DSYNC); others are
-// ignored. A lease request (Want) may follow (lease.go).
+// ignored. A non-zero DurableID, chosen by the client, asks for a durable
+// handle (durable.go): it names the open in a later REOPEN, and an OPEN
+// that repeats an id the server knows is a replay, answered with that open.
+// A lease request (Want) may follow (lease.go).
 type openReq struct {
-	Path  string
-	Flags uint32
-	Mode  uint32
+	Path      string
+	Flags     uint32
+	Mode      uint32
+	DurableID DurableID
 	leaseTail
 }
 
-func (m *openReq) code(c coder) { c.str(&m.Path); c.u32(&m.Flags); c.u32(&m.Mode); m.leaseTail.code(c) }
+func (m *openReq) code(c coder) {
+	c.str(&m.Path)
+	c.u32(&m.Flags)
+	c.u32(&m.Mode)
+	c.guid((*[16]byte)(&m.DurableID))
+	m.leaseTail.code(c)
+}
 
-// openResp: the lease granted follows when the request asked for one.
+// openResp: FileID is the sealed identity of the file for a reopen after a
+// server restart (empty: none; durable.go). The lease granted follows when
+// the request asked for one.
 type openResp struct {
 	Handle Handle
 	Attr   Attr
+	FileID []byte
 	leaseTail
 }
 
-func (m *openResp) code(c coder) { handle(c, &m.Handle); codeAttr(c, &m.Attr); m.leaseTail.code(c) }
+func (m *openResp) code(c coder) {
+	handle(c, &m.Handle)
+	codeAttr(c, &m.Attr)
+	c.blob(&m.FileID)
+	m.leaseTail.code(c)
+}
 
 type handleMsg struct{ Handle Handle }
 
@@ -197,9 +215,14 @@ type writeReq struct {
 
 func (m *writeReq) code(c coder) { handle(c, &m.Handle); c.u64(&m.Offset); c.blob(&m.Data) }
 
-type countMsg struct{ Count uint32 }
+// writeResp: End is the file offset just past the bytes written — for an
+// append (Offset WriteToEndOfFile) the end of file it left.
+type writeResp struct {
+	Count uint32
+	End   uint64
+}
 
-func (m *countMsg) code(c coder) { c.u32(&m.Count) }
+func (m *writeResp) code(c coder) { c.u32(&m.Count); c.u64(&m.End) }
 
 // twoPathReq: RENAME (Old, New, Flags = RENAME_NOREPLACE|RENAME_EXCHANGE),
 // LINK (Old, New), SYMLINK (Old = target text, New = link path).
@@ -270,7 +293,7 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdOpen:           {func() message { return new(openReq) }, func() message { return new(openResp) }},
 	CmdClose:          {func() message { return new(handleMsg) }, func() message { return new(empty) }},
 	CmdRead:           {func() message { return new(readReq) }, func() message { return new(dataMsg) }},
-	CmdWrite:          {func() message { return new(writeReq) }, func() message { return new(countMsg) }},
+	CmdWrite:          {func() message { return new(writeReq) }, func() message { return new(writeResp) }},
 	CmdUnlink:         {func() message { return new(nameMsg) }, func() message { return new(empty) }},
 	CmdRename:         {func() message { return new(twoPathReq) }, func() message { return new(empty) }},
 	CmdSymlink:        {func() message { return new(twoPathReq) }, func() message { return new(attrMsg) }},
@@ -290,6 +313,11 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdLeaseAck:       {func() message { return new(leaseAckReq) }, func() message { return new(empty) }},
 	CmdLease:          {func() message { return new(leaseReq) }, func() message { return new(leaseResp) }},
 	CmdBatch:          {func() message { return new(batchReq) }, func() message { return new(batchResp) }},
+	CmdLock:           {func() message { return new(lockReq) }, func() message { return new(empty) }},
+	CmdUnlock:         {func() message { return new(unlockReq) }, func() message { return new(empty) }},
+	CmdGetLk:          {func() message { return new(lockReq) }, func() message { return new(lockResp) }},
+	CmdCancel:         {func() message { return new(cancelReq) }, func() message { return new(empty) }},
+	CmdReopen:         {func() message { return new(reopenReq) }, func() message { return new(reopenResp) }},
 	CmdCopyRange:      {func() message { return new(copyRangeReq) }, func() message { return new(copyRangeResp) }},
 	CmdFallocate:      {func() message { return new(fallocateReq) }, func() message { return new(attrMsg) }},
 	CmdSeek:           {func() message { return new(seekReq) }, func() message { return new(offsetMsg) }},

@@ -69,6 +69,17 @@ type ServerConfig struct {
 	// DisableOpenat2 forces the component-walking resolver used where
 	// openat2(2) is missing. For tests and odd kernels; zero uses openat2.
 	DisableOpenat2 bool
+	// StateDir keeps what must survive a restart: the key that seals the
+	// file identities clients re-open files by after one
+	// (share.LoadIdentityKey; created mode 0700, the key 0600). Empty means
+	// a new key per process: after a restart every file a client had open
+	// is then ESTALE to it.
+	StateDir string
+	// DurableTimeout is how long a durable open, with its locks, outlives
+	// its connection waiting for the client to reclaim it (REOPEN). Zero
+	// means DefaultDurableTimeout (60 s); negative keeps none: every open
+	// closes with its connection.
+	DurableTimeout time.Duration
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -91,7 +102,10 @@ type Server struct {
 	sessions   map[uint64]*serverSession
 	lwioKeys   map[[16]byte]*serverSession
 	resumeKeys map[[24]byte]*openFile
+	durables   map[DurableID]*openFile // durable opens, live or parked (server_durable.go)
 	connWG     sync.WaitGroup
+
+	lockTab *share.LockTable // every session's lock waits, by file
 
 	nextSession atomic.Uint64
 	nextConn    atomic.Uint64
@@ -131,6 +145,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		sessions:     map[uint64]*serverSession{},
 		lwioKeys:     map[[16]byte]*serverSession{},
 		resumeKeys:   map[[24]byte]*openFile{},
+		durables:     map[DurableID]*openFile{},
+		lockTab:      share.NewLockTable(),
 	}
 	users := map[string][16]byte{}
 	for u, h := range cfg.Users {
@@ -150,6 +166,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if umask := share.Umask(); umask != 0 {
 		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")
 	}
+	idKey, err := identityKey(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
 	for _, c := range cfg.Shares {
 		key := strings.ToLower(c.Name)
 		if _, dup := s.shares[key]; dup {
@@ -161,6 +181,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			s.closeShares()
 			return nil, fmt.Errorf("session: %w", err)
 		}
+		sh.SetIdentityKey(idKey)
 		s.shares[key] = sh
 		if e, ok := cfg.ShareEncrypt[c.Name]; ok {
 			s.shareEncrypt[key] = e
@@ -252,6 +273,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.connWG.Wait()
+	s.closeParked()
 	s.closeShares()
 	return nil
 }
@@ -298,7 +320,9 @@ func (s *Server) registerSession(ss *serverSession) {
 	s.mu.Unlock()
 }
 
-// endSession forgets a session with everything bound to it.
+// endSession forgets a session with everything bound to it: its lock
+// waits end, and its open files close — but for the durable ones, which
+// are kept for a reconnect unless the client logged off (park).
 func (s *Server) endSession(ss *serverSession) {
 	s.mu.Lock()
 	delete(s.sessions, ss.id)
@@ -306,17 +330,21 @@ func (s *Server) endSession(ss *serverSession) {
 		delete(s.lwioKeys, k)
 	}
 	s.mu.Unlock()
+	ss.cancelWaits()
 	ss.endLeases()
 	ss.mu.Lock()
 	opens := ss.handles
 	ss.handles = map[Handle]*openFile{}
 	ss.mu.Unlock()
 	for _, of := range opens {
-		s.closeOpen(of)
+		if !s.park(ss, of) {
+			s.closeOpen(of)
+		}
 	}
 }
 
-// closeOpen closes an open file and kills its resume key.
+// closeOpen closes an open file: its locks are released, its resume key
+// and durable id die with it.
 func (s *Server) closeOpen(of *openFile) error {
 	if of.closed.Swap(true) {
 		return nil
@@ -325,8 +353,18 @@ func (s *Server) closeOpen(of *openFile) error {
 	if of.resumeKey != nil {
 		delete(s.resumeKeys, *of.resumeKey)
 	}
+	if !of.durable.IsZero() && s.durables[of.durable] == of {
+		delete(s.durables, of.durable)
+	}
+	if of.parked != nil {
+		of.parked.Stop()
+		of.parked = nil
+	}
 	s.mu.Unlock()
 	if of.file != nil {
+		if of.locks != nil {
+			of.locks.Release(of.file)
+		}
 		return of.file.Close()
 	}
 	return nil

@@ -168,6 +168,7 @@ func (c *serverConn) readLoop() error {
 			continue
 		}
 		if f.Command == CmdLogoff {
+			ss.loggedOff.Store(true)
 			c.respond(f.Header, protocol.StatusSuccess, nil)
 			c.setState(stateClosed)
 			return nil
@@ -209,7 +210,7 @@ func inlineCommand(cmd Command) bool {
 	case CmdGetAttr, CmdSetAttr, CmdMkdir, CmdRmdir, CmdOpen, CmdClose, CmdUnlink, CmdRename,
 		CmdSymlink, CmdReadlink, CmdLink, CmdGetXattr, CmdSetXattr, CmdListXattr, CmdRemoveXattr,
 		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS, CmdSeek, CmdTmpfile, CmdLinkHandle,
-		CmdLease, CmdBatch:
+		CmdLease, CmdBatch, CmdLock, CmdUnlock, CmdGetLk, CmdCancel, CmdReopen:
 		return true
 	}
 	return false
@@ -266,8 +267,11 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		key:     res.SessionKey,
 		macs:    newMACs(res.SessionKey),
 		user:    strings.ToLower(res.User),
+		conn:    c,
 		trees:   map[uint32]*share.Tree{},
 		handles: map[Handle]*openFile{},
+		locks:   share.NewLockSpace(c.s.lockTab),
+		waits:   map[uint64]*share.Waiter{},
 	}
 	ss.sendBreak = c.sendBreak
 	done := &sessionSetupDone{ServerName: c.s.cfg.ServerName, Seal: sealAnswer{Cipher: cipher, Echo: tok.Offer}}

@@ -107,8 +107,6 @@ const maxWatchedDirs = 8192
 // directories, or a hostile one): beyond it, new ones are refused.
 const maxTreeLeases = 1 << 18
 
-type fileKey struct{ dev, ino uint64 }
-
 func keyOf(st *unix.Stat_t) fileKey { return fileKey{uint64(st.Dev), st.Ino} }
 
 // leaseTable is a share's leases and the open counts they depend on.

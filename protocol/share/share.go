@@ -25,6 +25,7 @@ package share
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -55,9 +56,11 @@ type Config struct {
 // Safe for concurrent use; Close it when the server stops.
 type Share struct {
 	Config
-	root  *root
-	users map[string]bool // lower-cased; nil = everyone
-	umask uint32          // the process umask at Open
+	root   *root
+	users  map[string]bool // lower-cased; nil = everyone
+	umask  uint32          // the process umask at Open
+	idKey  []byte          // seals FileIDs (durable_linux.go); nil: none issued
+	idMACs sync.Pool       // of HMAC-SHA256 states keyed with idKey
 
 	leases   *leaseTable // nil: no leases (lease_linux.go)
 	leaseErr error       // why not, when the kernel could not watch
