@@ -43,6 +43,7 @@ type fileHandle struct {
 	data     atomic.Pointer[dataBox] // nil until attached
 	attachMu sync.Mutex
 	released atomic.Bool
+	locked   atomic.Bool // a lock was taken through it (lock.go)
 	// inlined counts the bytes written over the session channel before
 	// the data path was attached (see inlineWrite).
 	inlined atomic.Int64

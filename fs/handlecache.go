@@ -42,8 +42,8 @@ const handleFlags = syscall.O_ACCMODE | syscall.O_DIRECT | syscall.O_SYNC | sysc
 func (f *fileHandle) keepHandle() bool {
 	n := f.node
 	lc := n.fs.lease
-	if lc == nil || f.flags&syscall.O_ACCMODE != syscall.O_RDONLY {
-		return false
+	if lc == nil || f.flags&syscall.O_ACCMODE != syscall.O_RDONLY || f.locked.Load() {
+		return false // a handle that locked: its close releases the flock and OFD locks on the server
 	}
 	n.mu.Lock()
 	if n.ls.state&(LeaseRead|LeaseHandle) != LeaseRead|LeaseHandle || len(n.ls.handles) >= maxNodeHandles {
