@@ -108,8 +108,8 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	fh := cn.newHandle(p, h, int(flags))
 	fh.writable()
 	var fl uint32
-	if !cn.freshNode(a) {
-		fl = cn.openFlags(a, int(flags))
+	if !cn.freshNode(a) || flags&syscall.O_APPEND != 0 {
+		fl = cn.openFlags(a, int(flags)) // appends are direct I/O whatever the node (append.go)
 	}
 	return child, fh, fl, 0
 }
@@ -394,7 +394,9 @@ func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
 // wait for it anyway — and the rest happens in the background: what a
 // Write lease held back is sent, then a read handle under a Handle lease
 // is kept for the next open, or LWIO CLOSE of the Fid and the session
-// handle's CLOSE go out.
+// handle's CLOSE go out — but for a handle a lock was taken through,
+// closed before the answer and not gathered with others (its locks go
+// with it).
 func (f *fileHandle) Release(context.Context) syscall.Errno {
 	if f.released.Swap(true) {
 		return 0
@@ -403,6 +405,12 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 	if !f.node.holding() && f.keepHandle() {
 		f.node.fs.open.closed(f.node, f.flags)
 		return 0 // kept, now: the next open may come at once
+	}
+	if f.locked.Load() {
+		// A lock taken through it (flock, OFD) is released with the
+		// server handle: closed before the answer, as it always was.
+		f.release()
+		return 0
 	}
 	go f.release()
 	return 0
@@ -427,7 +435,7 @@ func (f *fileHandle) release() {
 			f.log.WithField("op", "release").WithError(derr).Warn("fs: closing data path")
 		}
 	}
-	if lc := f.node.fs.lease; lc.on() {
+	if lc := f.node.fs.lease; lc.on() && !f.locked.Load() {
 		f.closeLater()
 		return
 	}
