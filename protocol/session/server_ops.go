@@ -48,7 +48,7 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if ss.treeSeals(id) {
 			flags |= treeFlagSeal
 		}
-		return &treeConnectResp{TreeID: id, Flags: flags}, nil
+		return &treeConnectResp{TreeID: id, Flags: flags, Account: tr.Identity().Account}, nil
 	case CmdTreeDisconnect:
 		ss.mu.Lock()
 		_, ok := ss.trees[h.TreeID]

@@ -87,12 +87,28 @@ func (s *Share) Resolver() string {
 	return "openat2"
 }
 
-// Identity is who a Tree acts for. Today it is the logged-on name only and
-// every operation runs with the server's own credentials; the per-user
-// identity (the account's uid, gid and groups) goes here.
+// Identity is who a Tree acts for: the logged-on name, and the Unix
+// account whose credentials its disk operations run with
+// (identity_linux.go).
 type Identity struct {
 	// User is the logged-on user name, matched case-insensitively.
 	User string
+	// Account is the Unix account the user acts as.
+	Account Account
+}
+
+// Account is a Unix account on the server host: what a Tree's disk
+// operations run as (fsuid Uid, fsgid Gid, supplementary groups Groups).
+// The session channel sends it to the client at tree connect, so that the
+// client can map owners.
+type Account struct {
+	// Name is the account's name in the server's passwd database.
+	Name string
+	Uid  uint32
+	Gid  uint32
+	// Groups are the supplementary group ids, as the group database lists
+	// them (the primary group may be among them).
+	Groups []uint32
 }
 
 // Tree is the share as one logged-on user acts on it (SMB's tree connect;
@@ -116,6 +132,9 @@ func (s *Share) Connect(id Identity) (*Tree, error) {
 
 // Share is the share the tree acts on.
 func (t *Tree) Share() *Share { return t.sh }
+
+// Identity is who the tree acts for.
+func (t *Tree) Identity() Identity { return t.id }
 
 // writable is the read-only policy, the one place it is decided: on a
 // read-only share every operation that would change the disk — OPEN for
