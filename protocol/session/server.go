@@ -69,6 +69,10 @@ type ServerConfig struct {
 	// DisableOpenat2 forces the component-walking resolver used where
 	// openat2(2) is missing. For tests and odd kernels; zero uses openat2.
 	DisableOpenat2 bool
+	// Accounts says which Unix account each user acts as (the account of
+	// the same name by default; a map; a guest account). A server that
+	// is not root acts as its own account for everyone.
+	Accounts share.AccountsConfig
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -77,10 +81,11 @@ var ErrServerClosed = errors.New("session: server closed")
 // Server is the session channel's server side. It also implements the LWIO
 // engine's Authority (SessionByKey, OpenByResumeKey).
 type Server struct {
-	cfg    ServerConfig
-	log    logrus.FieldLogger
-	auth   *smbauth.Server
-	shares map[string]*share.Share // by lower-cased name
+	cfg      ServerConfig
+	log      logrus.FieldLogger
+	auth     *smbauth.Server
+	accounts *share.Accounts
+	shares   map[string]*share.Share // by lower-cased name
 	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
 	shareEncrypt map[string]Encrypt
 
@@ -147,6 +152,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		},
 		DisableSeal: cfg.Encrypt == EncryptOff,
 	})
+	s.accounts = share.NewAccounts(cfg.Accounts)
+	if !s.accounts.PerUser() {
+		self := s.accounts.Self()
+		s.log.WithFields(logrus.Fields{"account": self.Name, "uid": self.Uid, "gid": self.Gid}).
+			Warn("not running as root (no CAP_SETUID and CAP_SETGID): every user acts as the server's own account, and the permission checks cannot tell users apart")
+	}
 	if umask := share.Umask(); umask != 0 {
 		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")
 	}

@@ -242,6 +242,16 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		}
 		return nil
 	}
+	ident, guest, err := c.s.accounts.Identity(res.User)
+	if err != nil {
+		// The password was right: not a logon failure, and not
+		// throttled as one. The user needs an account on this host.
+		c.log.WithFields(logrus.Fields{"user": res.User, "domain": res.Domain}).WithError(err).
+			Warn("logon refused: the user has no Unix account on this server and no guest_account is configured")
+		c.respond(f.Header, StatusNoSuchUser, nil)
+		c.setState(stateClosed)
+		return fmt.Errorf("session: %w", err)
+	}
 	cipher, always, refuse := c.s.sealPolicy(tok.Offer, res.Flags&smbauth.FlagSeal != 0)
 	if refuse != "" {
 		c.log.WithFields(logrus.Fields{"user": res.User, "encrypt": c.s.cfg.Encrypt, "offer": tok.Offer.Ciphers}).
@@ -255,6 +265,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		key:     res.SessionKey,
 		macs:    newMACs(res.SessionKey),
 		user:    strings.ToLower(res.User),
+		ident:   ident,
 		trees:   map[uint32]*share.Tree{},
 		handles: map[Handle]*openFile{},
 	}
@@ -269,7 +280,8 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	}
 	c.s.registerSession(ss)
 	c.log = c.log.WithFields(logrus.Fields{"session": ss.id, "user": res.User})
-	c.log.WithFields(logrus.Fields{"domain": res.Domain, "workstation": res.Workstation, "cipher": cipher, "sealed": always}).Info("session established")
+	c.log.WithFields(logrus.Fields{"domain": res.Domain, "workstation": res.Workstation, "cipher": cipher, "sealed": always,
+		"account": ident.Account.Name, "uid": ident.Account.Uid, "guest": guest}).Info("session established")
 	c.nc.SetReadDeadline(time.Time{})
 	h := f.Header
 	h.SessionID = ss.id

@@ -48,6 +48,9 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if ss.treeSeals(id) {
 			flags |= treeFlagSeal
 		}
+		if !s.accounts.PerUser() {
+			flags |= treeFlagSharedAccount
+		}
 		return &treeConnectResp{TreeID: id, Flags: flags, Account: tr.Identity().Account}, nil
 	case CmdTreeDisconnect:
 		ss.mu.Lock()

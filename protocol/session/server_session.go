@@ -2,6 +2,7 @@ package session
 
 import (
 	"crypto/rand"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,13 @@ import (
 // does not have (MS-SMB2 3.3.5.2.11).
 const StatusNetworkNameDeleted = protocol.Status(0xC00000C9)
 
+// StatusNoSuchUser (0xC0000064, [MS-ERREF]) ends a session setup whose
+// credentials were right but whose user has no Unix account on the server
+// (and no guest account is configured). Only a user who proved the
+// password learns it; a wrong password is LOGON_FAILURE whatever the
+// account database says.
+const StatusNoSuchUser = protocol.Status(0xC0000064)
+
 // serverSession is an authenticated session: its key, trees, open files
 // and the LWIO keys issued to it. It lives as long as its connection.
 type serverSession struct {
@@ -24,6 +32,8 @@ type serverSession struct {
 	macs *macs        // signs and verifies with key
 	seal *sessionSeal // sealing keys; nil: the session cannot seal
 	user string       // lower-cased
+	// ident is who the session's trees act as (its Unix account).
+	ident share.Identity
 
 	mu       sync.Mutex
 	trees    map[uint32]*share.Tree
@@ -100,7 +110,12 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tre
 			Warn("tree connect refused: the share requires sealing (encrypt = required) and this session cannot seal (the client does not, or the server's encrypt is off)")
 		return 0, nil, StatusSealRequired
 	}
-	tr, err := sh.Connect(share.Identity{User: ss.user})
+	tr, err := sh.Connect(ss.ident)
+	var refused *share.RootRefused
+	if errors.As(err, &refused) {
+		s.log.WithFields(logrus.Fields{"session": ss.id, "user": ss.user, "share": sh.Name, "account": refused.Account}).
+			Warn("tree connect refused: the user acts as uid 0 (root) and the share does not allow_root")
+	}
 	if err != nil {
 		return 0, nil, err
 	}
