@@ -46,9 +46,33 @@ type ServerConfig struct {
 	// server; a reader blocks beyond it. Zero means 64.
 	MaxInFlight int
 	// MaxHandles bounds the files and pipes one session may hold open;
-	// beyond it OPEN answers STATUS_INSUFFICIENT_RESOURCES (EMFILE-like).
-	// Zero means 16384.
+	// beyond it OPEN answers STATUS_TOO_MANY_OPENED_FILES (EMFILE on the
+	// client). Zero means DefaultMaxHandles.
 	MaxHandles int
+	// MaxUserHandles bounds the handles one user holds over all its
+	// sessions (TOO_MANY_OPENED_FILES beyond it, EMFILE on that user's
+	// mounts only). Zero means DefaultMaxUserHandles.
+	MaxUserHandles int
+	// MaxOpenFiles bounds the handles of all users together, so that the
+	// server never runs out of descriptors (INSUFFICIENT_RESOURCES, ENFILE,
+	// beyond it). Zero means three quarters of RLIMIT_NOFILE's soft limit,
+	// leaving the rest for connections and the descriptors an operation
+	// holds while it runs.
+	MaxOpenFiles int
+	// MaxPending bounds the connections that have not completed session
+	// setup, in all; MaxPendingPerAddr those from one source address.
+	// More are closed at accept. Zero means DefaultMaxPending and
+	// DefaultMaxPendingPerAddr.
+	MaxPending, MaxPendingPerAddr int
+	// IdleTimeout closes a logged-on connection that sent nothing for
+	// that long while nothing of it was in flight; a mount's keepalive
+	// ECHO keeps a healthy idle session. Zero means DefaultIdleTimeout;
+	// negative never.
+	IdleTimeout time.Duration
+	// ShutdownTimeout bounds how long Close waits for requests in flight
+	// (a stuck disk, a long lock wait) before it closes the connections
+	// under them and returns. Zero means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
 	// SetupTimeout bounds how long a connection may take to complete
 	// session setup. Zero means 30 seconds.
 	SetupTimeout time.Duration
@@ -85,6 +109,8 @@ type Server struct {
 	log      logrus.FieldLogger
 	auth     *smbauth.Server
 	accounts *share.Accounts
+	handles  *handleBudget
+	pending  *pendingConns
 	shares   map[string]*share.Share // by lower-cased name
 	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
 	shareEncrypt map[string]Encrypt
@@ -118,7 +144,25 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.MaxInFlight = 64
 	}
 	if cfg.MaxHandles <= 0 {
-		cfg.MaxHandles = 16384
+		cfg.MaxHandles = DefaultMaxHandles
+	}
+	if cfg.MaxUserHandles <= 0 {
+		cfg.MaxUserHandles = DefaultMaxUserHandles
+	}
+	if cfg.MaxOpenFiles <= 0 {
+		cfg.MaxOpenFiles = DefaultMaxOpenFiles()
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.MaxPendingPerAddr <= 0 {
+		cfg.MaxPendingPerAddr = DefaultMaxPendingPerAddr
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if cfg.SetupTimeout <= 0 {
 		cfg.SetupTimeout = 30 * time.Second
@@ -136,6 +180,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		sessions:     map[uint64]*serverSession{},
 		lwioKeys:     map[[16]byte]*serverSession{},
 		resumeKeys:   map[[24]byte]*openFile{},
+		handles:      newHandleBudget(cfg.MaxOpenFiles, cfg.MaxUserHandles),
+		pending:      newPendingConns(cfg.MaxPending, cfg.MaxPendingPerAddr),
 	}
 	users := map[string][16]byte{}
 	for u, h := range cfg.Users {
@@ -226,11 +272,18 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
+		addr := hostOf(nc.RemoteAddr())
+		if ok, why := s.pending.admit(addr); !ok {
+			nc.Close()
+			s.pending.logRefusal(s.log, addr, why)
+			continue
+		}
 		c := s.newConn(nc)
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
 			nc.Close()
+			s.pending.done(addr)
 			return ErrServerClosed
 		}
 		s.conns[c] = struct{}{}
@@ -331,10 +384,52 @@ func (s *Server) closeOpen(of *openFile) error {
 		delete(s.resumeKeys, *of.resumeKey)
 	}
 	s.mu.Unlock()
+	s.handles.give(of.sess.user)
 	if of.file != nil {
 		return of.file.Close()
 	}
 	return nil
+}
+
+// newHandle counts a handle against the user's and the server's limits
+// (handleBudget) before open makes it — a user at its limit costs no
+// descriptor — and registers it on the session (MaxHandles). open returns
+// nil for the pipe.
+func (s *Server) newHandle(ss *serverSession, open func() (*share.OpenFile, error)) (Handle, error) {
+	if err := s.handles.take(ss.user); err != nil {
+		ss.overLimit(s.log, err, s.handles)
+		return 0, err
+	}
+	f, err := open()
+	if err != nil {
+		s.handles.give(ss.user)
+		return 0, err
+	}
+	h, err := ss.addHandle(&openFile{sess: ss, file: f}, s.cfg.MaxHandles)
+	if err != nil {
+		ss.overLimit(s.log, err, s.handles)
+		if f != nil {
+			f.Close()
+		}
+		s.handles.give(ss.user)
+		return 0, err
+	}
+	return h, nil
+}
+
+// DefaultMaxOpenFiles is ServerConfig.MaxOpenFiles's default: three
+// quarters of the soft RLIMIT_NOFILE (which lwio-server raises to the hard
+// limit at start), or DefaultMaxHandles when it cannot be read.
+func DefaultMaxOpenFiles() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return DefaultMaxHandles
+	}
+	n := rl.Cur - rl.Cur/defaultMaxOpenFilesFactor
+	if n > 1<<30 {
+		n = 1 << 30
+	}
+	return int(n)
 }
 
 // orQuiet returns l, or a logger that discards everything when l is nil.

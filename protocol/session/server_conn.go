@@ -74,15 +74,31 @@ type serverConn struct {
 	inflight sync.WaitGroup
 	sem      chan struct{}
 	stopping atomic.Bool
+
+	// addr is the peer's address without the port: the key of the
+	// pending-connection and logon-throttling counts.
+	addr       string
+	notPending atomic.Bool // pendingConns.done called
+	idle       idleWatch
 }
 
 func (s *Server) newConn(nc net.Conn) *serverConn {
 	id := s.nextConn.Add(1)
 	return &serverConn{
-		s:   s,
-		nc:  nc,
-		log: s.log.WithFields(logrus.Fields{"conn": id, "remote": nc.RemoteAddr().String()}),
-		sem: make(chan struct{}, s.cfg.MaxInFlight),
+		s:    s,
+		nc:   nc,
+		log:  s.log.WithFields(logrus.Fields{"conn": id, "remote": nc.RemoteAddr().String()}),
+		sem:  make(chan struct{}, s.cfg.MaxInFlight),
+		addr: hostOf(nc.RemoteAddr()),
+		idle: idleWatch{timeout: s.cfg.IdleTimeout},
+	}
+}
+
+// loggedOn takes the connection out of the pending count, once: it
+// logged on, or it is closing.
+func (c *serverConn) loggedOn() {
+	if !c.notPending.Swap(true) {
+		c.s.pending.done(c.addr)
 	}
 }
 
@@ -97,6 +113,8 @@ func (c *serverConn) serve() {
 	defer c.s.connWG.Done()
 	c.log.Debug("connection open")
 	err := c.readLoop()
+	c.loggedOn()
+	c.idle.stop()
 	c.inflight.Wait()
 	c.nc.Close()
 	if ss := c.sess.Load(); ss != nil {
@@ -132,6 +150,7 @@ func (c *serverConn) readLoop() error {
 		if f.Flags&FlagResponse != 0 {
 			return errors.New("session: client sent a response frame")
 		}
+		c.idle.touch()
 		if c.haveID && f.MessageID <= c.lastID {
 			c.log.WithFields(logrus.Fields{"msgid": f.MessageID, "last": c.lastID}).Warn("replayed message id")
 			return ErrReplay
@@ -171,7 +190,10 @@ func (c *serverConn) readLoop() error {
 			// that comes with it) on every round trip at queue depth 1.
 			// A request that comes meanwhile waits for it, as it
 			// would for a free thread.
-			if err := c.handle(ss, f); err != nil {
+			c.idle.busy.Add(1)
+			err := c.handle(ss, f)
+			c.idle.busy.Add(-1)
+			if err != nil {
 				c.log.WithError(err).WithField("cmd", f.Command).Warn("dropping connection: malformed request")
 				return err
 			}
@@ -179,8 +201,9 @@ func (c *serverConn) readLoop() error {
 		}
 		c.sem <- struct{}{}
 		c.inflight.Add(1)
+		c.idle.busy.Add(1)
 		go func() {
-			defer func() { <-c.sem; c.inflight.Done() }()
+			defer func() { <-c.sem; c.idle.busy.Add(-1); c.inflight.Done() }()
 			if err := c.handle(ss, f); err != nil {
 				// A malformed body: the peer is broken or hostile.
 				c.log.WithError(err).WithField("cmd", f.Command).Warn("dropping connection: malformed request")
@@ -283,6 +306,13 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	c.log.WithFields(logrus.Fields{"domain": res.Domain, "workstation": res.Workstation, "cipher": cipher, "sealed": always,
 		"account": ident.Account.Name, "uid": ident.Account.Uid, "guest": guest}).Info("session established")
 	c.nc.SetReadDeadline(time.Time{})
+	c.loggedOn()
+	if c.idle.timeout > 0 {
+		c.idle.start(func(idle time.Duration) {
+			c.log.WithField("idle", idle.Round(time.Second).String()).Info("closing a session idle for longer than idle_timeout")
+			c.stopReading()
+		})
+	}
 	h := f.Header
 	h.SessionID = ss.id
 	// The final response is the first signed frame; the session key is in

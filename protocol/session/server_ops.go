@@ -126,13 +126,12 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		a, err := tr.Mkdir(r.Path, r.Mode)
 		return &attrMsg{a}, err
 	case *openReq:
-		f, a, err := tr.Open(r.Path, int(r.Flags), r.Mode)
+		var a Attr
+		hd, err := s.newHandle(ss, func() (f *share.OpenFile, err error) {
+			f, a, err = tr.Open(r.Path, int(r.Flags), r.Mode)
+			return f, err
+		})
 		if err != nil {
-			return nil, err
-		}
-		hd, err := ss.addHandle(&openFile{sess: ss, file: f}, s.cfg.MaxHandles)
-		if err != nil {
-			f.Close()
 			return nil, err
 		}
 		return &openResp{Handle: hd, Attr: a}, nil

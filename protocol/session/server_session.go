@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/protocol/share"
 )
 
@@ -43,6 +44,8 @@ type serverSession struct {
 	lwioKeys [][16]byte // guarded by Server.mu
 
 	sealTrees map[uint32]bool // guarded by mu: trees whose every frame must be sealed
+
+	warnedLimit atomic.Bool // overLimit logged
 }
 
 // openFile is an open handle: a file or directory a tree opened, or the
@@ -57,17 +60,27 @@ type openFile struct {
 }
 
 // addHandle registers an open on the session and returns its handle, or
-// STATUS_INSUFFICIENT_RESOURCES when the session already holds max.
+// STATUS_TOO_MANY_OPENED_FILES when the session already holds max.
 func (ss *serverSession) addHandle(of *openFile, max int) (Handle, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if len(ss.handles) >= max {
-		return 0, protocol.StatusInsufficientResources
+		return 0, ntstatus.TooManyOpenedFiles
 	}
 	ss.nextH++
 	h := Handle(ss.nextH)
 	ss.handles[h] = of
 	return h, nil
+}
+
+// overLimit logs, once per session, that it hit a handle limit.
+func (ss *serverSession) overLimit(log logrus.FieldLogger, err error, b *handleBudget) {
+	if ss.warnedLimit.Swap(true) {
+		return
+	}
+	user, total := b.held(ss.user)
+	log.WithFields(logrus.Fields{"session": ss.id, "user": ss.user, "user_handles": user, "server_handles": total,
+		"status": ntstatus.FromError(err)}).Warn("open refused: handle limit reached (max_open_files_per_user, or max_open_files for the server); other users go on")
 }
 
 func (ss *serverSession) handle(h Handle) (*openFile, bool) {
