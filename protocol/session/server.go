@@ -69,6 +69,13 @@ type ServerConfig struct {
 	// ECHO keeps a healthy idle session. Zero means DefaultIdleTimeout;
 	// negative never.
 	IdleTimeout time.Duration
+	// LogonDelay and LogonDelayMax shape the logon throttle
+	// (throttle.go): after n failures for a (user, source address),
+	// attempts for it are LogonDelay·2^(n-1) apart, at most
+	// LogonDelayMax; an address's attempts for any user a quarter of
+	// that, at most a third. Zero means DefaultLogonDelay and
+	// DefaultLogonDelayMax.
+	LogonDelay, LogonDelayMax time.Duration
 	// ShutdownTimeout bounds how long Close waits for requests in flight
 	// (a stuck disk, a long lock wait) before it closes the connections
 	// under them and returns. Zero means DefaultShutdownTimeout.
@@ -111,6 +118,8 @@ type Server struct {
 	accounts *share.Accounts
 	handles  *handleBudget
 	pending  *pendingConns
+	throttle *throttle
+	closed   chan struct{} // closed by Close: sleepers wake
 	shares   map[string]*share.Share // by lower-cased name
 	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
 	shareEncrypt map[string]Encrypt
@@ -182,6 +191,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		resumeKeys:   map[[24]byte]*openFile{},
 		handles:      newHandleBudget(cfg.MaxOpenFiles, cfg.MaxUserHandles),
 		pending:      newPendingConns(cfg.MaxPending, cfg.MaxPendingPerAddr),
+		throttle:     newThrottle(cfg.LogonDelay, cfg.LogonDelayMax),
+		closed:       make(chan struct{}),
 	}
 	users := map[string][16]byte{}
 	for u, h := range cfg.Users {
@@ -303,6 +314,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closing = true
+	close(s.closed)
 	for l := range s.listeners {
 		l.Close()
 	}
@@ -313,6 +325,19 @@ func (s *Server) Close() error {
 	s.connWG.Wait()
 	s.closeShares()
 	return nil
+}
+
+// sleep waits d, or less if the server closes meanwhile (false then). A
+// sleeping goroutine holds no thread.
+func (s *Server) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.closed:
+		return false
+	}
 }
 
 // Advertise sets ServerConfig.Providers, the RDMA providers the

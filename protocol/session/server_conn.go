@@ -254,10 +254,26 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	st := c.challenge
 	c.challenge = nil
 	c.setState(stateNegotiate) // a challenge is answered once, right or wrong
+	// Who claims to log on, for the throttle; a message that does not
+	// parse fails below as a logon failure of user "".
+	var user, domain string
+	if am, err := smbauth.ParseAuthenticate(tok.Token); err == nil {
+		user, domain = am.UserName, am.DomainName
+	}
+	if wait := c.s.throttle.admit(user, c.addr); wait > 0 {
+		if !c.s.sleep(wait) {
+			return ErrServerClosed
+		}
+	}
 	res, err := st.Authenticate(tok.Token)
 	if err != nil {
 		c.failures++
-		c.log.WithError(err).WithField("failures", c.failures).Warn("logon failure")
+		uf, af := c.s.throttle.failed(user, c.addr)
+		// One fixed line per failure, for fail2ban and the like
+		// (docs/security.md): addr is the first field after msg in the
+		// text format and the first key in JSON.
+		c.log.WithError(err).WithFields(logrus.Fields{"addr": c.addr, "user": user, "domain": domain,
+			"failures": uf, "addr_failures": af}).Warn("logon failure")
 		c.respond(f.Header, protocol.StatusLogonFailure, nil)
 		if c.failures >= maxLogonFailures {
 			c.setState(stateClosed)
@@ -265,6 +281,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		}
 		return nil
 	}
+	c.s.throttle.succeeded(res.User, c.addr)
 	ident, guest, err := c.s.accounts.Identity(res.User)
 	if err != nil {
 		// The password was right: not a logon failure, and not
