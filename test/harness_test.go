@@ -303,7 +303,10 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 	var lastOut string
 	for attempt := 0; attempt < 3; attempt++ {
 		s := &Server{Addr: freeAddr(t), Soft: freeAddr(t), Shares: cfg.Shares}
-		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser}
+		// The test user has no Unix account: it acts as root (which the
+		// tests run as) on shares that allow it. identity_test.go tests
+		// users acting as their own accounts.
+		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser, "-account", "root", "-allow-root"}
 		for name, path := range cfg.Shares {
 			args = append(args, "-share", name+"="+path)
 		}

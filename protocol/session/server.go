@@ -119,7 +119,7 @@ type Server struct {
 	handles  *handleBudget
 	pending  *pendingConns
 	throttle *throttle
-	closed   chan struct{} // closed by Close: sleepers wake
+	closed   chan struct{}           // closed by Close: sleepers wake
 	shares   map[string]*share.Share // by lower-cased name
 	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
 	shareEncrypt map[string]Encrypt
@@ -306,7 +306,11 @@ func (s *Server) Serve(l net.Listener) error {
 
 // Close stops accepting, lets requests in flight finish and their answers
 // go out, then closes every connection (ending their sessions, their open
-// files, resume keys and LWIO keys) and the share roots.
+// files, resume keys and LWIO keys) and the share roots. Requests still
+// running after ShutdownTimeout (a disk that does not answer, a long lock
+// wait) do not hold it: their connections are closed under them, and
+// Close returns an error saying so, leaving the share roots open for
+// them (the process is about to exit).
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closing {
@@ -322,9 +326,27 @@ func (s *Server) Close() error {
 		c.stopReading()
 	}
 	s.mu.Unlock()
-	s.connWG.Wait()
-	s.closeShares()
-	return nil
+	done := make(chan struct{})
+	go func() { s.connWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.closeShares()
+		return nil
+	case <-time.After(s.cfg.ShutdownTimeout):
+	}
+	s.mu.Lock()
+	n := len(s.conns)
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	select {
+	case <-done:
+		s.closeShares()
+		return nil
+	case <-time.After(100 * time.Millisecond):
+	}
+	return fmt.Errorf("session: %d connection(s) still had requests running %v after the shutdown began; closed under them", n, s.cfg.ShutdownTimeout)
 }
 
 // sleep waits d, or less if the server closes meanwhile (false then). A
