@@ -377,6 +377,7 @@ type MountConfig struct {
 	Share      string // default "share"
 	Completion string // interrupt or polling; default interrupt
 	Options    []string
+	User       string // default testUser
 	Password   string // default testPassword
 }
 
@@ -392,8 +393,11 @@ func mountShare(t testing.TB, s *Server, cfg MountConfig) *Mount {
 	if cfg.Password == "" {
 		cfg.Password = testPassword
 	}
+	if cfg.User == "" {
+		cfg.User = testUser
+	}
 	mnt := t.TempDir()
-	opts := append([]string{"username=" + testUser, "completion=" + cfg.Completion}, cfg.Options...)
+	opts := append([]string{"username=" + cfg.User, "completion=" + cfg.Completion}, cfg.Options...)
 	p := startProc(t, "lwio-mount", []string{"LWIO_PASSWORD=" + cfg.Password}, binaries.mount,
 		s.URL(cfg.Share), mnt, "-o", strings.Join(opts, ","))
 	backing := strings.TrimSuffix(s.Shares[cfg.Share], ":ro")
