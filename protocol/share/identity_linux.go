@@ -220,7 +220,11 @@ func (c *cred) enter() error {
 
 // restore gives the calling thread the server's credentials back after c:
 // the capabilities first (setgroups needs CAP_SETGID), then fsuid, fsgid
-// and groups — what c changed. A failed enter restores everything.
+// and groups — what c changed. A failed enter restores everything. The
+// fs ids are not read back here, unlike in enter: the kernel always lets
+// a thread set its fsuid and fsgid to its own effective ids, so these
+// calls cannot fail (and a thread left with a user's ids would only have
+// less privilege); capset and setgroups report their errors.
 func (s *selfCred) restore(c *cred) error {
 	all := c == nil
 	if all || c.dropCaps {
@@ -229,13 +233,9 @@ func (s *selfCred) restore(c *cred) error {
 			return &errCred{"capset", err.(unix.Errno)}
 		}
 	}
-	if err := setfsid(sysSetfsuid, "setfsuid", s.uid); err != nil {
-		return err
-	}
+	unix.RawSyscall(sysSetfsuid, uintptr(s.uid), 0, 0)
 	if all || c.setGid {
-		if err := setfsid(sysSetfsgid, "setfsgid", s.gid); err != nil {
-			return err
-		}
+		unix.RawSyscall(sysSetfsgid, uintptr(s.gid), 0, 0)
 	}
 	if all || c.setGroups {
 		return setgroups(s.groups)
