@@ -231,6 +231,12 @@ type proc struct {
 
 func startProc(t testing.TB, name string, env []string, bin string, args ...string) *proc {
 	t.Helper()
+	return startProcAs(t, name, nil, env, bin, args...)
+}
+
+// startProcAs is startProc as the user cred names (nil: the test's own).
+func startProcAs(t testing.TB, name string, cred *syscall.Credential, env []string, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: &logBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
@@ -239,7 +245,7 @@ func startProc(t testing.TB, name string, env []string, bin string, args ...stri
 	// Its own process group: a test's Ctrl-C or SIGTERM is for the test.
 	// SIGTERM when the test binary dies (a -timeout panic, a crash), so a
 	// mount or server never outlives the test that started it.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: cred}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -290,6 +296,9 @@ type Server struct {
 type ServerConfig struct {
 	Shares map[string]string
 	Args   []string // extra flags
+	// Cred, when set, runs the server as that user instead of the
+	// test's (root).
+	Cred *syscall.Credential
 }
 
 // startServer runs lwio-server until the test ends; the cleanup checks it
@@ -312,7 +321,7 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 		}
 		args = append(args, cfg.Args...)
 		s.args = args
-		s.p = startProc(t, "lwio-server", []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, args...)
+		s.p = startProcAs(t, "lwio-server", cfg.Cred, []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, args...)
 		if waitListening(s.Addr, s.p) {
 			t.Cleanup(func() {
 				if err := s.p.stop(); err != nil {

@@ -305,3 +305,31 @@ func TestUserOutOfHandles(t *testing.T) {
 		t.Errorf("the server did not log the limit:\n%s", s.p.out)
 	}
 }
+
+// TestServerNotRoot: a server started as an ordinary account cannot act
+// per user: it says so once at start, and every user's files are the
+// server account's.
+func TestServerNotRoot(t *testing.T) {
+	needLWIO(t)
+	accts := localAccounts(t, 1)
+	srv := accts[0]
+	// The test's temporary directories are 0700: let the account reach
+	// the programs and the share.
+	if err := os.Chmod(binaries.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := openShareDir(t)
+	for d := filepath.Dir(dir); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	s := startServer(t, ServerConfig{Shares: map[string]string{"share": dir},
+		Cred: &syscall.Credential{Uid: srv.uid, Gid: srv.gid}})
+	m := mountShare(t, s, MountConfig{})
+	mustWrite(t, filepath.Join(m.Dir, "f"), []byte("written by alice"))
+	if uid, gid := ownerOnDisk(t, filepath.Join(dir, "f")); uid != srv.uid || gid != srv.gid {
+		t.Errorf("a file alice made through a server run by %s is %d:%d, want the server's %d:%d", srv.name, uid, gid, srv.uid, srv.gid)
+	}
+	if n := strings.Count(s.p.out.String(), "not running as root"); n != 1 {
+		t.Errorf("the server said %d times that it is not root, want once:\n%s", n, s.p.out)
+	}
+}
