@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
@@ -25,6 +26,9 @@ type Session struct {
 	Data  DataPath
 	Done  <-chan struct{}
 	Close func() error
+	// LWIO is the LWIO client engine of the data path, nil when file data
+	// goes over the session channel (for `lwio stat`).
+	LWIO *client.Client
 	// ReadOnly says the share refuses changes (its TREE_CONNECT flag).
 	ReadOnly bool
 }
@@ -75,6 +79,7 @@ type Reconnector struct {
 	closed  bool
 	handles map[session.Handle]*vhandle
 	next    session.Handle
+	stats   *Stats // CountInto; nil counts nothing
 }
 
 // vhandle is an open file as the mount knows it: a handle number stable
@@ -119,6 +124,21 @@ func (r *Reconnector) Close() error {
 		return s.Close()
 	}
 	return nil
+}
+
+// CountInto makes the Reconnector count into st: its reconnects, and the
+// file data it carries over the session channel (inline writes).
+func (r *Reconnector) CountInto(st *Stats) {
+	r.mu.Lock()
+	r.stats = st
+	r.mu.Unlock()
+}
+
+// Current is the live session, or nil while reconnecting.
+func (r *Reconnector) Current() *Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
 }
 
 // Name is the current data path's name.
@@ -181,6 +201,9 @@ func (r *Reconnector) redialLoop() {
 			}
 			r.gen++
 			r.cur = s
+			if r.stats != nil {
+				r.stats.reconnects.Add(1)
+			}
 			gen := r.gen
 			close(r.redial)
 			r.redial = nil
@@ -307,12 +330,16 @@ func (r *Reconnector) Open(ctx context.Context, path string, flags int, mode uin
 	if err != nil {
 		return 0, a, err
 	}
+	return r.addHandle(&vhandle{path: path, flags: flags, real: real, gen: gen}), a, nil
+}
+
+// addHandle numbers an open file of the mount.
+func (r *Reconnector) addHandle(h *vhandle) session.Handle {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.next++
-	vh := r.next
-	r.handles[vh] = &vhandle{path: path, flags: flags, real: real, gen: gen}
-	r.mu.Unlock()
-	return vh, a, nil
+	r.handles[r.next] = h
+	return r.next
 }
 
 // realHandle is vh's session handle in generation gen, re-opening the file
@@ -478,6 +505,7 @@ func (r *Reconnector) ReadAt(ctx context.Context, vh session.Handle, p []byte, o
 		n, err = s.Tree.ReadAt(ctx, real, p, off)
 		return err
 	})
+	r.stats.countRead(n)
 	return n, err
 }
 
@@ -488,6 +516,7 @@ func (r *Reconnector) WriteAt(ctx context.Context, vh session.Handle, p []byte, 
 		n, err = s.Tree.WriteAt(ctx, real, p, off)
 		return err
 	})
+	r.stats.countWrite(n)
 	return n, err
 }
 

@@ -35,6 +35,7 @@ type flags struct {
 	listen    string
 	soft      string
 	verbs     string
+	metrics   string
 	user      string
 	account   string
 	allowRoot bool
@@ -53,6 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.listen, "listen", DefaultSessionAddr, "session channel `address`")
 	fs.StringVar(&f.soft, "soft", "", "softrdma listen `address`, \"none\" disables (default: session host, port+1)")
 	fs.StringVar(&f.verbs, "verbs", "", "verbs (rdma_cm) listen `address` (default: none)")
+	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: none)")
 	fs.StringVar(&f.user, "user", "", "add user `NAME`, password from LWIO_PASSWORD")
 	fs.StringVar(&f.account, "account", "", "the Unix `ACCOUNT` the -user acts as on this host (default: the account of the same name)")
 	fs.BoolVar(&f.allowRoot, "allow-root", false, "let users whose account is root (uid 0) use every share")
@@ -60,7 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-encrypt MODE] -user NAME [-account ACCOUNT] [-allow-root]\n       %s adduser -config FILE NAME\n", prog, prog, prog)
+		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-metrics ADDR] [-encrypt MODE] -user NAME [-account ACCOUNT] [-allow-root]\n       %s adduser -config FILE NAME\n", prog, prog, prog)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -107,6 +109,9 @@ func buildConfig(f *flags) (*Config, error) {
 		if f.verbs != "" && f.verbs != "none" {
 			c.Listen.Verbs = []string{f.verbs}
 		}
+	}
+	if f.set["metrics"] {
+		c.Listen.Metrics = f.metrics
 	}
 	if f.user != "" {
 		pw := os.Getenv("LWIO_PASSWORD")

@@ -92,7 +92,16 @@ const (
 	CmdPipeTransact   Command = 27 // one request/response on a pipe handle
 	CmdEcho           Command = 28 // keepalive; an empty body both ways
 
-	cmdLimit = 29
+	// 29–37 and 43–47 are reserved for other commands (locks, leases,
+	// durable handles, MKNOD, identity).
+
+	CmdCopyRange  Command = 38 // copy_file_range between two opens, on the server
+	CmdFallocate  Command = 39 // fallocate on a Handle
+	CmdSeek       Command = 40 // lseek SEEK_DATA / SEEK_HOLE on a Handle
+	CmdTmpfile    Command = 41 // open(dir, O_TMPFILE) → Handle
+	CmdLinkHandle Command = 42 // linkat of a Handle's file to a new name
+
+	cmdLimit = 43
 )
 
 var commandNames = [cmdLimit]string{
@@ -104,6 +113,8 @@ var commandNames = [cmdLimit]string{
 	CmdStatFS: "STATFS", CmdFsync: "FSYNC", CmdGetXattr: "GETXATTR", CmdSetXattr: "SETXATTR",
 	CmdListXattr: "LISTXATTR", CmdRemoveXattr: "REMOVEXATTR", CmdIoctl: "IOCTL",
 	CmdPipeOpen: "PIPE_OPEN", CmdPipeTransact: "PIPE_TRANSACT", CmdEcho: "ECHO",
+	CmdCopyRange: "COPY_RANGE", CmdFallocate: "FALLOCATE", CmdSeek: "SEEK", CmdTmpfile: "TMPFILE",
+	CmdLinkHandle: "LINKAT_HANDLE",
 }
 
 // String returns the command's name, e.g. "READDIR".

@@ -77,13 +77,10 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 	if !ok {
 		return nil, StatusNetworkNameDeleted
 	}
-	// open finds a file handle of this tree's share.
-	open := func(hd Handle) (*openFile, error) {
-		of, ok := ss.handle(hd)
-		if !ok || of.file == nil || of.file.Tree().Share() != tr.Share() {
-			return nil, protocol.StatusInvalidHandle
-		}
-		return of, nil
+	open := func(hd Handle) (*openFile, error) { return ss.fileIn(tr, hd) }
+	switch h.Command {
+	case CmdCopyRange, CmdFallocate, CmdSeek, CmdTmpfile, CmdLinkHandle:
+		return s.serverSide(ss, tr, h.Command, req)
 	}
 	// Every disk operation goes through the tree (protocol/share), which
 	// also applies the read-only rule.

@@ -35,7 +35,10 @@ func needPerUser(t testing.TB) {
 
 // threadIDs is the calling thread's fsuid, fsgid, groups and effective
 // capabilities, from /proc/thread-self/status (the fourth field of Uid and
-// Gid is the filesystem id).
+// Gid is the filesystem id). The goroutine stays on its thread between
+// the open, which names the thread, and the read, which reports it: else
+// it could read the status of a thread it left, which another goroutine
+// may have switched to a user since.
 type threadIDs struct {
 	fsuid, fsgid uint32
 	groups       string
@@ -43,7 +46,9 @@ type threadIDs struct {
 }
 
 func readThreadIDs() (threadIDs, error) {
+	runtime.LockOSThread()
 	b, err := os.ReadFile("/proc/thread-self/status")
+	runtime.UnlockOSThread()
 	if err != nil {
 		return threadIDs{}, err
 	}

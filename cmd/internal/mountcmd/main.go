@@ -49,6 +49,14 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 
 // runEnv is the command with getenv as its environment.
 func runEnv(prog string, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "stat":
+			return runStat(args[1:], stdout, stderr)
+		case "devices":
+			return runDevices(args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 1 && (args[0] == "-providers" || args[0] == "--providers" || args[0] == "providers") {
 		describeProviders(stdout)
 		return 0
@@ -116,6 +124,8 @@ func runEnv(prog string, args []string, stdout, stderr io.Writer, getenv func(st
 
 const usage = `usage: lwio-mount //HOST[:PORT]/SHARE MOUNTPOINT [-o opts]
        lwio-mount -providers
+       lwio stat MOUNTPOINT [-json]     what a running mount moves, and how
+       lwio devices [-json]             RDMA devices and the mounts using them
 options (comma separated, mount(8) style):
   credentials=FILE   lines username=, password=, domain=
   username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
@@ -125,7 +135,7 @@ options (comma separated, mount(8) style):
   seal               require sealing (AES-GCM encryption) of the session channel;
                      without it, sealed when the server or share asks
   provider=P         auto (default), verbs, softrdma, or none (session channel only)
-  completion=M       interrupt (default) or polling
+  completion=M       auto (default: by each connection's load), interrupt or polling
   attr_timeout=SEC   attribute cache timeout (default 1)
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
@@ -261,6 +271,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		}
 	}()
 	defer func() { connected(); <-watched }()
+	o.stats = new(fs.Stats)
 	first := true
 	dial := func(ctx context.Context) (*fs.Session, error) {
 		s, err := dialSession(ctx, o, log)
@@ -283,6 +294,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		return err
 	}
 	defer r.Close()
+	r.CountInto(o.stats)
 
 	fopts := o.fsOptions()
 	fopts.Logger = log.WithField("component", "fs")
@@ -296,6 +308,9 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		// Once mounted, so that a failure stays one line.
 		log.Warn("the password came from " + passwordEnv + ": other processes of yours can read a program's environment; " +
 			"prefer -o credentials=FILE (mode 0600). It has been taken out of this process's environment")
+	}
+	if c := startControl(o, r, o.stats, log); c != nil {
+		defer c.Close()
 	}
 	ready.report(nil)
 	connected()
