@@ -263,6 +263,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	}
 	if wait := c.s.throttle.admit(user, c.addr); wait > 0 {
 		if !c.s.sleep(wait) {
+			c.s.throttle.abandoned(user, c.addr)
 			return ErrServerClosed
 		}
 	}

@@ -12,10 +12,14 @@ import (
 // delay after n failures, capped. A logon is verified only when its turn
 // comes: attempts for one key are spaced by the delay, whether they come
 // on one connection or on many at once, so opening more connections
-// gains an attacker nothing. The user's correct logon from another
+// gains an attacker nothing. For a (user, address), an attempt still
+// being verified counts as a failure until it is known, so a burst of
+// parallel first guesses is spaced too; for an address alone only real
+// failures count, so that the many users of one address (a NAT) logging
+// on at once wait for nothing. The user's correct logon from another
 // address is not held back, since no key it uses has failures. A success
 // clears its (user, address) key; failures are forgotten after
-// ThrottleForget without one. Waiting costs no thread: the connection's
+// throttleForget without one. Waiting costs no thread: the connection's
 // goroutine sleeps on a timer (and wakes at once when the server closes).
 
 // Defaults of the throttle.
@@ -45,8 +49,9 @@ type throttleKey struct{ user, addr string }
 
 type penalty struct {
 	failures int
+	inflight int       // admitted and not yet known (the (user, address) key only)
 	next     time.Time // an attempt is verified no earlier than this
-	last     time.Time // the last failure
+	last     time.Time // the last failure, or admission
 }
 
 func newThrottle(base, max time.Duration) *throttle {
@@ -80,25 +85,68 @@ func (t *throttle) keysOf(user, addr string) [2]throttleKey {
 }
 
 // admit reserves the turn of an attempt by user from addr and returns how
-// long it must wait for it: zero unless one of its keys has failures.
+// long it must wait for it: zero unless one of its keys has failures (or,
+// for the user's, attempts still in flight). Every admit is followed by
+// failed, succeeded or abandoned.
 func (t *throttle) admit(user, addr string) time.Duration {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	keys := t.keysOf(user, addr)
 	var wait time.Duration
-	for _, k := range t.keysOf(user, addr) {
+	for i, k := range keys {
 		p := t.live(k, now)
+		if i == 0 && p == nil {
+			if len(t.keys) >= throttleMaxKeys {
+				t.sweep(now)
+			}
+			p = &penalty{}
+			t.keys[k] = p
+		}
 		if p == nil {
+			continue
+		}
+		n := p.failures
+		if i == 0 {
+			n += p.inflight
+			p.inflight++
+			p.last = now
+		}
+		if n == 0 && i == 0 {
+			p.next = now.Add(t.delay(k, p.inflight))
 			continue
 		}
 		at := p.next
 		if at.Before(now) {
 			at = now
 		}
-		p.next = at.Add(t.delay(k, p.failures))
+		p.next = at.Add(t.delay(k, n+boolInt(i == 0)))
 		wait = max(wait, at.Sub(now))
 	}
 	return wait
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// abandoned forgets an admitted attempt whose outcome will never be known
+// (the server closed while it waited).
+func (t *throttle) abandoned(user, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := t.keysOf(user, addr)[0]
+	if p := t.keys[k]; p != nil {
+		if p.inflight > 0 {
+			p.inflight--
+		}
+		if p.inflight == 0 && p.failures == 0 {
+			delete(t.keys, k)
+		}
+	}
 }
 
 // live returns key's entry unless it has none or its failures are old
@@ -127,6 +175,9 @@ func (t *throttle) failed(user, addr string) (userFailures, addrFailures int) {
 		if p == nil {
 			p = &penalty{}
 			t.keys[k] = p
+		}
+		if i == 0 && p.inflight > 0 {
+			p.inflight--
 		}
 		p.failures++
 		p.last = now

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -53,10 +54,15 @@ func TestThrottleDelays(t *testing.T) {
 	if w := th.admit("alice", "B"); w != 0 {
 		t.Errorf("alice from another address waits %v", w)
 	}
-	// Three attempts at once get turns 400 ms apart, not one turn.
+	// Three attempts at once get one turn each, and each one not yet
+	// answered counts as a failure for the next: 0.4 s, then 0.8 and 1.6
+	// s further.
 	w1, w2, w3 := th.admit("alice", "A"), th.admit("alice", "A"), th.admit("alice", "A")
-	if !(w1 == 400*time.Millisecond && w2 == 800*time.Millisecond && w3 == 1200*time.Millisecond) {
-		t.Errorf("three parallel attempts wait %v %v %v, want 400ms 800ms 1.2s", w1, w2, w3)
+	if !(w1 == 400*time.Millisecond && w2 == 1200*time.Millisecond && w3 == 2800*time.Millisecond) {
+		t.Errorf("three parallel attempts wait %v %v %v, want 400ms 1.2s 2.8s", w1, w2, w3)
+	}
+	for range 3 {
+		th.failed("alice", "A")
 	}
 	th.succeeded("alice", "A")
 	clk.add(2 * time.Second)
@@ -67,6 +73,33 @@ func TestThrottleDelays(t *testing.T) {
 	clk.add(throttleForget + time.Second)
 	if w := th.admit("carol", "C"); w != 0 {
 		t.Errorf("an old failure still counts: wait %v", w)
+	}
+}
+
+// TestThrottleBurst: parallel first guesses, before any has failed, are
+// spaced too; the many users of one address logging on at once are not.
+func TestThrottleBurst(t *testing.T) {
+	th, _ := newFakeThrottle()
+	var waits []time.Duration
+	for range 4 {
+		waits = append(waits, th.admit("alice", "A"))
+	}
+	want := []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond}
+	for i := range want {
+		if waits[i] != want[i] {
+			t.Errorf("parallel first guesses wait %v, want %v", waits, want)
+			break
+		}
+	}
+	for i := range 4 {
+		if w := th.admit(fmt.Sprintf("user%d", i), "NAT"); w != 0 {
+			t.Errorf("user%d logging on beside others from one address waits %v", i, w)
+		}
+	}
+	th.succeeded("alice", "A")
+	th.abandoned("alice", "A") // a logon the server gave up: nothing left
+	if w := th.admit("bob", "B"); w != 0 {
+		t.Errorf("an unrelated first logon waits %v", w)
 	}
 }
 
