@@ -39,7 +39,7 @@ import (
 //	workers = 0                       # disk I/O goroutines; 0 = engine default
 //	max_open_files = 0                # handles of all users; 0 = 3/4 of RLIMIT_NOFILE
 //	max_open_files_per_user = 16384
-//	max_pending_connections = 512     # connections not logged on yet
+//	max_pending_connections = 512     # connections not logged on yet; beyond, the oldest is closed
 //	max_pending_per_address = 64
 //	idle_timeout = 300                # seconds; a logged-on session idle that long is closed; -1 never
 //	logon_delay_max = 30              # seconds: the most a failed logon delays the next

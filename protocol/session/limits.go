@@ -1,6 +1,7 @@
 package session
 
 import (
+	clist "container/list"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -78,15 +79,18 @@ func (b *handleBudget) held(user string) (int, int) {
 }
 
 // pendingConns counts connections that have not completed session setup,
-// in all and per source address, so that the excess is refused at accept
-// (closed at once) rather than left to hold a descriptor until the setup
-// timeout while logons queue behind it.
+// in all and per source address. A connection from an address that holds
+// its share already is closed at accept. When all the room is taken — a
+// flood from many addresses — the oldest pending connection is closed to
+// make room for the new one instead: a client that means to log on does
+// so within milliseconds and is gone from the list, while connections held
+// idle to fill it are the oldest, so a flood of them cannot starve logons.
 type pendingConns struct {
 	max, maxPerAddr int
 
 	mu     sync.Mutex
-	total  int
 	byAddr map[string]int
+	order  *clist.List // of *serverConn, oldest first
 	// refused counts refusals since the last log line, so that a flood
 	// is logged once a second, not once per connection.
 	refused    int
@@ -94,7 +98,7 @@ type pendingConns struct {
 }
 
 func newPendingConns(max, maxPerAddr int) *pendingConns {
-	return &pendingConns{max: max, maxPerAddr: maxPerAddr, byAddr: map[string]int{}}
+	return &pendingConns{max: max, maxPerAddr: maxPerAddr, byAddr: map[string]int{}, order: clist.New()}
 }
 
 // hostOf is the address part of a "host:port" remote address.
@@ -109,22 +113,27 @@ func hostOf(remote net.Addr) string {
 	return s
 }
 
-// admit counts a new connection from addr, or says why it is refused.
-func (p *pendingConns) admit(addr string) (ok bool, why string) {
+// admit counts a new connection, or says why it is refused; evicted is
+// the oldest pending connection, taken out of the count to make room, for
+// the caller to close.
+func (p *pendingConns) admit(c *serverConn) (ok bool, evicted *serverConn, why string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case p.byAddr[addr] >= p.maxPerAddr:
-		why = "too many connections from this address have not logged on (max_pending_per_address)"
-	case p.total >= p.max:
-		why = "too many connections have not logged on (max_pending_connections)"
-	default:
-		p.total++
-		p.byAddr[addr]++
-		return true, ""
+	if p.byAddr[c.addr] >= p.maxPerAddr {
+		p.refused++
+		return false, nil, "too many connections from this address have not logged on (max_pending_per_address)"
 	}
-	p.refused++
-	return false, why
+	if p.order.Len() >= p.max {
+		evicted = p.order.Remove(p.order.Front()).(*serverConn)
+		evicted.pendingAt = nil
+		evicted.notPending.Store(true)
+		p.forget(evicted.addr)
+		p.refused++
+		why = "too many connections have not logged on (max_pending_connections): closed the oldest"
+	}
+	p.byAddr[c.addr]++
+	c.pendingAt = p.order.PushBack(c)
+	return true, evicted, why
 }
 
 // logRefusal logs refused connections at most once a second, with the
@@ -143,13 +152,27 @@ func (p *pendingConns) logRefusal(log logrus.FieldLogger, addr, why string) {
 }
 
 // done forgets a connection admit counted: it logged on, or it closed.
-func (p *pendingConns) done(addr string) {
+func (p *pendingConns) done(c *serverConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.total--
+	if c.pendingAt != nil {
+		p.order.Remove(c.pendingAt)
+		c.pendingAt = nil
+	}
+	p.forget(c.addr)
+}
+
+func (p *pendingConns) forget(addr string) {
 	if p.byAddr[addr]--; p.byAddr[addr] <= 0 {
 		delete(p.byAddr, addr)
 	}
+}
+
+// counts is how many connections are pending, in all and from addr.
+func (p *pendingConns) counts(addr string) (int, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.order.Len(), p.byAddr[addr]
 }
 
 // idleWatch closes a logged-on connection that has received no frame for

@@ -32,42 +32,41 @@ func refused(c net.Conn) bool {
 }
 
 // TestPendingLimits: connections that do not log on are limited per
-// source address and in all; the excess is closed at accept, and a logon
-// from another address still gets through; a connection that logged on,
-// or went away, no longer counts.
+// source address (the excess closed at accept) and in all (the oldest
+// closed to make room for a new one, so idle connections cannot starve
+// logons); a logon from another address gets through; a connection that
+// logged on no longer counts.
 func TestPendingLimits(t *testing.T) {
 	e := newEnv(t, func(c *ServerConfig) { c.MaxPending = 4; c.MaxPendingPerAddr = 2; c.SetupTimeout = time.Minute })
-	a1, a2 := dialFrom(t, "127.0.0.11", e.addr), dialFrom(t, "127.0.0.11", e.addr)
+	oldest := dialFrom(t, "127.0.0.11", e.addr)
+	dialFrom(t, "127.0.0.11", e.addr)
 	if !refused(dialFrom(t, "127.0.0.11", e.addr)) {
 		t.Error("a third pending connection from one address was accepted (max_pending_per_address 2)")
 	}
 	dialFrom(t, "127.0.0.12", e.addr)
 	dialFrom(t, "127.0.0.13", e.addr)
-	if !refused(dialFrom(t, "127.0.0.14", e.addr)) {
-		t.Error("a fifth pending connection was accepted (max_pending_connections 4)")
+	fifth := dialFrom(t, "127.0.0.14", e.addr)
+	if !refused(oldest) {
+		t.Error("with max_pending_connections (4) reached, the oldest pending connection was not closed for a new one")
 	}
 	if !e.waitLogged("connection refused at accept") {
 		t.Error("no log line for the refusals")
 	}
-	a1.Close()
-	a2.Close()
-	// The server notices the two closed connections; then a client
-	// logs on (its connection leaves the pending count once it has) and
-	// there is room for a new pending connection beside it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := e.dial(testUser, testPassword)
-		if err == nil {
-			defer c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no logon after the pending connections closed: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// All the room is taken again by idle connections: a logon still
+	// gets through, making room for itself, and once logged on it no
+	// longer counts.
+	c, err := e.dial(testUser, testPassword)
+	if err != nil {
+		t.Fatalf("a logon with every pending slot taken by idle connections: %v", err)
 	}
-	if refused(dialFrom(t, "127.0.0.15", e.addr)) {
-		t.Error("a pending connection was refused although only 3 are pending and the logged-on one does not count")
+	defer c.Close()
+	// The logon closed the oldest idle connection to get in, then left
+	// the count: three remain.
+	if total, _ := e.srv.pending.counts("127.0.0.1"); total != 3 {
+		t.Errorf("%d connections pending after the logon, want 3 (the logged-on one not among them)", total)
+	}
+	if refused(fifth) {
+		t.Error("the newest idle connection was closed; the oldest should have been")
 	}
 }
 

@@ -60,8 +60,9 @@ type ServerConfig struct {
 	// holds while it runs.
 	MaxOpenFiles int
 	// MaxPending bounds the connections that have not completed session
-	// setup, in all; MaxPendingPerAddr those from one source address.
-	// More are closed at accept. Zero means DefaultMaxPending and
+	// setup, in all (beyond it the oldest is closed to make room for a new
+	// one); MaxPendingPerAddr those from one source address (beyond it a
+	// new one is closed at accept). Zero means DefaultMaxPending and
 	// DefaultMaxPendingPerAddr.
 	MaxPending, MaxPendingPerAddr int
 	// IdleTimeout closes a logged-on connection that sent nothing for
@@ -283,18 +284,23 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
-		addr := hostOf(nc.RemoteAddr())
-		if ok, why := s.pending.admit(addr); !ok {
+		c := s.newConn(nc)
+		ok, evicted, why := s.pending.admit(c)
+		if why != "" {
+			s.pending.logRefusal(s.log, c.addr, why)
+		}
+		if evicted != nil {
+			evicted.nc.Close()
+		}
+		if !ok {
 			nc.Close()
-			s.pending.logRefusal(s.log, addr, why)
 			continue
 		}
-		c := s.newConn(nc)
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
 			nc.Close()
-			s.pending.done(addr)
+			c.loggedOn()
 			return ErrServerClosed
 		}
 		s.conns[c] = struct{}{}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"bufio"
+	clist "container/list"
 	"errors"
 	"fmt"
 	"io"
@@ -78,7 +79,8 @@ type serverConn struct {
 	// addr is the peer's address without the port: the key of the
 	// pending-connection and logon-throttling counts.
 	addr       string
-	notPending atomic.Bool // pendingConns.done called
+	notPending atomic.Bool    // out of the pending count (logged on, closed or evicted)
+	pendingAt  *clist.Element // in pendingConns.order; guarded by its mutex
 	idle       idleWatch
 }
 
@@ -98,7 +100,7 @@ func (s *Server) newConn(nc net.Conn) *serverConn {
 // logged on, or it is closing.
 func (c *serverConn) loggedOn() {
 	if !c.notPending.Swap(true) {
-		c.s.pending.done(c.addr)
+		c.s.pending.done(c)
 	}
 }
 

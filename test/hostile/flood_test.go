@@ -689,3 +689,54 @@ func TestLogonFlood(t *testing.T) {
 	figure(t, "%d connections at a time guessing for 4 s from one address: %d guesses answered; the user's logon from another address meanwhile took %v (%d guesses waiting their turn)",
 		workers, answered.Load(), took.Round(time.Millisecond), stillWaiting)
 }
+
+// TestIdleConnectionsBeforeLogon: 1,100 connections that never log on,
+// from 17 addresses, as in issue 14's report (where they made every logon
+// wait for the 30 s setup timeout). At most max_pending_per_address (64)
+// from one address and max_pending_connections (512) in all are kept;
+// the rest are closed at accept; a legitimate client logs on and is
+// served at once.
+func TestIdleConnectionsBeforeLogon(t *testing.T) {
+	s := newServer(t, rig.Options{Session: session.ServerConfig{SetupTimeout: time.Minute}})
+	const addrs, per = 17, 65
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for a := range addrs {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(10+a))}}
+		for range per {
+			c, err := d.Dial("tcp", s.SessionAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+	}
+	// A refused connection reads EOF at once; a kept one waits for its
+	// setup (a minute here).
+	var refusedN atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			_, err := c.Read(make([]byte, 1))
+			var ne net.Error
+			if !(errors.As(err, &ne) && ne.Timeout()) {
+				refusedN.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	kept := int64(len(conns)) - refusedN.Load()
+	if kept > session.DefaultMaxPending || refusedN.Load() < int64(len(conns)-session.DefaultMaxPending) {
+		t.Errorf("%d connections before logon kept, %d refused; want at most %d kept", kept, refusedN.Load(), session.DefaultMaxPending)
+	}
+	took := s.Check(t)
+	figure(t, "%d connections that never log on from %d addresses: %d kept, %d closed at accept; a legitimate client served in %v",
+		len(conns), addrs, kept, refusedN.Load(), took.Round(time.Millisecond))
+}
