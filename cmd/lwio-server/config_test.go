@@ -23,6 +23,21 @@ func writeFile(t *testing.T, dir, name, text string) string {
 	return p
 }
 
+// mustBuild is the configuration the command line args make, failing the
+// test if they make none.
+func mustBuild(t *testing.T, args ...string) *Config {
+	t.Helper()
+	f, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := buildConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
 	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
@@ -205,19 +220,12 @@ func TestEncryptSetting(t *testing.T) {
 	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
 	p := writeFile(t, dir, "s.toml", "encrypt = \"desired\"\n[shares.open]\npath = \""+dir+"\"\n"+
 		"[shares.secret]\npath = \""+dir+"\"\nencrypt = \"required\"\n[users.u]\nnt_hash = \""+hash+"\"\n")
-	f, err := parseFlags([]string{"-config", p}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := buildConfig(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustBuild(t, "-config", p)
 	if c.encrypt() != session.EncryptDesired || c.Shares["secret"].encrypt() != session.EncryptRequired ||
 		c.Shares["open"].encrypt() != session.EncryptIfRequired {
 		t.Errorf("encrypt %v, shares %v %v", c.encrypt(), c.Shares["secret"].encrypt(), c.Shares["open"].encrypt())
 	}
-	f, _ = parseFlags([]string{"-config", p, "-encrypt", "off"}, io.Discard)
+	f, _ := parseFlags([]string{"-config", p, "-encrypt", "off"}, io.Discard)
 	if c, err := buildConfig(f); err != nil || c.encrypt() != session.EncryptOff {
 		t.Errorf("-encrypt off over the file: %v %v", c.encrypt(), err)
 	}
@@ -255,15 +263,7 @@ allow_devices = true
 nt_hash = "`+hash+`"
 account = "unix-u"
 `)
-	f, err := parseFlags([]string{"-config", p}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := buildConfig(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc, err := serverConfig(c, logrus.New())
+	fc, err := serverConfig(mustBuild(t, "-config", p), logrus.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,11 +277,10 @@ account = "unix-u"
 	}
 
 	t.Setenv("LWIO_PASSWORD", "pw")
-	f, _ = parseFlags([]string{"-share", "demo=" + dir, "-user", "demo", "-account", "root", "-allow-root"}, io.Discard)
-	if c, err := buildConfig(f); err != nil || c.Users["demo"].Account != "root" || !c.Shares["demo"].AllowRoot {
-		t.Errorf("-account root -allow-root: %+v %v", c, err)
+	if c := mustBuild(t, "-share", "demo="+dir, "-user", "demo", "-account", "root", "-allow-root"); c.Users["demo"].Account != "root" || !c.Shares["demo"].AllowRoot {
+		t.Errorf("-account root -allow-root: %+v", c)
 	}
-	f, _ = parseFlags([]string{"-share", "demo=" + dir, "-account", "root"}, io.Discard)
+	f, _ := parseFlags([]string{"-share", "demo=" + dir, "-account", "root"}, io.Discard)
 	if _, err := buildConfig(f); err == nil {
 		t.Error("-account without -user accepted")
 	}
