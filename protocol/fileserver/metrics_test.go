@@ -180,8 +180,9 @@ func TestMetricsUsers(t *testing.T) {
 			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
 			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
 			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
-			// Short delays: the test counts, it does not time.
-			LogonDelay: time.Millisecond, LogonDelayMax: 5 * time.Millisecond,
+			// An attempt after a failure waits up to 1 s: longer than
+			// a dial takes, so each one after the first is held back.
+			LogonDelay: time.Second, LogonDelayMax: time.Second,
 		},
 		SessionAddr: "127.0.0.1:0",
 		MetricsAddr: "127.0.0.1:0",
