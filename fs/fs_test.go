@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -99,11 +100,12 @@ func TestMountOptions(t *testing.T) {
 	if *o.AttrTimeout != 2*time.Second || *o.EntryTimeout != 0 {
 		t.Errorf("timeouts %v %v", *o.AttrTimeout, *o.EntryTimeout)
 	}
-	if len(o.Options) != 1 || o.Options[0] != "ro" {
-		t.Errorf("Options %v, want [ro]", o.Options)
+	if !slices.Equal(o.Options, []string{"nosuid", "nodev", "ro"}) {
+		t.Errorf("Options %v, want [nosuid nodev ro]", o.Options)
 	}
-	if o := (Options{AllowOther: true}).MountOptions(); !o.AllowOther || len(o.Options) != 1 || o.Options[0] != "default_permissions" {
-		t.Errorf("allow_other: AllowOther %v, Options %v; want default_permissions", o.AllowOther, o.Options)
+	if o := (Options{AllowOther: true, NoExec: true}).MountOptions(); !o.AllowOther ||
+		!slices.Equal(o.Options, []string{"nosuid", "nodev", "noexec", "default_permissions"}) {
+		t.Errorf("allow_other, noexec: AllowOther %v, Options %v; want nosuid nodev noexec default_permissions", o.AllowOther, o.Options)
 	}
 }
 

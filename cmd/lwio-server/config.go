@@ -11,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/lwiofs/lwiofs/cmd/internal/cli"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
@@ -22,6 +23,7 @@ import (
 //	domain = "LWIO"
 //	state_dir = "/var/lib/lwio"       # the identity key of durable handles
 //	encrypt = "if_required"           # sealing: off, if_required, desired, required
+//	guest_account = "nobody"          # a user without a Unix account acts as it; default: refused
 //	[log]
 //	level = "info"                    # debug, info, warn, error
 //	format = "text"                   # text or json
@@ -36,24 +38,35 @@ import (
 //	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
 //	max_recv_buffer = 1052672         # largest client message: a 1 MiB WRITE + header
 //	workers = 0                       # disk I/O goroutines; 0 = engine default
+//	max_open_files = 0                # handles of all users; 0 = 3/4 of RLIMIT_NOFILE
+//	max_open_files_per_user = 16384
+//	max_pending_connections = 512     # connections not logged on yet; beyond, the oldest is closed
+//	max_pending_per_address = 64
+//	idle_timeout = 300                # seconds; a logged-on session idle that long is closed; -1 never
+//	logon_delay_max = 30              # seconds: the most a failed logon delays the next
 //	durable_timeout = 60              # seconds an open file outlives its connection; -1 none
 //	[shares.demo]
 //	path = "/srv/demo"
 //	read_only = false
 //	users = ["alice"]                 # empty: every configured user
 //	encrypt = "required"              # desired or required: seal this share's traffic
+//	allow_root = false                # users whose account is uid 0 may connect
+//	allow_setid = false               # set-user-ID/set-group-ID bits reach the disk
+//	allow_devices = false             # clients may create device nodes
 //	[users.alice]
 //	nt_hash = "..."                   # 32 hex digits; lwio-server adduser writes it
+//	account = "alice"                 # the Unix account alice acts as; default: the same name
 type Config struct {
-	ServerName string                 `toml:"server_name"`
-	Domain     string                 `toml:"domain"`
-	StateDir   string                 `toml:"state_dir"`
-	Encrypt    string                 `toml:"encrypt"`
-	Log        LogConfig              `toml:"log"`
-	Listen     ListenConfig           `toml:"listen"`
-	Limits     LimitsConfig           `toml:"limits"`
-	Shares     map[string]ShareConfig `toml:"shares"`
-	Users      map[string]UserConfig  `toml:"users"`
+	ServerName   string                 `toml:"server_name"`
+	Domain       string                 `toml:"domain"`
+	StateDir     string                 `toml:"state_dir"`
+	Encrypt      string                 `toml:"encrypt"`
+	GuestAccount string                 `toml:"guest_account"`
+	Log          LogConfig              `toml:"log"`
+	Listen       ListenConfig           `toml:"listen"`
+	Limits       LimitsConfig           `toml:"limits"`
+	Shares       map[string]ShareConfig `toml:"shares"`
+	Users        map[string]UserConfig  `toml:"users"`
 
 	// softrdmaSet says listen.softrdma was given (so [] means "none").
 	softrdmaSet bool
@@ -79,7 +92,7 @@ type ListenConfig struct {
 	Metrics string `toml:"metrics"`
 }
 
-// LimitsConfig is [limits]; zero fields leave the engine's defaults.
+// LimitsConfig is [limits]; zero fields leave the defaults.
 type LimitsConfig struct {
 	CreditsPerConnection int `toml:"credits_per_connection"`
 	CreditBudget         int `toml:"credit_budget"`
@@ -89,6 +102,22 @@ type LimitsConfig struct {
 	// LeaseBreakTimeout bounds, in seconds, how long a change waits for
 	// a client to acknowledge a lease break (0: the share's default).
 	LeaseBreakTimeout float64 `toml:"lease_break_timeout"`
+	// MaxOpenFiles bounds the handles of all users together; 0 is three
+	// quarters of RLIMIT_NOFILE (raised to its hard limit at start).
+	MaxOpenFiles int `toml:"max_open_files"`
+	// MaxOpenFilesPerUser bounds one user's handles over its sessions.
+	MaxOpenFilesPerUser int `toml:"max_open_files_per_user"`
+	// MaxPendingConnections and MaxPendingPerAddress bound the
+	// connections that have not logged on yet, in all and per source
+	// address.
+	MaxPendingConnections int `toml:"max_pending_connections"`
+	MaxPendingPerAddress  int `toml:"max_pending_per_address"`
+	// IdleTimeout (seconds) closes a logged-on session that sent nothing
+	// for that long; -1 never.
+	IdleTimeout int `toml:"idle_timeout"`
+	// LogonDelayMax (seconds) caps the delay failed logons put on the
+	// next attempt of the same user from the same address.
+	LogonDelayMax int `toml:"logon_delay_max"`
 	// DurableTimeout is in seconds; 0 the default, negative none.
 	DurableTimeout int `toml:"durable_timeout"`
 }
@@ -102,6 +131,12 @@ type ShareConfig struct {
 	// Leases false grants no leases on the share; unset or true grants
 	// them when the kernel can watch the share.
 	Leases *bool `toml:"leases"`
+	// AllowRoot lets users whose account is uid 0 connect.
+	AllowRoot bool `toml:"allow_root"`
+	// AllowSetid lets set-user-ID and set-group-ID bits reach the disk.
+	AllowSetid bool `toml:"allow_setid"`
+	// AllowDevices lets clients create device nodes.
+	AllowDevices bool `toml:"allow_devices"`
 }
 
 // leases reports whether the share grants leases.
@@ -110,6 +145,9 @@ func (s ShareConfig) leases() bool { return s.Leases == nil || *s.Leases }
 // UserConfig is one [users.NAME].
 type UserConfig struct {
 	NTHash string `toml:"nt_hash"`
+	// Account is the Unix account the user acts as; empty: the account
+	// of the same name.
+	Account string `toml:"account"`
 }
 
 // DefaultSessionAddr is where the session channel listens by default.
@@ -135,6 +173,14 @@ func loadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(keys, ", "))
 	}
 	c.softrdmaSet = md.IsDefined("listen", "softrdma")
+	for _, u := range c.Users {
+		if u.NTHash != "" {
+			if err := cli.CheckPrivate(path, "NT hashes (password equivalents)"); err != nil {
+				return nil, fmt.Errorf("config %w", err)
+			}
+			break
+		}
+	}
 	return &c, nil
 }
 
@@ -239,9 +285,11 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	if c.Limits.CreditsPerConnection < 0 || c.Limits.CreditBudget < 0 || c.Limits.MaxRDMAWindow < 0 ||
-		c.Limits.MaxRecvBuffer < 0 || c.Limits.Workers < 0 || c.Limits.LeaseBreakTimeout < 0 {
-		return errors.New("limits: values must not be negative")
+	l := c.Limits
+	if l.CreditsPerConnection < 0 || l.CreditBudget < 0 || l.MaxRDMAWindow < 0 || l.MaxRecvBuffer < 0 || l.Workers < 0 ||
+		l.MaxOpenFiles < 0 || l.MaxOpenFilesPerUser < 0 || l.MaxPendingConnections < 0 || l.MaxPendingPerAddress < 0 ||
+		l.LogonDelayMax < 0 || l.IdleTimeout < -1 || l.LeaseBreakTimeout < 0 {
+		return errors.New("limits: values must not be negative (idle_timeout: -1 for never)")
 	}
 	if c.Limits.CreditsPerConnection > 255 {
 		return errors.New("limits.credits_per_connection: at most 255 (a u8 on the wire)")

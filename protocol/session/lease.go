@@ -34,7 +34,7 @@ const (
 type LeaseBreak = share.LeaseBreak
 
 // treeFlagLeases in a TREE_CONNECT response: the share grants leases.
-const treeFlagLeases uint32 = 4
+const treeFlagLeases uint32 = 8
 
 // leaseBreakAckRequired in a LEASE_BREAK's Flags: the server waits for the
 // LEASE_ACK (SMB2_NOTIFY_BREAK_LEASE_FLAG_ACK_REQUIRED).
@@ -339,11 +339,12 @@ func (ss *serverSession) endLeases() {
 // openLease is OPEN with a lease: a new open (durable when r asks) and the
 // lease granted with it. A replayed durable OPEN never gets here (open).
 func (s *Server) openLease(ss *serverSession, tr *share.Tree, r *openReq) (message, error) {
-	f, a, got, err := tr.OpenLease(r.Path, int(r.Flags), r.Mode, LeaseState(r.Lease))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := s.newOpen(ss, f, a, r.DurableID)
+	var got LeaseState
+	resp, err := s.newOpen(ss, r.DurableID, func() (*share.OpenFile, Attr, error) {
+		f, a, g, err := tr.OpenLease(r.Path, int(r.Flags), r.Mode, LeaseState(r.Lease))
+		got = g
+		return f, a, err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,10 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if ss.treeSeals(id) {
 			flags |= treeFlagSeal
 		}
-		return &treeConnectResp{TreeID: id, Flags: flags}, nil
+		if !s.accounts.PerUser() {
+			flags |= treeFlagSharedAccount
+		}
+		return &treeConnectResp{TreeID: id, Flags: flags, Account: tr.Identity().Account}, nil
 	case CmdTreeDisconnect:
 		ss.mu.Lock()
 		tr, ok := ss.trees[h.TreeID]

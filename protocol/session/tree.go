@@ -19,6 +19,8 @@ type Tree struct {
 	name     string
 	readOnly bool
 	leases   bool // the share grants leases (lease.go)
+	account  Account
+	shared   bool // treeFlagSharedAccount
 }
 
 // TreeConnect connects to share (a name, or \\server\share). An unknown
@@ -42,11 +44,22 @@ func (c *Client) TreeConnect(ctx context.Context, share string) (*Tree, error) {
 		}
 		c.startSealing("tree connect to " + share)
 	}
-	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0, leases: r.Flags&treeFlagLeases != 0}, nil
+	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0,
+		leases: r.Flags&treeFlagLeases != 0, account: r.Account, shared: r.Flags&treeFlagSharedAccount != 0}, nil
 }
 
 // ReadOnly reports whether the share refuses modifications.
 func (t *Tree) ReadOnly() bool { return t.readOnly }
+
+// Account is the Unix account on the server that every disk operation of
+// this tree runs as: files the tree creates are owned by its Uid and Gid
+// (docs/session.md, "Identity"). Callers must not modify Groups.
+func (t *Tree) Account() Account { return t.account }
+
+// SharedAccount reports whether the server acts as one account for every
+// user (it was not started as root): Account is then the server's own,
+// and the server's permission checks cannot tell users apart.
+func (t *Tree) SharedAccount() bool { return t.shared }
 
 // Client returns the session the tree belongs to.
 func (t *Tree) Client() *Client { return t.c }

@@ -33,6 +33,9 @@ func (t *Tree) Lease(p string, want LeaseState) (a Attr, got LeaseState, err err
 			return err
 		}
 		t.recall(&st)
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR && !mayList(dirfd, base) {
+			want = 0
+		}
 		got = t.grant(dirfd, base, &st, want, false)
 		st2, err := statAt(dirfd, base)
 		if err != nil {
@@ -46,6 +49,17 @@ func (t *Tree) Lease(p string, want LeaseState) (a Attr, got LeaseState, err err
 		return nil
 	})
 	return a, got, err
+}
+
+// mayList reports whether the thread's user (Tree.as) may read the
+// directory (dirfd, base): a directory's lease tells its holder the names
+// created and removed in it, which only a user who may list it may learn.
+func mayList(dirfd int, base string) bool {
+	flags := unix.AT_EACCESS | unix.AT_SYMLINK_NOFOLLOW // AT_EACCESS: the fsuid, not the real uid
+	if base == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	return unix.Faccessat2(dirfd, base, unix.R_OK, flags) == nil
 }
 
 // OpenLease is Open with a lease of want on the opened file (Write only
@@ -105,13 +119,14 @@ func (t *Tree) ReadDirLease(p, after string, budget int, cost func(name string) 
 	}
 	var sts []unix.Stat_t
 	var c0 uint64
-	ents, more, err = t.readDir(p, after, budget, cost, func(fd int) {
+	opened := func(fd int) {
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) == nil {
 			got = t.grant(fd, "", &st, want, false)
 		}
 		c0 = lt.changes.Load()
-	}, func(fd int, ents []DirEntry, st []unix.Stat_t) {
+	}
+	listed := func(fd int, ents []DirEntry, st []unix.Stat_t) {
 		sts = st
 		leases = make([]LeaseState, len(ents))
 		if entryWant == 0 {
@@ -132,6 +147,12 @@ func (t *Tree) ReadDirLease(p, after string, budget int, cost func(name string) 
 			}
 			t.ReleaseLeases(drop)
 		}
+	}
+	// As the user: the listing needs read permission on the directory,
+	// which is also what its lease tells (the names changed in it).
+	err = t.as(func() (err error) {
+		ents, more, err = t.readDir(p, after, budget, cost, opened, listed)
+		return err
 	})
 	return ents, more, got, leases, err
 }
@@ -390,12 +411,12 @@ func (t *Tree) listedRecall(fd int, ents []DirEntry, sts []unix.Stat_t) {
 func (t *Tree) setattrBreaking(fd int, in SetAttrIn, a *Attr) error {
 	if in.Valid == 0 {
 		// Changes nothing (a client's fstat of a handle).
-		r, err := setattrFd(fd, in)
+		r, err := t.sh.setattrFd(fd, in)
 		*a = r
 		return err
 	}
 	t.recallFd(fd)
-	r, err := setattrFd(fd, in)
+	r, err := t.sh.setattrFd(fd, in)
 	if err != nil {
 		return err
 	}

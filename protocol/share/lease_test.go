@@ -25,7 +25,7 @@ type holder struct {
 func leaseShare(t *testing.T, n int) (dir string, hs []*holder) {
 	t.Helper()
 	dir = t.TempDir()
-	sh, err := Open(Config{Name: "s", Path: dir, LeaseBreakTimeout: time.Second}, false)
+	sh, err := Open(Config{Name: "s", Path: dir, LeaseBreakTimeout: time.Second, AllowRoot: true}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

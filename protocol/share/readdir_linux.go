@@ -65,18 +65,24 @@ func (l *dirListing) list(p, after string, f *os.File) ([]string, error) {
 // each entry with its attributes (lstat): the entries after the name after
 // ("" from the start), as many as budget holds when each costs cost(name)
 // — always at least one — and whether more follow. An entry removed since
-// the listing is skipped.
+// the listing is skipped. It runs as the tree's user: listing needs read
+// permission on the directory, the attributes search permission.
 func (t *Tree) ReadDir(p, after string, budget int, cost func(name string) int) (ents []DirEntry, more bool, err error) {
-	return t.readDir(p, after, budget, cost, nil, t.listedRecall)
+	err = t.as(func() (err error) {
+		ents, more, err = t.readDir(p, after, budget, cost, nil, t.listedRecall)
+		return err
+	})
+	return ents, more, err
 }
 
-// readDir is ReadDir, calling opened with the directory's descriptor
-// before it is read and listed with the entries and their stat after.
+// readDir is ReadDir on a thread acting as the tree's user, calling
+// opened with the directory's descriptor before it is read and listed
+// with the entries and their stat after.
 func (t *Tree) readDir(p, after string, budget int, cost func(name string) int,
 	opened func(fd int), listed func(fd int, ents []DirEntry, sts []unix.Stat_t)) (ents []DirEntry, more bool, err error) {
 	fd, err := t.sh.root.open(p, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, false, fail(err)
+		return nil, false, err
 	}
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
@@ -85,7 +91,7 @@ func (t *Tree) readDir(p, after string, budget int, cost func(name string) int,
 	}
 	names, err := t.listing.list(p, after, f)
 	if err != nil {
-		return nil, false, fail(err)
+		return nil, false, err
 	}
 	i := sort.SearchStrings(names, after)
 	if after != "" && i < len(names) && names[i] == after {
