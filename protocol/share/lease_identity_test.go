@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -30,14 +29,7 @@ func TestLeasesAsTheUser(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, d.name, "f"), []byte("x"), 0o644)
 		os.Chmod(filepath.Join(dir, d.name), os.FileMode(d.mode))
 	}
-	sh, err := Open(Config{Name: "s", Path: dir, LeaseBreakTimeout: time.Second, AllowRoot: true}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sh.Close() })
-	if ok, err := sh.Leasing(); !ok {
-		t.Skipf("no leases on this kernel: %v", err)
-	}
+	sh := leasingShare(t, dir)
 	tree := func(id Identity) *Tree {
 		tr, err := sh.Connect(id)
 		if err != nil {

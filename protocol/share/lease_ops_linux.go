@@ -81,14 +81,7 @@ func (t *Tree) OpenLease(p string, flags int, mode uint32, want LeaseState) (*Op
 	})
 	if got != 0 {
 		// Registered: what the client caches is read from here on.
-		err = f.withFd(func(fd int) error {
-			var st unix.Stat_t
-			if err := unix.Fstat(fd, &st); err != nil {
-				return err
-			}
-			a = attrFromStat(&st)
-			return nil
-		})
+		a, err = f.Stat()
 	}
 	return f, a, got, err
 }

@@ -25,14 +25,7 @@ type holder struct {
 func leaseShare(t *testing.T, n int) (dir string, hs []*holder) {
 	t.Helper()
 	dir = t.TempDir()
-	sh, err := Open(Config{Name: "s", Path: dir, LeaseBreakTimeout: time.Second, AllowRoot: true}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sh.Close() })
-	if ok, err := sh.Leasing(); !ok {
-		t.Skipf("no leases on this kernel: %v", err)
-	}
+	sh := leasingShare(t, dir)
 	for range n {
 		tr, err := sh.Connect(Identity{User: "alice"})
 		if err != nil {
@@ -48,6 +41,21 @@ func leaseShare(t *testing.T, n int) (dir string, hs []*holder) {
 		hs = append(hs, h)
 	}
 	return dir, hs
+}
+
+// leasingShare opens a share of dir that grants leases, with a short
+// break timeout, or skips the test when the kernel cannot watch it.
+func leasingShare(t *testing.T, dir string) *Share {
+	t.Helper()
+	sh, err := Open(Config{Name: "s", Path: dir, LeaseBreakTimeout: time.Second, AllowRoot: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	if ok, err := sh.Leasing(); !ok {
+		t.Skipf("no leases on this kernel: %v", err)
+	}
+	return sh
 }
 
 // wantBreak waits for h's next break and checks it.
