@@ -70,6 +70,8 @@ type Server struct {
 	log    logrus.FieldLogger
 	auth   *smbauth.Server
 	shares map[string]*share.Share // by lower-cased name
+	// accounts answers IDMAP (idmap.go).
+	accounts share.Accounts
 
 	mu         sync.Mutex
 	closing    bool
