@@ -69,7 +69,8 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 		c.Close()
 		return nil, &DialError{"tree", err}
 	}
-	s := &Session{Tree: tree, Data: SessionDataPath(tree), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly()}
+	s := &Session{Tree: tree, Data: SessionDataPath(tree), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly(),
+		Account: sessionAccount(c)}
 	if len(cfg.Providers) == 0 {
 		return s, nil
 	}

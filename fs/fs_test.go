@@ -102,8 +102,13 @@ func TestMountOptions(t *testing.T) {
 	if len(o.Options) != 1 || o.Options[0] != "ro" {
 		t.Errorf("Options %v, want [ro]", o.Options)
 	}
-	if o := (Options{AllowOther: true}).MountOptions(); !o.AllowOther || len(o.Options) != 1 || o.Options[0] != "default_permissions" {
-		t.Errorf("allow_other: AllowOther %v, Options %v; want default_permissions", o.AllowOther, o.Options)
+	// allow_other alone leaves the checks to the server (as the account
+	// each caller acts as); default_permissions is its own option.
+	if o := (Options{AllowOther: true}).MountOptions(); !o.AllowOther || len(o.Options) != 0 {
+		t.Errorf("allow_other: AllowOther %v, Options %v; want no default_permissions", o.AllowOther, o.Options)
+	}
+	if o := (Options{DefaultPermissions: true}).MountOptions(); len(o.Options) != 1 || o.Options[0] != "default_permissions" {
+		t.Errorf("DefaultPermissions: Options %v; want default_permissions", o.Options)
 	}
 }
 
