@@ -19,6 +19,7 @@ want=(
 	librdmacm-dev:/usr/include/rdma/rdma_cma.h
 	pkg-config:/usr/bin/pkg-config
 	gcc:/usr/bin/gcc
+	python3-impacket:/usr/lib/python3/dist-packages/impacket/ntlm.py
 )
 for extra in "$@"; do
 	case "$extra" in

@@ -26,6 +26,11 @@ type ClientConfig struct {
 	// NEGOTIATE, so the exported session key is the session base key itself.
 	// The zero value asks for key exchange, as Windows does.
 	DisableKeyExchange bool
+	// RequestSeal sets NTLMSSP_NEGOTIATE_SEAL in the NEGOTIATE: the caller
+	// means to encrypt the session (SMB 3 style; NTLM's own RC4 sealing is
+	// never used). Whether the server granted it is in Negotiated. The zero
+	// value does not ask.
+	RequestSeal bool
 }
 
 // clientFlags is what the NEGOTIATE asks for (MS-NLMP §3.1.5.1.1).
@@ -35,9 +40,10 @@ const clientFlags = FlagUnicode | FlagRequestTarget | FlagSign | FlagNTLM | Flag
 // Client runs one NTLM exchange as the initiator: Negotiate, then
 // Authenticate with the server's challenge. Not safe for concurrent use.
 type Client struct {
-	cfg       ClientConfig
-	negotiate []byte
-	done      bool
+	cfg        ClientConfig
+	negotiate  []byte
+	done       bool
+	negotiated NegotiateFlags
 }
 
 // NewClient returns a client for cfg.
@@ -59,14 +65,27 @@ func (c *Client) Negotiate() ([]byte, error) {
 	if c.cfg.Password == "" && c.cfg.NTHash == nil {
 		return nil, errors.New("smbauth: ClientConfig has neither Password nor NTHash")
 	}
+	m := NegotiateMessage{Flags: c.flags(), Version: &defaultVersion}
+	c.negotiate = m.Marshal()
+	return clone(c.negotiate), nil
+}
+
+// flags is what this client's NEGOTIATE asks for.
+func (c *Client) flags() NegotiateFlags {
 	flags := clientFlags
 	if c.cfg.DisableKeyExchange {
 		flags &^= FlagKeyExch
 	}
-	m := NegotiateMessage{Flags: flags, Version: &defaultVersion}
-	c.negotiate = m.Marshal()
-	return clone(c.negotiate), nil
+	if c.cfg.RequestSeal {
+		flags |= FlagSeal
+	}
+	return flags
 }
+
+// Negotiated returns the flags of the AUTHENTICATE that Authenticate built:
+// what the client asked for and the server's CHALLENGE granted (FlagSeal
+// among them when both wanted sealing). Zero before Authenticate.
+func (c *Client) Negotiated() NegotiateFlags { return c.negotiated }
 
 // Authenticate answers the server's CHALLENGE_MESSAGE with an
 // AUTHENTICATE_MESSAGE (MS-NLMP §3.1.5.1.2) and returns the exported session
@@ -123,10 +142,8 @@ func (c *Client) Authenticate(challenge []byte) (authenticate []byte, sessionKey
 	proof := ntProofStr(key, ch.ServerChallenge, temp)
 	base := sessionBaseKey(key, proof)
 
-	flags := ch.Flags & (clientFlags | FlagTargetInfo | FlagTargetTypeDomain | FlagTargetTypeServer)
-	if c.cfg.DisableKeyExchange {
-		flags &^= FlagKeyExch
-	}
+	flags := ch.Flags & (c.flags() | FlagTargetInfo | FlagTargetTypeDomain | FlagTargetTypeServer)
+	c.negotiated = flags
 	m := AuthenticateMessage{
 		Flags:               flags,
 		NtChallengeResponse: append(proof[:], temp...),

@@ -1,6 +1,6 @@
 // Package smbauth is the SMB-side security that LWIO reuses: NTLMv2
-// authentication per MS-NLMP, its session keys, and SMB2-style message
-// signing with them.
+// authentication per MS-NLMP, its session keys, SMB2-style message signing
+// with them, and SMB 3-style sealing keys derived from them.
 //
 // # Messages
 //
@@ -41,4 +41,17 @@
 // Sign and VerifySignature are HMAC-SHA256 truncated to 16 bytes, the SMB2
 // signing algorithm of the 2.1/3.0 dialect family (MS-SMB2 §3.1.4.1), keyed by
 // the exported session key.
+//
+// # Sealing
+//
+// KDF is SMB 3's SP800-108 counter-mode KDF with HMAC-SHA256 (MS-SMB2
+// §3.1.4.2), checked against NIST's CAVP vectors and the MS-SMB2 team's SMB
+// 3.0 and 3.1.1 examples. SessionSealKeys and DataSealKeys derive one key
+// per direction from the exported session key with lwiofs's own labels
+// and contexts (docs/session.md, "Sealing"); Cipher names AES-128-GCM and
+// AES-256-GCM by their SMB 3.1.1 ids and builds them from crypto/aes. A
+// client that will seal sets NTLMSSP_NEGOTIATE_SEAL (ClientConfig.RequestSeal);
+// the server grants it unless ServerConfig.DisableSeal, and both ends learn
+// the outcome (Client.Negotiated, Result.Flags). NTLM's own RC4 sealing is
+// never used.
 package smbauth

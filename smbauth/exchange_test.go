@@ -219,3 +219,30 @@ func TestClientSpecResponse(t *testing.T) {
 		t.Errorf("names = %q %q %q", m.UserName, m.DomainName, m.Workstation)
 	}
 }
+
+// Our client asks for SEAL only when told to, and learns whether the server
+// granted it; the server reports the agreement in Result.Flags.
+func TestExchangeSealFlag(t *testing.T) {
+	for _, tc := range []struct {
+		request, disable, granted bool
+	}{
+		{false, false, false},
+		{true, false, true},
+		{true, true, false},
+	} {
+		s := testServer()
+		s.cfg.DisableSeal = tc.disable
+		c := NewClient(ClientConfig{User: "alice", Password: "correct horse", RequestSeal: tc.request})
+		st, auth := handshakeWith(t, s, c)
+		res, err := st.Authenticate(auth)
+		if err != nil {
+			t.Fatalf("%+v: %v", tc, err)
+		}
+		if got := c.Negotiated()&FlagSeal != 0; got != tc.granted {
+			t.Errorf("%+v: client Negotiated %v", tc, c.Negotiated())
+		}
+		if got := res.Flags&FlagSeal != 0; got != tc.granted {
+			t.Errorf("%+v: server Result.Flags %v", tc, res.Flags)
+		}
+	}
+}

@@ -70,7 +70,46 @@ func TestImpacketClient(t *testing.T) {
 	}
 }
 
+// TestImpacketClientSeal: impacket asks for NTLMSSP_NEGOTIATE_SEAL (with
+// KEY_EXCH; as a client that will encrypt does). A server that seals grants
+// it in the CHALLENGE and impacket keeps it in the AUTHENTICATE; one that
+// does not (DisableSeal) leaves it out, and impacket drops it but still
+// logs on. Either way both sides hold the same key.
+func TestImpacketClientSeal(t *testing.T) {
+	py := impacketPython(t)
+	for _, disable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DisableSeal=%v", disable), func(t *testing.T) {
+			s := testServer()
+			s.cfg.DisableSeal = disable
+			tr, err := runImpacket(py, s, "alice", "correct horse", "LWIODOM", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("transcript:\n%s", tr)
+			if tr.err != nil {
+				t.Fatalf("Authenticate: %v", tr.err)
+			}
+			if !bytes.Equal(tr.serverKey, tr.clientKey) {
+				t.Fatalf("session keys differ: server %x impacket %x", tr.serverKey, tr.clientKey)
+			}
+			neg, _ := ParseNegotiate(tr.negotiate)
+			ch, _ := ParseChallenge(tr.challenge)
+			auth, _ := ParseAuthenticate(tr.authenticate)
+			if neg.Flags&FlagSeal == 0 {
+				t.Fatalf("impacket's NEGOTIATE does not ask for SEAL (%v)", neg.Flags)
+			}
+			granted := !disable
+			if (ch.Flags&FlagSeal != 0) != granted || (auth.Flags&FlagSeal != 0) != granted ||
+				(tr.flags&FlagSeal != 0) != granted {
+				t.Errorf("SEAL: CHALLENGE %v, AUTHENTICATE %v, Result %v; granted should be %v",
+					ch.Flags, auth.Flags, tr.flags, granted)
+			}
+		})
+	}
+}
+
 type transcript struct {
+	flags                              NegotiateFlags
 	negotiate, challenge, authenticate []byte
 	clientKey, serverKey               []byte
 	err                                error
@@ -139,6 +178,6 @@ func runImpacket(py string, s *Server, user, password, domain string, keyExch bo
 		return nil, fmt.Errorf("impacket: %v; stderr: %s", err, stderr.String())
 	}
 	res, err := st.Authenticate(tr.authenticate)
-	tr.serverKey, tr.err = res.SessionKey, err
+	tr.serverKey, tr.flags, tr.err = res.SessionKey, res.Flags, err
 	return tr, nil
 }

@@ -48,6 +48,11 @@ type ServerConfig struct {
 	// time, so this also bounds how long a challenge stays answerable. Zero
 	// means DefaultMaxClockSkew; negative disables the check.
 	MaxClockSkew time.Duration
+	// DisableSeal leaves NTLMSSP_NEGOTIATE_SEAL out of the CHALLENGE even
+	// when the client asks for it, for a server that will not encrypt. The
+	// zero value grants it, as MS-NLMP §3.2.5.1.1 requires of a server
+	// whose client sets it.
+	DisableSeal bool
 }
 
 // DefaultMaxClockSkew is the MaxClockSkew used when the configuration leaves
@@ -57,7 +62,7 @@ const DefaultMaxClockSkew = 5 * time.Minute
 // serverFlags are the flags this server is willing to negotiate; the
 // CHALLENGE carries their intersection with the client's request plus the
 // flags the server always sets (MS-NLMP §3.2.5.1.1).
-const serverFlags = FlagUnicode | FlagRequestTarget | FlagSign | FlagNTLM | FlagAlwaysSign |
+const serverFlags = FlagUnicode | FlagRequestTarget | FlagSign | FlagSeal | FlagNTLM | FlagAlwaysSign |
 	FlagExtendedSessionSecurity | Flag128 | FlagKeyExch | Flag56
 
 // Server issues challenges and checks answers. It is safe for concurrent use;
@@ -116,6 +121,10 @@ type Result struct {
 	// SessionKey is the 16-byte ExportedSessionKey (MS-NLMP §3.2.5.1.2), the
 	// key the session signs with.
 	SessionKey []byte
+	// Flags are the AUTHENTICATE's negotiate flags that the CHALLENGE also
+	// offered: FlagSeal is set when both ends agreed to seal. Without a MIC
+	// (RequireMIC) they are not integrity-protected.
+	Flags NegotiateFlags
 }
 
 // Challenge answers a NEGOTIATE_MESSAGE with a CHALLENGE_MESSAGE
@@ -138,6 +147,9 @@ func (s *Server) Challenge(negotiate []byte) (challenge []byte, st *ServerState,
 	}
 	flags := neg.Flags&serverFlags | FlagUnicode | FlagNTLM | FlagAlwaysSign |
 		FlagExtendedSessionSecurity | FlagTargetInfo | FlagVersion
+	if s.cfg.DisableSeal {
+		flags &^= FlagSeal
+	}
 	if s.cfg.TargetName == s.cfg.NetbiosComputer {
 		flags |= FlagTargetTypeServer
 	} else {
@@ -237,6 +249,7 @@ func (st *ServerState) Authenticate(authenticate []byte) (Result, error) {
 		Domain:      m.DomainName,
 		Workstation: m.Workstation,
 		SessionKey:  clone(exported),
+		Flags:       m.Flags & st.msg.Flags,
 	}, nil
 }
 

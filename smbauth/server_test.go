@@ -11,7 +11,12 @@ import (
 // handshake returns a fresh server state and the honest client's answer.
 func handshake(t testing.TB, s *Server, cfg ClientConfig) (*ServerState, []byte) {
 	t.Helper()
-	c := NewClient(cfg)
+	return handshakeWith(t, s, NewClient(cfg))
+}
+
+// handshakeWith is handshake with a client the caller keeps.
+func handshakeWith(t testing.TB, s *Server, c *Client) (*ServerState, []byte) {
+	t.Helper()
 	neg, err := c.Negotiate()
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -19,6 +20,7 @@ import (
 //
 //	server_name = "fileserver"        # default: the host name
 //	domain = "LWIO"
+//	encrypt = "if_required"           # sealing: off, if_required, desired, required
 //	[log]
 //	level = "info"                    # debug, info, warn, error
 //	format = "text"                   # text or json
@@ -36,11 +38,13 @@ import (
 //	path = "/srv/demo"
 //	read_only = false
 //	users = ["alice"]                 # empty: every configured user
+//	encrypt = "required"              # desired or required: seal this share's traffic
 //	[users.alice]
 //	nt_hash = "..."                   # 32 hex digits; lwio-server adduser writes it
 type Config struct {
 	ServerName string                 `toml:"server_name"`
 	Domain     string                 `toml:"domain"`
+	Encrypt    string                 `toml:"encrypt"`
 	Log        LogConfig              `toml:"log"`
 	Listen     ListenConfig           `toml:"listen"`
 	Limits     LimitsConfig           `toml:"limits"`
@@ -82,6 +86,7 @@ type ShareConfig struct {
 	Path     string   `toml:"path"`
 	ReadOnly bool     `toml:"read_only"`
 	Users    []string `toml:"users"`
+	Encrypt  string   `toml:"encrypt"`
 }
 
 // UserConfig is one [users.NAME].
@@ -166,6 +171,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("listen address %q: %v", a, err)
 		}
 	}
+	if _, err := session.ParseEncrypt(c.Encrypt); err != nil {
+		return err
+	}
 	if len(c.Shares) == 0 {
 		return errors.New("no shares configured (give -share NAME=PATH or [shares.NAME] in the config)")
 	}
@@ -188,6 +196,9 @@ func (c *Config) validate() error {
 		if s.Path == "" {
 			return fmt.Errorf("shares.%s: no path", name)
 		}
+		if _, err := session.ParseEncrypt(s.Encrypt); err != nil {
+			return fmt.Errorf("shares.%s: %v", name, err)
+		}
 		st, err := os.Stat(s.Path)
 		if err != nil {
 			return fmt.Errorf("shares.%s: %v", name, err)
@@ -209,6 +220,18 @@ func (c *Config) validate() error {
 		return errors.New("limits.credits_per_connection: at most 255 (a u8 on the wire)")
 	}
 	return nil
+}
+
+// encrypt is the validated server-wide sealing policy.
+func (c *Config) encrypt() session.Encrypt {
+	e, _ := session.ParseEncrypt(c.Encrypt)
+	return e
+}
+
+// encrypt is the validated sealing policy of the share.
+func (s ShareConfig) encrypt() session.Encrypt {
+	e, _ := session.ParseEncrypt(s.Encrypt)
+	return e
 }
 
 // userFold finds a user case-insensitively, as NTLM matches names.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -191,5 +192,38 @@ func TestAddUser(t *testing.T) {
 	}
 	if err := addUser(p, "eve", strings.NewReader("")); err == nil {
 		t.Errorf("empty password accepted")
+	}
+}
+
+// encrypt = server-wide and per share, and -encrypt over the file.
+func TestEncryptSetting(t *testing.T) {
+	dir := t.TempDir()
+	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
+	p := writeFile(t, dir, "s.toml", "encrypt = \"desired\"\n[shares.open]\npath = \""+dir+"\"\n"+
+		"[shares.secret]\npath = \""+dir+"\"\nencrypt = \"required\"\n[users.u]\nnt_hash = \""+hash+"\"\n")
+	f, err := parseFlags([]string{"-config", p}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := buildConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.encrypt() != session.EncryptDesired || c.Shares["secret"].encrypt() != session.EncryptRequired ||
+		c.Shares["open"].encrypt() != session.EncryptIfRequired {
+		t.Errorf("encrypt %v, shares %v %v", c.encrypt(), c.Shares["secret"].encrypt(), c.Shares["open"].encrypt())
+	}
+	f, _ = parseFlags([]string{"-config", p, "-encrypt", "off"}, io.Discard)
+	if c, err := buildConfig(f); err != nil || c.encrypt() != session.EncryptOff {
+		t.Errorf("-encrypt off over the file: %v %v", c.encrypt(), err)
+	}
+	f, _ = parseFlags([]string{"-config", p, "-encrypt", "mandatory"}, io.Discard)
+	if _, err := buildConfig(f); err == nil || !strings.Contains(err.Error(), "want off, if_required, desired or required") {
+		t.Errorf("-encrypt mandatory: %v", err)
+	}
+	bad := writeFile(t, dir, "bad.toml", "[shares.s]\npath = \""+dir+"\"\nencrypt = \"yes\"\n[users.u]\nnt_hash = \""+hash+"\"\n")
+	f, _ = parseFlags([]string{"-config", bad}, io.Discard)
+	if _, err := buildConfig(f); err == nil || !strings.Contains(err.Error(), "shares.s") {
+		t.Errorf("share encrypt = yes: %v", err)
 	}
 }

@@ -36,6 +36,7 @@ type flags struct {
 	soft      string
 	verbs     string
 	user      string
+	encrypt   string
 	logLevel  string
 	logFormat string
 	set       map[string]bool // flags given explicitly
@@ -51,10 +52,11 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.soft, "soft", "", "softrdma listen `address`, \"none\" disables (default: session host, port+1)")
 	fs.StringVar(&f.verbs, "verbs", "", "verbs (rdma_cm) listen `address` (default: none)")
 	fs.StringVar(&f.user, "user", "", "add user `NAME`, password from LWIO_PASSWORD")
+	fs.StringVar(&f.encrypt, "encrypt", "if_required", "sealing (encryption) of the session channel, `MODE`: off, if_required, desired or required")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
+		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-encrypt MODE] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -108,6 +110,9 @@ func buildConfig(f *flags) (*Config, error) {
 			return nil, fmt.Errorf("-user %s: set the password in LWIO_PASSWORD", f.user)
 		}
 		c.Users[f.user] = UserConfig{NTHash: smbauth.FormatNTHash(smbauth.NTHash(pw))}
+	}
+	if f.set["encrypt"] {
+		c.Encrypt = f.encrypt
 	}
 	if f.set["log-level"] || c.Log.Level == "" {
 		c.Log.Level = f.logLevel

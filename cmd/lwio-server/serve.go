@@ -48,10 +48,12 @@ func serve(c *Config, log *logrus.Logger) error {
 func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	fc := fileserver.Config{
 		Session: session.ServerConfig{
-			ServerName: c.ServerName,
-			Domain:     c.Domain,
-			Users:      map[string][16]byte{},
-			Logger:     log.WithField("component", "session"),
+			ServerName:   c.ServerName,
+			Domain:       c.Domain,
+			Encrypt:      c.encrypt(),
+			ShareEncrypt: map[string]session.Encrypt{},
+			Users:        map[string][16]byte{},
+			Logger:       log.WithField("component", "session"),
 		},
 		Engine: server.Config{
 			Logger:            log.WithField("component", "lwio"),
@@ -72,6 +74,7 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
 		fc.Session.Shares = append(fc.Session.Shares, share.Config{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users})
+		fc.Session.ShareEncrypt[name] = s.encrypt()
 	}
 	if len(c.Listen.Verbs) > 0 {
 		p := verbs.New(verbs.Options{Logger: log.WithField("provider", verbs.Name)})
@@ -103,7 +106,7 @@ func logStart(c *Config, log *logrus.Logger, srv *fileserver.Server) {
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
 		log.WithFields(logrus.Fields{"share": name, "path": s.Path, "read_only": s.ReadOnly,
-			"users": strings.Join(s.Users, ",")}).Info("share")
+			"encrypt": s.encrypt(), "users": strings.Join(s.Users, ",")}).Info("share")
 	}
 	log.WithFields(logrus.Fields{"listener": "session", "addr": srv.SessionAddr()}).Info("listening")
 	for _, l := range srv.Listeners() {

@@ -53,6 +53,12 @@ type ClientConfig struct {
 	// vanished server fails calls instead of hanging them). Zero means
 	// 15 seconds; negative disables it.
 	KeepAlive time.Duration
+	// Seal is what the client does about sealing (seal.go); the zero value
+	// SealAuto seals when the server or share asks.
+	Seal SealMode
+	// Ciphers are the ciphers offered, in order of preference; nil means
+	// smbauth.DefaultCiphers.
+	Ciphers []smbauth.Cipher
 }
 
 // Client is an authenticated session over one TCP connection. All methods
@@ -74,6 +80,10 @@ type Client struct {
 	signing    atomic.Bool            // every frame signed both ways
 	sessionID  uint64
 	serverName string
+
+	seal        atomic.Pointer[sessionSeal] // the sealing keys; nil: cannot seal
+	sealing     atomic.Bool                 // requests are sealed from now on
+	firstSealed atomic.Uint64               // id of the first sealed request; 0: none yet
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -148,14 +158,15 @@ func (c *Client) setup(ctx context.Context) error {
 	defer stop()
 	nc := smbauth.NewClient(smbauth.ClientConfig{
 		User: c.cfg.User, Domain: c.cfg.Domain, Workstation: c.cfg.Workstation,
-		Password: c.cfg.Password, NTHash: c.cfg.NTHash,
+		Password: c.cfg.Password, NTHash: c.cfg.NTHash, RequestSeal: c.cfg.Seal != SealNever,
 	})
 	neg, err := nc.Negotiate()
 	if err != nil {
 		return err
 	}
+	offer := c.offer()
 	var chal tokenMsg
-	h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg}, &chal)
+	h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: neg, Offer: offer}, &chal)
 	if err != nil {
 		return fmt.Errorf("session setup: %w", err)
 	}
@@ -169,7 +180,7 @@ func (c *Client) setup(ctx context.Context) error {
 	c.key.Store(&key)
 	c.macs.Store(newMACs(key))
 	var done sessionSetupDone
-	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, &done)
+	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: auth, Offer: offer}, &done)
 	if err != nil {
 		return fmt.Errorf("session setup: %w", err)
 	}
@@ -177,16 +188,21 @@ func (c *Client) setup(ctx context.Context) error {
 	case protocol.StatusSuccess:
 	case protocol.StatusLogonFailure, protocol.StatusAccessDenied:
 		return ErrLogonFailure
+	case StatusSealRequired:
+		return c.setupSealError()
 	default:
 		return fmt.Errorf("session setup: %w", h.Status)
 	}
 	if h.Flags&FlagSigned == 0 {
 		return errors.New("session setup: final response not signed")
 	}
+	if err := c.acceptSeal(done.Seal, offer, nc.Negotiated()&smbauth.FlagSeal != 0, key, h.SessionID); err != nil {
+		return err
+	}
 	c.sessionID = h.SessionID
 	c.serverName = done.ServerName
 	c.signing.Store(true)
-	c.log.WithField("session", c.sessionID).Debug("session established")
+	c.log.WithFields(logrus.Fields{"session": c.sessionID, "sealed": c.Sealed(), "cipher": c.Cipher()}).Debug("session established")
 	return nil
 }
 
@@ -265,12 +281,24 @@ func (c *Client) accept(f Frame, raw []byte) error {
 	if f.Flags&FlagResponse == 0 {
 		return errors.New("session: server sent a request frame")
 	}
-	if f.Flags&FlagSigned != 0 {
+	sealed := f.Flags&FlagSealed != 0
+	switch {
+	case sealed:
+		sl := c.seal.Load()
+		if sl == nil {
+			return fmt.Errorf("%w: sealed frame on a session without sealing keys", ErrBadSeal)
+		}
+		body, err := sl.in.open(raw)
+		if err != nil {
+			return err
+		}
+		f.Body = body
+	case f.Flags&FlagSigned != 0:
 		m := c.macs.Load()
 		if m == nil || !m.verifyFrame(raw) {
 			return ErrBadSignature
 		}
-	} else if c.signing.Load() {
+	case c.signing.Load():
 		return ErrUnsigned
 	}
 	c.mu.Lock()
@@ -280,6 +308,13 @@ func (c *Client) accept(f Frame, raw []byte) error {
 	if !ok {
 		// Not a request in flight: a replay or a forgery.
 		return ErrReplay
+	}
+	// The server seals exactly the responses to sealed requests.
+	if first := c.firstSealed.Load(); sealed != (first != 0 && f.MessageID >= first) {
+		if sealed {
+			return fmt.Errorf("%w: sealed response to an unsealed request", ErrBadSeal)
+		}
+		return ErrUnsealed
 	}
 	if ch != nil {
 		ch <- f
@@ -323,7 +358,8 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 	}
 	var e encoder
 	e.b = make([]byte, 0, frameCap(req))
-	e.b = AppendFrame(e.b, Header{Command: cmd, SessionID: c.sessionID, TreeID: tree}, nil)
+	sealed := c.sealing.Load()
+	e.b = appendHeader(e.b, Header{Command: cmd, SessionID: c.sessionID, TreeID: tree}, sealed)
 	if req != nil {
 		req.code(&e)
 	}
@@ -346,12 +382,25 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 	id := c.nextID
 	c.pending[id] = ch
 	c.mu.Unlock()
+	var werr error
+	if !sealed && c.sealing.Load() {
+		// Sealing started (a tree connect's answer) since raw was encoded.
+		raw, sealed = withSeqRoom(raw), true
+	}
 	putMessageID(raw, id)
-	if c.signing.Load() {
+	switch {
+	case sealed:
+		if c.firstSealed.Load() == 0 {
+			c.firstSealed.Store(id)
+		}
+		werr = c.seal.Load().out.seal(raw)
+	case c.signing.Load():
 		c.macs.Load().signFrame(raw)
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-	_, werr := c.nc.Write(raw)
+	if werr == nil {
+		c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		_, werr = c.nc.Write(raw)
+	}
 	c.writeMu.Unlock()
 	if werr != nil {
 		c.fail(werr)

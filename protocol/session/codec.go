@@ -11,6 +11,7 @@ import (
 // layout is written once and serves both directions (docs/session.md
 // lists the layouts).
 type coder interface {
+	u16(*uint16)
 	u32(*uint32)
 	u64(*uint64)
 	bool(*bool)
@@ -25,12 +26,19 @@ type coder interface {
 	// bytes each: the decoder refuses a count the rest of the body cannot
 	// hold before anything is allocated. It reports whether to go on.
 	count(n *int, min int) bool
+	// count16 is count with a u16 length.
+	count16(n *int, min int) bool
 }
 
 // list codes a counted list of elements at least min bytes long each.
-func list[T any](c coder, l *[]T, min int, elem func(*T)) {
+func list[T any](c coder, l *[]T, min int, elem func(*T)) { counted(c.count, l, min, elem) }
+
+// list16 is list with a u16 count.
+func list16[T any](c coder, l *[]T, min int, elem func(*T)) { counted(c.count16, l, min, elem) }
+
+func counted[T any](count func(*int, int) bool, l *[]T, min int, elem func(*T)) {
 	n := len(*l)
-	if !c.count(&n, min) {
+	if !count(&n, min) {
 		return
 	}
 	if len(*l) != n { // decoding
@@ -47,6 +55,7 @@ func list[T any](c coder, l *[]T, min int, elem func(*T)) {
 // MaxFrameSize).
 type encoder struct{ b []byte }
 
+func (e *encoder) u16(v *uint16) { e.b = binary.LittleEndian.AppendUint16(e.b, *v) }
 func (e *encoder) u32(v *uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, *v) }
 func (e *encoder) u64(v *uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, *v) }
 
@@ -87,6 +96,11 @@ func (e *encoder) count(n *int, _ int) bool {
 	return true
 }
 
+func (e *encoder) count16(n *int, _ int) bool {
+	e.b = binary.LittleEndian.AppendUint16(e.b, uint16(*n))
+	return true
+}
+
 // decoder reads little-endian fields with a sticky error: after the first
 // short read every further field is left as it is (zero in a new
 // message), and err says what was short. Callers check err once at the
@@ -122,6 +136,7 @@ func fixed[T uint16 | uint32 | uint64](d *decoder, v *T, n int, get func([]byte)
 	}
 }
 
+func (d *decoder) u16(v *uint16) { fixed(d, v, 2, binary.LittleEndian.Uint16, "u16") }
 func (d *decoder) u32(v *uint32) { fixed(d, v, 4, binary.LittleEndian.Uint32, "u32") }
 func (d *decoder) u64(v *uint64) { fixed(d, v, 8, binary.LittleEndian.Uint64, "u64") }
 
@@ -170,6 +185,18 @@ func (d *decoder) time(t *time.Time) {
 func (d *decoder) count(n *int, min int) bool {
 	var v uint32
 	d.u32(&v)
+	return d.listOf(n, v, min)
+}
+
+func (d *decoder) count16(n *int, min int) bool {
+	var v uint16
+	d.u16(&v)
+	return d.listOf(n, uint32(v), min)
+}
+
+// listOf accepts a list of v elements of at least min bytes each if the
+// rest of the body can hold them.
+func (d *decoder) listOf(n *int, v uint32, min int) bool {
 	if d.err != nil {
 		return false
 	}

@@ -11,12 +11,14 @@
 // engine's server.Authority).
 //
 // Every frame after session setup is signed with HMAC-SHA256 under the NTLM
-// session key; replayed ids, bad signatures and malformed frames end the
-// connection. The server does no file I/O itself: each tree connect is a
-// protocol/share Tree, which resolves every path beneath its share root
-// and does the disk operation. Errors travel as NTSTATUS and come back as
-// errno through one table (protocol/ntstatus; ToErrno here is the same
-// function); a call whose connection died returns a
-// *protocol.ConnectionError. docs/session.md has the frame layout, the
+// session key, or sealed with AES-GCM under keys derived from it (seal.go:
+// server-wide and per-share encrypt settings, the client's SealMode);
+// replayed ids, bad signatures, bad or out-of-sequence sealed frames and
+// malformed frames end the connection. The server does no file I/O itself:
+// each tree connect is a protocol/share Tree, which resolves every path
+// beneath its share root and does the disk operation. Errors travel as
+// NTSTATUS and come back as errno through one table (protocol/ntstatus;
+// ToErrno here is the same function); a call whose connection died returns
+// a *protocol.ConnectionError. docs/session.md has the frame layout, the
 // commands, the error table and the confinement rules.
 package session

@@ -15,14 +15,15 @@ import (
 //	@4  Magic     [4]   "LWSC"
 //	@8  MessageID u64   request id; a response carries its request's id
 //	@16 Command   u16   Command
-//	@18 Flags     u16   FlagResponse | FlagSigned
+//	@18 Flags     u16   FlagResponse | FlagSigned | FlagSealed
 //	@20 Status    u32   NTSTATUS of a response; 0 in requests
 //	@24 SessionID u64   0 until session setup completes
 //	@32 TreeID    u32   tree of a tree-scoped request; 0 otherwise
 //	@36 Reserved  u32   must be 0
 //	@40 Signature [16]  HMAC-SHA256 over the frame with this field zeroed,
-//	                    truncated to 16 bytes; zero when unsigned
-//	@56 body
+//	                    truncated to 16 bytes; zero when unsigned; the
+//	                    AES-GCM tag of a sealed frame (seal.go)
+//	@56 body            (sealed: Sequence u64, then the encrypted body)
 const (
 	HeaderSize = 56
 	// MaxFrameSize bounds a frame, header included. A larger Length ends
@@ -48,8 +49,12 @@ const (
 	// FlagSigned says the Signature field holds a signature with the
 	// session key. After session setup every frame must carry it.
 	FlagSigned uint16 = 1 << 1
+	// FlagSealed says the body is encrypted and the frame authenticated
+	// with the session's sealing key (seal.go); Signature holds the tag.
+	// A frame is signed or sealed, never both.
+	FlagSealed uint16 = 1 << 2
 
-	knownFlags = FlagResponse | FlagSigned
+	knownFlags = FlagResponse | FlagSigned | FlagSealed
 )
 
 // Command is the operation a frame carries.
@@ -184,7 +189,7 @@ func DecodeFrame(p []byte) (Frame, error) {
 	f.MessageID = binary.LittleEndian.Uint64(p[8:])
 	f.Command = Command(binary.LittleEndian.Uint16(p[16:]))
 	f.Flags = binary.LittleEndian.Uint16(p[18:])
-	if f.Flags&^knownFlags != 0 {
+	if f.Flags&^knownFlags != 0 || f.Flags&(FlagSigned|FlagSealed) == FlagSigned|FlagSealed {
 		return f, ErrBadFlags
 	}
 	f.Status = protocol.Status(binary.LittleEndian.Uint32(p[20:]))
@@ -216,7 +221,7 @@ func readFrame(r io.Reader, max uint32) (Frame, []byte, error) {
 	if n > max {
 		return Frame{}, nil, ErrFrameTooLarge
 	}
-	raw := make([]byte, n)
+	raw := make([]byte, n, n+tagSize) // room to open a sealed frame in place
 	copy(raw, lb[:])
 	if _, err := io.ReadFull(r, raw[4:]); err != nil {
 		if errors.Is(err, io.EOF) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/smbauth"
 )
 
 // A frame written by hand from the layout in frame.go / docs/session.md.
@@ -139,9 +140,10 @@ var fullAttr = Attr{Ino: 1, Mode: 0o100644, Nlink: 2, Uid: 3, Gid: 4, Rdev: 5, B
 // samples has, for every body type, a value with every field non-zero.
 var samples = []message{
 	&tokenMsg{Token: []byte("NTLMSSP\x00")},
-	&sessionSetupDone{ServerName: "srv"},
+	&setupReq{Token: []byte("NTLMSSP\x00"), Offer: sealOffer{Flags: sealOfferRequired, Ciphers: []smbauth.Cipher{smbauth.CipherAES256GCM, smbauth.CipherAES128GCM}}},
+	&sessionSetupDone{ServerName: "srv", Seal: sealAnswer{Flags: sealAnswerSealed, Cipher: smbauth.CipherAES256GCM, Echo: sealOffer{Flags: 1, Ciphers: []smbauth.Cipher{4}}}},
 	&nameMsg{Name: "a/b"},
-	&treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly},
+	&treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly | treeFlagSeal},
 	&attrMsg{Attr: fullAttr},
 	&setAttrReq{Path: "p", Handle: 9, In: SetAttrIn{Valid: 63, Mode: 0o755, Uid: 1, Gid: 2, Size: 3, Atime: tm, Mtime: tm, AtimeNow: true, MtimeNow: true}},
 	&readDirReq{Path: "d", After: "x", MaxBytes: 100},

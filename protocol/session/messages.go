@@ -15,12 +15,13 @@ type sizeHinter interface{ sizeHint() int }
 func (m *dataMsg) sizeHint() int  { return 4 + len(m.Data) }
 func (m *writeReq) sizeHint() int { return 8 + 8 + 4 + len(m.Data) }
 
-// frameCap is the capacity to allocate for a frame carrying body.
+// frameCap is the capacity to allocate for a frame carrying body, with room
+// to seal it in place.
 func frameCap(body message) int {
 	if h, ok := body.(sizeHinter); ok {
-		return HeaderSize + h.sizeHint()
+		return HeaderSize + sealOverhead + h.sizeHint()
 	}
-	return HeaderSize + 128
+	return HeaderSize + sealOverhead + 128
 }
 
 // marshal encodes m into a new byte slice.
@@ -52,12 +53,14 @@ type tokenMsg struct{ Token []byte }
 
 func (m *tokenMsg) code(c coder) { c.blob(&m.Token) }
 
-// sessionSetupDone is the final SESSION_SETUP response body.
+// sessionSetupDone is the final SESSION_SETUP response body: the server's
+// name and its sealing answer (seal.go).
 type sessionSetupDone struct {
 	ServerName string
+	Seal       sealAnswer
 }
 
-func (m *sessionSetupDone) code(c coder) { c.str(&m.ServerName) }
+func (m *sessionSetupDone) code(c coder) { c.str(&m.ServerName); m.Seal.code(c) }
 
 // nameMsg carries one name: a share (TREE_CONNECT), a path (GETATTR,
 // RMDIR, UNLINK, READLINK, LISTXATTR), a pipe (PIPE_OPEN).
@@ -66,7 +69,12 @@ type nameMsg struct{ Name string }
 func (m *nameMsg) code(c coder) { c.str(&m.Name) }
 
 // Tree flags of a TREE_CONNECT response.
-const treeFlagReadOnly uint32 = 1
+const (
+	treeFlagReadOnly uint32 = 1
+	// treeFlagSeal: the share seals (encrypt desired or required); every
+	// frame after this response is sealed, both ways.
+	treeFlagSeal uint32 = 2
+)
 
 type treeConnectResp struct {
 	TreeID uint32
@@ -220,7 +228,7 @@ func (m *pipeTransactReq) code(c coder) { handle(c, &m.Handle); c.blob(&m.Data) 
 // response bodies. Filled once; used by the server's dispatcher for
 // decoding and by the fuzz targets.
 var bodies = [cmdLimit]struct{ req, resp func() message }{
-	CmdSessionSetup:   {func() message { return new(tokenMsg) }, func() message { return new(tokenMsg) }},
+	CmdSessionSetup:   {func() message { return new(setupReq) }, func() message { return new(tokenMsg) }},
 	CmdLogoff:         {func() message { return new(empty) }, func() message { return new(empty) }},
 	CmdTreeConnect:    {func() message { return new(nameMsg) }, func() message { return new(treeConnectResp) }},
 	CmdTreeDisconnect: {func() message { return new(empty) }, func() message { return new(empty) }},

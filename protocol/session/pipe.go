@@ -41,7 +41,16 @@ func (s *Server) pipeTransact(ss *serverSession, r *pipeTransactReq) (message, e
 	if err != nil {
 		return nil, protocol.StatusInvalidParameter
 	}
-	out := transport.Common(s.cfg.Providers, req.Providers)
+	common := transport.Common(s.cfg.Providers, req.Providers)
+	if ss.sealed() && len(common) > 0 {
+		// RDMA data connections cannot seal yet: a sealed session keeps
+		// its file data on the (sealed) session channel rather than
+		// send it in clear.
+		s.log.WithFields(logrus.Fields{"session": ss.id, "withheld": len(common)}).
+			Info("sealed session: no RDMA provider offered, file data stays on the sealed session channel")
+		common = nil
+	}
+	out := common
 	key, err := s.newLWIOKey(ss)
 	if err != nil {
 		return nil, err

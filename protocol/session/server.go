@@ -55,6 +55,17 @@ type ServerConfig struct {
 	// WriteTimeout bounds one response write; a client that does not read
 	// for that long is dropped. Zero means 30 seconds.
 	WriteTimeout time.Duration
+	// Encrypt is the server-wide sealing policy (seal.go); the zero value
+	// EncryptIfRequired seals only sessions whose client requires it.
+	Encrypt Encrypt
+	// ShareEncrypt is a share's own sealing policy, by share name as in
+	// Shares: desired seals the share's traffic, required also refuses
+	// clients that cannot seal; a share not named (or off, if_required)
+	// leaves it to Encrypt.
+	ShareEncrypt map[string]Encrypt
+	// Ciphers are the ciphers the server seals with, in order of
+	// preference; nil means smbauth.DefaultCiphers.
+	Ciphers []smbauth.Cipher
 	// DisableOpenat2 forces the component-walking resolver used where
 	// openat2(2) is missing. For tests and odd kernels; zero uses openat2.
 	DisableOpenat2 bool
@@ -70,6 +81,8 @@ type Server struct {
 	log    logrus.FieldLogger
 	auth   *smbauth.Server
 	shares map[string]*share.Share // by lower-cased name
+	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
+	shareEncrypt map[string]Encrypt
 	// accounts answers IDMAP (idmap.go).
 	accounts share.Accounts
 
@@ -111,14 +124,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.WriteTimeout = 30 * time.Second
 	}
 	s := &Server{
-		cfg:        cfg,
-		log:        orQuiet(cfg.Logger),
-		shares:     map[string]*share.Share{},
-		listeners:  map[net.Listener]struct{}{},
-		conns:      map[*serverConn]struct{}{},
-		sessions:   map[uint64]*serverSession{},
-		lwioKeys:   map[[16]byte]*serverSession{},
-		resumeKeys: map[[24]byte]*openFile{},
+		cfg:          cfg,
+		log:          orQuiet(cfg.Logger),
+		shares:       map[string]*share.Share{},
+		shareEncrypt: map[string]Encrypt{},
+		listeners:    map[net.Listener]struct{}{},
+		conns:        map[*serverConn]struct{}{},
+		sessions:     map[uint64]*serverSession{},
+		lwioKeys:     map[[16]byte]*serverSession{},
+		resumeKeys:   map[[24]byte]*openFile{},
 	}
 	users := map[string][16]byte{}
 	for u, h := range cfg.Users {
@@ -133,6 +147,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			h, ok := users[strings.ToLower(user)]
 			return h, ok
 		},
+		DisableSeal: cfg.Encrypt == EncryptOff,
 	})
 	if umask := share.Umask(); umask != 0 {
 		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")
@@ -149,7 +164,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			return nil, fmt.Errorf("session: %w", err)
 		}
 		s.shares[key] = sh
-		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "resolver": sh.Resolver()}).Debug("share ready")
+		if e, ok := cfg.ShareEncrypt[c.Name]; ok {
+			s.shareEncrypt[key] = e
+		}
+		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "encrypt": s.shareEncrypt[key], "resolver": sh.Resolver()}).Debug("share ready")
 	}
 	var seed [8]byte
 	rand.Read(seed[:])

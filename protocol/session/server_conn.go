@@ -3,6 +3,7 @@ package session
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -66,6 +67,8 @@ type serverConn struct {
 	haveID    bool
 	challenge *smbauth.ServerState // in stateAuthenticate: the one CHALLENGE out
 	failures  int
+
+	sealedIn bool // a sealed frame was read: every later one must be
 
 	sess     atomic.Pointer[serverSession]
 	inflight sync.WaitGroup
@@ -136,16 +139,14 @@ func (c *serverConn) readLoop() error {
 		c.haveID, c.lastID = true, f.MessageID
 		ss := c.sess.Load()
 		if ss != nil {
-			if f.Flags&FlagSigned == 0 {
-				return ErrUnsigned
-			}
-			if !ss.macs.verifyFrame(raw) {
-				c.log.WithFields(logrus.Fields{"msgid": f.MessageID, "cmd": f.Command}).Warn("bad signature")
-				return ErrBadSignature
+			if err := c.checkIn(ss, &f, raw); err != nil {
+				return err
 			}
 			if f.SessionID != ss.id {
 				return errors.New("session: frame names another session")
 			}
+		} else if f.Flags&FlagSealed != 0 {
+			return fmt.Errorf("%w: sealed frame before session setup", ErrBadSeal)
 		}
 		if f.Command == CmdSessionSetup {
 			if err := c.sessionSetup(f); err != nil {
@@ -211,7 +212,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		c.respond(f.Header, protocol.StatusRequestNotAccepted, nil)
 		return nil
 	}
-	var tok tokenMsg
+	var tok setupReq
 	if err := unmarshal(f.Body, &tok); err != nil {
 		return err
 	}
@@ -241,6 +242,14 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		}
 		return nil
 	}
+	cipher, always, refuse := c.s.sealPolicy(tok.Offer, res.Flags&smbauth.FlagSeal != 0)
+	if refuse != "" {
+		c.log.WithFields(logrus.Fields{"user": res.User, "encrypt": c.s.cfg.Encrypt, "offer": tok.Offer.Ciphers}).
+			Warn("session refused: " + refuse)
+		c.respond(f.Header, StatusSealRequired, nil)
+		c.setState(stateClosed)
+		return fmt.Errorf("%w: %s", ErrSealRequired, refuse)
+	}
 	ss := &serverSession{
 		id:      c.s.nextSession.Add(1),
 		key:     res.SessionKey,
@@ -249,15 +258,24 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		trees:   map[uint32]*share.Tree{},
 		handles: map[Handle]*openFile{},
 	}
+	done := &sessionSetupDone{ServerName: c.s.cfg.ServerName, Seal: sealAnswer{Cipher: cipher, Echo: tok.Offer}}
+	if cipher != smbauth.CipherNone {
+		if ss.seal, err = newSessionSeal(res.SessionKey, ss.id, cipher, always, true); err != nil {
+			return err
+		}
+		if always {
+			done.Seal.Flags |= sealAnswerSealed
+		}
+	}
 	c.s.registerSession(ss)
 	c.log = c.log.WithFields(logrus.Fields{"session": ss.id, "user": res.User})
-	c.log.WithFields(logrus.Fields{"domain": res.Domain, "workstation": res.Workstation}).Info("session established")
+	c.log.WithFields(logrus.Fields{"domain": res.Domain, "workstation": res.Workstation, "cipher": cipher, "sealed": always}).Info("session established")
 	c.nc.SetReadDeadline(time.Time{})
 	h := f.Header
 	h.SessionID = ss.id
 	// The final response is the first signed frame; the session key is in
 	// force for every frame after it, both ways.
-	c.respondSigned(h, ss.macs, protocol.StatusSuccess, &sessionSetupDone{ServerName: c.s.cfg.ServerName})
+	c.respondSigned(h, ss.macs, protocol.StatusSuccess, done)
 	c.sess.Store(ss)
 	c.setState(stateEstablished)
 	if c.stopping.Load() {
@@ -291,23 +309,35 @@ func (c *serverConn) respondSigned(req Header, m *macs, st protocol.Status, body
 		SessionID: req.SessionID,
 		TreeID:    req.TreeID,
 	}
+	// A response is sealed exactly when its request was.
+	var sl *sealer
+	if req.Flags&FlagSealed != 0 {
+		sl = c.sess.Load().seal.out
+	}
 	var e encoder
 	e.b = make([]byte, 0, frameCap(body))
-	e.b = AppendFrame(e.b, h, nil)
+	e.b = appendHeader(e.b, h, sl != nil)
 	if body != nil && (st == protocol.StatusSuccess || st == protocol.StatusMoreProcessingReq) {
 		body.code(&e)
 	}
 	raw := e.b
 	if len(raw) > MaxFrameSize {
-		raw = AppendFrame(raw[:0], Header{MessageID: h.MessageID, Command: h.Command, Flags: FlagResponse,
-			Status: protocol.StatusBufferOverflow, SessionID: h.SessionID, TreeID: h.TreeID}, nil)
+		raw = appendHeader(raw[:0], Header{MessageID: h.MessageID, Command: h.Command, Flags: FlagResponse,
+			Status: protocol.StatusBufferOverflow, SessionID: h.SessionID, TreeID: h.TreeID}, sl != nil)
 	}
 	putLength(raw)
-	if m != nil {
+	if m != nil && sl == nil {
 		m.signFrame(raw)
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	if sl != nil {
+		if err := sl.seal(raw); err != nil {
+			c.log.WithError(err).Warn("dropping connection")
+			c.nc.Close()
+			return
+		}
+	}
 	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
 	if _, err := c.nc.Write(raw); err != nil {
 		c.log.WithError(err).Debug("response write failed")

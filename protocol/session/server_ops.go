@@ -47,6 +47,9 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if tr.Share().ReadOnly {
 			flags |= treeFlagReadOnly
 		}
+		if ss.treeSeals(id) {
+			flags |= treeFlagSeal
+		}
 		return &treeConnectResp{TreeID: id, Flags: flags}, nil
 	case CmdTreeDisconnect:
 		ss.mu.Lock()

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/share"
 )
@@ -19,8 +21,9 @@ const StatusNetworkNameDeleted = protocol.Status(0xC00000C9)
 type serverSession struct {
 	id   uint64
 	key  []byte
-	macs *macs  // signs and verifies with key
-	user string // lower-cased
+	macs *macs        // signs and verifies with key
+	seal *sessionSeal // sealing keys; nil: the session cannot seal
+	user string       // lower-cased
 
 	mu       sync.Mutex
 	trees    map[uint32]*share.Tree
@@ -28,6 +31,8 @@ type serverSession struct {
 	handles  map[Handle]*openFile
 	nextH    uint64
 	lwioKeys [][16]byte // guarded by Server.mu
+
+	sealTrees map[uint32]bool // guarded by mu: trees whose every frame must be sealed
 }
 
 // openFile is an open handle: a file or directory a tree opened, or the
@@ -83,9 +88,17 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tre
 	if i := strings.LastIndexAny(name, `\/`); i >= 0 {
 		name = name[i+1:] // accept \\server\share as well as share
 	}
-	sh, ok := s.shares[strings.ToLower(name)]
+	key := strings.ToLower(name)
+	sh, ok := s.shares[key]
 	if !ok {
 		return 0, nil, protocol.StatusBadNetworkName
+	}
+	enc := s.shareEncrypt[key]
+	seals := ss.seal != nil && (enc == EncryptDesired || enc == EncryptRequired)
+	if enc == EncryptRequired && ss.seal == nil {
+		s.log.WithFields(logrus.Fields{"session": ss.id, "user": ss.user, "share": sh.Name}).
+			Warn("tree connect refused: the share requires sealing (encrypt = required) and this session cannot seal (the client does not, or the server's encrypt is off)")
+		return 0, nil, StatusSealRequired
 	}
 	tr, err := sh.Connect(share.Identity{User: ss.user})
 	if err != nil {
@@ -95,7 +108,30 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tre
 	defer ss.mu.Unlock()
 	ss.nextTree++
 	ss.trees[ss.nextTree] = tr
+	if seals {
+		if ss.sealTrees == nil {
+			ss.sealTrees = map[uint32]bool{}
+		}
+		ss.sealTrees[ss.nextTree] = true
+	}
 	return ss.nextTree, tr, nil
+}
+
+// treeSeals reports whether every frame naming tree id must be sealed.
+func (ss *serverSession) treeSeals(id uint32) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.sealTrees[id]
+}
+
+// sealed reports whether any of the session's traffic is sealed.
+func (ss *serverSession) sealed() bool {
+	if ss.seal == nil {
+		return false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.seal.always || len(ss.sealTrees) > 0
 }
 
 // newResumeKey issues a resume key for an open (FSCTL_SRV_REQUEST_RESUME_KEY).

@@ -88,7 +88,7 @@ func TestChallengeUsedOnce(t *testing.T) {
 	nl := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: testPassword})
 	neg, _ := nl.Negotiate()
 	var chal tokenMsg
-	h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg}, &chal)
+	h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: neg}, &chal)
 	if err != nil || h.Status != protocol.StatusMoreProcessingReq {
 		t.Fatalf("NEGOTIATE: %v %v", h.Status, err)
 	}
@@ -96,7 +96,7 @@ func TestChallengeUsedOnce(t *testing.T) {
 	bad := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: "wrong"})
 	bad.Negotiate()
 	badAuth, _, _ := bad.Authenticate(chal.Token)
-	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: badAuth}, nil)
+	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: badAuth}, nil)
 	if err != nil || h.Status != protocol.StatusLogonFailure {
 		t.Fatalf("wrong AUTHENTICATE: %v %v", h.Status, err)
 	}
@@ -105,7 +105,7 @@ func TestChallengeUsedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, nil)
+	h, err = c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: auth}, nil)
 	if err == nil && h.Status == protocol.StatusSuccess {
 		t.Fatal("AUTHENTICATE accepted against a used challenge")
 	}
@@ -113,11 +113,11 @@ func TestChallengeUsedOnce(t *testing.T) {
 	// fails as well.
 	c2 := rawClient(t, e.addr)
 	neg2, _ := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: testPassword}).Negotiate()
-	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg2}, &tokenMsg{})
+	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: neg2}, &tokenMsg{})
 	if err != nil || h.Status != protocol.StatusMoreProcessingReq {
 		t.Fatalf("NEGOTIATE: %v %v", h.Status, err)
 	}
-	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, nil)
+	h, err = c2.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: auth}, nil)
 	if err == nil && h.Status == protocol.StatusSuccess {
 		t.Fatal("replayed AUTHENTICATE accepted")
 	}
@@ -437,11 +437,11 @@ func TestTooManyLogonFailuresDropConnection(t *testing.T) {
 		nl := smbauth.NewClient(smbauth.ClientConfig{User: testUser, Password: "wrong"})
 		neg, _ := nl.Negotiate()
 		var chal tokenMsg
-		if _, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: neg}, &chal); err != nil {
+		if _, err := c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: neg}, &chal); err != nil {
 			t.Fatalf("attempt %d: %v", i, err)
 		}
 		auth, _, _ := nl.Authenticate(chal.Token)
-		h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &tokenMsg{Token: auth}, nil)
+		h, err := c.roundTrip(ctx, CmdSessionSetup, 0, &setupReq{Token: auth}, nil)
 		if err != nil || h.Status != protocol.StatusLogonFailure {
 			t.Fatalf("attempt %d: %v %v", i, h.Status, err)
 		}

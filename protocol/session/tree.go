@@ -2,6 +2,8 @@ package session
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -20,11 +22,24 @@ type Tree struct {
 
 // TreeConnect connects to share (a name, or \\server\share). An unknown
 // share is STATUS_BAD_NETWORK_NAME, one the user may not use
-// STATUS_ACCESS_DENIED.
+// STATUS_ACCESS_DENIED, one that requires sealing on a session that cannot
+// seal an error wrapping ErrSealRequired. When the share seals, every frame
+// of the session is sealed from then on.
 func (c *Client) TreeConnect(ctx context.Context, share string) (*Tree, error) {
 	var r treeConnectResp
 	if err := c.call(ctx, CmdTreeConnect, 0, &nameMsg{Name: share}, &r); err != nil {
+		if errors.Is(err, StatusSealRequired) {
+			return nil, fmt.Errorf("%w: share %q requires sealing (encrypt = required) and this session is not sealed", ErrSealRequired, share)
+		}
 		return nil, err
+	}
+	if r.Flags&treeFlagSeal != 0 {
+		if c.seal.Load() == nil {
+			err := errors.New("session: server seals a tree of a session without sealing keys")
+			c.fail(err)
+			return nil, err
+		}
+		c.startSealing("tree connect to " + share)
 	}
 	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0}, nil
 }

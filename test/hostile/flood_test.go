@@ -167,7 +167,7 @@ var slowKinds = []slowKind{
 func negotiateFrame() []byte {
 	cl := smbauth.NewClient(smbauth.ClientConfig{User: rig.User, Password: rig.Password})
 	neg, _ := cl.Negotiate()
-	return frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, blob(neg), nil)
+	return frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, setupBody(neg), nil)
 }
 
 // slowPer is how many connections of each slow kind are held.
@@ -468,7 +468,7 @@ func wrongPassword(addr string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, err := nc.Write(frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, blob(neg), nil)); err != nil {
+	if _, err := nc.Write(frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, setupBody(neg), nil)); err != nil {
 		return false, err
 	}
 	f, _, err := session.ReadFrame(nc)
@@ -482,7 +482,7 @@ func wrongPassword(addr string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, err := nc.Write(frame(session.Header{MessageID: 2, Command: session.CmdSessionSetup}, blob(auth), nil)); err != nil {
+	if _, err := nc.Write(frame(session.Header{MessageID: 2, Command: session.CmdSessionSetup}, setupBody(auth), nil)); err != nil {
 		return false, err
 	}
 	if f, _, err = session.ReadFrame(nc); err != nil {

@@ -52,6 +52,11 @@ func blob(b []byte) []byte {
 	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...)
 }
 
+// setupBody is a SESSION_SETUP request body: the NTLMSSP token and the
+// SealOffer of a client that cannot seal (flags 0, no cipher;
+// docs/session.md, "Sealing").
+func setupBody(tok []byte) []byte { return append(blob(tok), 0, 0, 0, 0) }
+
 // dialRaw connects and runs session setup with password (the server
 // answers LOGON_FAILURE to a wrong one: setup then returns that status).
 func dialRaw(t testing.TB, s *rig.Server, password string) (*rawSession, protocol.Status) {
@@ -67,7 +72,7 @@ func dialRaw(t testing.TB, s *rig.Server, password string) (*rawSession, protoco
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.write(frame(session.Header{MessageID: r.nextID(), Command: session.CmdSessionSetup}, blob(neg), nil))
+	r.write(frame(session.Header{MessageID: r.nextID(), Command: session.CmdSessionSetup}, setupBody(neg), nil))
 	f := r.read("NEGOTIATE")
 	if f.Status != protocol.StatusMoreProcessingReq || len(f.Body) < 4 {
 		t.Fatalf("NEGOTIATE answered %v", f.Status)
@@ -77,7 +82,7 @@ func dialRaw(t testing.TB, s *rig.Server, password string) (*rawSession, protoco
 		t.Fatal(err)
 	}
 	r.authTok = auth
-	r.write(frame(session.Header{MessageID: r.nextID(), Command: session.CmdSessionSetup}, blob(auth), nil))
+	r.write(frame(session.Header{MessageID: r.nextID(), Command: session.CmdSessionSetup}, setupBody(auth), nil))
 	f = r.read("AUTHENTICATE")
 	if f.Status != protocol.StatusSuccess {
 		return r, f.Status
@@ -261,13 +266,13 @@ func TestSessionSetupRefused(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		cl := smbauth.NewClient(smbauth.ClientConfig{User: rig.User, Password: "nope", Workstation: "hostile"})
 		neg, _ := cl.Negotiate()
-		r2.write(frame(session.Header{MessageID: r2.nextID(), Command: session.CmdSessionSetup}, blob(neg), nil))
+		r2.write(frame(session.Header{MessageID: r2.nextID(), Command: session.CmdSessionSetup}, setupBody(neg), nil))
 		f := r2.read("NEGOTIATE")
 		auth, _, err := cl.Authenticate(f.Body[4:])
 		if err != nil {
 			t.Fatal(err)
 		}
-		r2.write(frame(session.Header{MessageID: r2.nextID(), Command: session.CmdSessionSetup}, blob(auth), nil))
+		r2.write(frame(session.Header{MessageID: r2.nextID(), Command: session.CmdSessionSetup}, setupBody(auth), nil))
 		if f := r2.read("AUTHENTICATE"); f.Status != protocol.StatusLogonFailure {
 			t.Fatalf("wrong password answered %v", f.Status)
 		}
@@ -284,11 +289,11 @@ func TestSessionSetupRefused(t *testing.T) {
 	r3 := &rawSession{t: t, nc: nc3}
 	cl := smbauth.NewClient(smbauth.ClientConfig{User: rig.User, Password: "unknown to the attacker", Workstation: "hostile"})
 	neg, _ := cl.Negotiate()
-	r3.write(frame(session.Header{MessageID: r3.nextID(), Command: session.CmdSessionSetup}, blob(neg), nil))
+	r3.write(frame(session.Header{MessageID: r3.nextID(), Command: session.CmdSessionSetup}, setupBody(neg), nil))
 	if f := r3.read("NEGOTIATE"); f.Status != protocol.StatusMoreProcessingReq {
 		t.Fatal(f.Status)
 	}
-	r3.write(frame(session.Header{MessageID: r3.nextID(), Command: session.CmdSessionSetup}, blob(good.authTok), nil))
+	r3.write(frame(session.Header{MessageID: r3.nextID(), Command: session.CmdSessionSetup}, setupBody(good.authTok), nil))
 	if f := r3.read("replayed AUTHENTICATE"); f.Status != protocol.StatusLogonFailure {
 		t.Fatalf("a replayed AUTHENTICATE answered %v, want LOGON_FAILURE", f.Status)
 	}

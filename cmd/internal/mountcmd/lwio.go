@@ -38,7 +38,7 @@ func dialConfig(o *Options, log *logrus.Logger) fs.DialConfig {
 		Share: o.Share,
 		Session: session.ClientConfig{
 			User: o.Username, Domain: o.Domain, Password: o.password,
-			Logger: log.WithField("component", "session"),
+			Logger: log.WithField("component", "session"), Seal: sealMode(o.Seal),
 		},
 		Providers:   o.providers,
 		RequireRDMA: o.Provider != "auto",

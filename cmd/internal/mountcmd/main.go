@@ -107,6 +107,8 @@ options (comma separated, mount(8) style):
   username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
   domain=NAME        NTLM domain
   ro                 read-only mount
+  seal               require sealing (AES-GCM encryption) of the session channel;
+                     without it, sealed when the server or share asks
   provider=P         auto (default), verbs, softrdma, or none (session channel only)
   completion=M       interrupt (default) or polling
   attr_timeout=SEC   attribute cache timeout (default 1)

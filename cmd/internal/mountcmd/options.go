@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/fs"
+	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -31,6 +32,7 @@ type Options struct {
 	Credentials      string
 
 	ReadOnly     bool
+	Seal         bool   // require sealing of the session channel (-o seal)
 	Provider     string // auto, verbs, softrdma, none
 	Completion   string // interrupt, polling
 	AttrTimeout  time.Duration
@@ -125,6 +127,11 @@ func (o *Options) applyOption(opt string) error {
 		return errors.New("password= is not accepted on the command line (it would show in ps): use credentials=FILE or LWIO_PASSWORD")
 	case "ro":
 		o.ReadOnly = true
+	case "seal":
+		if hasVal {
+			return fmt.Errorf("option seal takes no value (%q)", opt)
+		}
+		o.Seal = true
 	case "provider":
 		switch val {
 		case "auto", "verbs", "softrdma", "none":
@@ -338,4 +345,13 @@ func (o *Options) fsOptions() fs.Options {
 		DefaultPermissions: o.DefaultPermissions,
 		FsName:             o.Source(),
 	}
+}
+
+// sealMode is the session's sealing mode for -o seal: required, or (as
+// mount.cifs without "seal") sealed when the server or share asks.
+func sealMode(seal bool) session.SealMode {
+	if seal {
+		return session.SealRequired
+	}
+	return session.SealAuto
 }

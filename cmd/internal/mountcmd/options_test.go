@@ -179,3 +179,21 @@ func summary(o *Options) string {
 		o.AttrTimeout, o.EntryTimeout, o.AllowOther, o.Debug, o.Conns, o.Background, o.LogFile, o.LogLevel,
 		o.LogFormat, o.ReconnectWait)
 }
+
+func TestSealOption(t *testing.T) {
+	for _, tc := range []struct {
+		opts string
+		want session.SealMode
+	}{{"ro", session.SealAuto}, {"seal,ro", session.SealRequired}} {
+		o, err := parseArgs([]string{"//h/s", "/mnt", "-o", tc.opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sealMode(o.Seal); got != tc.want {
+			t.Errorf("-o %s: seal mode %v, want %v", tc.opts, got, tc.want)
+		}
+	}
+	if _, err := parseArgs([]string{"//h/s", "/mnt", "-o", "seal=yes"}); err == nil {
+		t.Error("seal=yes accepted")
+	}
+}
