@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"slices"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -18,14 +19,15 @@ var _ = (gofs.NodeAccesser)((*Node)(nil))
 // as, not as the caller's local uid, so go-fuse's default — the caller's
 // uid against the owner shown — would refuse other local users what the
 // server lets them do (chdir into a 0700 directory they just made, a
-// `test -w` on their own file). The answer is the mode bits as the server
-// checks them for that account: the owner's bits for the owner, the
-// group's for the account's primary group; otherwise the group's or the
-// other users' — generous, as this side cannot see the account's
-// supplementary groups. It only advises: the server's own check on the
-// operation is what counts. A caller acting as no known account (a server
-// that did not say which, or a multiuser caller without a session yet) is
-// answered by the server's check of the node's attributes alone.
+// `test -w` on their own file). The answer is the mode bits as the
+// server's kernel checks them for that account: the owner's bits for the
+// owner, the group's for a member of the file's group (primary or
+// supplementary), the others' otherwise; where the account's
+// supplementary groups are unknown, the group's or the others' —
+// generous. It only advises: the server's own check on the operation is
+// what counts (ACLs included). A caller acting as no known account (a
+// server that did not say which) is answered by whether the node exists;
+// a multiuser caller without credentials gets EACCES from that lookup.
 func (n *Node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	c, _ := fuse.FromContext(ctx)
 	acct, known := n.fs.opts.Owners.accountOf(c)
@@ -70,10 +72,12 @@ func mayAccess(acct Account, a session.Attr, mask uint32) bool {
 	switch {
 	case a.Uid == acct.Uid:
 		bits = a.Mode >> 6
-	case a.Gid == acct.Gid:
+	case a.Gid == acct.Gid || slices.Contains(acct.Groups, a.Gid):
 		bits = a.Mode >> 3
-	default:
+	case acct.Groups == nil:
 		bits = a.Mode>>3 | a.Mode
+	default:
+		bits = a.Mode
 	}
 	return bits&mask == mask
 }

@@ -70,7 +70,7 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 		return nil, &DialError{"tree", err}
 	}
 	s := &Session{Tree: tree, Data: SessionDataPath(tree), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly(),
-		Account: sessionAccount(c)}
+		Account: treeAccount(tree)}
 	if len(cfg.Providers) == 0 {
 		return s, nil
 	}

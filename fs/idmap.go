@@ -17,10 +17,17 @@ import (
 )
 
 // Account is the Unix account a session acts as on the server: the logon's
-// account there, which the server reports at logon (issue 14's identity).
+// account there, which the server reports at tree connect (issue 14's
+// identity; docs/session.md, "Identity").
 type Account struct {
 	Name     string
 	Uid, Gid uint32
+	// Groups are the account's supplementary gids; nil when unknown.
+	Groups []uint32
+	// Shared says the server acts as this one account for every user
+	// (it does not run as root): users of a multiuser mount are then not
+	// kept apart on the server.
+	Shared bool
 }
 
 // IDMapMode says how the owners of files on the server are shown on the
@@ -74,7 +81,7 @@ type IDMapper interface {
 	MapID(ctx context.Context, kind session.IDKind, id uint32, name string) (uint32, string, error)
 }
 
-// LocalAccounts is this host's passwd and group databases; *share.Accounts
+// LocalAccounts is this host's passwd and group databases; *share.AccountNames
 // (os/user, cached) is the one in use.
 type LocalAccounts interface {
 	UserName(uid uint32) (string, error)
@@ -147,7 +154,7 @@ type nameEntry struct {
 // means this host's databases.
 func NewIDMap(mode IDMapMode, server IDMapper, local LocalAccounts, log logrus.FieldLogger) *IDMap {
 	if local == nil {
-		local = new(share.Accounts)
+		local = new(share.AccountNames)
 	}
 	if log == nil {
 		log = Options{}.logger()
@@ -315,7 +322,7 @@ func (m *IDMap) lookupName(k nameKey) (uint32, bool) {
 	e = nameEntry{id: id, ok: err == nil, exp: now.Add(namesTTL)}
 	if err != nil {
 		e.exp = now.Add(missTTL)
-		if !errors.Is(err, session.StatusNoneMapped) && !errors.Is(err, share.ErrNoAccount) {
+		if !errors.Is(err, session.StatusNoneMapped) && !errors.Is(err, share.ErrNoName) {
 			m.log.WithFields(logrus.Fields{"id": k.id, "group": k.group, "to_local": k.toLocal}).WithError(err).Warn("fs: owner lookup failed")
 			if protocol.IsConnectionLost(err) || errors.Is(err, context.DeadlineExceeded) {
 				return 0, false // not remembered: the server may be back soon
@@ -333,7 +340,7 @@ func (m *IDMap) lookupName(k nameKey) (uint32, bool) {
 
 func (m *IDMap) resolve(k nameKey) (uint32, error) {
 	if m.server == nil {
-		return 0, share.ErrNoAccount
+		return 0, share.ErrNoName
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), idLookupLimit)
 	defer cancel()
@@ -372,21 +379,19 @@ func (n *Node) serverOwner(ctx context.Context, s *session.SetAttrIn) syscall.Er
 	return 0
 }
 
-// sessionAccount is the account the server reported for the session
-// (issue 14), or nil when it reported none (an older server, or one not
-// running as root, which acts as itself for everyone).
-func sessionAccount(c *session.Client) *Account {
-	r, ok := any(c).(interface {
-		Account() (name string, uid, gid uint32, ok bool)
-	})
+// treeAccount is the account the server reported for the tree connect
+// (issue 14's TREE_CONNECT response), or nil from a server that reports
+// none.
+func treeAccount(t *session.Tree) *Account {
+	r, ok := any(t).(interface{ ReportedAccount() (Account, bool) })
+	if !ok {
+		return nil // until issue 14's Tree.Account lands
+	}
+	a, ok := r.ReportedAccount()
 	if !ok {
 		return nil
 	}
-	name, uid, gid, ok := r.Account()
-	if !ok {
-		return nil
-	}
-	return &Account{Name: name, Uid: uid, Gid: gid}
+	return &a
 }
 
 // MapID asks the live session's server (IDMapper), waiting for a

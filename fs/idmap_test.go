@@ -23,7 +23,7 @@ func lookupName(m map[uint32]string, id uint32) (string, error) {
 	if n, ok := m[id]; ok {
 		return n, nil
 	}
-	return "", share.ErrNoAccount
+	return "", share.ErrNoName
 }
 
 func lookupID(m map[uint32]string, name string) (uint32, error) {
@@ -32,7 +32,7 @@ func lookupID(m map[uint32]string, name string) (uint32, error) {
 			return id, nil
 		}
 	}
-	return 0, share.ErrNoAccount
+	return 0, share.ErrNoName
 }
 
 func (a fakeAccounts) UserName(uid uint32) (string, error)  { return lookupName(a.users, uid) }
@@ -277,6 +277,9 @@ func TestMayAccess(t *testing.T) {
 		{"other r of 0604", acct, file(1, 1, 0o604), r, true},
 		{"other w of 0644", acct, file(1, 1, 0o644), w, false},
 		{"unknown group's w (generous)", acct, file(1, 1, 0o660), w, true},
+		{"supplementary group's w", Account{Uid: 500, Gid: 600, Groups: []uint32{27}}, file(1, 27, 0o660), w, true},
+		{"other group's w, groups known", Account{Uid: 500, Gid: 600, Groups: []uint32{27}}, file(1, 1, 0o660), w, false},
+		{"other's r, groups known", Account{Uid: 500, Gid: 600, Groups: []uint32{}}, file(1, 1, 0o604), r, true},
 		{"existence", acct, file(1, 1, 0), 0, true},
 		{"root reads 0000", Account{}, file(1, 1, 0), r | w, true},
 		{"root x of 0644", Account{}, file(1, 1, 0o644), x, false},

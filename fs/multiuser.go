@@ -290,6 +290,8 @@ func (m *MultiUser) logon(ctx context.Context, us *userSession, c *fuse.Caller) 
 	case err == syscall.EACCES:
 	case err != nil:
 		log.WithError(err).Warn("multiuser: logon for local user failed")
+	case acct.Shared:
+		log.WithField("account", acct.Name).Warn("multiuser: the server acts as one account for every user (it does not run as root): users are not kept apart on the server")
 	default:
 		log.WithFields(logrus.Fields{"account": acct.Name, "account_uid": acct.Uid, "known": known, "data_path": r.Name()}).
 			Info("multiuser: session for local user")

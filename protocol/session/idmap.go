@@ -79,7 +79,7 @@ func (s *Server) mapID(r *idMapMsg) (message, error) {
 	default:
 		return nil, protocol.StatusInvalidParameter
 	}
-	if errors.Is(err, share.ErrNoAccount) {
+	if errors.Is(err, share.ErrNoName) {
 		return nil, StatusNoneMapped
 	}
 	if err != nil {

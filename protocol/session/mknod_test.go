@@ -50,8 +50,11 @@ func TestMknod(t *testing.T) {
 		for _, c := range []struct {
 			name string
 			mode uint32
-		}{{"d/fifo", unix.S_IFIFO | 0o640}, {"d/sock", unix.S_IFSOCK | 0o755}, {"d/reg", unix.S_IFREG | 0o604}} {
+		}{{"d/fifo", unix.S_IFIFO | 0o640}, {"d/sock", unix.S_IFSOCK | 0o755}, {"d/reg", unix.S_IFREG | 0o604}, {"d/zero", 0o600}} {
 			a, err := tr.Mknod(ctx, c.name, c.mode|unix.S_ISUID, 77)
+			if c.mode&unix.S_IFMT == 0 {
+				c.mode |= unix.S_IFREG // mknod(2)'s type 0 is a regular file
+			}
 			if err != nil {
 				t.Fatalf("Mknod %s: %v", c.name, err)
 			}
@@ -74,7 +77,7 @@ func TestMknod(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(e.share, "d/dev")); !os.IsNotExist(err) {
 			t.Errorf("a refused device node exists: %v", err)
 		}
-		for _, typ := range []uint32{unix.S_IFDIR, unix.S_IFLNK, 0} {
+		for _, typ := range []uint32{unix.S_IFDIR, unix.S_IFLNK, 0o170000} {
 			_, err := tr.Mknod(ctx, "d/bad", typ|0o644, 0)
 			wantErrno(t, "Mknod of type "+strconv.FormatUint(uint64(typ), 8), err, syscall.EINVAL)
 		}
@@ -87,7 +90,7 @@ func TestMknod(t *testing.T) {
 		// The node is listed and stat-able, but OPEN refuses it (the client
 		// opens FIFOs and sockets locally).
 		ents, err := tr.ReadDir(ctx, "d")
-		if err != nil || len(ents) != 3 {
+		if err != nil || len(ents) != 4 {
 			t.Fatalf("ReadDir: %v %v", ents, err)
 		}
 		_, _, err = tr.Open(ctx, "d/fifo", os.O_RDONLY|unix.O_NONBLOCK, 0)

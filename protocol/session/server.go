@@ -84,7 +84,7 @@ type Server struct {
 	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
 	shareEncrypt map[string]Encrypt
 	// accounts answers IDMAP (idmap.go).
-	accounts share.Accounts
+	accounts share.AccountNames
 
 	mu         sync.Mutex
 	closing    bool

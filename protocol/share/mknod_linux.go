@@ -15,19 +15,19 @@ import (
 // OPEN refuses them here, so none ever blocks the server. Set-user-ID and
 // set-group-ID bits are dropped: they mean nothing on such a node.
 func (t *Tree) Mknod(p string, mode, rdev uint32) (Attr, error) {
+	if err := t.writable(); err != nil {
+		return Attr{}, err
+	}
+	if err := t.mknodAllowed(mode); err != nil {
+		return Attr{}, err
+	}
 	typ := mode & unix.S_IFMT
 	switch typ {
+	case 0: // mknod(2)'s regular file
+		typ = unix.S_IFREG
+		fallthrough
 	case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFREG:
 		rdev = 0
-	case unix.S_IFCHR, unix.S_IFBLK:
-		if err := t.writable(); err != nil {
-			return Attr{}, err
-		}
-		if err := t.devicesAllowed(); err != nil {
-			return Attr{}, err
-		}
-	default:
-		return Attr{}, fail(unix.EINVAL)
 	}
 	perm := mode & 0o1777
 	return t.created(p, func(dirfd int, base string) error {
@@ -41,7 +41,16 @@ func (t *Tree) Mknod(p string, mode, rdev uint32) (Attr, error) {
 	})
 }
 
-// devicesAllowed is the device-node policy: none unless the share allows
-// them. Issue 14's per-share allow_devices decides it once it lands; until
-// then no share does.
-func (t *Tree) devicesAllowed() error { return ntstatus.PrivilegeNotHeld }
+// mknodAllowed is the special-file policy: FIFOs, sockets and regular
+// files may be made; device nodes only where the share allows them —
+// issue 14's allow_devices (Share.MknodAllowed) once it lands; until then
+// no share does (EPERM); any other type is EINVAL.
+func (t *Tree) mknodAllowed(mode uint32) error {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFREG, 0:
+		return nil
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return ntstatus.PrivilegeNotHeld
+	}
+	return fail(unix.EINVAL)
+}

@@ -9,25 +9,25 @@ import (
 	"time"
 )
 
-// ErrNoAccount is an id or name the server host's account databases do not
+// ErrNoName is an id or name the server host's account databases do not
 // have.
-var ErrNoAccount = errors.New("share: no such account")
+var ErrNoName = errors.New("share: no such user or group")
 
-// accountsTTL is how long an answer is reused: a renamed or new account
+// namesTTL is how long an answer is reused: a renamed or new account
 // shows within a minute, and `ls -l` of a directory of one owner costs one
 // lookup, not one per file.
-const accountsTTL = time.Minute
+const namesTTL = time.Minute
 
-// maxAccountsCached bounds the cache; past it the cache starts over.
-const maxAccountsCached = 4096
+// maxNamesCached bounds the cache; past it the cache starts over.
+const maxNamesCached = 4096
 
-// Accounts answers name ↔ id questions about the server host's users and
+// AccountNames answers name ↔ id questions about the server host's users and
 // groups — its passwd and group databases through os/user, so NSS sources
 // (LDAP, sssd) count — for clients that show owners under the local ids of
 // the same names (the session channel's IDMAP). Answers, unknown ones
 // included, are cached for a minute. Safe for concurrent use; the zero
 // value is ready.
-type Accounts struct {
+type AccountNames struct {
 	mu    sync.Mutex
 	cache map[accountQ]accountA
 }
@@ -46,7 +46,7 @@ type accountA struct {
 }
 
 // UserName is the name of user uid.
-func (a *Accounts) UserName(uid uint32) (string, error) {
+func (a *AccountNames) UserName(uid uint32) (string, error) {
 	r := a.ask(accountQ{kind: 'u', id: uid}, func(q accountQ) (accountA, error) {
 		u, err := user.LookupId(strconv.FormatUint(uint64(q.id), 10))
 		if err != nil {
@@ -58,7 +58,7 @@ func (a *Accounts) UserName(uid uint32) (string, error) {
 }
 
 // GroupName is the name of group gid.
-func (a *Accounts) GroupName(gid uint32) (string, error) {
+func (a *AccountNames) GroupName(gid uint32) (string, error) {
 	r := a.ask(accountQ{kind: 'g', id: gid}, func(q accountQ) (accountA, error) {
 		g, err := user.LookupGroupId(strconv.FormatUint(uint64(q.id), 10))
 		if err != nil {
@@ -70,7 +70,7 @@ func (a *Accounts) GroupName(gid uint32) (string, error) {
 }
 
 // UserID is the uid of user name.
-func (a *Accounts) UserID(name string) (uint32, error) {
+func (a *AccountNames) UserID(name string) (uint32, error) {
 	r := a.ask(accountQ{kind: 'U', name: name}, func(q accountQ) (accountA, error) {
 		u, err := user.Lookup(q.name)
 		if err != nil {
@@ -83,7 +83,7 @@ func (a *Accounts) UserID(name string) (uint32, error) {
 }
 
 // GroupID is the gid of group name.
-func (a *Accounts) GroupID(name string) (uint32, error) {
+func (a *AccountNames) GroupID(name string) (uint32, error) {
 	r := a.ask(accountQ{kind: 'G', name: name}, func(q accountQ) (accountA, error) {
 		g, err := user.LookupGroup(q.name)
 		if err != nil {
@@ -97,17 +97,17 @@ func (a *Accounts) GroupID(name string) (uint32, error) {
 
 // ask answers q from the cache or with look, which runs unlocked: an NSS
 // source can be slow, and two lookups of one name at once are harmless.
-func (a *Accounts) ask(q accountQ, look func(accountQ) (accountA, error)) accountA {
+func (a *AccountNames) ask(q accountQ, look func(accountQ) (accountA, error)) accountA {
 	if q.kind == 'U' || q.kind == 'G' {
 		if !accountName(q.name) {
-			return accountA{err: ErrNoAccount}
+			return accountA{err: ErrNoName}
 		}
 	}
 	now := time.Now()
 	a.mu.Lock()
 	r, ok := a.cache[q]
 	a.mu.Unlock()
-	if ok && now.Sub(r.at) < accountsTTL {
+	if ok && now.Sub(r.at) < namesTTL {
 		return r
 	}
 	r, err := look(q)
@@ -118,13 +118,13 @@ func (a *Accounts) ask(q accountQ, look func(accountQ) (accountA, error)) accoun
 	switch {
 	case err == nil:
 	case errors.As(err, &unknownUser), errors.As(err, &unknownUID), errors.As(err, &unknownGroup), errors.As(err, &unknownGID):
-		r.err = ErrNoAccount
+		r.err = ErrNoName
 	default:
 		return accountA{err: err} // a failing NSS source: not cached
 	}
 	r.at = now
 	a.mu.Lock()
-	if a.cache == nil || len(a.cache) >= maxAccountsCached {
+	if a.cache == nil || len(a.cache) >= maxNamesCached {
 		a.cache = map[accountQ]accountA{}
 	}
 	a.cache[q] = r
