@@ -69,13 +69,13 @@ func (s *Server) mapID(r *idMapMsg) (message, error) {
 	out := *r
 	switch IDKind(r.Kind) {
 	case IDUserByID:
-		out.Name, err = s.accounts.UserName(r.ID)
+		out.Name, err = s.idNames.UserName(r.ID)
 	case IDGroupByID:
-		out.Name, err = s.accounts.GroupName(r.ID)
+		out.Name, err = s.idNames.GroupName(r.ID)
 	case IDUserByName:
-		out.ID, err = s.accounts.UserID(r.Name)
+		out.ID, err = s.idNames.UserID(r.Name)
 	case IDGroupByName:
-		out.ID, err = s.accounts.GroupID(r.Name)
+		out.ID, err = s.idNames.GroupID(r.Name)
 	default:
 		return nil, protocol.StatusInvalidParameter
 	}

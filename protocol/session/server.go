@@ -83,8 +83,8 @@ type Server struct {
 	shares map[string]*share.Share // by lower-cased name
 	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
 	shareEncrypt map[string]Encrypt
-	// accounts answers IDMAP (idmap.go).
-	accounts share.AccountNames
+	// idNames answers IDMAP (idmap.go).
+	idNames share.AccountNames
 
 	mu         sync.Mutex
 	closing    bool
