@@ -184,8 +184,18 @@ func wantOwner(t *testing.T, p string, uid, gid uint32) {
 // them locally, as on NFS); the server holds only the nodes. A device node
 // is refused with EPERM, never EOPNOTSUPP.
 func TestFIFOAndSocket(t *testing.T) {
-	s := startServer(t, ServerConfig{})
-	m := mountShare(t, s, MountConfig{})
+	needAccounts(t)
+	acct, u := newLocalUser(t), newLocalUser(t)
+	_, m := sharedMount(t, acct)
+	// As a local user other than the one who mounted, with the shell's tools.
+	mustShAs(t, u, m.Dir, `
+mkfifo -m 600 ufifo
+(cat ufifo > got &) ; echo hello > ufifo
+for i in 1 2 3 4 5 6 7 8 9 10; do test -s got && break; sleep 0.2; done
+grep -qx hello got
+test -p ufifo
+rm ufifo got
+`)
 	fifo := filepath.Join(m.Dir, "fifo")
 	if err := unix.Mkfifo(fifo, 0o640); err != nil {
 		t.Fatalf("mkfifo on the mount: %v", err)
@@ -317,7 +327,11 @@ test "$(stat -c %%u %s.txt)" = %d
 	}
 
 	// lwio login: d adds their own credentials to the running mount.
-	login := asUser(d, d.home, []string{"LWIO_PASSWORD=" + d.password}, binaries.mount, "login", s.URL("share"))
+	lwio := filepath.Join(openDir(t), "lwio")
+	if err := copyFile(lwio, binaries.mount); err != nil || os.Chmod(lwio, 0o755) != nil {
+		t.Fatalf("a copy of lwio-mount others may run: %v", err)
+	}
+	login := asUser(d, d.home, []string{"LWIO_PASSWORD=" + d.password}, lwio, "login", s.URL("share"))
 	if out, err := login.CombinedOutput(); err != nil {
 		t.Fatalf("lwio login as %s: %v\n%s", d.name, err, out)
 	}
@@ -325,7 +339,7 @@ test "$(stat -c %%u %s.txt)" = %d
 	if uid, _ := ownerOnDisk(t, filepath.Join(share, d.name+".txt")); uid != d.uid {
 		t.Errorf("after lwio login, %s's file is owned by %d on the server's disk, want %d", d.name, uid, d.uid)
 	}
-	bad := asUser(c, c.home, []string{"LWIO_PASSWORD=wrong"}, binaries.mount, "login", m.Dir)
+	bad := asUser(c, c.home, []string{"LWIO_PASSWORD=wrong"}, lwio, "login", m.Dir)
 	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "wrong user name or password") {
 		t.Errorf("lwio login with a wrong password: %v\n%s", err, out)
 	}
