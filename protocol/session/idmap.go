@@ -42,9 +42,7 @@ type idMapMsg struct {
 func (m *idMapMsg) code(c coder) { c.u32(&m.Kind); c.u32(&m.ID); c.str(&m.Name) }
 
 func init() {
-	commandNames[CmdIDMap] = "IDMAP"
-	bodies[CmdIDMap].req = func() message { return new(idMapMsg) }
-	bodies[CmdIDMap].resp = func() message { return new(idMapMsg) }
+	register(CmdIDMap, "IDMAP", func() message { return new(idMapMsg) }, func() message { return new(idMapMsg) })
 }
 
 // MapID asks the server to translate an account id to its name or a name to

@@ -22,9 +22,7 @@ type mknodReq struct {
 func (m *mknodReq) code(c coder) { c.str(&m.Path); c.u32(&m.Mode); c.u32(&m.Rdev) }
 
 func init() {
-	commandNames[CmdMknod] = "MKNOD"
-	bodies[CmdMknod].req = func() message { return new(mknodReq) }
-	bodies[CmdMknod].resp = func() message { return new(attrMsg) }
+	register(CmdMknod, "MKNOD", func() message { return new(mknodReq) }, func() message { return new(attrMsg) })
 }
 
 // Mknod creates path as a FIFO, socket, regular file or device node (mode

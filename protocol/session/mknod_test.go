@@ -187,3 +187,19 @@ func TestIDMapNeedsLogon(t *testing.T) {
 		t.Errorf("IDMAP before logon: status %v, %d body bytes; want ACCESS_DENIED and nothing", f.Status, len(f.Body))
 	}
 }
+
+func TestRegisterTwicePanics(t *testing.T) {
+	for _, c := range []Command{CmdMknod, CmdGetAttr, cmdLimit} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("registering command %d again did not panic", c)
+				}
+			}()
+			register(c, "AGAIN", func() message { return new(empty) }, func() message { return new(empty) })
+		}()
+	}
+	if CmdMknod.String() != "MKNOD" {
+		t.Errorf("a refused registration changed MKNOD's name: %v", CmdMknod)
+	}
+}

@@ -47,57 +47,65 @@ type accountA struct {
 
 // UserName is the name of user uid.
 func (a *AccountNames) UserName(uid uint32) (string, error) {
-	r := a.ask(accountQ{kind: 'u', id: uid}, func(q accountQ) (accountA, error) {
-		u, err := user.LookupId(strconv.FormatUint(uint64(q.id), 10))
-		if err != nil {
-			return accountA{}, err
-		}
-		return accountA{name: u.Username}, nil
-	})
+	r := a.ask(accountQ{kind: 'u', id: uid})
 	return r.name, r.err
 }
 
 // GroupName is the name of group gid.
 func (a *AccountNames) GroupName(gid uint32) (string, error) {
-	r := a.ask(accountQ{kind: 'g', id: gid}, func(q accountQ) (accountA, error) {
-		g, err := user.LookupGroupId(strconv.FormatUint(uint64(q.id), 10))
-		if err != nil {
-			return accountA{}, err
-		}
-		return accountA{name: g.Name}, nil
-	})
+	r := a.ask(accountQ{kind: 'g', id: gid})
 	return r.name, r.err
 }
 
 // UserID is the uid of user name.
 func (a *AccountNames) UserID(name string) (uint32, error) {
-	r := a.ask(accountQ{kind: 'U', name: name}, func(q accountQ) (accountA, error) {
-		u, err := user.Lookup(q.name)
-		if err != nil {
-			return accountA{}, err
-		}
-		id, err := strconv.ParseUint(u.Uid, 10, 32)
-		return accountA{id: uint32(id)}, err
-	})
+	r := a.ask(accountQ{kind: 'U', name: name})
 	return r.id, r.err
 }
 
 // GroupID is the gid of group name.
 func (a *AccountNames) GroupID(name string) (uint32, error) {
-	r := a.ask(accountQ{kind: 'G', name: name}, func(q accountQ) (accountA, error) {
-		g, err := user.LookupGroup(q.name)
-		if err != nil {
-			return accountA{}, err
-		}
-		id, err := strconv.ParseUint(g.Gid, 10, 32)
-		return accountA{id: uint32(id)}, err
-	})
+	r := a.ask(accountQ{kind: 'G', name: name})
 	return r.id, r.err
 }
 
-// ask answers q from the cache or with look, which runs unlocked: an NSS
+// lookup asks the host's databases (os/user) question q.
+func lookup(q accountQ) (accountA, error) {
+	id := strconv.FormatUint(uint64(q.id), 10)
+	switch q.kind {
+	case 'u':
+		u, err := user.LookupId(id)
+		return answer(err, func() accountA { return accountA{name: u.Username} })
+	case 'g':
+		g, err := user.LookupGroupId(id)
+		return answer(err, func() accountA { return accountA{name: g.Name} })
+	case 'U':
+		u, err := user.Lookup(q.name)
+		return answer(err, func() accountA { return numbered(u.Uid) })
+	default:
+		g, err := user.LookupGroup(q.name)
+		return answer(err, func() accountA { return numbered(g.Gid) })
+	}
+}
+
+// answer is a's result when the lookup found something.
+func answer(err error, a func() accountA) (accountA, error) {
+	if err != nil {
+		return accountA{}, err
+	}
+	r := a()
+	return r, r.err
+}
+
+// numbered is the answer holding the id s.
+func numbered(s string) accountA {
+	id, err := strconv.ParseUint(s, 10, 32)
+	return accountA{id: uint32(id), err: err}
+}
+
+// ask answers q from the cache or with lookup, which runs unlocked: an NSS
 // source can be slow, and two lookups of one name at once are harmless.
-func (a *AccountNames) ask(q accountQ, look func(accountQ) (accountA, error)) accountA {
+func (a *AccountNames) ask(q accountQ) accountA {
 	if q.kind == 'U' || q.kind == 'G' {
 		if !accountName(q.name) {
 			return accountA{err: ErrNoName}
@@ -110,7 +118,7 @@ func (a *AccountNames) ask(q accountQ, look func(accountQ) (accountA, error)) ac
 	if ok && now.Sub(r.at) < namesTTL {
 		return r
 	}
-	r, err := look(q)
+	r, err := lookup(q)
 	var unknownUser user.UnknownUserError
 	var unknownUID user.UnknownUserIdError
 	var unknownGroup user.UnknownGroupError
