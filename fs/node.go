@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,9 @@ type Node struct {
 	freshAt    time.Time
 	freshValid bool
 	freshGen   uint64 // bumped by every change this mount makes
+	// tmp is the open handle of an O_TMPFILE node until it is named
+	// (tmpfile.go).
+	tmp atomic.Pointer[fileHandle]
 }
 
 // freshAttrAge bounds how long a GETATTR is answered from attributes the
@@ -364,8 +368,11 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	oldPath := target.EmbeddedInode().Path(n.Root())
 	tn, _ := target.(*Node)
+	if fh := tn.tmpHandle(); fh != nil {
+		return n.linkTmp(ctx, tn, fh, name, out) // an O_TMPFILE file has no path
+	}
+	oldPath := target.EmbeddedInode().Path(n.Root())
 	return n.makeChild(ctx, "link", name, out, tn, func(ctx context.Context, p string) (session.Attr, error) {
 		return n.fs.tree.Link(ctx, oldPath, p)
 	})

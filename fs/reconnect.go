@@ -310,12 +310,16 @@ func (r *Reconnector) Open(ctx context.Context, path string, flags int, mode uin
 	if err != nil {
 		return 0, a, err
 	}
+	return r.addHandle(&vhandle{path: path, flags: flags, real: real, gen: gen}), a, nil
+}
+
+// addHandle numbers an open file of the mount.
+func (r *Reconnector) addHandle(h *vhandle) session.Handle {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.next++
-	vh := r.next
-	r.handles[vh] = &vhandle{path: path, flags: flags, real: real, gen: gen}
-	r.mu.Unlock()
-	return vh, a, nil
+	r.handles[r.next] = h
+	return r.next
 }
 
 // realHandle is vh's session handle in generation gen, re-opening the file

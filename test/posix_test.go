@@ -54,6 +54,9 @@ var posixSuite = map[string]func(t *testing.T, e posixEnv){
 	"SparseAndEOFRead": testSparseAndEOFRead,
 	"SignalDuringIO":   testSignalDuringIO,
 	"LargeOffsets":     testLargeOffsets,
+	"CopyFileRange":    testCopyFileRange,
+	"Fallocate":        testFallocate,
+	"SeekDataHole":     testSeekDataHole,
 }
 
 // runPOSIXSuite runs every check as a subtest in its own directory under

@@ -92,9 +92,19 @@ const (
 	CmdPipeTransact   Command = 27 // one request/response on a pipe handle
 	CmdEcho           Command = 28 // keepalive; an empty body both ways
 
+	// 29–36, 43, 44, 46 and 47 are reserved for other commands (locks,
+	// leases, durable handles, identity); MKNOD (37) and IDMAP (45) are
+	// in mknod.go and idmap.go.
+
+	CmdCopyRange  Command = 38 // copy_file_range between two opens, on the server
+	CmdFallocate  Command = 39 // fallocate on a Handle
+	CmdSeek       Command = 40 // lseek SEEK_DATA / SEEK_HOLE on a Handle
+	CmdTmpfile    Command = 41 // open(dir, O_TMPFILE) → Handle
+	CmdLinkHandle Command = 42 // linkat of a Handle's file to a new name
+
 	// cmdLimit is one past the highest number reserved for the session
-	// channel (29–47 are assigned to features in files of their own, e.g.
-	// mknod.go, idmap.go); a number without bodies is NOT_IMPLEMENTED.
+	// channel (WAVE2: 29–47, each feature in files of its own — mknod.go,
+	// idmap.go, copy.go …); a number without bodies is NOT_IMPLEMENTED.
 	cmdLimit = 48
 )
 
@@ -107,6 +117,8 @@ var commandNames = [cmdLimit]string{
 	CmdStatFS: "STATFS", CmdFsync: "FSYNC", CmdGetXattr: "GETXATTR", CmdSetXattr: "SETXATTR",
 	CmdListXattr: "LISTXATTR", CmdRemoveXattr: "REMOVEXATTR", CmdIoctl: "IOCTL",
 	CmdPipeOpen: "PIPE_OPEN", CmdPipeTransact: "PIPE_TRANSACT", CmdEcho: "ECHO",
+	CmdCopyRange: "COPY_RANGE", CmdFallocate: "FALLOCATE", CmdSeek: "SEEK", CmdTmpfile: "TMPFILE",
+	CmdLinkHandle: "LINKAT_HANDLE",
 }
 
 // String returns the command's name, e.g. "READDIR".

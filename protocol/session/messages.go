@@ -256,4 +256,9 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdPipeOpen:       {func() message { return new(nameMsg) }, func() message { return new(handleMsg) }},
 	CmdPipeTransact:   {func() message { return new(pipeTransactReq) }, func() message { return new(dataMsg) }},
 	CmdEcho:           {func() message { return new(empty) }, func() message { return new(empty) }},
+	CmdCopyRange:      {func() message { return new(copyRangeReq) }, func() message { return new(copyRangeResp) }},
+	CmdFallocate:      {func() message { return new(fallocateReq) }, func() message { return new(attrMsg) }},
+	CmdSeek:           {func() message { return new(seekReq) }, func() message { return new(offsetMsg) }},
+	CmdTmpfile:        {func() message { return new(openReq) }, func() message { return new(openResp) }},
+	CmdLinkHandle:     {func() message { return new(linkHandleReq) }, func() message { return new(attrMsg) }},
 }

@@ -193,12 +193,13 @@ func (c *serverConn) readLoop() error {
 // inlineCommand reports whether a request is quick enough to run on the
 // connection's reader when it is alone: single-inode namespace operations
 // on the local disk. Data (READ, WRITE), FSYNC, READDIR (a whole
-// directory) and the pipe go to their own goroutine.
+// directory), COPY_RANGE and FALLOCATE (which may move or allocate
+// hundreds of megabytes) and the pipe go to their own goroutine.
 func inlineCommand(cmd Command) bool {
 	switch cmd {
 	case CmdGetAttr, CmdSetAttr, CmdMkdir, CmdRmdir, CmdOpen, CmdClose, CmdUnlink, CmdRename,
 		CmdSymlink, CmdReadlink, CmdLink, CmdGetXattr, CmdSetXattr, CmdListXattr, CmdRemoveXattr,
-		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS:
+		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS, CmdSeek, CmdTmpfile, CmdLinkHandle:
 		return true
 	}
 	return false

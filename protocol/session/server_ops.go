@@ -76,13 +76,10 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 	if !ok {
 		return nil, StatusNetworkNameDeleted
 	}
-	// open finds a file handle of this tree's share.
-	open := func(hd Handle) (*openFile, error) {
-		of, ok := ss.handle(hd)
-		if !ok || of.file == nil || of.file.Tree().Share() != tr.Share() {
-			return nil, protocol.StatusInvalidHandle
-		}
-		return of, nil
+	open := func(hd Handle) (*openFile, error) { return ss.fileIn(tr, hd) }
+	switch h.Command {
+	case CmdCopyRange, CmdFallocate, CmdSeek, CmdTmpfile, CmdLinkHandle:
+		return s.serverSide(ss, tr, h.Command, req)
 	}
 	// Every disk operation goes through the tree (protocol/share), which
 	// also applies the read-only rule.
@@ -132,12 +129,7 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if err != nil {
 			return nil, err
 		}
-		hd, err := ss.addHandle(&openFile{sess: ss, file: f}, s.cfg.MaxHandles)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		return &openResp{Handle: hd, Attr: a}, nil
+		return s.addOpen(ss, f, a)
 	case *readReq:
 		of, err := open(r.Handle)
 		if err != nil {

@@ -67,6 +67,16 @@ func (ss *serverSession) handle(h Handle) (*openFile, bool) {
 	return of, ok
 }
 
+// fileIn finds a file handle (not the pipe) of the session on tree tr's
+// share: a handle is usable only on the session that opened it.
+func (ss *serverSession) fileIn(tr *share.Tree, h Handle) (*openFile, error) {
+	of, ok := ss.handle(h)
+	if !ok || of.file == nil || of.file.Tree().Share() != tr.Share() {
+		return nil, protocol.StatusInvalidHandle
+	}
+	return of, nil
+}
+
 func (ss *serverSession) removeHandle(h Handle) (*openFile, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

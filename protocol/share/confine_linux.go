@@ -92,8 +92,8 @@ func splitPath(p string) ([]string, error) {
 }
 
 func openat2(dirfd int, p string, flags int, mode uint32) (int, error) {
-	if flags&unix.O_CREAT == 0 {
-		mode = 0 // openat2 refuses a mode without O_CREAT (EINVAL)
+	if flags&unix.O_CREAT == 0 && flags&unix.O_TMPFILE != unix.O_TMPFILE {
+		mode = 0 // openat2 refuses a mode without O_CREAT or O_TMPFILE (EINVAL)
 	}
 	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveHow}
 	for range 8 {

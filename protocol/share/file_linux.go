@@ -66,8 +66,15 @@ func (t *Tree) open(p string, flags int, mode uint32) (int, Attr, error) {
 	if err != nil {
 		return -1, Attr{}, err
 	}
+	return t.opened(fd, created, mode)
+}
+
+// opened finishes an open of fd: the umask fix-up when it created the
+// file, and the refusal of what is neither a file nor a directory. It
+// closes fd when it fails.
+func (t *Tree) opened(fd int, created bool, mode uint32) (int, Attr, error) {
 	var st unix.Stat_t
-	err = unix.Fstat(fd, &st)
+	err := unix.Fstat(fd, &st)
 	if lost := mode & 0o777 & t.sh.umask; err == nil && created && lost != 0 {
 		if err = unix.Fchmod(fd, (st.Mode&07777)|lost); err == nil {
 			err = unix.Fstat(fd, &st)
