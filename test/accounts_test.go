@@ -191,8 +191,8 @@ func mustShAs(t *testing.T, u *localUser, dir, script string, env ...string) str
 	return out
 }
 
-// ownerOnDisk is the uid and gid of p on the server's disk.
-func ownerOnDisk(t *testing.T, p string) (uint32, uint32) {
+// diskOwner is the uid and gid of p on the server's disk.
+func diskOwner(t *testing.T, p string) (uint32, uint32) {
 	t.Helper()
 	var st syscall.Stat_t
 	if err := syscall.Lstat(p, &st); err != nil {

@@ -122,7 +122,7 @@ cd ../tx && make -s hello && ./hello | grep -qx 42
 	needIdentity(t, m)
 	// On the server's disk: everything the user made belongs to acct.
 	for _, p := range []string{"d1", "d1/x", "d1/renamed.txt", "private", "tx", "tx/lib/util.h", "tx/hello", "clone/f.txt"} {
-		if uid, gid := ownerOnDisk(t, filepath.Join(m.Backing, p)); uid != acct.uid || gid != acct.gid {
+		if uid, gid := diskOwner(t, filepath.Join(m.Backing, p)); uid != acct.uid || gid != acct.gid {
 			t.Errorf("%s on the server's disk is owned by %d:%d, want the account %s %d:%d", p, uid, gid, acct.name, acct.uid, acct.gid)
 		}
 	}
@@ -297,7 +297,7 @@ test "$(stat -c %%u %s.txt)" = %d
 	}
 	for _, u := range []*localUser{a, b} {
 		for _, p := range []string{u.name + ".txt", u.name + ".d", u.name + ".d/inside"} {
-			if uid, gid := ownerOnDisk(t, filepath.Join(share, p)); uid != u.uid || gid != u.gid {
+			if uid, gid := diskOwner(t, filepath.Join(share, p)); uid != u.uid || gid != u.gid {
 				t.Errorf("%s on the server's disk is owned by %d:%d, want %s's account %d:%d", p, uid, gid, u.name, u.uid, u.gid)
 			}
 		}
@@ -336,7 +336,7 @@ test "$(stat -c %%u %s.txt)" = %d
 		t.Fatalf("lwio login as %s: %v\n%s", d.name, err, out)
 	}
 	mustShAs(t, d, m.Dir, "echo d > "+d.name+".txt")
-	if uid, _ := ownerOnDisk(t, filepath.Join(share, d.name+".txt")); uid != d.uid {
+	if uid, _ := diskOwner(t, filepath.Join(share, d.name+".txt")); uid != d.uid {
 		t.Errorf("after lwio login, %s's file is owned by %d on the server's disk, want %d", d.name, uid, d.uid)
 	}
 	bad := asUser(c, c.home, []string{"LWIO_PASSWORD=wrong"}, lwio, "login", m.Dir)
