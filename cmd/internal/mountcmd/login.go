@@ -21,7 +21,7 @@ import (
 // runLogin is `lwio login` and `lwio logout`: a local user adds their own
 // credentials to a running multiuser mount, or drops them, through the
 // mount's control socket (control.go).
-func runLogin(prog, op string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func runLogin(prog, op string, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	fl := flag.NewFlagSet(prog+" "+op, flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	credFile := fl.String("credentials", "", "read username=, password=, domain= from this file")
@@ -43,7 +43,7 @@ func runLogin(prog, op string, args []string, stdin io.Reader, stdout, stderr io
 	}
 	req := controlRequest{Op: op}
 	if op == "login" {
-		c, err := loginCredentials(*credFile, *userName, stdin, stderr)
+		c, err := loginCredentials(*credFile, *userName, getenv("LWIO_PASSWORD"), stdin, stderr)
 		if err != nil {
 			return fail(err)
 		}
@@ -61,9 +61,10 @@ func runLogin(prog, op string, args []string, stdin io.Reader, stdout, stderr io
 }
 
 // loginCredentials are the credentials to send: a credentials file, or a
-// user name (-user, else the local one) and a password from LWIO_PASSWORD,
-// the terminal (not echoed) or one line of standard input.
-func loginCredentials(file, name string, stdin io.Reader, prompt io.Writer) (credentials, error) {
+// user name (-user, else the local one) and a password: envPassword (from
+// LWIO_PASSWORD), else from the terminal (not echoed) or one line of
+// standard input.
+func loginCredentials(file, name, envPassword string, stdin io.Reader, prompt io.Writer) (credentials, error) {
 	if file != "" {
 		c, err := readCredentialsFile(file)
 		if err == nil && name != "" {
@@ -81,7 +82,7 @@ func loginCredentials(file, name string, stdin io.Reader, prompt io.Writer) (cre
 		c.username = u.Username
 	}
 	splitDomain(&c.username, &c.domain)
-	c.password = os.Getenv("LWIO_PASSWORD")
+	c.password = envPassword
 	if c.password != "" {
 		return c, nil
 	}

@@ -40,7 +40,7 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if len(args) >= 1 && (args[0] == "login" || args[0] == "logout") {
-		return runLogin(prog, args[0], args[1:], os.Stdin, stdout, stderr)
+		return runLogin(prog, args[0], args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	}
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fmt.Fprint(stdout, usage)

@@ -3,6 +3,7 @@ package mountcmd
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -184,5 +185,25 @@ func TestLoginUsage(t *testing.T) {
 	errb.Reset()
 	if code := run("lwio", []string{"logout", "//nohost-lwio/none"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "no lwio mount of //nohost-lwio/none") {
 		t.Errorf("lwio logout of nothing mounted: %d %q", code, errb.String())
+	}
+}
+
+func TestLoginCredentials(t *testing.T) {
+	c, err := loginCredentials("", `DOM\bob`, "pw", strings.NewReader(""), io.Discard)
+	if err != nil || c.username != "bob" || c.domain != "DOM" || c.password != "pw" {
+		t.Errorf("from the environment: %+v %v", c, err)
+	}
+	c, err = loginCredentials("", "bob", "", strings.NewReader("typed pw\n"), io.Discard)
+	if err != nil || c.password != "typed pw" {
+		t.Errorf("from standard input: %+v %v", c, err)
+	}
+	if _, err := loginCredentials("", "bob", "", strings.NewReader(""), io.Discard); err == nil {
+		t.Error("no password accepted")
+	}
+	f := filepath.Join(t.TempDir(), "cred")
+	os.WriteFile(f, []byte("username=carol@EX\npassword=c\n"), 0o600)
+	c, err = loginCredentials(f, "", "ignored", strings.NewReader(""), io.Discard)
+	if err != nil || c.username != "carol" || c.domain != "EX" || c.password != "c" {
+		t.Errorf("from a file: %+v %v", c, err)
 	}
 }
