@@ -364,10 +364,11 @@ func (m *MultiUser) byHandle(h session.Handle, op func(r *Reconnector, h session
 }
 
 var (
-	_ Tree     = (*MultiUser)(nil)
-	_ HandleIO = (*MultiUser)(nil)
-	_ DataPath = (*MultiUser)(nil)
-	_ Mknoder  = (*MultiUser)(nil)
+	_ Tree       = (*MultiUser)(nil)
+	_ HandleIO   = (*MultiUser)(nil)
+	_ DataPath   = (*MultiUser)(nil)
+	_ Mknoder    = (*MultiUser)(nil)
+	_ ServerSide = (*MultiUser)(nil)
 )
 
 func (m *MultiUser) GetAttr(ctx context.Context, p string) (session.Attr, error) {
@@ -408,13 +409,17 @@ func (m *MultiUser) Open(ctx context.Context, p string, flags int, mode uint32) 
 	if err != nil {
 		return 0, a, err
 	}
+	return m.addHandle(us, h), a, nil
+}
+
+// addHandle numbers h, a handle of us's session, as a handle of the mount.
+func (m *MultiUser) addHandle(us *userSession, h session.Handle) session.Handle {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.next++
-	mh := m.next
-	m.handles[mh] = muHandle{us: us, h: h}
+	m.handles[m.next] = muHandle{us: us, h: h}
 	us.open++
-	m.mu.Unlock()
-	return mh, a, nil
+	return m.next
 }
 
 func (m *MultiUser) CloseHandle(ctx context.Context, h session.Handle) error {
@@ -493,6 +498,62 @@ func (m *MultiUser) WriteAt(ctx context.Context, h session.Handle, p []byte, off
 func (m *MultiUser) Attach(ctx context.Context, h session.Handle, flags int) (df DataFile, err error) {
 	err = m.byHandle(h, func(r *Reconnector, h session.Handle) error { df, err = r.Attach(ctx, h, flags); return err })
 	return df, err
+}
+
+// Server-side copies, space and temporary files (ServerSide): on the
+// session of the handles' opener.
+
+// errCrossSession is a copy between files two users opened: the server
+// copies only between handles of one session, so the kernel copies
+// through its page cache instead (EOPNOTSUPP is its cue), reading as one
+// user and writing as the other.
+var errCrossSession = syscall.EOPNOTSUPP
+
+func (m *MultiUser) CopyRange(ctx context.Context, src session.Handle, srcOff int64, dst session.Handle, dstOff int64, n int64) (k int64, a session.Attr, err error) {
+	m.mu.Lock()
+	ms, sok := m.handles[src]
+	md, dok := m.handles[dst]
+	m.mu.Unlock()
+	switch {
+	case !sok || !dok:
+		return 0, a, syscall.EBADF
+	case ms.us != md.us:
+		return 0, a, errCrossSession
+	}
+	err = m.byHandle(dst, func(r *Reconnector, h session.Handle) error {
+		k, a, err = r.CopyRange(ctx, ms.h, srcOff, h, dstOff, n)
+		return err
+	})
+	return k, a, err
+}
+
+func (m *MultiUser) Allocate(ctx context.Context, h session.Handle, mode uint32, off, n int64) (a session.Attr, err error) {
+	err = m.byHandle(h, func(r *Reconnector, h session.Handle) error { a, err = r.Allocate(ctx, h, mode, off, n); return err })
+	return a, err
+}
+
+func (m *MultiUser) Seek(ctx context.Context, h session.Handle, off int64, whence int) (pos int64, err error) {
+	err = m.byHandle(h, func(r *Reconnector, h session.Handle) error { pos, err = r.Seek(ctx, h, off, whence); return err })
+	return pos, err
+}
+
+// Tmpfile opens an unnamed file as the caller, like Open.
+func (m *MultiUser) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (session.Handle, session.Attr, error) {
+	us, err := m.acquire(ctx)
+	if err != nil {
+		return 0, session.Attr{}, err
+	}
+	defer m.release(us)
+	h, a, err := us.r.Tmpfile(ctx, dir, flags, mode)
+	if err != nil {
+		return 0, a, err
+	}
+	return m.addHandle(us, h), a, nil
+}
+
+func (m *MultiUser) LinkHandle(ctx context.Context, h session.Handle, p string) (a session.Attr, err error) {
+	err = m.byHandle(h, func(r *Reconnector, h session.Handle) error { a, err = r.LinkHandle(ctx, h, p); return err })
+	return a, err
 }
 
 // Name is the pinned (mounting user's) session's data path.
