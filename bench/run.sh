@@ -2,7 +2,7 @@
 # run.sh — `make bench`: one exported directory, on a tmpfs and then (full
 # mode) on disk, served through the export itself, the no-op FUSE
 # passthrough (bench/nullfs), sshfs over 127.0.0.1 and lwiofs (softrdma;
-# interrupt and polling, plus any -lwio configuration); fio, cp and
+# auto, interrupt and polling, plus any -lwio configuration); fio, cp and
 # metadata jobs interleaved and repeated; the pieces of a 4 KiB read
 # measured on their own (bench/latency, the engine benchmark). Results in
 # results/ (results.md, bench.png, raw.json). BENCH_QUICK=1 for the CI size.

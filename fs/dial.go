@@ -38,6 +38,9 @@ type DialConfig struct {
 	Conns int
 	// Logger receives the data path's events; nil is quiet.
 	Logger logrus.FieldLogger
+	// Stats, when not nil, receive the LWIO client's counters and the
+	// bytes of file data the session channel carries (stats.go).
+	Stats *Stats
 }
 
 // DialError is a Dial that failed, with the step that failed: "session"
@@ -69,7 +72,11 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 		c.Close()
 		return nil, &DialError{"tree", err}
 	}
-	s := &Session{Tree: tree, Data: SessionDataPath(tree), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly(),
+	var data HandleIO = tree
+	if cfg.Stats != nil {
+		data = countedIO{tree, cfg.Stats}
+	}
+	s := &Session{Tree: tree, Data: SessionDataPath(data), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly(),
 		Account: treeAccount(tree)}
 	if len(cfg.Providers) == 0 {
 		return s, nil
@@ -85,6 +92,7 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 		return s, nil
 	}
 	s.Data = lwioDataPath(tree, cl, s.Data, log.WithField("component", "fs"))
+	s.LWIO = cl
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -114,7 +122,12 @@ func dialLWIO(ctx context.Context, cfg DialConfig, c *session.Client, tree *sess
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("no usable local RDMA provider (%s)", strings.Join(why, "; "))
 	}
+	var ctr *client.Counters
+	if cfg.Stats != nil {
+		ctr = &cfg.Stats.LWIO
+	}
 	cl, err := client.New(ctx, client.Config{
+		Counters:    ctr,
 		Providers:   ps,
 		Negotiate:   tree.Negotiate,
 		SessionID:   c.SessionID(),

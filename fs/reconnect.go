@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
@@ -25,6 +26,9 @@ type Session struct {
 	Data  DataPath
 	Done  <-chan struct{}
 	Close func() error
+	// LWIO is the LWIO client engine of the data path, nil when file data
+	// goes over the session channel (for `lwio stat`).
+	LWIO *client.Client
 	// ReadOnly says the share refuses changes (its TREE_CONNECT flag).
 	ReadOnly bool
 	// Account is who the session acts as on the server; nil when the
@@ -78,6 +82,7 @@ type Reconnector struct {
 	closed  bool
 	handles map[session.Handle]*vhandle
 	next    session.Handle
+	stats   *Stats // CountInto; nil counts nothing
 }
 
 // vhandle is an open file as the mount knows it: a handle number stable
@@ -122,6 +127,21 @@ func (r *Reconnector) Close() error {
 		return s.Close()
 	}
 	return nil
+}
+
+// CountInto makes the Reconnector count into st: its reconnects, and the
+// file data it carries over the session channel (inline writes).
+func (r *Reconnector) CountInto(st *Stats) {
+	r.mu.Lock()
+	r.stats = st
+	r.mu.Unlock()
+}
+
+// Current is the live session, or nil while reconnecting.
+func (r *Reconnector) Current() *Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
 }
 
 // Name is the current data path's name.
@@ -184,6 +204,9 @@ func (r *Reconnector) redialLoop() {
 			}
 			r.gen++
 			r.cur = s
+			if r.stats != nil {
+				r.stats.reconnects.Add(1)
+			}
 			gen := r.gen
 			close(r.redial)
 			r.redial = nil
@@ -485,6 +508,7 @@ func (r *Reconnector) ReadAt(ctx context.Context, vh session.Handle, p []byte, o
 		n, err = s.Tree.ReadAt(ctx, real, p, off)
 		return err
 	})
+	r.stats.countRead(n)
 	return n, err
 }
 
@@ -495,6 +519,7 @@ func (r *Reconnector) WriteAt(ctx context.Context, vh session.Handle, p []byte, 
 		n, err = s.Tree.WriteAt(ctx, real, p, off)
 		return err
 	})
+	r.stats.countWrite(n)
 	return n, err
 }
 

@@ -37,6 +37,7 @@ var binaries struct {
 	dir    string
 	server string // lwio-server
 	mount  string // lwio-mount
+	lwio   string // lwio: lwio-mount's other name, with lwio stat and lwio devices
 	nullfs string // bench/nullfs, the no-op FUSE reference
 	// lwioSkip is why the lwiofs tests cannot run ("" when they can).
 	lwioSkip string
@@ -130,7 +131,9 @@ func buildAll(dir string) {
 	} else {
 		binaries.server = filepath.Join(dir, "lwio-server")
 		binaries.mount = filepath.Join(dir, "lwio-mount")
-		binaries.lwioErr = errors.Join(build("cmd/lwio-server", binaries.server), build("cmd/lwio-mount", binaries.mount))
+		binaries.lwio = filepath.Join(dir, "lwio")
+		binaries.lwioErr = errors.Join(build("cmd/lwio-server", binaries.server), build("cmd/lwio-mount", binaries.mount),
+			build("cmd/lwio", binaries.lwio))
 	}
 	if !hasMain(filepath.Join(root, "bench/nullfs")) {
 		binaries.nullSkip = "bench/nullfs is not in this tree"

@@ -134,14 +134,14 @@ func TestParseLWIOSpec(t *testing.T) {
 }
 
 func TestLWIOTargets(t *testing.T) {
-	names := strings.Split(defaultTargets+",lwio-auto", ",")
+	names := strings.Split(defaultTargets, ",")
 	targets, specs, err := lwioTargets(names, []string{"lwio-sealed=mount=seal;server=-encrypt=required"},
 		"lwio-polling=completion=polling,conns=4", "/old", "bin")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantT := []string{"dir", "nullfs", "sshfs", "lwio-interrupt", "lwio-polling", "lwio-auto", "lwio-sealed",
-		"lwio-interrupt-old", "lwio-polling-old", "lwio-auto-old", "lwio-sealed-old"}
+	wantT := []string{"dir", "nullfs", "sshfs", "lwio-auto", "lwio-interrupt", "lwio-polling", "lwio-sealed",
+		"lwio-auto-old", "lwio-interrupt-old", "lwio-polling-old", "lwio-sealed-old"}
 	if !reflect.DeepEqual(targets, wantT) {
 		t.Errorf("targets = %v, want %v", targets, wantT)
 	}

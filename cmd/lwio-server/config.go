@@ -28,6 +28,7 @@ import (
 //	session = "0.0.0.0:4450"          # the session channel (TCP)
 //	softrdma = ["0.0.0.0:4451"]       # software RDMA listeners; [] disables
 //	verbs = ["192.0.2.10:4452"]       # verbs (rdma_cm) listeners; default none
+//	metrics = "127.0.0.1:9450"        # Prometheus /metrics; default none
 //	[limits]
 //	credits_per_connection = 64
 //	credit_budget = 4096              # all connections together
@@ -70,6 +71,9 @@ type ListenConfig struct {
 	Softrdma []string `toml:"softrdma"`
 	// Verbs are the verbs provider's listen addresses; unset means none.
 	Verbs []string `toml:"verbs"`
+	// Metrics is where the Prometheus text exposition is served at
+	// /metrics; "" means nowhere.
+	Metrics string `toml:"metrics"`
 }
 
 // LimitsConfig is [limits]; zero fields leave the engine's defaults.
@@ -169,6 +173,11 @@ func (c *Config) validate() error {
 	for _, a := range append(addrs, c.Listen.Verbs...) {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("listen address %q: %v", a, err)
+		}
+	}
+	if m := c.Listen.Metrics; m != "" {
+		if _, _, err := net.SplitHostPort(m); err != nil {
+			return fmt.Errorf("listen.metrics %q: %v", m, err)
 		}
 	}
 	if _, err := session.ParseEncrypt(c.Encrypt); err != nil {

@@ -31,6 +31,7 @@ format = "json"
 [listen]
 session = "127.0.0.1:5000"
 verbs = ["10.0.0.1:5002"]
+metrics = "127.0.0.1:9450"
 [limits]
 credits_per_connection = 16
 credit_budget = 256
@@ -50,7 +51,7 @@ nt_hash = "`+hash+`"
 		t.Fatal(err)
 	}
 	if c.ServerName != "fs1" || c.Log.Format != "json" || c.Limits.CreditsPerConnection != 16 ||
-		!c.Shares["data"].ReadOnly || c.Shares["data"].Users[0] != "alice" || c.Listen.Verbs[0] != "10.0.0.1:5002" {
+		!c.Shares["data"].ReadOnly || c.Shares["data"].Users[0] != "alice" || c.Listen.Verbs[0] != "10.0.0.1:5002" || c.Listen.Metrics != "127.0.0.1:9450" {
 		t.Errorf("decoded %+v", c)
 	}
 	if a, err := c.softrdmaAddrs(); err != nil || len(a) != 1 || a[0] != "127.0.0.1:5001" {

@@ -35,6 +35,7 @@ type flags struct {
 	listen    string
 	soft      string
 	verbs     string
+	metrics   string
 	user      string
 	encrypt   string
 	logLevel  string
@@ -51,12 +52,13 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.listen, "listen", DefaultSessionAddr, "session channel `address`")
 	fs.StringVar(&f.soft, "soft", "", "softrdma listen `address`, \"none\" disables (default: session host, port+1)")
 	fs.StringVar(&f.verbs, "verbs", "", "verbs (rdma_cm) listen `address` (default: none)")
+	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: none)")
 	fs.StringVar(&f.user, "user", "", "add user `NAME`, password from LWIO_PASSWORD")
 	fs.StringVar(&f.encrypt, "encrypt", "if_required", "sealing (encryption) of the session channel, `MODE`: off, if_required, desired or required")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-encrypt MODE] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
+		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-metrics ADDR] [-encrypt MODE] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -103,6 +105,9 @@ func buildConfig(f *flags) (*Config, error) {
 		if f.verbs != "" && f.verbs != "none" {
 			c.Listen.Verbs = []string{f.verbs}
 		}
+	}
+	if f.set["metrics"] {
+		c.Listen.Metrics = f.metrics
 	}
 	if f.user != "" {
 		pw := os.Getenv("LWIO_PASSWORD")

@@ -65,6 +65,7 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			Workers:           c.Limits.Workers,
 		},
 		SessionAddr: c.sessionAddr(),
+		MetricsAddr: c.Listen.Metrics,
 		Logger:      log,
 	}
 	for name, u := range c.Users {
@@ -116,6 +117,9 @@ func logStart(c *Config, log *logrus.Logger, srv *fileserver.Server) {
 		}
 		log.WithFields(logrus.Fields{"listener": "lwio", "provider": l.Provider, "addr": l.Addr,
 			"advertised": strings.Join(ins, " ")}).Info("listening")
+	}
+	if a := srv.MetricsAddr(); a != "" {
+		log.WithFields(logrus.Fields{"listener": "metrics", "addr": a, "url": "http://" + a + "/metrics"}).Info("listening")
 	}
 	if len(srv.Listeners()) == 0 {
 		log.Warn("no RDMA provider enabled: clients fall back to file data over the session channel")

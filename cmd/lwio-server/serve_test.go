@@ -14,7 +14,7 @@ func TestServerConfig(t *testing.T) {
 		Shares:      map[string]ShareConfig{"b": {Path: "/b", ReadOnly: true}, "a": {Path: "/a", Users: []string{"u"}}},
 		Users:       map[string]UserConfig{"u": {NTHash: smbauth.FormatNTHash(smbauth.NTHash("pw"))}},
 		Limits:      LimitsConfig{CreditsPerConnection: 7, Workers: 3},
-		Listen:      ListenConfig{Session: "127.0.0.1:5000", Softrdma: []string{"127.0.0.1:5001", "127.0.0.1:5002"}},
+		Listen:      ListenConfig{Session: "127.0.0.1:5000", Softrdma: []string{"127.0.0.1:5001", "127.0.0.1:5002"}, Metrics: "127.0.0.1:9450"},
 		softrdmaSet: true,
 	}
 	log := logrus.New()
@@ -36,5 +36,8 @@ func TestServerConfig(t *testing.T) {
 	if fc.SessionAddr != "127.0.0.1:5000" || len(fc.Listeners) != 2 || fc.Listeners[1].Addr != "127.0.0.1:5002" ||
 		fc.Listeners[0].Provider.Name() != "softrdma" {
 		t.Errorf("listeners %+v on %s", fc.Listeners, fc.SessionAddr)
+	}
+	if fc.MetricsAddr != "127.0.0.1:9450" {
+		t.Errorf("metrics address %q not carried", fc.MetricsAddr)
 	}
 }

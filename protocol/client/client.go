@@ -37,6 +37,9 @@ const (
 	// memory; the client spins on it for SpinTime, then sends an INTERRUPT
 	// request and sleeps until the server's next completion wakes it.
 	Polling
+	// Auto: each connection chooses per request by its load (seed 001:
+	// polling for busy connections, interrupts for idle ones). See auto.go.
+	Auto
 )
 
 func (m Mode) String() string {
@@ -45,6 +48,8 @@ func (m Mode) String() string {
 		return "interrupt"
 	case Polling:
 		return "polling"
+	case Auto:
+		return "auto"
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
@@ -104,6 +109,10 @@ type Config struct {
 	AuthTimeout time.Duration
 	// Logger receives connection events; nil is quiet.
 	Logger logrus.FieldLogger
+	// Counters receive the client's request counts, bytes and latencies;
+	// nil gives the client counters of its own. A mount hands the same
+	// Counters to every Client it dials, so they outlive reconnects.
+	Counters *Counters
 	// Transport shapes the connections (zero fields: queue depths sized to
 	// the credits, provider defaults otherwise).
 	Transport transport.Config
@@ -162,22 +171,7 @@ type Client struct {
 	errMu     sync.Mutex
 	err       error
 
-	collapsed  atomic.Int64
-	interrupts atomic.Int64
-}
-
-// Stats are counters for logs and tests.
-type Stats struct {
-	// Collapsed is the number of VEC_WRITEs sent collapsed (FIG. 17B).
-	Collapsed int64
-	// Interrupts is the number of INTERRUPT requests sent by polling waits
-	// that outlasted SpinTime (FIG. 9A).
-	Interrupts int64
-}
-
-// Stats returns the client's counters.
-func (cl *Client) Stats() Stats {
-	return Stats{Collapsed: cl.collapsed.Load(), Interrupts: cl.interrupts.Load()}
+	ctr *Counters
 }
 
 // New discovers the common providers, connects and authenticates
@@ -194,7 +188,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		l.Out = io.Discard
 		log = l
 	}
-	cl := &Client{cfg: cfg, log: log, done: make(chan struct{})}
+	cl := &Client{cfg: cfg, log: log, done: make(chan struct{}), ctr: cfg.Counters}
+	if cl.ctr == nil {
+		cl.ctr = new(Counters)
+	}
 
 	// FIG. 2: negotiate with the providers usable here.
 	var key [16]byte
@@ -291,23 +288,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	return cl, nil
 }
 
-// ConnInfo describes one connection, for logs and status commands.
-type ConnInfo struct {
-	Provider   string
-	LocalAddr  string
-	RemoteAddr string
-	Credits    int
-	Alive      bool
-}
-
 // Conns describes the client's connections.
 func (cl *Client) Conns() []ConnInfo {
 	out := make([]ConnInfo, len(cl.conns))
 	for i, c := range cl.conns {
-		out[i] = ConnInfo{
-			Provider: c.tc.Provider(), LocalAddr: c.tc.LocalAddr(), RemoteAddr: c.tc.RemoteAddr(),
-			Credits: c.credits.Limit(), Alive: c.alive(),
-		}
+		out[i] = c.info()
 	}
 	return out
 }

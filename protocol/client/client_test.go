@@ -11,7 +11,7 @@ import (
 	"github.com/lwiofs/lwiofs/protocol/server"
 )
 
-var modes = []Mode{Interrupt, Polling}
+var modes = []Mode{Interrupt, Polling, Auto}
 
 // TestReadWrite is the first end-to-end path: negotiate, connect,
 // authenticate, register, read, write, close, in both completion modes and

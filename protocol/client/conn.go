@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -112,6 +113,7 @@ type slot struct {
 	segs   [2]transport.Segment
 	wr     [1]transport.SendWR
 	done   chan result
+	poke   chan struct{} // a polling request's wakeup (pollSleepers)
 	state  atomicSlotState
 	// refs: the SEND completion, the request's completion and the
 	// requester each hold one; the slot is free when all three let go.
@@ -170,6 +172,9 @@ type conn struct {
 	intrMu  sync.Mutex
 	intrOut bool
 	wake    chan struct{} // closed when an INTERRUPT completes
+
+	auto autoState    // the Auto completion mode's decision (auto.go)
+	ctr  connCounters // this connection's figures (stats.go)
 
 	dieOnce      sync.Once
 	counted      atomic.Bool // one of Client.conns: its death counts toward Done
@@ -246,6 +251,7 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 			}
 		}
 	}()
+	c.ctr.init(cl.ctr, tc.Provider())
 	dom := tc.Domain()
 	nrecv := cfg.MaxCredits + 2
 	if c.recvRegion, err = dom.Alloc(nrecv*recvSize, transport.AccessLocal); err != nil {
@@ -469,6 +475,9 @@ func (c *conn) complete(sl *slot, res result) {
 	} else {
 		c.credits.Release()
 	}
+	if sl.kind == kindIO {
+		c.rang() // not polling: onRecv refuses a completion for a polling request
+	}
 	if sl.kind == kindInterrupt {
 		c.intrMu.Lock()
 		c.intrOut = false
@@ -577,7 +586,7 @@ func (c *conn) newSlot(i int) (*slot, error) {
 		send.Deregister()
 		return nil, err
 	}
-	sl := &slot{c: c, idx: uint16(i), send: send, remote: remote, done: make(chan result, 1)}
+	sl := &slot{c: c, idx: uint16(i), send: send, remote: remote, done: make(chan result, 1), poke: make(chan struct{}, 1)}
 	c.slots[i].Store(sl)
 	return sl, nil
 }
@@ -607,7 +616,7 @@ func (c *conn) freeSlot(sl *slot) {
 // else interrupt mode with the cookie in both ImmediateCookie and Cookie.
 func (c *conn) prepare(sl *slot, kind slotKind) protocol.Completion {
 	sl.kind = kind
-	sl.polling = kind == kindIO && sl.mode == Polling
+	sl.polling = kind == kindIO && c.polls(sl.mode)
 	cookie := (sl.cookie.Load()>>16+1)<<16 | uint64(sl.idx)
 	sl.cookie.Store(cookie)
 	if sl.polling {
@@ -622,10 +631,16 @@ func (c *conn) prepare(sl *slot, kind slotKind) protocol.Completion {
 // area are sent, then data if any) and waits for its completion. The
 // caller has charged a credit.
 func (c *conn) roundTrip(ctx context.Context, sl *slot, h *protocol.Header, hdrLen int, data *transport.Segment) (result, error) {
+	start, polling, payload := time.Now(), sl.polling, hdrLen-protocol.HeaderSize
+	if data != nil {
+		payload += data.Length
+	}
 	if err := c.post(sl, h, hdrLen, data); err != nil {
 		return result{}, err
 	}
-	return c.wait(ctx, sl)
+	r, err := c.wait(ctx, sl)
+	c.count(h.Opcode, polling, payload, r, err, start)
+	return r, err
 }
 
 func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Segment) error {
@@ -643,12 +658,19 @@ func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Se
 	if !sl.polling {
 		owed++ // and the answer
 	}
+	bell := sl.kind == kindIO && !sl.polling
+	if bell {
+		c.auto.doorbells.Add(1)
+	}
 	c.expect.Add(owed)
 	if sl.kind == kindIO && sl.polling != c.lastPolled.Load() {
 		c.lastPolled.Store(sl.polling)
 	}
 	if err := c.tc.Post(sl.wr[:]...); err != nil {
 		c.expect.Add(-owed)
+		if bell {
+			c.auto.doorbells.Add(-1)
+		}
 		sl.state.Store(slotIdle)
 		sl.refs.Store(0)
 		c.credits.Release()

@@ -39,18 +39,22 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 		}
 	}()
 	backoff := 50 * time.Microsecond
+	c.auto.sleepers.Add(1)
+	defer c.auto.sleepers.Add(-1)
 	for {
 		c.intrMu.Lock()
 		wake := c.wake
 		c.intrMu.Unlock()
-		armed := c.requestInterrupt()
+		// An interrupt-mode I/O in flight is a doorbell: its completion
+		// looks at our status block (auto.go). Else an INTERRUPT.
+		armed := c.auto.doorbells.Load() > 0 || c.requestInterrupt()
 		if r, ok := pollIOS(ios); ok {
 			return c.polled(sl, r), nil
 		}
 		if armed && c.reaping.CompareAndSwap(false, true) {
 			// Reap until the INTERRUPT's answer (or our status block)
 			// comes, rather than have another goroutine woken for it.
-			if r, ok := c.reapUntilWoken(ctx, ios, wake); ok {
+			if r, ok := c.reapUntilWoken(ctx, sl, wake); ok {
 				return c.polled(sl, r), nil
 			}
 		}
@@ -74,6 +78,7 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 		tick := timer.C
 		select {
 		case <-wake:
+		case <-sl.poke:
 		case <-tick:
 		case <-ctx.Done():
 			if r, ok := pollIOS(ios); ok {
@@ -101,15 +106,23 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 const armedRecheck = 20 * time.Millisecond
 
 // reapUntilWoken holds the reaper role for a sleeping polling request: it reaps
-// until wake closes, the status block shows a result (ok) or it must give up
-// (context, connection); it gives the role back before returning.
-func (c *conn) reapUntilWoken(ctx context.Context, ios []byte, wake chan struct{}) (result, bool) {
+// until wake closes or sl is poked, the status block shows a result (ok) or
+// it must give up (context, connection); it gives the role back before
+// returning.
+func (c *conn) reapUntilWoken(ctx context.Context, sl *slot, wake chan struct{}) (result, bool) {
+	ios := sl.remote.Bytes()[:protocol.IOStatusBlockSize]
 	cq := c.tc.CQ()
 	defer c.releaseReaper()
 	for {
 		select {
 		case <-wake:
 			return pollIOS(ios)
+		case <-sl.poke:
+			r, ok := pollIOS(ios)
+			if !ok {
+				signal(sl.poke) // the caller's select looks again at once
+			}
+			return r, ok
 		default:
 		}
 		// Bounded, for the reason armedRecheck gives.
@@ -167,7 +180,7 @@ func (c *conn) requestInterrupt() bool {
 		return false
 	}
 	h := protocol.NewInterruptRequest(c.hint(), c.prepare(sl, kindInterrupt).Cookie)
-	c.cl.interrupts.Add(1)
+	c.cl.ctr.interrupts.Add(1)
 	if err := c.post(sl, &h, protocol.HeaderSize, nil); err != nil {
 		c.intrMu.Lock()
 		c.intrOut = false

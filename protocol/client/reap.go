@@ -63,6 +63,9 @@ func (c *conn) dispatch(wcs []transport.Completion) {
 			}
 		}
 	}
+	if c.auto.sleepers.Load() > 0 {
+		c.pollSleepers(false) // auto.go
+	}
 }
 
 // reapUntilDone is an interrupt-mode requester holding the role: it reaps until sl

@@ -148,7 +148,7 @@ func (f *File) collapsed(ctx context.Context, page []byte, total int, off int64)
 	}
 	req := protocol.NewCollapsedVecWriteRequest(f.fid, uint64(off), uint32(total), page, c.hint(), c.prepare(sl, kindIO))
 	req.Data = dst[:copy(dst, req.Data)]
-	f.cl.collapsed.Add(1)
+	f.cl.ctr.collapsed.Add(1)
 	return c.sendWrite(ctx, sl, &req, seg)
 }
 

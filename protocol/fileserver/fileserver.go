@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -46,6 +47,9 @@ type Config struct {
 	// Logger receives listener events (a listener failing and served
 	// again); nil is quiet.
 	Logger logrus.FieldLogger
+	// MetricsAddr, when not empty, is the TCP address where the
+	// Prometheus text exposition is served at /metrics (metrics.go).
+	MetricsAddr string
 }
 
 // Listener is one LWIO listener to open: a provider and an address
@@ -74,6 +78,10 @@ type Server struct {
 	stopping chan struct{}
 	wg       sync.WaitGroup
 	once     sync.Once
+
+	metrics     *Metrics
+	httpSrv     *http.Server // serves metrics at MetricsAddr, or nil
+	metricsAddr string
 }
 
 // Start opens the shares and every listener and serves them until Close.
@@ -101,6 +109,13 @@ func Start(cfg Config) (*Server, error) {
 	}
 	for _, l := range cfg.Listeners {
 		if err := s.listen(l); err != nil {
+			s.abort()
+			return nil, err
+		}
+	}
+	s.metrics = newMetrics(s)
+	if cfg.MetricsAddr != "" {
+		if err := s.serveMetrics(cfg.MetricsAddr); err != nil {
 			s.abort()
 			return nil, err
 		}
@@ -208,6 +223,9 @@ func (s *Server) Close() error {
 		close(s.stopping)
 		for _, l := range s.lls {
 			l.Close()
+		}
+		if s.httpSrv != nil {
+			s.httpSrv.Close()
 		}
 		err = errors.Join(s.engine.Close(), s.sess.Close())
 		s.wg.Wait()

@@ -47,35 +47,7 @@ func TestStart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := session.Dial(ctx, srv.SessionAddr(), session.ClientConfig{User: "u", Password: "pw", KeepAlive: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tr, err := c.TreeConnect(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _, err := tr.Open(ctx, "f", os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rk, err := tr.RequestResumeKey(ctx, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(ctx, client.Config{
-		Providers: []transport.Provider{soft.New(soft.Options{})},
-		Negotiate: tr.Negotiate, SessionID: c.SessionID(), SigningKey: c.SessionKey(),
-	})
-	if err != nil {
-		t.Fatalf("LWIO client through the advertised listeners: %v", err)
-	}
-	defer cl.Close()
-	f, err := cl.Register(ctx, rk.Key, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, f := openOverLWIO(ctx, t, srv, 0)
 	if n, err := f.WriteAt(ctx, []byte("hello"), 0); err != nil || n != 5 {
 		t.Fatalf("WRITE: %d %v", n, err)
 	}
@@ -98,6 +70,44 @@ func TestStart(t *testing.T) {
 	if _, err := net.Dial("tcp", srv.SessionAddr()); err == nil {
 		t.Error("session listener still open after Close")
 	}
+}
+
+// openOverLWIO reaches srv as a client does — session setup as u/pw, tree
+// connect to s, OPEN of f (created), resume key, LWIO negotiate and AUTH
+// of conns connections (0: the default), REGISTER — and returns the tree
+// and the registered file; both close when the test ends.
+func openOverLWIO(ctx context.Context, t *testing.T, srv *Server, conns int) (*session.Tree, *client.File) {
+	t.Helper()
+	c, err := session.Dial(ctx, srv.SessionAddr(), session.ClientConfig{User: "u", Password: "pw", KeepAlive: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	tr, err := c.TreeConnect(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := tr.Open(ctx, "f", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk, err := tr.RequestResumeKey(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(ctx, client.Config{
+		Providers: []transport.Provider{soft.New(soft.Options{})},
+		Negotiate: tr.Negotiate, SessionID: c.SessionID(), SigningKey: c.SessionKey(), Connections: conns,
+	})
+	if err != nil {
+		t.Fatalf("LWIO client through the advertised listeners: %v", err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	f, err := cl.Register(ctx, rk.Key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, f
 }
 
 // TestStartFailsCleanly: a port taken, a bad share: Start fails, and the

@@ -79,6 +79,8 @@ type conn struct {
 	stall   *time.Timer
 	reapEnd chan struct{}
 	pend    *slot
+
+	rdma *atomic.Uint64 // the provider's RDMA bytes (stats.go)
 }
 
 type recvBuf struct {
@@ -100,6 +102,7 @@ func newConn(s *Server, tc transport.Conn) *conn {
 		}),
 		data: transport.NewBufferPool(tc.Domain(), transport.AccessLocal, s.cfg.MaxRdmaWindowSize),
 	}
+	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
 	c.stall = time.AfterFunc(time.Hour, c.takeOver)
 	c.stall.Stop()
@@ -332,6 +335,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 	sl.req = req
 	sl.recv = rb
 	sl.inline = false
+	sl.start = time.Now() // for the latency count (stats.go)
 	h := &sl.req.Header
 	switch h.Opcode {
 	case protocol.OpRead, protocol.OpVecRead, protocol.OpWrite, protocol.OpVecWrite:
@@ -541,6 +545,7 @@ func (c *conn) complete(sl *slot, wrs []transport.SendWR, st protocol.Status, in
 	default:
 		c.grant.Complete()
 	}
+	c.count(sl, wrs, st, info) // stats.go
 	var intr *slot
 	if isIO {
 		c.mu.Lock()

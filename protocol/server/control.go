@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
@@ -32,6 +33,7 @@ func (c *conn) auth(req *protocol.Request, derr error, n int) {
 	}
 	sl.req = *req
 	sl.authn = true
+	sl.start = time.Now() // for the latency count (stats.go)
 	wrs, st, info, why := c.authenticate(sl, derr)
 	if st != protocol.StatusSuccess {
 		c.log.WithField("reason", why).Warn("lwio: authentication refused")

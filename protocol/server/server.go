@@ -151,6 +151,7 @@ type Server struct {
 	listeners map[transport.Listener]struct{}
 	wg        sync.WaitGroup // Serve loops and connections
 	nextConn  atomic.Uint64
+	ctr       counters // stats.go
 }
 
 // ErrServerClosed is returned by Serve after Close.

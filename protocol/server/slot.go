@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
@@ -32,6 +33,7 @@ type slot struct {
 	segs    []transport.Segment
 	tail    [1]transport.Segment // the completing STATUS_RESPONSE or status block
 	inline  bool                 // runs on the reaper: its posts must not wait
+	start   time.Time            // arrival, for the latency count
 }
 
 // sgl returns a one-entry gather list backed by the slot (no allocation).

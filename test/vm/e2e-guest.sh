@@ -5,13 +5,17 @@
 # hands it to test/vm/run.sh, which runs this script in the guest.
 #
 #   1. lwio-server offers verbs ($LWIOFS_VERBS_ADDR:7446) and softrdma
-#      (:7447); mount A is lwio-mount provider=verbs, completion=interrupt.
+#      (:7447); mount A is lwio-mount provider=verbs, completion=auto (the
+#      default: each connection polls or takes interrupts by its load).
 #   2. fio --verify=crc32c on A: psync and io_uring, O_DIRECT and buffered.
 #   3. tar round trip on A: a tree (the guest's own files and edge cases:
 #      symlinks, a hard link, modes, owners, mtimes, 0 to 290 KiB) is unpacked
 #      into the mount, packed again from it after dropping the page cache,
 #      and unpacked locally; contents and metadata must equal the original
 #      and the server's copy.
+#   3b. what a user sees: lwio stat on A names rxe0 port 1 for its
+#      connections and shows the port's hw_counters; lwio devices lists
+#      rxe0 (port state, GIDs) as used by A.
 #   4. mount B, a second client: lwio-mount provider=verbs,
 #      completion=polling; the POSIX suite's data and namespace checks run
 #      on it (posix.test -test.run TestPOSIXAt).
@@ -22,7 +26,8 @@
 #
 # What carried the bytes is checked around the fio jobs and the tar
 # read-back: datapath_stat (below) is the one function that knows where the
-# figures come from. Every check prints one "e2e: PASS:" or "e2e: FAIL:"
+# figures come from — the mount's own counters (lwio stat -json), checked
+# against the kernel's (the rxe device's packets, the IP stack's bytes). Every check prints one "e2e: PASS:" or "e2e: FAIL:"
 # line; the script exits 0 only if none failed. Its arguments are ignored
 # (run.sh gives every program the test binaries' flags). Logs go to
 # $LWIOFS_VM_SHARE/out/e2e (OUTDIR/e2e on the host).
@@ -52,55 +57,75 @@ mib() { awk -v b="$1" 'BEGIN{printf "%.1f MiB", b/1048576}'; }
 # ------------------------------------------------------ what carried it ----
 
 # datapath_stat MOUNTPOINT LOG prints, one key=value a line, what carries
-# the file data of the mount at MOUNTPOINT (whose log is LOG):
+# the file data of the mount at MOUNTPOINT (whose log is LOG). From the
+# mount itself, through `lwio stat -json` (its own counters, for that
+# mount alone):
 #   providers=verbs   the providers of its LWIO connections (sorted, unique)
 #   connections=N     how many LWIO connections it has
-#   rdma_bytes=N      bytes RDMA can have moved so far
-#   tcp_bytes=N       bytes TCP can have moved so far (the session channel;
-#                     softrdma too, which is TCP underneath)
-# Today the connections come from the mount's start-up line "LWIO data path
-# up" (providers=, rdma_connections=), and the bytes from the kernel, as
-# upper bounds: rdma_bytes is the RDMA device's sent_pkts counter times its
-# active MTU (a RoCE packet carries at most one MTU of payload), tcp_bytes
-# every byte through the guest's IP stack (lo and dum0; Soft-RoCE's loopback
-# bypasses both). Both are machine-wide, so a phase's figures are the
-# differences of two snapshots taken around it while nothing else runs.
-# With `lwio stat -json MOUNTPOINT` (issue 17 item 2) this function reads
-# instead the mount's own per-connection providers and its bytes.rdma and
-# bytes.session (+ softrdma's bytes): exact figures for that mount alone;
-# check_rdma stays as it is.
+#   devices=rxe0/1    the RDMA device/port of each verbs connection (unique)
+#   rdma_bytes=N      file data its LWIO connections moved on verbs
+#   tcp_bytes=N       file data that crossed TCP: the session channel's,
+#                     and softrdma's (RDMA emulated over TCP)
+# and, as a check on those, from the kernel (machine-wide upper bounds, so a
+# phase's figures are the differences of two snapshots taken around it while
+# nothing else runs):
+#   hw_bytes=N        the RDMA device's sent_pkts counter times its active
+#                     MTU (a RoCE packet carries at most one MTU of payload)
+#   ip_bytes=N        every byte through the guest's IP stack (lo and dum0;
+#                     Soft-RoCE's loopback bypasses both)
+# LOG is read only when the mount does not answer (then its start-up line).
 datapath_stat() {
-	local mnt=$1 log=$2 line conns hw=/sys/class/infiniband/$dev/ports/1/hw_counters
-	line=$(grep 'msg="LWIO data path up"' "$log" | tail -1)
-	conns=$(sed -n 's/.*rdma_connections="\([^"]*\)".*/\1/p' <<<"$line")
-	echo "providers=$(tr ';' '\n' <<<"$conns" | awk 'NF{print $1}' | sort -u | paste -sd, -)"
-	echo "connections=$(tr ';' '\n' <<<"$conns" | awk 'NF' | wc -l)"
-	echo "rdma_bytes=$(($(cat "$hw/sent_pkts") * mtu))"
-	echo "tcp_bytes=$(($(cat /sys/class/net/lo/statistics/tx_bytes) + $(cat /sys/class/net/dum0/statistics/tx_bytes)))"
-	: "$mnt" # the mount's own statistics will be read from here
+	local mnt=$1 log=$2 js hw=/sys/class/infiniband/$dev/ports/1/hw_counters
+	if js=$("$share/lwio" stat "$mnt" -json 2>"$out/lwio-stat.err"); then
+		echo "providers=$(grep -o '"provider": "[^"]*"' <<<"$js" | cut -d'"' -f4 | sort -u | paste -sd, -)"
+		echo "connections=$(grep -c '"provider": ' <<<"$js")"
+		echo "devices=$(paste -d/ <(grep -o '"device": "[^"]*"' <<<"$js" | cut -d'"' -f4) <(grep -o '"port": [0-9]*' <<<"$js" | awk '{print $2}') | sort -u | paste -sd, -)"
+		echo "rdma_bytes=$(json_num verbs "$js")"
+		echo "tcp_bytes=$(($(json_num session "$js") + $(json_num softrdma "$js")))"
+	else
+		echo "providers=lwio-stat-failed:$(head -1 "$out/lwio-stat.err" | tr ' ' _)"
+		echo "connections=0"
+		echo "rdma_bytes=0"
+		echo "tcp_bytes=0"
+		grep 'msg="LWIO data path up"' "$log" | tail -1 >&2
+	fi
+	echo "hw_bytes=$(($(cat "$hw/sent_pkts") * mtu))"
+	echo "ip_bytes=$(($(cat /sys/class/net/lo/statistics/tx_bytes) + $(cat /sys/class/net/dum0/statistics/tx_bytes)))"
 }
+
+# json_num KEY JSON prints the number of the first "KEY": N in lwio stat's
+# indented JSON (0 if none): bytes.providers.verbs, bytes.session…
+json_num() { grep -o "\"$1\": [0-9]*" <<<"$2" | head -1 | awk '{print $2} END{if (!NR) print 0}'; }
 
 # field KEY prints KEY's value from datapath_stat output on stdin.
 field() { sed -n "s/^$1=//p"; }
+
+# delta KEY BEFORE AFTER is KEY's growth between two datapath_stat snapshots.
+delta() { echo $(($(field "$1" <<<"$3") - $(field "$1" <<<"$2"))); }
 
 # rdma_verdict BEFORE AFTER MOVED TCPDIV judges a phase that moved MOVED
 # bytes of file data between the datapath_stat snapshots BEFORE and AFTER.
 # It prints the figures, then one word for each criterion that fails:
 #   providers  an LWIO connection of the mount is not verbs
-#   rdma       RDMA cannot have carried the data: rdma_bytes grew by less
-#              than MOVED
-#   tcp        TCP carried it: tcp_bytes grew by more than MOVED/TCPDIV
-#              (what the session channel carries besides: its requests,
-#              and the first InlineWriteMax bytes of a buffered writer)
+#   rdma       the mount's verbs connections moved less than MOVED
+#   tcp        more than MOVED/TCPDIV of the mount's file data crossed TCP
+#   hw         the RDMA device cannot have carried MOVED (its packets)
+#   ip         the IP stack carried more than MOVED/TCPDIV, file data or not
+#              (the session channel's requests, and the first
+#              InlineWriteMax bytes of a buffered writer, count here)
 rdma_verdict() {
-	local before=$1 after=$2 moved=$3 div=$4 provs rdma tcp
+	local before=$1 after=$2 moved=$3 div=$4 provs rdma tcp hwb ipb
 	provs=$(field providers <<<"$after")
-	rdma=$(($(field rdma_bytes <<<"$after") - $(field rdma_bytes <<<"$before")))
-	tcp=$(($(field tcp_bytes <<<"$after") - $(field tcp_bytes <<<"$before")))
-	echo "$(mib "$moved") of file data; RDMA packets could carry $(mib "$rdma"), TCP carried $(mib "$tcp") (at most $(mib $((moved / div))) allowed); connections: $(field connections <<<"$after") $provs"
+	rdma=$(delta rdma_bytes "$before" "$after")
+	tcp=$(delta tcp_bytes "$before" "$after")
+	hwb=$(delta hw_bytes "$before" "$after")
+	ipb=$(delta ip_bytes "$before" "$after")
+	echo "$(mib "$moved") of file data; the mount moved $(mib "$rdma") on verbs and $(mib "$tcp") over TCP (at most $(mib $((moved / div))) allowed); the device's packets could carry $(mib "$hwb"), the IP stack carried $(mib "$ipb"); connections: $(field connections <<<"$after") $provs on $(field devices <<<"$after")"
 	[ "$provs" = verbs ] || echo providers
 	[ "$rdma" -ge "$moved" ] || echo rdma
 	[ "$tcp" -le $((moved / div)) ] || echo tcp
+	[ "$hwb" -ge "$moved" ] || echo hw
+	[ "$ipb" -le $((moved / div)) ] || echo ip
 }
 
 # check_rdma WHAT BEFORE AFTER MOVED TCPDIV passes only if no criterion of
@@ -112,6 +137,34 @@ check_rdma() {
 		pass "$what moved by RDMA on verbs: $(head -1 <<<"$v")"
 	else
 		fail "$what: not by RDMA on verbs ($(sed 1d <<<"$v" | paste -sd, -) failed): $(head -1 <<<"$v")"
+	fi
+}
+
+# check_visibility NAME: what a user sees of mount NAME. lwio stat names
+# the RDMA device and port of its verbs connections and shows that port's
+# hardware counters beside its own bytes; lwio devices lists the device
+# with its port state and GIDs, and the mount as using it.
+check_visibility() {
+	local mnt=$work/$1 js table devs
+	js=$("$share/lwio" stat "$mnt" -json 2>&1)
+	table=$("$share/lwio" stat "$mnt" 2>&1)
+	devs=$("$share/lwio" devices 2>&1)
+	echo "$table" >"$out/lwio-stat-$1.txt"
+	echo "$devs" >"$out/lwio-devices.txt"
+	if ! grep -q "\"device\": \"$dev\"" <<<"$js" || ! grep -q '"sent_pkts": [1-9]' <<<"$js" ||
+		! grep -q "RDMA port $dev/1" <<<"$table" || ! grep -q 'sent_pkts=[1-9]' <<<"$table"; then
+		fail "lwio stat $mnt: no connection on $dev or no port counters (lwio-stat-$1.txt)"
+		sed 's/^/  /' <<<"$table" | head -40
+	else
+		pass "lwio stat $mnt: connections on $dev port 1, its hw_counters beside the mount's bytes"
+		sed 's/^/  /' <<<"$table"
+	fi
+	if grep -q "^$dev\$" <<<"$devs" && grep -q 'port 1: ACTIVE' <<<"$devs" && grep -q "gid 0 " <<<"$devs" &&
+		grep -q "used by lwiofs mounts: .*$mnt" <<<"$devs"; then
+		pass "lwio devices: $dev, port 1 ACTIVE with its GIDs, used by $mnt"
+	else
+		fail "lwio devices does not show $dev as used by $mnt (lwio-devices.txt)"
+		sed 's/^/  /' <<<"$devs" | head -30
 	fi
 }
 
@@ -330,7 +383,7 @@ control_softrdma() {
 	fi
 	after=$(datapath_stat "$mnt" "$out/mount-c.log")
 	v=$(rdma_verdict "$before" "$after" $((4 << 20)) 8)
-	if grep -qx rdma <<<"$v" && grep -qx tcp <<<"$v"; then
+	if grep -qx rdma <<<"$v" && grep -qx tcp <<<"$v" && grep -qx hw <<<"$v" && grep -qx ip <<<"$v"; then
 		pass "control: the byte check tells softrdma from verbs ($(sed 1d <<<"$v" | paste -sd, -) fail): $(head -1 <<<"$v")"
 	else
 		fail "control: the byte check does not catch data over softrdma: $(head -1 <<<"$v")"
@@ -370,7 +423,7 @@ echo "e2e: $dev active MTU $mtu"
 
 t_all=$(now)
 start_server || exit 1
-start_mount a provider=verbs,completion=interrupt || exit 1
+start_mount a provider=verbs,completion=auto || exit 1
 a_conns=$(datapath_stat "$work/a" "$out/mount-a.log" | field connections)
 
 t0=$(now)
@@ -380,6 +433,7 @@ echo "e2e: fio phase $(since "$t0") s"
 t0=$(now)
 tar_roundtrip
 echo "e2e: tar phase $(since "$t0") s"
+check_visibility a
 
 t0=$(now)
 if start_mount b provider=verbs,completion=polling; then

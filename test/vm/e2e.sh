@@ -8,7 +8,7 @@
 #   test/vm/e2e.sh      # on its own: build, one boot of the guest, report
 #
 # test/vm/test-verbs.sh sources it and runs the phase in its own boot:
-#   e2e_build OUT        builds OUT/bin/{lwio-server,lwio-mount,posix.test}
+#   e2e_build OUT        builds OUT/bin/{lwio-server,lwio-mount,lwio,posix.test}
 #                        and sets e2e_run_args: the run.sh arguments that
 #                        stage them (-f) and run e2e-guest.sh last
 #   e2e_report OUT       prints the guest's PASS/FAIL lines; 0 if it passed
@@ -25,8 +25,9 @@ e2e_build() {
 	mkdir -p "$out/bin"
 	CGO_ENABLED=1 ${GO:-go} build -o "$out/bin/lwio-server" ./cmd/lwio-server || return 1
 	CGO_ENABLED=1 ${GO:-go} build -o "$out/bin/lwio-mount" ./cmd/lwio-mount || return 1
+	CGO_ENABLED=1 ${GO:-go} build -o "$out/bin/lwio" ./cmd/lwio || return 1
 	${GO:-go} test -c -o "$out/bin/posix.test" ./test || return 1
-	e2e_run_args=(-f "$out/bin/lwio-server" -f "$out/bin/lwio-mount" -f "$out/bin/posix.test" "$here/e2e-guest.sh")
+	e2e_run_args=(-f "$out/bin/lwio-server" -f "$out/bin/lwio-mount" -f "$out/bin/lwio" -f "$out/bin/posix.test" "$here/e2e-guest.sh")
 }
 
 # e2e_report OUT prints what the guest's e2e-guest.sh found and returns 0

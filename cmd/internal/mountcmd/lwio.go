@@ -29,8 +29,11 @@ func dialConfig(o *Options, log *logrus.Logger) fs.DialConfig {
 		}
 		o.providers = localProviders(o.Provider, log.WithField("component", "transport"))
 	})
-	mode := client.Interrupt
-	if o.Completion == "polling" {
+	mode := client.Auto
+	switch o.Completion {
+	case "interrupt":
+		mode = client.Interrupt
+	case "polling":
 		mode = client.Polling
 	}
 	return fs.DialConfig{
@@ -45,6 +48,7 @@ func dialConfig(o *Options, log *logrus.Logger) fs.DialConfig {
 		Completion:  mode,
 		Conns:       o.Conns,
 		Logger:      log,
+		Stats:       o.stats,
 	}
 }
 

@@ -35,6 +35,14 @@ func Main(prog string) {
 }
 
 func run(prog string, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "stat":
+			return runStat(args[1:], stdout, stderr)
+		case "devices":
+			return runDevices(args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 1 && (args[0] == "-providers" || args[0] == "--providers" || args[0] == "providers") {
 		describeProviders(stdout)
 		return 0
@@ -101,6 +109,8 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 
 const usage = `usage: lwio-mount //HOST[:PORT]/SHARE MOUNTPOINT [-o opts]
        lwio-mount -providers
+       lwio stat MOUNTPOINT [-json]     what a running mount moves, and how
+       lwio devices [-json]             RDMA devices and the mounts using them
        lwio login|logout [-user NAME] [-credentials FILE] //HOST[:PORT]/SHARE|MOUNTPOINT
 options (comma separated, mount(8) style):
   credentials=FILE   lines username=, password=, domain=
@@ -110,7 +120,7 @@ options (comma separated, mount(8) style):
   seal               require sealing (AES-GCM encryption) of the session channel;
                      without it, sealed when the server or share asks
   provider=P         auto (default), verbs, softrdma, or none (session channel only)
-  completion=M       interrupt (default) or polling
+  completion=M       auto (default: by each connection's load), interrupt or polling
   attr_timeout=SEC   attribute cache timeout (default 1)
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
@@ -251,6 +261,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		}
 	}()
 	defer func() { connected(); <-watched }()
+	o.stats = new(fs.Stats)
 	first := true
 	dial := func(ctx context.Context) (*fs.Session, error) {
 		s, err := dialSession(ctx, o, log)
@@ -273,13 +284,11 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 		return err
 	}
 	defer r.Close()
+	r.CountInto(o.stats)
 
 	fopts := o.fsOptions()
 	fopts.Logger = log.WithField("component", "fs")
-	tree, data, stop, err := o.mountTree(r, log, &fopts)
-	if err != nil {
-		return err
-	}
+	tree, data, um, stop := o.mountTree(r, log, &fopts)
 	defer stop()
 	srv, err := fs.Mount(o.Mountpoint, tree, data, fopts)
 	if err != nil {
@@ -287,6 +296,10 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 	}
 	log.WithFields(logrus.Fields{"source": o.Source(), "mountpoint": o.Mountpoint, "user": o.Username,
 		"data_path": r.Name(), "read_only": o.ReadOnly, "idmap": o.idMapMode().String(), "multiuser": o.MultiUser}).Info("mounted")
+	if c := startControl(o, r, o.stats, log); c != nil {
+		defer c.Close()
+		um.serve(c)
+	}
 	ready.report(nil)
 	connected()
 	<-watched

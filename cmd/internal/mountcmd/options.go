@@ -34,7 +34,7 @@ type Options struct {
 	ReadOnly     bool
 	Seal         bool   // require sealing of the session channel (-o seal)
 	Provider     string // auto, verbs, softrdma, none
-	Completion   string // interrupt, polling
+	Completion   string // auto, interrupt, polling
 	AttrTimeout  time.Duration
 	EntryTimeout time.Duration
 	AllowOther   bool
@@ -53,6 +53,8 @@ type Options struct {
 
 	providersOnce sync.Once
 	providers     []transport.Provider
+	// stats are the mount's counters, across reconnects (lwio stat).
+	stats *fs.Stats
 }
 
 // Addr is the session channel address.
@@ -141,10 +143,10 @@ func (o *Options) applyOption(opt string) error {
 		}
 	case "completion":
 		switch val {
-		case "interrupt", "polling":
+		case "auto", "interrupt", "polling":
 			o.Completion = val
 		default:
-			return fmt.Errorf("option completion=%q: want interrupt or polling", val)
+			return fmt.Errorf("option completion=%q: want auto, interrupt or polling", val)
 		}
 	case "attr_timeout", "actimeo":
 		o.AttrTimeout, err = seconds()
@@ -197,7 +199,7 @@ func (o *Options) applyOption(opt string) error {
 // ignored. It does not read credentials.
 func parseArgs(args []string) (*Options, error) {
 	o := &Options{
-		Provider: "auto", Completion: "interrupt",
+		Provider: "auto", Completion: "auto",
 		AttrTimeout: fs.DefaultAttrTimeout, EntryTimeout: fs.DefaultEntryTimeout,
 	}
 	var pos []string

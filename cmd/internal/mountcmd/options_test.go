@@ -67,7 +67,7 @@ func TestParseArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Background == nil || !*o.Background || o.Provider != "auto" || o.Completion != "interrupt" || o.AttrTimeout != time.Second {
+	if o.Background == nil || !*o.Background || o.Provider != "auto" || o.Completion != "auto" || o.AttrTimeout != time.Second {
 		t.Errorf("second form: %s", summary(o))
 	}
 	for _, bad := range [][]string{

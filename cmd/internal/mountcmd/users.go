@@ -67,7 +67,8 @@ func (o *Options) applyUserOption(key, val string, hasVal bool) error {
 	case "default_permissions":
 		o.DefaultPermissions, err = true, flag()
 	case "multiuser":
-		o.MultiUser, err = true, flag()
+		// Other local users must reach the mount at all.
+		o.MultiUser, o.AllowOther, err = true, true, flag()
 	case "credentials_dir":
 		o.CredentialsDir, err = val, needVal()
 	case "guest_credentials":
@@ -307,24 +308,20 @@ func (o *Options) userDialer(c credentials, log *logrus.Logger) fs.Dialer {
 
 // mountTree is what the mount serves: the first session r, which every
 // local user acts through, or with multiuser a router that gives each
-// local user a session of their own (r pinned as the mounting user's) and
-// the control socket `lwio login` talks to. It sets fopts.Owners; stop
-// ends what it started.
-func (o *Options) mountTree(r *fs.Reconnector, log *logrus.Logger, fopts *fs.Options) (tree fs.Tree, data fs.DataPath, stop func(), err error) {
+// local user a session of their own (r pinned as the mounting user's), and
+// then um, the login operations for the mount's control endpoint. It sets
+// fopts.Owners; stop ends what it started.
+func (o *Options) mountTree(r *fs.Reconnector, log *logrus.Logger, fopts *fs.Options) (tree fs.Tree, data fs.DataPath, um *userMount, stop func()) {
 	fsLog := log.WithField("component", "fs")
 	fopts.Owners = o.ownerMap(r, fsLog)
 	if !o.MultiUser {
-		return r, r, func() {}, nil
+		return r, r, nil, func() {}
 	}
 	creds := newUserCreds(o, log)
 	idle := time.Duration(o.IdleTimeout * float64(time.Second))
 	mu := fs.NewMultiUser(fs.MultiUserConfig{Credentials: creds.Credentials, IdleTimeout: idle,
 		ReconnectWait: o.ReconnectWait, Owners: fopts.Owners, Logger: fsLog})
 	mu.Pin(uint32(os.Getuid()), uint32(os.Getgid()), r)
-	ctl, err := listenControl(o.Mountpoint, creds, mu, log)
-	if err != nil {
-		mu.Close()
-		return nil, nil, nil, err
-	}
-	return mu, mu, func() { ctl.Close(); mu.Close() }, nil
+	um = &userMount{creds: creds, mu: mu, log: log.WithField("component", "control"), slots: make(chan struct{}, maxLoginsAtOnce)}
+	return mu, mu, um, func() { mu.Close() }
 }

@@ -156,27 +156,6 @@ func TestUserCredsOrder(t *testing.T) {
 	}
 }
 
-func TestLwioMounts(t *testing.T) {
-	info := `22 1 0:21 / /proc rw,nosuid - proc proc rw
-90 29 0:53 / /mnt/a rw,nosuid,nodev,relatime shared:50 - fuse.lwio //srv/share rw,user_id=0,group_id=0,allow_other
-91 29 0:54 / /mnt/with\040space rw,nosuid,nodev - fuse.lwio //srv:4460/other rw,user_id=1000,group_id=1000
-92 29 0:55 / /mnt/n rw - fuse.nullfs /x rw,user_id=0,group_id=0
-`
-	got := lwioMounts(info)
-	want := []lwioMount{{"/mnt/a", "//srv/share", 0}, {"/mnt/with space", "//srv:4460/other", 1000}}
-	if len(got) != len(want) {
-		t.Fatalf("lwioMounts = %+v, want %+v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("mount %d: %+v, want %+v", i, got[i], want[i])
-		}
-	}
-	if a, b := controlName("/mnt/a"), controlName("/mnt/a/"); a != b || !strings.HasPrefix(a, "@lwio-mount/") || a == controlName("/mnt/b") {
-		t.Errorf("controlName: %q %q", a, b)
-	}
-}
-
 func TestLoginUsage(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run("lwio", []string{"login"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "usage: lwio login") {

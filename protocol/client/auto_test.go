@@ -1,0 +1,97 @@
+package client
+
+import (
+	"context"
+	mrand "math/rand"
+	"sync"
+	"testing"
+
+	"github.com/lwiofs/lwiofs/protocol/server"
+)
+
+// readLoad runs n 4 KiB random reads of f at queue depth qd.
+func readLoad(t *testing.T, f *File, n, qd int, size int64) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	next := 0
+	for w := 0; w < qd; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := make([]byte, 4096)
+			rng := mrand.New(mrand.NewSource(int64(w)))
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
+					return
+				}
+				if _, err := f.ReadAt(context.Background(), p, rng.Int63n(size/4096)*4096); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// sumConns adds up the connections' completions by mode.
+func sumConns(cl *Client) (polled, interrupted, switches uint64) {
+	for _, ci := range cl.Conns() {
+		polled += ci.Polled
+		interrupted += ci.Interrupted
+		switches += ci.Switches
+	}
+	return
+}
+
+// TestAutoSwitches: in Auto mode a connection idles in interrupt mode (an
+// I/O at a time: no polling, no INTERRUPT request), polls under a steady
+// queue depth 16 with INTERRUPT requests for at most 10% of the I/Os, and
+// goes back to interrupts when the load goes; the mode is in Conns.
+func TestAutoSwitches(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	s := e.session()
+	cl := s.client(t, s.config(Auto))
+	const size = 8 << 20
+	key, _ := s.file(t, "f", randBytes(size))
+	f := s.register(t, cl, key, 0)
+
+	readLoad(t, f, 300, 1, size)
+	polled, interrupted, _ := sumConns(cl)
+	if polled != 0 || interrupted < 300 || cl.Stats().Interrupts != 0 {
+		t.Fatalf("queue depth 1: %d polled, %d interrupt-mode, %d INTERRUPTs; want all interrupt mode and no INTERRUPT", polled, interrupted, cl.Stats().Interrupts)
+	}
+	for _, ci := range cl.Conns() {
+		if ci.Completion != "auto/interrupt" {
+			t.Fatalf("idle connection in %q", ci.Completion)
+		}
+	}
+
+	const n = 6000
+	readLoad(t, f, n, 16, size)
+	p2, i2, switches := sumConns(cl)
+	p2, i2 = p2-polled, i2-interrupted
+	intr := cl.Stats().Interrupts
+	t.Logf("queue depth 16: %d polled, %d interrupt-mode (doorbells), %d INTERRUPTs, %d switches", p2, i2, intr, switches)
+	if p2 < n/2 {
+		t.Errorf("queue depth 16: only %d of %d I/Os polled", p2, n)
+	}
+	if intr > n/10 {
+		t.Errorf("queue depth 16: %d INTERRUPT requests for %d I/Os (more than 10%%)", intr, n)
+	}
+	if switches == 0 {
+		t.Errorf("no connection switched mode")
+	}
+
+	readLoad(t, f, 50, 1, size)
+	for _, ci := range cl.Conns() {
+		if ci.Completion != "auto/interrupt" {
+			t.Errorf("connection still in %q after the load went", ci.Completion)
+		}
+	}
+}
