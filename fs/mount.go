@@ -34,6 +34,9 @@ type Options struct {
 	EntryTimeout time.Duration
 	// ReadOnly mounts read-only (MS_RDONLY).
 	ReadOnly bool
+	// NoExec mounts noexec (MS_NOEXEC): nothing on the mount may be
+	// executed. The mount is always nosuid and nodev.
+	NoExec bool
 	// AllowOther lets users other than the mounting one use the mount.
 	AllowOther bool
 	// DefaultPermissions has the kernel check the mode bits of the owners
@@ -115,6 +118,13 @@ func (o Options) MountOptions() *gofs.Options {
 		// capabilities when it writes; ACLs are not enforced on this
 		// client (no CAP_POSIX_ACL) and so are not shown either.
 		IgnoreSecurityLabels: true,
+	}
+	// Set-user-ID programs and device nodes on a network share must not
+	// act on this host (go-fuse's direct mount sets both by default; say
+	// so for the fusermount path too).
+	mo.Options = append(mo.Options, "nosuid", "nodev")
+	if o.NoExec {
+		mo.Options = append(mo.Options, "noexec")
 	}
 	if o.ReadOnly {
 		mo.Options = append(mo.Options, "ro")

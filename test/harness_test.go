@@ -240,6 +240,12 @@ type proc struct {
 
 func startProc(t testing.TB, name string, env []string, bin string, args ...string) *proc {
 	t.Helper()
+	return startProcAs(t, name, nil, env, bin, args...)
+}
+
+// startProcAs is startProc as the user cred names (nil: the test's own).
+func startProcAs(t testing.TB, name string, cred *syscall.Credential, env []string, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: &logBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
@@ -248,7 +254,7 @@ func startProc(t testing.TB, name string, env []string, bin string, args ...stri
 	// Its own process group: a test's Ctrl-C or SIGTERM is for the test.
 	// SIGTERM when the test binary dies (a -timeout panic, a crash), so a
 	// mount or server never outlives the test that started it.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: cred}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -299,6 +305,9 @@ type Server struct {
 type ServerConfig struct {
 	Shares map[string]string
 	Args   []string // extra flags
+	// Cred, when set, runs the server as that user instead of the
+	// test's (root).
+	Cred *syscall.Credential
 }
 
 // startServer runs lwio-server until the test ends; the cleanup checks it
@@ -312,13 +321,16 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 	var lastOut string
 	for attempt := 0; attempt < 3; attempt++ {
 		s := &Server{Addr: freeAddr(t), Soft: freeAddr(t), Shares: cfg.Shares}
-		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser}
+		// The test user has no Unix account: it acts as root (which the
+		// tests run as) on shares that allow it. identity_test.go tests
+		// users acting as their own accounts.
+		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser, "-account", "root", "-allow-root"}
 		for name, path := range cfg.Shares {
 			args = append(args, "-share", name+"="+path)
 		}
 		args = append(args, cfg.Args...)
 		s.args = args
-		s.p = startProc(t, "lwio-server", []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, args...)
+		s.p = startProcAs(t, "lwio-server", cfg.Cred, []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, args...)
 		if waitListening(s.Addr, s.p) {
 			t.Cleanup(func() {
 				if err := s.p.stop(); err != nil {
@@ -383,6 +395,7 @@ type MountConfig struct {
 	Share      string // default "share"
 	Completion string // interrupt or polling; default interrupt
 	Options    []string
+	User       string // default testUser
 	Password   string // default testPassword
 }
 
@@ -398,8 +411,11 @@ func mountShare(t testing.TB, s *Server, cfg MountConfig) *Mount {
 	if cfg.Password == "" {
 		cfg.Password = testPassword
 	}
+	if cfg.User == "" {
+		cfg.User = testUser
+	}
 	mnt := t.TempDir()
-	opts := append([]string{"username=" + testUser, "completion=" + cfg.Completion}, cfg.Options...)
+	opts := append([]string{"username=" + cfg.User, "completion=" + cfg.Completion}, cfg.Options...)
 	p := startProc(t, "lwio-mount", []string{"LWIO_PASSWORD=" + cfg.Password}, binaries.mount,
 		s.URL(cfg.Share), mnt, "-o", strings.Join(opts, ","))
 	backing := strings.TrimSuffix(s.Shares[cfg.Share], ":ro")

@@ -37,6 +37,8 @@ type flags struct {
 	verbs     string
 	metrics   string
 	user      string
+	account   string
+	allowRoot bool
 	encrypt   string
 	logLevel  string
 	logFormat string
@@ -54,11 +56,13 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.verbs, "verbs", "", "verbs (rdma_cm) listen `address` (default: none)")
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: none)")
 	fs.StringVar(&f.user, "user", "", "add user `NAME`, password from LWIO_PASSWORD")
+	fs.StringVar(&f.account, "account", "", "the Unix `ACCOUNT` the -user acts as on this host (default: the account of the same name)")
+	fs.BoolVar(&f.allowRoot, "allow-root", false, "let users whose account is root (uid 0) use every share")
 	fs.StringVar(&f.encrypt, "encrypt", "if_required", "sealing (encryption) of the session channel, `MODE`: off, if_required, desired or required")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-metrics ADDR] [-encrypt MODE] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
+		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-metrics ADDR] [-encrypt MODE] -user NAME [-account ACCOUNT] [-allow-root]\n       %s adduser -config FILE NAME\n", prog, prog, prog)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -114,7 +118,15 @@ func buildConfig(f *flags) (*Config, error) {
 		if pw == "" {
 			return nil, fmt.Errorf("-user %s: set the password in LWIO_PASSWORD", f.user)
 		}
-		c.Users[f.user] = UserConfig{NTHash: smbauth.FormatNTHash(smbauth.NTHash(pw))}
+		c.Users[f.user] = UserConfig{NTHash: smbauth.FormatNTHash(smbauth.NTHash(pw)), Account: f.account}
+	} else if f.account != "" {
+		return nil, errors.New("-account names the account of -user: give -user too")
+	}
+	if f.allowRoot {
+		for name, s := range c.Shares {
+			s.AllowRoot = true
+			c.Shares[name] = s
+		}
 	}
 	if f.set["encrypt"] {
 		c.Encrypt = f.encrypt

@@ -75,8 +75,9 @@ next:
 func TestMetricsScrape(t *testing.T) {
 	srv, err := Start(Config{
 		Session: session.ServerConfig{
-			Shares: []share.Config{{Name: "s", Path: t.TempDir()}},
-			Users:  map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Shares:   []share.Config{{Name: "s", Path: t.TempDir(), AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
 		},
 		SessionAddr: "127.0.0.1:0",
 		Listeners:   []Listener{{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"}},

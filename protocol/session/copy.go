@@ -200,9 +200,9 @@ func (s *Server) copySource(ss *serverSession, tr *share.Tree, r *copyRangeReq) 
 // addOpen registers an opened file as a handle of the session (OPEN,
 // TMPFILE), closing it when the session holds too many.
 func (s *Server) addOpen(ss *serverSession, f *share.OpenFile, a Attr) (*openResp, error) {
-	hd, err := ss.addHandle(&openFile{sess: ss, file: f}, s.cfg.MaxHandles)
+	hd, err := s.newHandle(ss, func() (*share.OpenFile, error) { return f, nil })
 	if err != nil {
-		f.Close()
+		f.Close() // again, if newHandle did: harmless
 		return nil, err
 	}
 	return &openResp{Handle: hd, Attr: a}, nil

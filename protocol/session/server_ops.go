@@ -50,7 +50,10 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if ss.treeSeals(id) {
 			flags |= treeFlagSeal
 		}
-		return &treeConnectResp{TreeID: id, Flags: flags}, nil
+		if !s.accounts.PerUser() {
+			flags |= treeFlagSharedAccount
+		}
+		return &treeConnectResp{TreeID: id, Flags: flags, Account: tr.Identity().Account}, nil
 	case CmdTreeDisconnect:
 		ss.mu.Lock()
 		_, ok := ss.trees[h.TreeID]
@@ -125,11 +128,15 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		a, err := tr.Mknod(r.Path, r.Mode, r.Rdev)
 		return &attrMsg{a}, err
 	case *openReq:
-		f, a, err := tr.Open(r.Path, int(r.Flags), r.Mode)
+		var a Attr
+		hd, err := s.newHandle(ss, func() (f *share.OpenFile, err error) {
+			f, a, err = tr.Open(r.Path, int(r.Flags), r.Mode)
+			return f, err
+		})
 		if err != nil {
 			return nil, err
 		}
-		return s.addOpen(ss, f, a)
+		return &openResp{Handle: hd, Attr: a}, nil
 	case *readReq:
 		of, err := open(r.Handle)
 		if err != nil {

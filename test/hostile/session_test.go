@@ -61,7 +61,17 @@ func setupBody(tok []byte) []byte { return append(blob(tok), 0, 0, 0, 0) }
 // answers LOGON_FAILURE to a wrong one: setup then returns that status).
 func dialRaw(t testing.TB, s *rig.Server, password string) (*rawSession, protocol.Status) {
 	t.Helper()
-	nc, err := net.Dial("tcp", s.SessionAddr)
+	return dialRawFrom(t, s, "", password)
+}
+
+// dialRawFrom is dialRaw from the local address src ("" any).
+func dialRawFrom(t testing.TB, s *rig.Server, src, password string) (*rawSession, protocol.Status) {
+	t.Helper()
+	d := net.Dialer{}
+	if src != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+	}
+	nc, err := d.Dial("tcp", s.SessionAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

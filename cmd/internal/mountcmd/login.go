@@ -39,7 +39,7 @@ func runLogin(prog, op string, args []string, stdin io.Reader, stdout, stderr io
 	}
 	var req any
 	if op == "login" {
-		c, err := loginCredentials(*credFile, *userName, getenv("LWIO_PASSWORD"), stdin, stderr)
+		c, err := loginCredentials(*credFile, *userName, getenv(passwordEnv), stdin, stderr)
 		if err != nil {
 			return fail(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lwiofs/lwiofs/cmd/internal/cli"
 	"github.com/lwiofs/lwiofs/fs"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/transport"
@@ -29,9 +30,15 @@ type Options struct {
 
 	Username, Domain string
 	password         string // from the credentials file or LWIO_PASSWORD, never argv
-	Credentials      string
+	// passwordFromEnv: password came from LWIO_PASSWORD, which the mount
+	// warns about (any process of the user can read another's
+	// environment) and hands to a re-executed process over a pipe
+	// (secret.go).
+	passwordFromEnv bool
+	Credentials     string
 
 	ReadOnly     bool
+	NoExec       bool   // -o noexec: programs on the mount may not be executed
 	Seal         bool   // require sealing of the session channel (-o seal)
 	Provider     string // auto, verbs, softrdma, none
 	Completion   string // auto, interrupt, polling
@@ -98,11 +105,14 @@ func parseSource(s string) (host string, port int, share string, err error) {
 }
 
 // ignoredOptions are mount(8) and mount.fuse3 options that mean nothing
-// here (mount.fuse3 adds "dev,suid"; fstab lines carry the others).
+// here (fstab lines carry them). The mount is always nosuid and nodev:
+// mount.fuse3 adds "dev,suid" to every mount it runs, so those two cannot
+// say that the user asked for them, and a set-user-ID program or a device
+// node on a network share must not act on this host.
 var ignoredOptions = map[string]bool{
 	"rw": true, "defaults": true, "auto": true, "noauto": true, "user": true, "nouser": true,
-	"users": true, "owner": true, "group": true, "_netdev": true, "nofail": true, "exec": true,
-	"noexec": true, "suid": true, "nosuid": true, "dev": true, "nodev": true, "async": true,
+	"users": true, "owner": true, "group": true, "_netdev": true, "nofail": true,
+	"suid": true, "nosuid": true, "dev": true, "nodev": true, "async": true,
 	"atime": true, "noatime": true, "relatime": true, "strictatime": true, "diratime": true,
 	"nodiratime": true, "lazytime": true, "nolazytime": true, "loud": true, "silent": true,
 }
@@ -129,6 +139,10 @@ func (o *Options) applyOption(opt string) error {
 		return errors.New("password= is not accepted on the command line (it would show in ps): use credentials=FILE or LWIO_PASSWORD")
 	case "ro":
 		o.ReadOnly = true
+	case "noexec":
+		o.NoExec = true
+	case "exec":
+		o.NoExec = false
 	case "seal":
 		if hasVal {
 			return fmt.Errorf("option seal takes no value (%q)", opt)
@@ -264,6 +278,9 @@ func readCredentialsFile(path string) (credentials, error) {
 		return credentials{}, fmt.Errorf("credentials file: %w", err)
 	}
 	defer f.Close()
+	if err := cli.CheckPrivate(path, "a password"); err != nil {
+		return credentials{}, fmt.Errorf("credentials file %w", err)
+	}
 	return readCredentials(f, path)
 }
 
@@ -322,7 +339,8 @@ func (o *Options) resolveCredentials(getenv func(string) string) error {
 		o.password = c.password
 	}
 	if o.password == "" {
-		o.password = getenv("LWIO_PASSWORD")
+		o.password = getenv(passwordEnv)
+		o.passwordFromEnv = o.password != ""
 	}
 	splitDomain(&o.Username, &o.Domain)
 	if o.Username == "" {
@@ -340,6 +358,7 @@ func (o *Options) fsOptions() fs.Options {
 		AttrTimeout:  o.AttrTimeout,
 		EntryTimeout: o.EntryTimeout,
 		ReadOnly:     o.ReadOnly,
+		NoExec:       o.NoExec,
 		AllowOther:   o.AllowOther,
 		Debug:        o.Debug,
 		// Without default_permissions the server decides, as the account
