@@ -81,7 +81,7 @@ type IDMapper interface {
 	MapID(ctx context.Context, kind session.IDKind, id uint32, name string) (uint32, string, error)
 }
 
-// LocalAccounts is this host's passwd and group databases; *share.AccountNames
+// LocalAccounts is this host's passwd and group databases; *share.Accounts
 // (os/user, cached) is the one in use.
 type LocalAccounts interface {
 	UserName(uid uint32) (string, error)
@@ -154,7 +154,7 @@ type nameEntry struct {
 // means this host's databases.
 func NewIDMap(mode IDMapMode, server IDMapper, local LocalAccounts, log logrus.FieldLogger) *IDMap {
 	if local == nil {
-		local = new(share.AccountNames)
+		local = share.NewAccounts(share.AccountsConfig{})
 	}
 	if log == nil {
 		log = Options{}.logger()
@@ -380,18 +380,11 @@ func (n *Node) serverOwner(ctx context.Context, s *session.SetAttrIn) syscall.Er
 }
 
 // treeAccount is the account the server reported for the tree connect
-// (issue 14's TREE_CONNECT response), or nil from a server that reports
-// none.
+// (TREE_CONNECT's Account: the one every disk operation of the tree acts
+// as).
 func treeAccount(t *session.Tree) *Account {
-	r, ok := any(t).(interface{ ReportedAccount() (Account, bool) })
-	if !ok {
-		return nil // until issue 14's Tree.Account lands
-	}
-	a, ok := r.ReportedAccount()
-	if !ok {
-		return nil
-	}
-	return &a
+	a := t.Account()
+	return &Account{Name: a.Name, Uid: a.Uid, Gid: a.Gid, Groups: a.Groups, Shared: t.SharedAccount()}
 }
 
 // MapID asks the live session's server (IDMapper), waiting for a

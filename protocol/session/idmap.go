@@ -61,19 +61,20 @@ func (t *Tree) MapID(ctx context.Context, kind IDKind, id uint32, name string) (
 	return t.c.MapID(ctx, kind, id, name)
 }
 
-// mapID answers an IDMAP request from the server host's account databases.
+// mapID answers an IDMAP request from the server host's account databases,
+// through the Accounts logons use.
 func (s *Server) mapID(r *idMapMsg) (message, error) {
 	var err error
 	out := *r
 	switch IDKind(r.Kind) {
 	case IDUserByID:
-		out.Name, err = s.idNames.UserName(r.ID)
+		out.Name, err = s.accounts.UserName(r.ID)
 	case IDGroupByID:
-		out.Name, err = s.idNames.GroupName(r.ID)
+		out.Name, err = s.accounts.GroupName(r.ID)
 	case IDUserByName:
-		out.ID, err = s.idNames.UserID(r.Name)
+		out.ID, err = s.accounts.UserID(r.Name)
 	case IDGroupByName:
-		out.ID, err = s.idNames.GroupID(r.Name)
+		out.ID, err = s.accounts.GroupID(r.Name)
 	default:
 		return nil, protocol.StatusInvalidParameter
 	}

@@ -124,8 +124,6 @@ type Server struct {
 	shares   map[string]*share.Share // by lower-cased name
 	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
 	shareEncrypt map[string]Encrypt
-	// idNames answers IDMAP (idmap.go).
-	idNames share.AccountNames
 
 	mu         sync.Mutex
 	closing    bool

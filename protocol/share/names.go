@@ -5,7 +5,6 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -13,24 +12,18 @@ import (
 // have.
 var ErrNoName = errors.New("share: no such user or group")
 
-// namesTTL is how long an answer is reused: a renamed or new account
-// shows within a minute, and `ls -l` of a directory of one owner costs one
-// lookup, not one per file.
-const namesTTL = time.Minute
-
-// maxNamesCached bounds the cache; past it the cache starts over.
+// maxNamesCached bounds the cache of name ↔ id answers; past it the cache
+// starts over.
 const maxNamesCached = 4096
 
-// AccountNames answers name ↔ id questions about the server host's users and
-// groups — its passwd and group databases through os/user, so NSS sources
-// (LDAP, sssd) count — for clients that show owners under the local ids of
-// the same names (the session channel's IDMAP). Answers, unknown ones
-// included, are cached for a minute. Safe for concurrent use; the zero
-// value is ready.
-type AccountNames struct {
-	mu    sync.Mutex
-	cache map[accountQ]accountA
-}
+// The name ↔ id questions about the host's users and groups are answered by
+// Accounts too (one account lookup for logons and for IDMAP): from its
+// databases through os/user, so NSS sources (LDAP, sssd) count, except that
+// a user name's uid comes from AccountsConfig.Lookup, the lookup logons use.
+// Answers, unknown ones included, are cached for the Accounts' TTL, so `ls
+// -l` of a directory of one owner costs one lookup, not one per file. A
+// client uses an Accounts of its own host to show owners under the local
+// ids of the same names (the session channel's IDMAP; fs.LocalAccounts).
 
 type accountQ struct {
 	kind byte // 'u' uid→name, 'g' gid→name, 'U' name→uid, 'G' name→gid
@@ -46,31 +39,32 @@ type accountA struct {
 }
 
 // UserName is the name of user uid.
-func (a *AccountNames) UserName(uid uint32) (string, error) {
+func (a *Accounts) UserName(uid uint32) (string, error) {
 	r := a.ask(accountQ{kind: 'u', id: uid})
 	return r.name, r.err
 }
 
 // GroupName is the name of group gid.
-func (a *AccountNames) GroupName(gid uint32) (string, error) {
+func (a *Accounts) GroupName(gid uint32) (string, error) {
 	r := a.ask(accountQ{kind: 'g', id: gid})
 	return r.name, r.err
 }
 
 // UserID is the uid of user name.
-func (a *AccountNames) UserID(name string) (uint32, error) {
+func (a *Accounts) UserID(name string) (uint32, error) {
 	r := a.ask(accountQ{kind: 'U', name: name})
 	return r.id, r.err
 }
 
 // GroupID is the gid of group name.
-func (a *AccountNames) GroupID(name string) (uint32, error) {
+func (a *Accounts) GroupID(name string) (uint32, error) {
 	r := a.ask(accountQ{kind: 'G', name: name})
 	return r.id, r.err
 }
 
-// lookup asks the host's databases (os/user) question q.
-func lookup(q accountQ) (accountA, error) {
+// lookup asks the host's databases question q: Lookup for a user's uid,
+// os/user otherwise.
+func (a *Accounts) lookup(q accountQ) (accountA, error) {
 	id := strconv.FormatUint(uint64(q.id), 10)
 	switch q.kind {
 	case 'u':
@@ -80,8 +74,11 @@ func lookup(q accountQ) (accountA, error) {
 		g, err := user.LookupGroupId(id)
 		return answer(err, func() accountA { return accountA{name: g.Name} })
 	case 'U':
-		u, err := user.Lookup(q.name)
-		return answer(err, func() accountA { return numbered(u.Uid) })
+		acct, err := a.cfg.Lookup(q.name)
+		if errors.Is(err, ErrNoAccount) {
+			err = user.UnknownUserError(q.name)
+		}
+		return answer(err, func() accountA { return accountA{id: acct.Uid} })
 	default:
 		g, err := user.LookupGroup(q.name)
 		return answer(err, func() accountA { return numbered(g.Gid) })
@@ -105,20 +102,20 @@ func numbered(s string) accountA {
 
 // ask answers q from the cache or with lookup, which runs unlocked: an NSS
 // source can be slow, and two lookups of one name at once are harmless.
-func (a *AccountNames) ask(q accountQ) accountA {
+func (a *Accounts) ask(q accountQ) accountA {
 	if q.kind == 'U' || q.kind == 'G' {
 		if !accountName(q.name) {
 			return accountA{err: ErrNoName}
 		}
 	}
-	now := time.Now()
+	now := a.now()
 	a.mu.Lock()
-	r, ok := a.cache[q]
+	r, ok := a.names[q]
 	a.mu.Unlock()
-	if ok && now.Sub(r.at) < namesTTL {
+	if ok && now.Sub(r.at) < a.cfg.TTL {
 		return r
 	}
-	r, err := lookup(q)
+	r, err := a.lookup(q)
 	var unknownUser user.UnknownUserError
 	var unknownUID user.UnknownUserIdError
 	var unknownGroup user.UnknownGroupError
@@ -132,10 +129,10 @@ func (a *AccountNames) ask(q accountQ) accountA {
 	}
 	r.at = now
 	a.mu.Lock()
-	if a.cache == nil || len(a.cache) >= maxNamesCached {
-		a.cache = map[accountQ]accountA{}
+	if a.names == nil || len(a.names) >= maxNamesCached {
+		a.names = map[accountQ]accountA{}
 	}
-	a.cache[q] = r
+	a.names[q] = r
 	a.mu.Unlock()
 	return r
 }
