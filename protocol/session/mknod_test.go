@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 )
 
 func init() {
@@ -68,7 +69,7 @@ func TestMknod(t *testing.T) {
 		}
 		_, err := tr.Mknod(ctx, "d/fifo", unix.S_IFIFO|0o600, 0)
 		wantErrno(t, "Mknod over an existing name", err, syscall.EEXIST)
-		// Device nodes: refused (no share allows them yet), EPERM, and
+		// Device nodes: refused without allow_devices, EPERM, and
 		// nothing is made.
 		for _, typ := range []uint32{unix.S_IFCHR, unix.S_IFBLK} {
 			_, err := tr.Mknod(ctx, "d/dev", typ|0o666, 0x0103)
@@ -101,6 +102,61 @@ func TestMknod(t *testing.T) {
 			t.Errorf("Unlink a socket node: %v", err)
 		}
 	})
+}
+
+// TestMknodDevices: on a share with allow_devices MKNOD makes device nodes
+// as the tree's account — root's is made (CAP_MKNOD) with its number and
+// owner; an ordinary account's is refused by the kernel, EPERM, and none
+// is made — and without allow_devices even root's is refused.
+func TestMknodDevices(t *testing.T) {
+	if !share.PerUser() {
+		t.Skip("SKIP: not root: no device nodes, and every user acts as the server's account")
+	}
+	root := share.Account{Name: "root"}
+	nobody := share.Account{Name: "nobody", Uid: 65534, Gid: 65534}
+	e := newEnv(t, func(c *ServerConfig) {
+		c.Accounts = share.AccountsConfig{Map: map[string]string{testUser: "root", "bob": "nobody"}, Lookup: accountsOf(root, nobody)}
+		c.Shares = append(c.Shares, share.Config{Name: "devs", Path: e0(c), AllowDevices: true, AllowRoot: true},
+			share.Config{Name: "nodevs", Path: e0(c), AllowRoot: true})
+	})
+	// A directory nobody may create in: the kernel's CAP_MKNOD check is
+	// then what refuses it.
+	open := filepath.Join(e.share, "open")
+	if err := os.Mkdir(open, 0o777); err != nil || os.Chmod(open, 0o777) != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	devs := e.tree("devs")
+	dev := unix.Mkdev(1, 3)
+	a, err := devs.Mknod(ctx, "open/null", unix.S_IFCHR|0o666, uint32(dev))
+	var st unix.Stat_t
+	if err != nil || a.Mode&unix.S_IFMT != unix.S_IFCHR || uint64(a.Rdev) != dev {
+		t.Errorf("Mknod a device as root with allow_devices: %+v %v", a, err)
+	} else if err := unix.Lstat(filepath.Join(open, "null"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != dev || st.Uid != 0 {
+		t.Errorf("the device node on the server's disk: %+v %v", st, err)
+	}
+	_, err = e.tree("nodevs").Mknod(ctx, "open/null2", unix.S_IFCHR|0o666, uint32(dev))
+	wantErrno(t, "Mknod a device as root without allow_devices", err, syscall.EPERM)
+	bob, err := e.dial("bob", "bob's")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	bt, err := bob.TreeConnect(ctx, "devs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = bt.Mknod(ctx, "open/bobs", unix.S_IFBLK|0o660, uint32(dev))
+	wantErrno(t, "Mknod a device as an ordinary account", err, syscall.EPERM)
+	// The same account may make a FIFO there, owned by it.
+	if a, err := bt.Mknod(ctx, "open/fifo", unix.S_IFIFO|0o600, 0); err != nil || a.Uid != nobody.Uid {
+		t.Errorf("Mknod a FIFO as nobody: %+v %v, want owned by %d", a, err, nobody.Uid)
+	}
+	for _, n := range []string{"null2", "bobs"} {
+		if _, err := os.Lstat(filepath.Join(open, n)); !os.IsNotExist(err) {
+			t.Errorf("refused device node %s exists: %v", n, err)
+		}
+	}
 }
 
 // TestMknodReadOnlyShare: the read-only rule comes before the device
@@ -163,6 +219,22 @@ func TestIDMap(t *testing.T) {
 	// Session-scoped: no tree needed, and the session still works after.
 	if _, _, err := tr.Client().MapID(ctx, IDUserByID, uint32(uid), ""); err != nil {
 		t.Errorf("MapID on the client: %v", err)
+	}
+}
+
+// TestIDMapAccounts: IDMAP's user names come from the lookup logons use
+// (one account database for both).
+func TestIDMapAccounts(t *testing.T) {
+	carol := share.Account{Name: "carol-lwio", Uid: 61234, Gid: 61234}
+	e := newEnv(t, func(c *ServerConfig) {
+		c.Accounts = share.AccountsConfig{Map: map[string]string{testUser: "carol-lwio"}, Lookup: accountsOf(carol)}
+	})
+	tr := e.tree("data")
+	if id, _, err := tr.MapID(ctxT(t), IDUserByName, 0, "carol-lwio"); err != nil || id != carol.Uid {
+		t.Errorf("user carol-lwio → %d %v, want %d (the account lookup's)", id, err, carol.Uid)
+	}
+	if _, _, err := tr.MapID(ctxT(t), IDUserByName, 0, "no-such-user-lwio"); err != StatusNoneMapped {
+		t.Errorf("an account the lookup does not know: %v, want NONE_MAPPED", err)
 	}
 }
 

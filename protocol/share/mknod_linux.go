@@ -2,14 +2,15 @@ package share
 
 import (
 	"golang.org/x/sys/unix"
-
-	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 )
 
 // Mknod creates p as a FIFO, a UNIX-domain socket or a regular file with the
 // permission bits of mode (its S_IFMT bits say which), or as a character or
 // block device numbered rdev where the share allows device nodes
-// (devicesAllowed; otherwise STATUS_PRIVILEGE_NOT_HELD, EPERM at the mount).
+// (MknodAllowed, the share's allow_devices; otherwise
+// STATUS_PRIVILEGE_NOT_HELD, EPERM at the mount). The node is made as the
+// tree's account (its owner; the kernel refuses a device to an account
+// without CAP_MKNOD).
 // A FIFO or socket on the share is only a name with an owner and a mode:
 // clients open them locally (their kernel's pipe or socket, as on NFS) and
 // OPEN refuses them here, so none ever blocks the server. Set-user-ID and
@@ -18,7 +19,7 @@ func (t *Tree) Mknod(p string, mode, rdev uint32) (Attr, error) {
 	if err := t.writable(); err != nil {
 		return Attr{}, err
 	}
-	if err := t.mknodAllowed(mode); err != nil {
+	if err := t.sh.MknodAllowed(mode); err != nil {
 		return Attr{}, err
 	}
 	typ := mode & unix.S_IFMT
@@ -39,18 +40,4 @@ func (t *Tree) Mknod(p string, mode, rdev uint32) (Attr, error) {
 		}
 		return nil
 	})
-}
-
-// mknodAllowed is the special-file policy: FIFOs, sockets and regular
-// files may be made; device nodes only where the share allows them —
-// issue 14's allow_devices (Share.MknodAllowed) once it lands; until then
-// no share does (EPERM); any other type is EINVAL.
-func (t *Tree) mknodAllowed(mode uint32) error {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFREG, 0:
-		return nil
-	case unix.S_IFCHR, unix.S_IFBLK:
-		return ntstatus.PrivilegeNotHeld
-	}
-	return fail(unix.EINVAL)
 }
