@@ -5,18 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/lwiofs/lwiofs/smbauth"
 )
 
 // localUser is a local account a test made with useradd: a person using a
@@ -115,20 +111,15 @@ func reachable(t *testing.T, dir string) {
 	}
 }
 
-// serverConfig writes a lwio-server configuration (mode 0600: it holds NT
-// hashes) naming users and their passwords, and returns the server flags
-// that load it.
+// serverConfig is the server flags that load a configuration
+// (usersConfig) naming users and their passwords.
 func serverConfig(t *testing.T, users ...*localUser) []string {
 	t.Helper()
-	var b strings.Builder
-	for _, u := range users {
-		fmt.Fprintf(&b, "[users.%s]\nnt_hash = %q\n", u.name, smbauth.FormatNTHash(smbauth.NTHash(u.password)))
+	accts := make([]localAccount, len(users))
+	for i, u := range users {
+		accts[i] = *u
 	}
-	p := filepath.Join(t.TempDir(), "server.toml")
-	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return []string{"-config", p}
+	return []string{"-config", usersConfig(t, accts, "")}
 }
 
 // credentialsFile writes u's credentials file (mount.cifs format) at p,
@@ -191,16 +182,6 @@ func mustShAs(t *testing.T, u *localUser, dir, script string, env ...string) str
 	return out
 }
 
-// diskOwner is the uid and gid of p on the server's disk.
-func diskOwner(t *testing.T, p string) (uint32, uint32) {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Lstat(p, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Uid, st.Gid
-}
-
 // testBinaryFor copies this test binary where u can run it, to run
 // TestPOSIXAt as u.
 func testBinaryFor(t *testing.T) string {
@@ -210,20 +191,8 @@ func testBinaryFor(t *testing.T) string {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(openDir(t), "e2e.test")
-	in, err := os.Open(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
+	if err := copyFile(dst, self); err != nil || os.Chmod(dst, 0o755) != nil {
+		t.Fatalf("a copy of the test binary others may run: %v", err)
 	}
 	return dst
 }

@@ -25,7 +25,7 @@ func sharedMount(t *testing.T, acct *localUser, opts ...string) (*Server, *Mount
 		t.Fatal(err)
 	}
 	s := startServer(t, ServerConfig{Shares: map[string]string{"share": share}, Args: serverConfig(t, acct)})
-	m := mountShare(t, s, MountConfig{Password: acct.password, Options: append([]string{"username=" + acct.name, "allow_other"}, opts...)})
+	m := mountShare(t, s, MountConfig{User: acct.name, Password: acct.password, Options: append([]string{"allow_other"}, opts...)})
 	reachable(t, m.Dir)
 	return s, m
 }
@@ -119,10 +119,9 @@ cd ../tx && make -s hello && ./hello | grep -qx 42
 		posixAs(t, u, dir)
 	})
 
-	needIdentity(t, m)
 	// On the server's disk: everything the user made belongs to acct.
 	for _, p := range []string{"d1", "d1/x", "d1/renamed.txt", "private", "tx", "tx/lib/util.h", "tx/hello", "clone/f.txt"} {
-		if uid, gid := diskOwner(t, filepath.Join(m.Backing, p)); uid != acct.uid || gid != acct.gid {
+		if uid, gid := ownerOnDisk(t, filepath.Join(m.Backing, p)); uid != acct.uid || gid != acct.gid {
 			t.Errorf("%s on the server's disk is owned by %d:%d, want the account %s %d:%d", p, uid, gid, acct.name, acct.uid, acct.gid)
 		}
 	}
@@ -155,16 +154,6 @@ cd ../tx && make -s hello && ./hello | grep -qx 42
 		mustShAs(t, u, m3.Dir, "echo x > f")
 		wantOwner(t, filepath.Join(m3.Dir, "f"), acct.uid, acct.gid)
 	})
-}
-
-// needIdentity skips the rest of a test when the server does not act as
-// each user's own account (issue 14 is not in this tree yet): the mount
-// says so in its log.
-func needIdentity(t *testing.T, m *Mount) {
-	t.Helper()
-	if strings.Contains(m.p.out.String(), "the server does not say which account") {
-		t.Skip("SKIP: the server does not act as per-user accounts yet (issue 14): owners on its disk cannot be checked")
-	}
 }
 
 // wantOwner checks the owner p shows on the mount.
@@ -282,10 +271,9 @@ func TestMultiUser(t *testing.T) {
 	credentialsFile(t, filepath.Join(creds, b.name), b, b, 0o600)
 	credentialsFile(t, filepath.Join(creds, c.name), c, c, 0o644) // readable by others: refused
 	s := startServer(t, ServerConfig{Shares: map[string]string{"share": share}, Args: serverConfig(t, mnt, a, b, c, d)})
-	m := mountShare(t, s, MountConfig{Password: mnt.password, Options: []string{"username=" + mnt.name, "allow_other",
+	m := mountShare(t, s, MountConfig{User: mnt.name, Password: mnt.password, Options: []string{"allow_other",
 		"multiuser", "credentials_dir=" + creds, "idle_timeout=2"}})
 	reachable(t, m.Dir)
-	needIdentity(t, m)
 
 	for _, u := range []*localUser{a, b} {
 		mustShAs(t, u, m.Dir, fmt.Sprintf(`
@@ -297,7 +285,7 @@ test "$(stat -c %%u %s.txt)" = %d
 	}
 	for _, u := range []*localUser{a, b} {
 		for _, p := range []string{u.name + ".txt", u.name + ".d", u.name + ".d/inside"} {
-			if uid, gid := diskOwner(t, filepath.Join(share, p)); uid != u.uid || gid != u.gid {
+			if uid, gid := ownerOnDisk(t, filepath.Join(share, p)); uid != u.uid || gid != u.gid {
 				t.Errorf("%s on the server's disk is owned by %d:%d, want %s's account %d:%d", p, uid, gid, u.name, u.uid, u.gid)
 			}
 		}
@@ -336,7 +324,7 @@ test "$(stat -c %%u %s.txt)" = %d
 		t.Fatalf("lwio login as %s: %v\n%s", d.name, err, out)
 	}
 	mustShAs(t, d, m.Dir, "echo d > "+d.name+".txt")
-	if uid, _ := diskOwner(t, filepath.Join(share, d.name+".txt")); uid != d.uid {
+	if uid, _ := ownerOnDisk(t, filepath.Join(share, d.name+".txt")); uid != d.uid {
 		t.Errorf("after lwio login, %s's file is owned by %d on the server's disk, want %d", d.name, uid, d.uid)
 	}
 	bad := asUser(c, c.home, []string{"LWIO_PASSWORD=wrong"}, lwio, "login", m.Dir)
