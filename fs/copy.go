@@ -126,7 +126,9 @@ func (n *Node) Invalidate(off, size int64) syscall.Errno {
 	n.freshValid = false
 	n.freshGen++
 	n.mu.Unlock()
-	return n.NotifyContent(off, size)
+	errno := n.NotifyContent(off, size)
+	n.fs.open.dropTwins(n, off, size) // twin.go: the pages went
+	return errno
 }
 
 // CopyRange runs COPY_RANGE on the live session with the two files' handles

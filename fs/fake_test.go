@@ -317,6 +317,10 @@ func (t *dirTree) WriteAt(ctx context.Context, h session.Handle, p []byte, off i
 	if err != nil {
 		return 0, err
 	}
+	if off < 0 { // an append, as the server places it
+		n, err := unix.Pwritev2(int(f.Fd()), [][]byte{p}, -1, unix.RWF_APPEND)
+		return n, errOf(err)
+	}
 	n, err := f.WriteAt(p, off)
 	return n, errOf(err)
 }

@@ -37,6 +37,9 @@ func serve(t *testing.T, dir, sessAddr, lwAddr string, registered *atomic.Int32)
 			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
 			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
 			Logger:   log,
+			// Beside the share, so a server restarted on it finds the
+			// key its clients' file identities are sealed with.
+			StateDir: dir + ".state",
 		},
 		Engine:      server.Config{Logger: log},
 		SessionAddr: sessAddr,

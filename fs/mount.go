@@ -106,7 +106,9 @@ func (o Options) MountOptions() *gofs.Options {
 		// requests, which is what makes credits matter. PARALLEL_DIROPS is
 		// in go-fuse's defaults. WRITEBACK_CACHE is not asked for: it would
 		// hold writes in the client past close(2), breaking close-to-open.
-		ExtraCapabilities: fuse.CAP_ASYNC_DIO,
+		// DIRECT_IO_ALLOW_MMAP: files opened O_APPEND are direct I/O
+		// (append.go) and may still be mapped shared.
+		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 		// Passthrough would hand the kernel a local fd; there is none.
 		DisabledCapabilities: fuse.CAP_PASSTHROUGH,
 		// As root, mount(2) directly: no fusermount needed.
@@ -118,6 +120,9 @@ func (o Options) MountOptions() *gofs.Options {
 		// capabilities when it writes; ACLs are not enforced on this
 		// client (no CAP_POSIX_ACL) and so are not shown either.
 		IgnoreSecurityLabels: true,
+		// fcntl and flock locks go to the server (lock.go), which holds
+		// them against every other client and local process.
+		EnableLocks: true,
 	}
 	// Set-user-ID programs and device nodes on a network share must not
 	// act on this host (go-fuse's direct mount sets both by default; say
@@ -161,9 +166,18 @@ func trimNL(p []byte) []byte {
 
 // Mount mounts tree at mountpoint and returns once the kernel has the
 // mount; the caller runs until Wait returns or calls Unmount.
+// It builds what go-fuse's fs.Mount would, with rawFS between the kernel
+// and the node tree.
 func Mount(mountpoint string, tree Tree, data DataPath, opts Options) (*fuse.Server, error) {
 	root := NewRoot(tree, data, opts)
-	srv, err := gofs.Mount(mountpoint, root, opts.MountOptions())
+	mo := opts.MountOptions()
+	root.fs.extras = newRequestExtras()
+	raw := &rawFS{RawFileSystem: gofs.NewNodeFS(root, mo), x: root.fs.extras}
+	srv, err := fuse.NewServer(raw, mountpoint, &mo.MountOptions)
+	if err == nil {
+		go srv.Serve()
+		err = srv.WaitMount()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}

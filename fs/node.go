@@ -21,6 +21,9 @@ type filesystem struct {
 	data DataPath
 	opts Options
 	log  logrus.FieldLogger
+
+	extras *requestExtras // what rawFS kept of requests in flight
+	open   openNodes      // nodes with open files (lock.go)
 }
 
 // Node is one file, directory or symlink of the share. It keeps no path:

@@ -60,16 +60,24 @@ var errNotConnected = syscall.ENOTCONN
 // on their next use. It keeps, per open file, the path and open flags that
 // re-opening needs; paths follow renames done through the mount.
 //
+// Open files are durable handles (durable.go): after a reconnect each is
+// reclaimed — the same open, with its locks — or, when the server lost it
+// (a restart), re-opened by its identity: the same file or ESTALE, never
+// whatever now has its name; a file whose locks were lost that way fails
+// its I/O and lock calls with EIO. All of them are re-opened at once after
+// the reconnect, before anything else runs, so that locks are reclaimed
+// within the server's durable timeout even by an idle program.
+//
 // What is replayed after a reconnect: every read-only operation (getattr,
 // readdir, readlink, statfs, xattr reads), setattr (it sets absolute
-// values), fsync, and reads and writes at explicit offsets. What is not: an
-// operation that changes the namespace (create, mkdir, unlink, rmdir,
-// rename, link, symlink, setxattr, removexattr) whose request may have
-// reached the server before the connection broke returns an error rather
-// than risk doing it twice; if the connection was already known dead
-// before it was sent, it waits for the reconnect and runs once. A file
-// unlinked while open cannot be re-opened: its I/O fails with ESTALE.
-// Byte-range locks and O_EXCL exclusivity are not re-established.
+// values), fsync, reads and writes at explicit offsets, locks, and opens
+// and creates (the server recognises a replayed open by its durable id and
+// answers it with the open the first one made). What is not: an append, and
+// an operation that changes the namespace (mkdir, unlink, rmdir, rename,
+// link, symlink, setxattr, removexattr), whose request may have reached the
+// server before the connection broke: it returns an error rather than risk
+// doing it twice; if the connection was already known dead before it was
+// sent, it waits for the reconnect and runs once.
 type Reconnector struct {
 	dial Dialer
 	log  logrus.FieldLogger
@@ -82,7 +90,8 @@ type Reconnector struct {
 	closed  bool
 	handles map[session.Handle]*vhandle
 	next    session.Handle
-	stats   *Stats // CountInto; nil counts nothing
+	orphans []session.DurableID // durable opens closed while disconnected (durable.go)
+	stats   *Stats              // CountInto; nil counts nothing
 }
 
 // vhandle is an open file as the mount knows it: a handle number stable
@@ -94,6 +103,12 @@ type vhandle struct {
 	real     session.Handle
 	gen      uint64
 	unlinked bool
+
+	id     session.DurableID   // zero: not durable (the session offers none)
+	fileID []byte              // the file's sealed identity, for a reopen after a restart
+	owners map[uint64]struct{} // lock owners that took locks through it
+	lost   bool                // its locks are gone with the server: EIO
+	stale  bool                // the file is gone or was replaced: ESTALE
 }
 
 // NewReconnector dials the first session (its error is returned as is, so
@@ -195,6 +210,10 @@ func (r *Reconnector) redialLoop() {
 		cancel()
 		if err == nil {
 			r.mu.Lock()
+			gen := r.gen + 1
+			r.mu.Unlock()
+			r.reopenAll(s, gen)
+			r.mu.Lock()
 			if r.closed {
 				r.mu.Unlock()
 				if s.Close != nil {
@@ -202,12 +221,11 @@ func (r *Reconnector) redialLoop() {
 				}
 				return
 			}
-			r.gen++
+			r.gen = gen
 			r.cur = s
 			if r.stats != nil {
 				r.stats.reconnects.Add(1)
 			}
-			gen := r.gen
 			close(r.redial)
 			r.redial = nil
 			r.mu.Unlock()
@@ -321,19 +339,16 @@ func (r *Reconnector) Rmdir(ctx context.Context, path string) error {
 }
 
 func (r *Reconnector) Open(ctx context.Context, path string, flags int, mode uint32) (session.Handle, session.Attr, error) {
-	var real session.Handle
+	h := &vhandle{path: path, flags: flags}
 	var a session.Attr
-	var gen uint64
-	replay := flags&syscall.O_CREAT == 0 // opening an existing file twice is harmless
-	err := r.do(ctx, replay, func(s *Session, g uint64) (err error) {
-		real, a, err = s.Tree.Open(ctx, path, flags, mode)
-		gen = g
+	err := r.do(ctx, true, func(s *Session, g uint64) (err error) {
+		a, err = r.open(ctx, s, g, h, mode)
 		return err
 	})
 	if err != nil {
 		return 0, a, err
 	}
-	return r.addHandle(&vhandle{path: path, flags: flags, real: real, gen: gen}), a, nil
+	return r.addHandle(h), a, nil
 }
 
 // addHandle numbers an open file of the mount.
@@ -356,14 +371,24 @@ func (r *Reconnector) realHandle(ctx context.Context, s *Session, gen uint64, vh
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := h.failed(); err != nil {
+		return 0, err
+	}
 	if h.gen == gen {
 		return h.real, nil
+	}
+	if !h.id.IsZero() {
+		if err := r.reopen(ctx, s, gen, h); err != nil {
+			return 0, err
+		}
+		return h.real, h.failed()
 	}
 	if h.unlinked {
 		return 0, syscall.ESTALE
 	}
-	// The file exists already (or did): never create, truncate or insist
-	// on exclusivity again.
+	// A session without durable handles (a test's fake): by path. The
+	// file exists already (or did): never create, truncate or insist on
+	// exclusivity again.
 	real, _, err := s.Tree.Open(ctx, h.path, h.flags&^(syscall.O_CREAT|syscall.O_EXCL|syscall.O_TRUNC), 0)
 	if err != nil {
 		if !protocol.IsConnectionLost(err) {
@@ -390,7 +415,10 @@ func (r *Reconnector) CloseHandle(ctx context.Context, vh session.Handle) error 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s == nil || h.gen != gen {
-		return nil // it died with its session
+		// It died with its session — or, durable, waits on the server
+		// for a reclaim that must close it (closeOrphans).
+		r.orphan(h)
+		return nil
 	}
 	err := s.Tree.CloseHandle(ctx, h.real)
 	if protocol.IsConnectionLost(err) {
@@ -513,9 +541,10 @@ func (r *Reconnector) ReadAt(ctx context.Context, vh session.Handle, p []byte, o
 }
 
 // WriteAt writes to an open file over the session channel (HandleIO),
-// re-opening it after a reconnect; replayed, as the offset is explicit.
+// re-opening it after a reconnect; replayed when the offset is explicit,
+// not when it appends (off < 0).
 func (r *Reconnector) WriteAt(ctx context.Context, vh session.Handle, p []byte, off int64) (n int, err error) {
-	err = r.withHandle(ctx, vh, func(s *Session, real session.Handle) error {
+	err = r.onHandle(ctx, vh, off >= 0, func(s *Session, real session.Handle) error {
 		n, err = s.Tree.WriteAt(ctx, real, p, off)
 		return err
 	})
@@ -526,7 +555,12 @@ func (r *Reconnector) WriteAt(ctx context.Context, vh session.Handle, p []byte, 
 // withHandle runs op, replayed, on the live session with vh's handle there,
 // re-opening the file by its path after a reconnect.
 func (r *Reconnector) withHandle(ctx context.Context, vh session.Handle, op func(s *Session, real session.Handle) error) error {
-	return r.do(ctx, true, func(s *Session, gen uint64) error {
+	return r.onHandle(ctx, vh, true, op)
+}
+
+// onHandle is withHandle, replayed only when replay.
+func (r *Reconnector) onHandle(ctx context.Context, vh session.Handle, replay bool, op func(s *Session, real session.Handle) error) error {
+	return r.do(ctx, replay, func(s *Session, gen uint64) error {
 		real, err := r.realHandle(ctx, s, gen, vh)
 		if err != nil {
 			return err
@@ -577,7 +611,13 @@ func (f *reFile) current(ctx context.Context, s *Session, gen uint64) (DataFile,
 }
 
 func (f *reFile) io(ctx context.Context, op func(DataFile) (int, error)) (n int, err error) {
-	err = f.r.do(ctx, true, func(s *Session, gen uint64) error {
+	return f.ioReplay(ctx, true, op)
+}
+
+// ioReplay is io, replayed after a lost connection only when replay: an
+// append that may have reached the server is not sent twice.
+func (f *reFile) ioReplay(ctx context.Context, replay bool, op func(DataFile) (int, error)) (n int, err error) {
+	err = f.r.do(ctx, replay, func(s *Session, gen uint64) error {
 		df, err := f.current(ctx, s, gen)
 		if err != nil {
 			return err
@@ -593,7 +633,7 @@ func (f *reFile) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 }
 
 func (f *reFile) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
-	return f.io(ctx, func(df DataFile) (int, error) { return df.WriteAt(ctx, p, off) })
+	return f.ioReplay(ctx, off >= 0, func(df DataFile) (int, error) { return df.WriteAt(ctx, p, off) })
 }
 
 func (f *reFile) WriteV(ctx context.Context, pages [][]byte, off int64) (int, error) {

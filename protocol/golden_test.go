@@ -61,6 +61,10 @@ func TestGoldenRequests(t *testing.T) {
 		{"WRITE 15C", appendOf(NewWriteRequest(0x0102, 0x200, []byte("hello"), 3, PollingMode(0x1122334455667788, 0x99aabbcc))), `
 			05000000 01 00 03 ff 0201 0000 00000000 0002000000000000 ` + z(12) + `
 			ccbbaa99 8877665544332211 68656c6c6f`},
+		{"WRITE at end of file", appendOf(NewWriteRequest(0x0102, WriteToEndOfFile, []byte("hi"), 3, InterruptMode(0, 9))), `
+			02000000 01 80 03 ff 0201 0000 00000000 | Length 2, WRITE
+			ffffffffffffffff | Offset FILE_WRITE_TO_END_OF_FILE
+			` + z(16) + ` 0900000000000000 6869`},
 		{"VEC_READ 16A", appendOf(NewVecReadRequest(7, 0x10000, 5096, 4096, regions, 2, InterruptMode(1, 2))), `
 			e8130000 02 80 02 ff 0700 0000 00000000 | Length 5096, VEC_READ
 			0000010000000000 | Offset

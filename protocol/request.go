@@ -37,6 +37,7 @@ const knownFlags = FlagInterrupt | FlagControl | FlagCollapse
 //     AUTH and REGISTER, the whole message; CLOSE, CANCEL, CREDIT and
 //     INTERRUPT, HeaderSize;
 //   - Marker is 0xFF on READ, WRITE, VEC_READ and VEC_WRITE;
+//   - Offset WriteToEndOfFile (an append) only on WRITE;
 //   - the parameter blocks and region lists as their own decoders do.
 //
 // Semantic checks (is the Fid registered, is Length within the negotiated
@@ -61,6 +62,9 @@ func DecodeRequest(b []byte) (Request, error) {
 	body := b[HeaderSize:]
 	if h.Opcode.IsIO() && h.Marker != MarkerIO {
 		return r, fieldErr(msg, "Marker", "0x%02x, want 0x%02x", h.Marker, MarkerIO)
+	}
+	if h.Offset == WriteToEndOfFile && h.Opcode.IsIO() && h.Opcode != OpWrite {
+		return r, fieldErr(msg, "Offset", "FILE_WRITE_TO_END_OF_FILE (0x%x) on a %s: only WRITE appends", WriteToEndOfFile, msg)
 	}
 	switch h.Opcode {
 	case OpRead:

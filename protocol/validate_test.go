@@ -141,10 +141,24 @@ func TestDecodeRequestRejects(t *testing.T) {
 		{"CLOSE Length 0", edit(closeMsg, put32(0, 0)), "CLOSE", "Length"},
 		{"CLOSE trailing", edit(closeMsg, extra(0)), "CLOSE", "Length"},
 		{"INTERRUPT trailing", edit(headerBytes(NewInterruptRequest(1, 1)), extra(0)), "INTERRUPT", "Length"},
+		{"READ at end of file", edit(read, toEOF), "READ", "Offset"},
+		{"VEC_READ at end of file", edit(vecr, toEOF), "VEC_READ", "Offset"},
+		{"VEC_WRITE at end of file", edit(vecw, toEOF), "VEC_WRITE", "Offset"},
+		{"collapsed VEC_WRITE at end of file", edit(coll, toEOF), "VEC_WRITE", "Offset"},
 	} {
 		_, err := DecodeRequest(c.b)
 		wantFieldErr(t, c.name, err, c.msg, c.field)
 	}
+	// A WRITE may append: Offset WriteToEndOfFile.
+	if r, err := DecodeRequest(edit(write, toEOF)); err != nil || r.Header.Offset != WriteToEndOfFile {
+		t.Errorf("WRITE at end of file: %v, offset %#x", err, r.Header.Offset)
+	}
+}
+
+// toEOF sets a message's Offset to WriteToEndOfFile.
+func toEOF(b []byte) []byte {
+	binary.LittleEndian.PutUint64(b[16:], WriteToEndOfFile)
+	return b
 }
 
 func TestDecodeSessionRejects(t *testing.T) {

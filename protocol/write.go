@@ -11,6 +11,14 @@ type WriteRequest struct {
 	Data []byte
 }
 
+// WriteToEndOfFile as a WRITE's Offset asks the server to write the data
+// at the end of the file as it is at the moment of the write, atomically
+// with every other writer — an O_APPEND write. It is MS-FSA's
+// FILE_WRITE_TO_END_OF_FILE (ByteOffset 0xFFFFFFFFFFFFFFFF, [MS-FSA]
+// 2.1.5.4), this project's choice for LWIO, which the seed leaves open; the
+// session channel's WRITE takes it too. Only WRITE may carry it.
+const WriteToEndOfFile uint64 = 0xFFFFFFFFFFFFFFFF
+
 // NewWriteRequest builds the write message (FIG. 15A interrupt mode, FIG.
 // 15C polling mode): Length = len(data), Opcode WRITE, Offset, Flags per c,
 // Marker 0xFF, Credits, Fid, c's cookies or status block address, and data

@@ -323,8 +323,11 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 		s := &Server{Addr: freeAddr(t), Soft: freeAddr(t), Shares: cfg.Shares}
 		// The test user has no Unix account: it acts as root (which the
 		// tests run as) on shares that allow it. identity_test.go tests
-		// users acting as their own accounts.
-		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser, "-account", "root", "-allow-root"}
+		// users acting as their own accounts. A state directory of its own
+		// (kept across crashAndRestart: the same arguments), not the
+		// host's /var/lib/lwio.
+		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser, "-account", "root", "-allow-root",
+			"-state-dir", filepath.Join(t.TempDir(), "state")}
 		for name, path := range cfg.Shares {
 			args = append(args, "-share", name+"="+path)
 		}
@@ -374,10 +377,26 @@ func (s *Server) crashAndRestart(t testing.TB) {
 	t.Helper()
 	_ = s.p.cmd.Process.Kill()
 	<-s.p.done
+	s.restart(t)
+}
+
+// restart starts the server again, with the same arguments, after it died.
+func (s *Server) restart(t testing.TB) {
+	t.Helper()
 	s.p = startProc(t, "lwio-server (restarted)", []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, s.args...)
 	if !waitListening(s.Addr, s.p) {
 		t.Fatalf("the restarted lwio-server is not listening on %s:\n%s", s.Addr, s.p.out)
 	}
+}
+
+// kill ends the mount's process with SIGKILL — its session dies with no
+// goodbye — and detaches the dead mount.
+func (m *Mount) kill(t testing.TB) {
+	t.Helper()
+	m.killed = true
+	_ = m.p.cmd.Process.Kill()
+	<-m.p.done
+	forceUnmount(m.Dir)
 }
 
 // URL is the //host:port/share argument of lwio-mount.
@@ -388,6 +407,7 @@ type Mount struct {
 	Dir     string // the mountpoint
 	Backing string // the same directory on local disk
 	p       *proc
+	killed  bool // kill made its process die; the cleanup only unmounts
 }
 
 // MountConfig is what a test asks of lwio-mount.
@@ -483,6 +503,9 @@ func waitMounted(t testing.TB, p *proc, mnt, backing string) *Mount {
 // and falls back to a lazy unmount so that no test leaves a mount behind.
 func (m *Mount) unmount(t testing.TB) {
 	err := m.p.stop()
+	if m.killed {
+		err = nil
+	}
 	if err != nil {
 		t.Errorf("%s on SIGTERM: %v (want a clean unmount and exit 0)\n%s", m.p.name, err, m.p.out)
 	} else if t.Failed() {

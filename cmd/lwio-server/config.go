@@ -21,6 +21,7 @@ import (
 //
 //	server_name = "fileserver"        # default: the host name
 //	domain = "LWIO"
+//	state_dir = "/var/lib/lwio"       # the identity key of durable handles
 //	encrypt = "if_required"           # sealing: off, if_required, desired, required
 //	guest_account = "nobody"          # a user without a Unix account acts as it; default: refused
 //	[log]
@@ -43,6 +44,7 @@ import (
 //	max_pending_per_address = 64
 //	idle_timeout = 300                # seconds; a logged-on session idle that long is closed; -1 never
 //	logon_delay_max = 30              # seconds: the most a failed logon delays the next
+//	durable_timeout = 60              # seconds an open file outlives its connection; -1 none
 //	[shares.demo]
 //	path = "/srv/demo"
 //	read_only = false
@@ -57,6 +59,7 @@ import (
 type Config struct {
 	ServerName   string                 `toml:"server_name"`
 	Domain       string                 `toml:"domain"`
+	StateDir     string                 `toml:"state_dir"`
 	Encrypt      string                 `toml:"encrypt"`
 	GuestAccount string                 `toml:"guest_account"`
 	Log          LogConfig              `toml:"log"`
@@ -112,6 +115,8 @@ type LimitsConfig struct {
 	// LogonDelayMax (seconds) caps the delay failed logons put on the
 	// next attempt of the same user from the same address.
 	LogonDelayMax int `toml:"logon_delay_max"`
+	// DurableTimeout is in seconds; 0 the default, negative none.
+	DurableTimeout int `toml:"durable_timeout"`
 }
 
 // ShareConfig is one [shares.NAME].
@@ -138,6 +143,10 @@ type UserConfig struct {
 
 // DefaultSessionAddr is where the session channel listens by default.
 const DefaultSessionAddr = "0.0.0.0:4450"
+
+// DefaultStateDir keeps what must survive a restart (the key that seals
+// file identities) when state_dir is not set.
+const DefaultStateDir = "/var/lib/lwio"
 
 // loadConfig reads a configuration file, refusing unknown keys (a typo
 // should not silently mean a default).

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/lwiofs/lwiofs/cmd/internal/cli"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -42,6 +43,8 @@ type flags struct {
 	encrypt   string
 	logLevel  string
 	logFormat string
+	stateDir  string
+	durable   time.Duration
 	set       map[string]bool // flags given explicitly
 }
 
@@ -61,6 +64,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.encrypt, "encrypt", "if_required", "sealing (encryption) of the session channel, `MODE`: off, if_required, desired or required")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&f.stateDir, "state-dir", "", "`directory` of the key durable handles survive a restart with (default "+DefaultStateDir+")")
+	fs.DurationVar(&f.durable, "durable-timeout", 0, "how long an open file and its locks outlive a lost connection (default 60s; negative: not at all)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-metrics ADDR] [-encrypt MODE] -user NAME [-account ACCOUNT] [-allow-root]\n       %s adduser -config FILE NAME\n", prog, prog, prog)
 		fs.PrintDefaults()
@@ -126,6 +131,17 @@ func buildConfig(f *flags) (*Config, error) {
 		for name, s := range c.Shares {
 			s.AllowRoot = true
 			c.Shares[name] = s
+		}
+	}
+	if f.set["state-dir"] {
+		c.StateDir = f.stateDir
+	}
+	if f.set["durable-timeout"] {
+		c.Limits.DurableTimeout = int(f.durable / time.Second)
+		if f.durable < 0 {
+			c.Limits.DurableTimeout = -1
+		} else if c.Limits.DurableTimeout == 0 {
+			c.Limits.DurableTimeout = 1 // shorter than a second rounds up, not to the default
 		}
 	}
 	if f.set["encrypt"] {

@@ -86,6 +86,8 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 				Map:   map[string]string{},
 				Guest: c.GuestAccount,
 			},
+			StateDir:          stateDir(c, log),
+			DurableTimeout:    seconds(c.Limits.DurableTimeout),
 			MaxUserHandles:    c.Limits.MaxOpenFilesPerUser,
 			MaxOpenFiles:      c.Limits.MaxOpenFiles,
 			MaxPending:        c.Limits.MaxPendingConnections,
@@ -150,6 +152,21 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 
 // seconds is n seconds; -1 is the session server's "never" (negative).
 func seconds(n int) time.Duration { return time.Duration(n) * time.Second }
+
+// stateDir is the state directory: state_dir as given (the server then
+// fails to start if it cannot be used), or DefaultStateDir when it can be
+// made — else none, with a warning: durable handles then do not survive a
+// restart (clients get ESTALE on the files they had open).
+func stateDir(c *Config, log *logrus.Logger) string {
+	if c.StateDir != "" {
+		return c.StateDir
+	}
+	if _, err := share.LoadIdentityKey(DefaultStateDir); err != nil {
+		log.WithError(err).WithField("state_dir", DefaultStateDir).Warn("no state directory: files clients have open will be ESTALE to them after a restart (set state_dir)")
+		return ""
+	}
+	return DefaultStateDir
+}
 
 func logStart(c *Config, log *logrus.Logger, srv *fileserver.Server) {
 	for _, name := range sortedKeys(c.Shares) {

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -15,8 +16,10 @@ func TestServerConfig(t *testing.T) {
 		Users:       map[string]UserConfig{"u": {NTHash: smbauth.FormatNTHash(smbauth.NTHash("pw"))}},
 		Limits:      LimitsConfig{CreditsPerConnection: 7, Workers: 3},
 		Listen:      ListenConfig{Session: "127.0.0.1:5000", Softrdma: []string{"127.0.0.1:5001", "127.0.0.1:5002"}, Metrics: "127.0.0.1:9450"},
+		StateDir:    t.TempDir(),
 		softrdmaSet: true,
 	}
+	c.Limits.DurableTimeout = 5
 	log := logrus.New()
 	log.Out = io.Discard
 	fc, err := serverConfig(c, log)
@@ -29,6 +32,9 @@ func TestServerConfig(t *testing.T) {
 	}
 	if sc.Users["u"] != smbauth.NTHash("pw") {
 		t.Errorf("user hash not carried")
+	}
+	if sc.StateDir != c.StateDir || sc.DurableTimeout != 5*time.Second {
+		t.Errorf("state_dir %q, durable_timeout %v not carried", sc.StateDir, sc.DurableTimeout)
 	}
 	if fc.Engine.Credits != 7 || fc.Engine.MaxCredits != 7 || fc.Engine.Workers != 3 {
 		t.Errorf("limits not carried: %+v", fc.Engine)

@@ -73,6 +73,35 @@ func TestReadWrite(t *testing.T) {
 	})
 }
 
+// TestAppend: WriteAt at a negative offset appends through WRITE at
+// WriteToEndOfFile, whatever the file's size is meanwhile — the server
+// places it — in each completion mode.
+func TestAppend(t *testing.T) {
+	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
+		key, path := s.file(t, "log", []byte("head\n"))
+		f := s.register(t, cl, key, 0)
+		ctx := ctxT(t)
+		if n, err := f.WriteAt(ctx, []byte("one\n"), -1); n != 4 || err != nil {
+			t.Fatalf("append = %d %v", n, err)
+		}
+		// Someone else grows the file; the next append lands after it.
+		if err := os.WriteFile(path, []byte("head\none\nlocal\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		big := bytes.Repeat([]byte("b"), cl.MaxWrite()+10) // two requests, each appended
+		if n, err := f.WriteAt(ctx, big, -1); n != len(big) || err != nil {
+			t.Fatalf("large append = %d %v", n, err)
+		}
+		if _, err := f.WriteV(ctx, [][]byte{make([]byte, 4096)}, -1); err == nil {
+			t.Error("a vectored append was sent")
+		}
+		disk, _ := os.ReadFile(path)
+		if want := append([]byte("head\none\nlocal\n"), big...); !bytes.Equal(disk, want) {
+			t.Errorf("file is %d bytes %q…, want %d", len(disk), disk[:min(len(disk), 20)], len(want))
+		}
+	})
+}
+
 // The completion mode can differ per file, so per request.
 func TestMixedModes(t *testing.T) {
 	e := newEnv(t, server.Config{})

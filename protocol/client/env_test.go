@@ -15,6 +15,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -84,6 +85,9 @@ type osFile struct {
 }
 
 func (f osFile) ReadOnly() bool { return f.ro }
+
+// Append is share.OpenFile's, for the engine's WriteToEndOfFile.
+func (f osFile) Append(p []byte) (int, int64, error) { return share.AppendFile(f.File, p) }
 
 // env is a server on the soft provider and what a client needs to reach it.
 type env struct {

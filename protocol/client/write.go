@@ -10,12 +10,19 @@ import (
 	"github.com/lwiofs/lwiofs/transport"
 )
 
-// WriteAt writes p at off, in requests of at most MaxWrite bytes.
+// WriteAt writes p at off, in requests of at most MaxWrite bytes. A
+// negative off appends: each request carries the offset
+// protocol.WriteToEndOfFile and the server places it at the end of the
+// file as it is then.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	total := 0
 	for total < len(p) || len(p) == 0 {
 		n := min(len(p)-total, f.cl.MaxWrite())
-		got, err := f.writeChunk(ctx, p[total:total+n], off+int64(total))
+		at := off + int64(total)
+		if off < 0 {
+			at = -1 // uint64: WriteToEndOfFile
+		}
+		got, err := f.writeChunk(ctx, p[total:total+n], at)
 		total += got
 		if err != nil {
 			return total, err
@@ -89,6 +96,9 @@ func (c *conn) sendWrite(ctx context.Context, sl *slot, req *protocol.WriteReque
 // FILE_NO_INTERMEDIATE_BUFFERING and the page sizes of the two ends are
 // multiples of each other, only one page is sent (COLLAPSE, FIG. 17B/C).
 func (f *File) WriteV(ctx context.Context, pages [][]byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("lwio writev at %d: only WriteAt appends: %w", off, protocol.StatusInvalidParameter)
+	}
 	ps, total, err := checkPages("writev", pages)
 	if err != nil || total == 0 {
 		return 0, err

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -89,6 +90,9 @@ func (g *gatedFile) WriteAt(p []byte, off int64) (int, error) {
 type osFile struct{ *os.File }
 
 func (osFile) ReadOnly() bool { return false }
+
+// Append is share.OpenFile's, for the engine's WriteToEndOfFile.
+func (f osFile) Append(p []byte) (int, int64, error) { return share.AppendFile(f.File, p) }
 
 type env struct {
 	t    *testing.T

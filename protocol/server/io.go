@@ -162,6 +162,13 @@ func (c *conn) vecRead(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Sta
 // the data is written straight from the receive buffer, which is reposted
 // afterwards.
 func (c *conn) write(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status, uint32) {
+	if sl.req.Header.Offset == protocol.WriteToEndOfFile {
+		// An O_APPEND write: the file places it at its end (DecodeRequest
+		// allows the offset on WRITE alone). The completion carries the
+		// count only; the client learns the new size by asking.
+		got, _, err := fe.file.Append(sl.req.Data)
+		return nil, statusOrSuccess(err), uint32(got)
+	}
 	// A write the share's read-only rule forbids fails in WriteAt.
 	got, err := fe.file.WriteAt(sl.req.Data, int64(sl.req.Header.Offset))
 	return nil, statusOrSuccess(err), uint32(got)

@@ -360,6 +360,15 @@ func (c *Client) closeAbandoned(f Frame) {
 // into resp when the status is success (or MORE_PROCESSING_REQUIRED). The
 // status is in the returned header, not the error.
 func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, resp message) (Header, error) {
+	return c.exchange(ctx, cmd, tree, req, resp, nil)
+}
+
+// exchange is roundTrip with a way out for a caller that gives up: when ctx
+// ends first, giveUp (if not nil) may still produce the request's answer
+// (a CANCEL's outcome, lock.go); otherwise the answer, when it comes, is
+// dropped.
+func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, resp message,
+	giveUp func(id uint64, ch chan Frame) (Frame, bool)) (Header, error) {
 	if err := ctx.Err(); err != nil {
 		return Header{}, err
 	}
@@ -418,12 +427,18 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 	select {
 	case f = <-ch:
 	case <-ctx.Done():
-		c.mu.Lock()
-		if _, still := c.pending[id]; still {
-			c.pending[id] = nil // the response, when it comes, is dropped
+		var ok bool
+		if giveUp != nil {
+			f, ok = giveUp(id, ch)
 		}
-		c.mu.Unlock()
-		return Header{}, ctx.Err()
+		if !ok {
+			c.mu.Lock()
+			if _, still := c.pending[id]; still {
+				c.pending[id] = nil // the response, when it comes, is dropped
+			}
+			c.mu.Unlock()
+			return Header{}, ctx.Err()
+		}
 	case <-c.done:
 		// The response may have been delivered just before the
 		// connection ended (LOGOFF is answered, then closed).

@@ -22,6 +22,8 @@ type coder interface {
 	// time is seconds (i64) and nanoseconds (u32) since the Unix epoch;
 	// the zero time.Time is 0, 0.
 	time(*time.Time)
+	// guid is 16 bytes as they are (an id chosen by one end).
+	guid(*[16]byte)
 	// count is the u32 length of a list whose elements take at least min
 	// bytes each: the decoder refuses a count the rest of the body cannot
 	// hold before anything is allocated. It reports whether to go on.
@@ -90,6 +92,8 @@ func (e *encoder) time(t *time.Time) {
 	e.b = binary.LittleEndian.AppendUint64(e.b, sec)
 	e.b = binary.LittleEndian.AppendUint32(e.b, nsec)
 }
+
+func (e *encoder) guid(g *[16]byte) { e.b = append(e.b, g[:]...) }
 
 func (e *encoder) count(n *int, _ int) bool {
 	e.b = binary.LittleEndian.AppendUint32(e.b, uint32(*n))
@@ -179,6 +183,12 @@ func (d *decoder) time(t *time.Time) {
 		d.fail("nanoseconds %d out of range", nsec)
 	default:
 		*t = time.Unix(int64(sec), int64(nsec))
+	}
+}
+
+func (d *decoder) guid(g *[16]byte) {
+	if p := d.need(16, "guid"); p != nil {
+		copy(g[:], p)
 	}
 }
 

@@ -139,11 +139,9 @@ func (s *Server) serverSide(ss *serverSession, tr *share.Tree, cmd Command, req 
 		pos, err := of.file.Seek(int64(r.Offset), int(r.Whence))
 		return &offsetMsg{uint64(pos)}, err
 	case *openReq: // TMPFILE
-		f, a, err := tr.Tmpfile(r.Path, int(r.Flags), r.Mode)
-		if err != nil {
-			return nil, err
-		}
-		return s.addOpen(ss, f, a)
+		return s.newOpen(ss, r.DurableID, func() (*share.OpenFile, Attr, error) {
+			return tr.Tmpfile(r.Path, int(r.Flags), r.Mode)
+		})
 	case *linkHandleReq:
 		of, err := ss.fileIn(tr, r.Handle)
 		if err != nil {
@@ -195,17 +193,6 @@ func (s *Server) copySource(ss *serverSession, tr *share.Tree, r *copyRangeReq) 
 		return nil, protocol.StatusAccessDenied
 	}
 	return of, nil
-}
-
-// addOpen registers an opened file as a handle of the session (OPEN,
-// TMPFILE), closing it when the session holds too many.
-func (s *Server) addOpen(ss *serverSession, f *share.OpenFile, a Attr) (*openResp, error) {
-	hd, err := s.newHandle(ss, func() (*share.OpenFile, error) { return f, nil })
-	if err != nil {
-		f.Close() // again, if newHandle did: harmless
-		return nil, err
-	}
-	return &openResp{Handle: hd, Attr: a}, nil
 }
 
 // Client side.

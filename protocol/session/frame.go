@@ -91,10 +91,15 @@ const (
 	CmdPipeOpen       Command = 26 // opens a named pipe (\PIPE\LWIO)
 	CmdPipeTransact   Command = 27 // one request/response on a pipe handle
 	CmdEcho           Command = 28 // keepalive; an empty body both ways
+	CmdLock           Command = 29 // byte-range or flock lock/unlock on a Handle, waiting or not (lock.go)
+	CmdUnlock         Command = 30 // every lock of one owner on a Handle's file
+	CmdGetLk          Command = 31 // the first lock that would conflict (F_GETLK)
+	CmdCancel         Command = 32 // cancels a pending request by MessageID (SMB2 CANCEL)
+	// 33–35 are reserved (leases).
+	CmdReopen Command = 36 // reclaims a durable handle, or re-opens a file by identity (durable.go)
 
-	// 29–36, 43, 44, 46 and 47 are reserved for other commands (locks,
-	// leases, durable handles, identity); MKNOD (37) and IDMAP (45) are
-	// in mknod.go and idmap.go.
+	// 43, 44, 46 and 47 are reserved for other commands (batch forms,
+	// identity); MKNOD (37) and IDMAP (45) are in mknod.go and idmap.go.
 
 	CmdCopyRange  Command = 38 // copy_file_range between two opens, on the server
 	CmdFallocate  Command = 39 // fallocate on a Handle
@@ -117,6 +122,7 @@ var commandNames = [cmdLimit]string{
 	CmdStatFS: "STATFS", CmdFsync: "FSYNC", CmdGetXattr: "GETXATTR", CmdSetXattr: "SETXATTR",
 	CmdListXattr: "LISTXATTR", CmdRemoveXattr: "REMOVEXATTR", CmdIoctl: "IOCTL",
 	CmdPipeOpen: "PIPE_OPEN", CmdPipeTransact: "PIPE_TRANSACT", CmdEcho: "ECHO",
+	CmdLock: "LOCK", CmdUnlock: "UNLOCK", CmdGetLk: "GETLK", CmdCancel: "CANCEL", CmdReopen: "REOPEN",
 	CmdCopyRange: "COPY_RANGE", CmdFallocate: "FALLOCATE", CmdSeek: "SEEK", CmdTmpfile: "TMPFILE",
 	CmdLinkHandle: "LINKAT_HANDLE",
 }

@@ -150,13 +150,13 @@ var samples = []message{
 	&readDirReq{Path: "d", After: "x", MaxBytes: 100},
 	&readDirResp{More: true, Entries: []DirEntry{{Name: "a", Attr: fullAttr}, {Name: "b", Attr: fullAttr}}},
 	&mkdirReq{Path: "d", Mode: 0o700},
-	&openReq{Path: "f", Flags: 0o102, Mode: 0o600},
-	&openResp{Handle: 7, Attr: fullAttr},
+	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, DurableID: DurableID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+	&openResp{Handle: 7, Attr: fullAttr, FileID: []byte("id")},
 	&handleMsg{Handle: 7},
 	&readReq{Handle: 7, Offset: 1 << 40, Length: 4096},
 	&dataMsg{Data: []byte("data")},
 	&writeReq{Handle: 7, Offset: 5, Data: []byte("data")},
-	&countMsg{Count: 4},
+	&writeResp{Count: 4, End: 9},
 	&twoPathReq{Old: "a", New: "b", Flags: 1},
 	&statFSMsg{StatFS: StatFS{Blocks: 1, Bfree: 2, Bavail: 3, Files: 4, Ffree: 5, Bsize: 6, Frsize: 7, NameLen: 8}},
 	&fsyncReq{Handle: 7, Datasync: true},
@@ -164,6 +164,12 @@ var samples = []message{
 	&namesMsg{Names: []string{"user.a", "user.b"}},
 	&ioctlReq{Handle: 7, CtlCode: FsctlSrvRequestResumeKey, Input: []byte{1}},
 	&pipeTransactReq{Handle: 7, Data: []byte("LWIO")},
+	&lockReq{Handle: 7, Owner: 0x1122334455667788, Start: 1, End: LockToEOF, Type: LockWrite, Flags: lockWait | lockFlock},
+	&unlockReq{Handle: 7, Owner: 9},
+	&lockResp{Type: LockRead, Start: 5, End: 6},
+	&cancelReq{MessageID: 42},
+	&reopenReq{DurableID: DurableID{9: 1, 15: 2}, FileID: []byte("sealed"), Path: "a/b", Flags: 2},
+	&reopenResp{Handle: 8, Attr: fullAttr, Flags: reopenReclaimed},
 }
 
 func TestBodyRoundTrip(t *testing.T) {
@@ -211,6 +217,37 @@ func TestBodyGolden(t *testing.T) {
 		Account: Account{Name: "alice", Uid: 1000, Gid: 100, Groups: []uint32{100, 27}}}
 	if got := hex.EncodeToString(marshal(tc)); got != want {
 		t.Errorf("treeConnectResp = %s, want %s", got, want)
+	}
+	for _, g := range []struct {
+		m    message
+		want string
+	}{
+		// WRITE response: Count u32, End u64.
+		{&writeResp{Count: 2, End: 0x10}, "02000000" + "1000000000000000"},
+		// OPEN request: path, Flags u32, Mode u32, DurableID [16].
+		{&openReq{Path: "f", Flags: 0x241, Mode: 0o644, DurableID: DurableID{0: 0xaa, 15: 0xbb}},
+			"0100" + "66" + "41020000" + "a4010000" + "aa0000000000000000000000000000bb"},
+		// OPEN response: Handle u64, Attr (84 bytes), FileID blob.
+		{&openResp{Handle: 3, FileID: []byte{0xf1}},
+			"0300000000000000" + strings.Repeat("00", 84) + "01000000" + "f1"},
+		// LOCK / GETLK request: Handle, Owner, Start, End u64; Type, Flags u32.
+		{&lockReq{Handle: 1, Owner: 0x0102030405060708, Start: 0x10, End: 0x7fffffffffffffff, Type: 1, Flags: 3},
+			"0100000000000000" + "0807060504030201" + "1000000000000000" + "ffffffffffffff7f" + "01000000" + "03000000"},
+		// UNLOCK request: Handle u64, Owner u64.
+		{&unlockReq{Handle: 2, Owner: 5}, "0200000000000000" + "0500000000000000"},
+		// GETLK response: Type u32, Start u64, End u64.
+		{&lockResp{Type: 0, Start: 1, End: 2}, "00000000" + "0100000000000000" + "0200000000000000"},
+		// CANCEL request: MessageID u64.
+		{&cancelReq{MessageID: 0x1234}, "3412000000000000"},
+		// REOPEN request: DurableID [16], FileID blob, path, Flags u32.
+		{&reopenReq{DurableID: DurableID{0: 1}, FileID: []byte{0xee, 0xff}, Path: "p", Flags: 2},
+			"01000000000000000000000000000000" + "02000000eeff" + "010070" + "02000000"},
+		// REOPEN response: Handle u64, Attr, Flags u32.
+		{&reopenResp{Handle: 4, Flags: 1}, "0400000000000000" + strings.Repeat("00", 84) + "01000000"},
+	} {
+		if got := hex.EncodeToString(marshal(g.m)); got != g.want {
+			t.Errorf("%T = %s, want %s", g.m, got, g.want)
+		}
 	}
 	if n := len(marshal(&attrMsg{})); n != attrWireSize || attrWireSize != 84 {
 		t.Errorf("Attr is %d bytes, attrWireSize %d, want 84", n, attrWireSize)

@@ -33,6 +33,7 @@ type env struct {
 	share   string
 	outside string
 	hook    *logtest.Hook
+	cfg     ServerConfig
 }
 
 func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
@@ -70,7 +71,15 @@ func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 		m(&cfg)
 	}
 	actAsServer(&cfg)
-	srv, err := NewServer(cfg)
+	e.cfg = cfg
+	e.serve()
+	return e
+}
+
+// serve starts a server with e.cfg on a new port.
+func (e *env) serve() {
+	t := e.t
+	srv, err := NewServer(e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +96,6 @@ func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 			t.Errorf("Serve returned %v, want ErrServerClosed", err)
 		}
 	})
-	return e
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -98,5 +101,48 @@ func TestIdleTimeout(t *testing.T) {
 	}
 	if _, err := tr.GetAttr(ctxT(t), ""); err != nil {
 		t.Errorf("the session with a keepalive: %v", err)
+	}
+}
+
+// TestHandleLimitsDurable: durable handles count against the user's
+// limit — a parked one too, as it still holds its descriptor — and a
+// REOPEN by identity after a restart takes a handle like an OPEN; the
+// reclaim of a parked open takes none (it was counted when opened).
+func TestHandleLimitsDurable(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	e := newEnv(t, func(c *ServerConfig) { c.MaxUserHandles = 2; c.StateDir = state })
+	e.writeFile("f", "f")
+	e.writeFile("g", "g")
+	ctx := ctxT(t)
+	c, _, _, id, fid := e.durableOpen("f", os.O_RDWR)
+	c.Close() // the connection goes: the open is parked
+	tr := e.tree("data")
+	if _, _, err := tr.Open(ctx, "g", os.O_RDONLY, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tr.Open(ctx, "g", os.O_RDONLY, 0); ToErrno(err) != syscall.EMFILE {
+		t.Errorf("a third open beside a parked durable one and a plain one: %v, want EMFILE", err)
+	}
+	if _, _, reclaimed, err := tr.Reopen(ctx, id, fid, "f", os.O_RDWR); err != nil || !reclaimed {
+		t.Fatalf("reclaiming the parked open at the limit: reclaimed %v, %v", reclaimed, err)
+	}
+
+	e.srv.Close()
+	e.serve()
+	tr = e.tree("data")
+	var hs []Handle
+	for range 2 {
+		h, _, err := tr.Open(ctx, "g", os.O_RDONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	if _, _, _, err := tr.Reopen(ctx, id, fid, "f", os.O_RDWR); ToErrno(err) != syscall.EMFILE {
+		t.Errorf("REOPEN by identity at the limit: %v, want EMFILE", err)
+	}
+	tr.CloseHandle(ctx, hs[0])
+	if _, _, reclaimed, err := tr.Reopen(ctx, id, fid, "f", os.O_RDWR); err != nil || reclaimed {
+		t.Errorf("REOPEN by identity below the limit: reclaimed %v, %v; want re-opened", reclaimed, err)
 	}
 }

@@ -134,21 +134,32 @@ func (m *mkdirReq) code(c coder) { c.str(&m.Path); c.u32(&m.Mode) }
 
 // openReq: Flags are Linux open(2) flags (O_ACCMODE, O_CREAT, O_EXCL,
 // O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW, O_SYNC, O_DSYNC); others are
-// ignored.
+// ignored. A non-zero DurableID, chosen by the client, asks for a durable
+// handle (durable.go): it names the open in a later REOPEN, and an OPEN
+// that repeats an id the server knows is a replay, answered with that open.
 type openReq struct {
-	Path  string
-	Flags uint32
-	Mode  uint32
+	Path      string
+	Flags     uint32
+	Mode      uint32
+	DurableID DurableID
 }
 
-func (m *openReq) code(c coder) { c.str(&m.Path); c.u32(&m.Flags); c.u32(&m.Mode) }
+func (m *openReq) code(c coder) {
+	c.str(&m.Path)
+	c.u32(&m.Flags)
+	c.u32(&m.Mode)
+	c.guid((*[16]byte)(&m.DurableID))
+}
 
+// openResp: FileID is the sealed identity of the file for a reopen after a
+// server restart (empty: none; durable.go).
 type openResp struct {
 	Handle Handle
 	Attr   Attr
+	FileID []byte
 }
 
-func (m *openResp) code(c coder) { handle(c, &m.Handle); codeAttr(c, &m.Attr) }
+func (m *openResp) code(c coder) { handle(c, &m.Handle); codeAttr(c, &m.Attr); c.blob(&m.FileID) }
 
 type handleMsg struct{ Handle Handle }
 
@@ -177,9 +188,14 @@ type writeReq struct {
 
 func (m *writeReq) code(c coder) { handle(c, &m.Handle); c.u64(&m.Offset); c.blob(&m.Data) }
 
-type countMsg struct{ Count uint32 }
+// writeResp: End is the file offset just past the bytes written — for an
+// append (Offset WriteToEndOfFile) the end of file it left.
+type writeResp struct {
+	Count uint32
+	End   uint64
+}
 
-func (m *countMsg) code(c coder) { c.u32(&m.Count) }
+func (m *writeResp) code(c coder) { c.u32(&m.Count); c.u64(&m.End) }
 
 // twoPathReq: RENAME (Old, New, Flags = RENAME_NOREPLACE|RENAME_EXCHANGE),
 // LINK (Old, New), SYMLINK (Old = target text, New = link path).
@@ -250,7 +266,7 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdOpen:           {func() message { return new(openReq) }, func() message { return new(openResp) }},
 	CmdClose:          {func() message { return new(handleMsg) }, func() message { return new(empty) }},
 	CmdRead:           {func() message { return new(readReq) }, func() message { return new(dataMsg) }},
-	CmdWrite:          {func() message { return new(writeReq) }, func() message { return new(countMsg) }},
+	CmdWrite:          {func() message { return new(writeReq) }, func() message { return new(writeResp) }},
 	CmdUnlink:         {func() message { return new(nameMsg) }, func() message { return new(empty) }},
 	CmdRename:         {func() message { return new(twoPathReq) }, func() message { return new(empty) }},
 	CmdSymlink:        {func() message { return new(twoPathReq) }, func() message { return new(attrMsg) }},
@@ -266,6 +282,11 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdPipeOpen:       {func() message { return new(nameMsg) }, func() message { return new(handleMsg) }},
 	CmdPipeTransact:   {func() message { return new(pipeTransactReq) }, func() message { return new(dataMsg) }},
 	CmdEcho:           {func() message { return new(empty) }, func() message { return new(empty) }},
+	CmdLock:           {func() message { return new(lockReq) }, func() message { return new(empty) }},
+	CmdUnlock:         {func() message { return new(unlockReq) }, func() message { return new(empty) }},
+	CmdGetLk:          {func() message { return new(lockReq) }, func() message { return new(lockResp) }},
+	CmdCancel:         {func() message { return new(cancelReq) }, func() message { return new(empty) }},
+	CmdReopen:         {func() message { return new(reopenReq) }, func() message { return new(reopenResp) }},
 	CmdCopyRange:      {func() message { return new(copyRangeReq) }, func() message { return new(copyRangeResp) }},
 	CmdFallocate:      {func() message { return new(fallocateReq) }, func() message { return new(attrMsg) }},
 	CmdSeek:           {func() message { return new(seekReq) }, func() message { return new(offsetMsg) }},

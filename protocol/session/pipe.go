@@ -21,7 +21,7 @@ func (s *Server) pipeOpen(ss *serverSession, name string) (message, error) {
 	if !strings.EqualFold(name, LWIOPipe) {
 		return nil, protocol.StatusObjectNameNotFound
 	}
-	h, err := s.newHandle(ss, func() (*share.OpenFile, error) { return nil, nil })
+	h, _, err := s.newHandle(ss, func() (*share.OpenFile, error) { return nil, nil })
 	if err != nil {
 		return nil, err
 	}

@@ -105,6 +105,17 @@ type ServerConfig struct {
 	// the same name by default; a map; a guest account). A server that
 	// is not root acts as its own account for everyone.
 	Accounts share.AccountsConfig
+	// StateDir keeps what must survive a restart: the key that seals the
+	// file identities clients re-open files by after one
+	// (share.LoadIdentityKey; created mode 0700, the key 0600). Empty means
+	// a new key per process: after a restart every file a client had open
+	// is then ESTALE to it.
+	StateDir string
+	// DurableTimeout is how long a durable open, with its locks, outlives
+	// its connection waiting for the client to reclaim it (REOPEN). Zero
+	// means DefaultDurableTimeout (60 s); negative keeps none: every open
+	// closes with its connection.
+	DurableTimeout time.Duration
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -132,7 +143,10 @@ type Server struct {
 	sessions   map[uint64]*serverSession
 	lwioKeys   map[[16]byte]*serverSession
 	resumeKeys map[[24]byte]*openFile
+	durables   map[DurableID]*openFile // durable opens, live or parked (server_durable.go)
 	connWG     sync.WaitGroup
+
+	lockTab *share.LockTable // every session's lock waits, by file
 
 	nextSession atomic.Uint64
 	nextConn    atomic.Uint64
@@ -194,6 +208,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		pending:      newPendingConns(cfg.MaxPending, cfg.MaxPendingPerAddr),
 		throttle:     newThrottle(cfg.LogonDelay, cfg.LogonDelayMax),
 		closed:       make(chan struct{}),
+		durables:     map[DurableID]*openFile{},
+		lockTab:      share.NewLockTable(),
 	}
 	users := map[string][16]byte{}
 	for u, h := range cfg.Users {
@@ -219,6 +235,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if umask := share.Umask(); umask != 0 {
 		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")
 	}
+	idKey, err := identityKey(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
 	for _, c := range cfg.Shares {
 		key := strings.ToLower(c.Name)
 		if _, dup := s.shares[key]; dup {
@@ -230,6 +250,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			s.closeShares()
 			return nil, fmt.Errorf("session: %w", err)
 		}
+		sh.SetIdentityKey(idKey)
 		s.shares[key] = sh
 		if e, ok := cfg.ShareEncrypt[c.Name]; ok {
 			s.shareEncrypt[key] = e
@@ -336,6 +357,7 @@ func (s *Server) Close() error {
 	go func() { s.connWG.Wait(); close(done) }()
 	select {
 	case <-done:
+		s.closeParked()
 		s.closeShares()
 		return nil
 	case <-time.After(s.cfg.ShutdownTimeout):
@@ -348,10 +370,12 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	select {
 	case <-done:
+		s.closeParked()
 		s.closeShares()
 		return nil
 	case <-time.After(100 * time.Millisecond):
 	}
+	s.closeParked()
 	return fmt.Errorf("session: %d connection(s) still had requests running %v after the shutdown began; closed under them", n, s.cfg.ShutdownTimeout)
 }
 
@@ -410,7 +434,9 @@ func (s *Server) registerSession(ss *serverSession) {
 	s.mu.Unlock()
 }
 
-// endSession forgets a session with everything bound to it.
+// endSession forgets a session with everything bound to it: its lock
+// waits end, and its open files close — but for the durable ones, which
+// are kept for a reconnect unless the client logged off (park).
 func (s *Server) endSession(ss *serverSession) {
 	s.mu.Lock()
 	delete(s.sessions, ss.id)
@@ -418,16 +444,20 @@ func (s *Server) endSession(ss *serverSession) {
 		delete(s.lwioKeys, k)
 	}
 	s.mu.Unlock()
+	ss.cancelWaits()
 	ss.mu.Lock()
 	opens := ss.handles
 	ss.handles = map[Handle]*openFile{}
 	ss.mu.Unlock()
 	for _, of := range opens {
-		s.closeOpen(of)
+		if !s.park(ss, of) {
+			s.closeOpen(of)
+		}
 	}
 }
 
-// closeOpen closes an open file and kills its resume key.
+// closeOpen closes an open file: its locks are released, its resume key
+// and durable id die with it.
 func (s *Server) closeOpen(of *openFile) error {
 	if of.closed.Swap(true) {
 		return nil
@@ -436,9 +466,19 @@ func (s *Server) closeOpen(of *openFile) error {
 	if of.resumeKey != nil {
 		delete(s.resumeKeys, *of.resumeKey)
 	}
+	if !of.durable.IsZero() && s.durables[of.durable] == of {
+		delete(s.durables, of.durable)
+	}
+	if of.parked != nil {
+		of.parked.Stop()
+		of.parked = nil
+	}
 	s.mu.Unlock()
-	s.handles.give(of.sess.user)
+	s.handles.give(of.user)
 	if of.file != nil {
+		if of.locks != nil {
+			of.locks.Release(of.file)
+		}
 		return of.file.Close()
 	}
 	return nil
@@ -447,27 +487,34 @@ func (s *Server) closeOpen(of *openFile) error {
 // newHandle counts a handle against the user's and the server's limits
 // (handleBudget) before open makes it — a user at its limit costs no
 // descriptor — and registers it on the session (MaxHandles). open returns
-// nil for the pipe.
-func (s *Server) newHandle(ss *serverSession, open func() (*share.OpenFile, error)) (Handle, error) {
+// nil for the pipe. Every handle that holds a descriptor goes through it:
+// OPEN, TMPFILE, a REOPEN by identity; a durable open reclaimed after a
+// reconnect keeps the count it was opened with (it stays counted while
+// parked, as it still holds its descriptor).
+func (s *Server) newHandle(ss *serverSession, open func() (*share.OpenFile, error)) (Handle, *openFile, error) {
 	if err := s.handles.take(ss.user); err != nil {
 		ss.overLimit(s.log, err, s.handles)
-		return 0, err
+		return 0, nil, err
 	}
 	f, err := open()
 	if err != nil {
 		s.handles.give(ss.user)
-		return 0, err
+		return 0, nil, err
 	}
-	h, err := ss.addHandle(&openFile{sess: ss, file: f}, s.cfg.MaxHandles)
+	ss.mu.Lock()
+	locks := ss.locks
+	ss.mu.Unlock()
+	of := &openFile{sess: ss, file: f, locks: locks, user: ss.user}
+	h, err := ss.addHandle(of, s.cfg.MaxHandles)
 	if err != nil {
 		ss.overLimit(s.log, err, s.handles)
 		if f != nil {
 			f.Close()
 		}
 		s.handles.give(ss.user)
-		return 0, err
+		return 0, nil, err
 	}
-	return h, nil
+	return h, of, nil
 }
 
 // DefaultMaxOpenFiles is ServerConfig.MaxOpenFiles's default: three

@@ -181,6 +181,7 @@ func (c *serverConn) readLoop() error {
 			continue
 		}
 		if f.Command == CmdLogoff {
+			ss.loggedOff.Store(true)
 			c.respond(f.Header, protocol.StatusSuccess, nil)
 			c.setState(stateClosed)
 			return nil
@@ -224,7 +225,8 @@ func inlineCommand(cmd Command) bool {
 	switch cmd {
 	case CmdGetAttr, CmdSetAttr, CmdMkdir, CmdRmdir, CmdOpen, CmdClose, CmdUnlink, CmdRename,
 		CmdSymlink, CmdReadlink, CmdLink, CmdGetXattr, CmdSetXattr, CmdListXattr, CmdRemoveXattr,
-		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS, CmdSeek, CmdTmpfile, CmdLinkHandle:
+		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS, CmdSeek, CmdTmpfile, CmdLinkHandle,
+		CmdLock, CmdUnlock, CmdGetLk, CmdCancel, CmdReopen:
 		return true
 	}
 	return false
@@ -310,8 +312,11 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		macs:    newMACs(res.SessionKey),
 		user:    strings.ToLower(res.User),
 		ident:   ident,
+		conn:    c,
 		trees:   map[uint32]*share.Tree{},
 		handles: map[Handle]*openFile{},
+		locks:   share.NewLockSpace(c.s.lockTab),
+		waits:   map[uint64]*share.Waiter{},
 	}
 	done := &sessionSetupDone{ServerName: c.s.cfg.ServerName, Seal: sealAnswer{Cipher: cipher, Echo: tok.Offer}}
 	if cipher != smbauth.CipherNone {

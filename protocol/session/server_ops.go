@@ -24,6 +24,9 @@ func (c *serverConn) handle(ss *serverSession, f Frame) error {
 		return err
 	}
 	resp, err := c.s.dispatch(ss, f.Header, req)
+	if err == errAnswerLater {
+		return nil
+	}
 	st := ntstatus.FromError(err)
 	if st != protocol.StatusSuccess {
 		c.log.WithFields(logrus.Fields{"op": f.Command, "msgid": f.MessageID, "status": st}).WithError(err).Debug("request failed")
@@ -73,6 +76,8 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 			return nil, protocol.StatusInvalidHandle
 		}
 		return &empty{}, s.closeOpen(of)
+	case CmdCancel:
+		return s.cancel(ss, req.(*cancelReq))
 	}
 
 	tr, ok := ss.tree(h.TreeID)
@@ -128,15 +133,21 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		a, err := tr.Mknod(r.Path, r.Mode, r.Rdev)
 		return &attrMsg{a}, err
 	case *openReq:
-		var a Attr
-		hd, err := s.newHandle(ss, func() (f *share.OpenFile, err error) {
-			f, a, err = tr.Open(r.Path, int(r.Flags), r.Mode)
-			return f, err
-		})
+		return s.open(ss, tr, r)
+	case *reopenReq:
+		return s.reopen(ss, tr, r)
+	case *lockReq:
+		of, err := open(r.Handle)
 		if err != nil {
 			return nil, err
 		}
-		return &openResp{Handle: hd, Attr: a}, nil
+		return s.lock(ss, h, of, r)
+	case *unlockReq:
+		of, err := open(r.Handle)
+		if err != nil {
+			return nil, err
+		}
+		return &empty{}, of.locks.UnlockOwner(of.file, r.Owner)
 	case *readReq:
 		of, err := open(r.Handle)
 		if err != nil {
@@ -156,11 +167,15 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if err != nil {
 			return nil, err
 		}
+		if r.Offset == WriteToEndOfFile {
+			n, end, err := of.file.Append(r.Data)
+			return &writeResp{Count: uint32(n), End: uint64(end)}, err
+		}
 		if r.Offset > 1<<63-1 {
 			return nil, protocol.StatusInvalidParameter
 		}
 		n, err := of.file.WriteAt(r.Data, int64(r.Offset))
-		return &countMsg{uint32(n)}, err
+		return &writeResp{Count: uint32(n), End: r.Offset + uint64(n)}, err
 	case *twoPathReq:
 		switch h.Command {
 		case CmdRename:

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -35,13 +36,18 @@ type serverSession struct {
 	user string       // lower-cased
 	// ident is who the session's trees act as (its Unix account).
 	ident share.Identity
+	conn  *serverConn // answers what is answered later (a lock wait)
+
+	loggedOff atomic.Bool // LOGOFF: nothing is kept for a reconnect
 
 	mu       sync.Mutex
 	trees    map[uint32]*share.Tree
 	nextTree uint32
 	handles  map[Handle]*openFile
 	nextH    uint64
-	lwioKeys [][16]byte // guarded by Server.mu
+	locks    *share.LockSpace         // where new opens' lock owners live (server_lock.go)
+	waits    map[uint64]*share.Waiter // waiting LOCKs by MessageID
+	lwioKeys [][16]byte               // guarded by Server.mu
 
 	sealTrees map[uint32]bool // guarded by mu: trees whose every frame must be sealed
 
@@ -52,10 +58,14 @@ type serverSession struct {
 // \PIPE\LWIO pipe. Its file is what the LWIO engine reaches through a
 // resume key.
 type openFile struct {
-	sess *serverSession
-	file *share.OpenFile // nil for the pipe
+	sess  *serverSession   // guarded by Server.mu: a reconnect moves a durable open
+	file  *share.OpenFile  // nil for the pipe
+	locks *share.LockSpace // where locks taken through it live
+	user  string           // who opened it (a durable open is reclaimed by the same user)
 
-	resumeKey *[24]byte // guarded by Server.mu
+	durable   DurableID   // zero: closes with its session; guarded by Server.mu
+	parked    *time.Timer // set while kept after its connection ended; guarded by Server.mu
+	resumeKey *[24]byte   // guarded by Server.mu
 	closed    atomic.Bool
 }
 

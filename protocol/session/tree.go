@@ -166,24 +166,37 @@ func (t *Tree) ReadAt(ctx context.Context, h Handle, p []byte, off int64) (int, 
 }
 
 // WriteAt writes p at off through the session channel, in MaxIOSize
-// pieces.
+// pieces. A negative off appends, as Append does.
 func (t *Tree) WriteAt(ctx context.Context, h Handle, p []byte, off int64) (int, error) {
+	n, _, err := t.write(ctx, h, p, off)
+	return n, err
+}
+
+// write writes p at off (off < 0: at the end of file, WriteToEndOfFile)
+// in MaxIOSize pieces and returns the offset just past the last one.
+func (t *Tree) write(ctx context.Context, h Handle, p []byte, off int64) (int, int64, error) {
 	n := 0
+	var end int64
 	for {
 		chunk := p[n:min(len(p), n+MaxIOSize)]
-		var r countMsg
-		if err := t.call(ctx, CmdWrite, &writeReq{Handle: h, Offset: uint64(off) + uint64(n), Data: chunk}, &r); err != nil {
-			return n, err
+		at := WriteToEndOfFile
+		if off >= 0 {
+			at = uint64(off) + uint64(n)
 		}
-		if int(r.Count) > len(chunk) {
-			return n, protocol.StatusInvalidNetworkResp
+		var r writeResp
+		if err := t.call(ctx, CmdWrite, &writeReq{Handle: h, Offset: at, Data: chunk}, &r); err != nil {
+			return n, end, err
+		}
+		if int(r.Count) > len(chunk) || r.End > 1<<63-1 {
+			return n, end, protocol.StatusInvalidNetworkResp
 		}
 		n += int(r.Count)
+		end = int64(r.End)
 		if int(r.Count) < len(chunk) {
-			return n, io.ErrShortWrite
+			return n, end, io.ErrShortWrite
 		}
 		if n >= len(p) {
-			return n, nil
+			return n, end, nil
 		}
 	}
 }

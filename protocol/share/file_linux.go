@@ -3,6 +3,7 @@ package share
 import (
 	"io"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -19,6 +20,10 @@ import (
 type File interface {
 	ReadAt(p []byte, off int64) (int, error)
 	WriteAt(p []byte, off int64) (int, error)
+	// Append writes p at the end of the file as it is at the moment of
+	// the write and returns the offset just past the bytes written
+	// (append_linux.go).
+	Append(p []byte) (n int, end int64, err error)
 }
 
 // OpenFile is a file or directory a Tree opened. Its methods are safe for
@@ -27,6 +32,11 @@ type OpenFile struct {
 	tree     *Tree
 	f        *os.File
 	readOnly bool // opened O_RDONLY or on a read-only share
+
+	appendMu sync.Mutex   // an append and the position read after it are one step
+	ident    identityOnce // the file's identity, taken once (durable_linux.go)
+	lockKey  keyOnce      // the file's device and inode, for locks (lock_linux.go)
+	lockGone bool         // released from its LockSpace; guarded by that space's mu
 }
 
 var _ File = (*OpenFile)(nil)

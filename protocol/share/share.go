@@ -28,6 +28,7 @@ package share
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,9 +64,11 @@ type Config struct {
 // Safe for concurrent use; Close it when the server stops.
 type Share struct {
 	Config
-	root  *root
-	users map[string]bool // lower-cased; nil = everyone
-	umask uint32          // the process umask at Open
+	root   *root
+	users  map[string]bool // lower-cased; nil = everyone
+	umask  uint32          // the process umask at Open
+	idKey  []byte          // seals FileIDs (durable_linux.go); nil: none issued
+	idMACs sync.Pool       // of HMAC-SHA256 states keyed with idKey
 }
 
 // Open opens the share's root. noOpenat2 forces the walking resolver (for

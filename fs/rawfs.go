@@ -1,0 +1,110 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// rawFS sits between the kernel and go-fuse's node tree to keep what the
+// node API leaves out of two requests:
+//
+//   - WRITE's flags: the file's f_flags at the time of the write. O_APPEND
+//     there means the kernel placed the write at its own idea of the end
+//     of file, which another client may have moved; the server must place
+//     it (append.go). The open flags are not enough — fcntl(F_SETFL) can
+//     set O_APPEND later, and the kernel writes back a shared mapping's
+//     pages through any writable handle of the file, an O_APPEND one
+//     included, at their own offsets (FUSE_WRITE_CACHE, no O_APPEND).
+//   - FLUSH's lock owner: every close(2) of a descriptor drops its
+//     process's POSIX locks on the file, and the FLUSH it sends is the
+//     only place FUSE says whose (lock.go).
+//
+// go-fuse hands a node the request's fuse.Context, whose Cancel channel is
+// the request's own while it runs; that channel is the key.
+type rawFS struct {
+	fuse.RawFileSystem
+	x *requestExtras
+}
+
+// requestExtras holds, per request in flight, what rawFS kept of it.
+type requestExtras struct {
+	mu sync.Mutex
+	m  map[<-chan struct{}]extra
+}
+
+type extra struct {
+	appending bool   // a WRITE the kernel marked O_APPEND
+	writeback bool   // a WRITE of cached pages (a shared mapping's)
+	owner     uint64 // a FLUSH's lock owner
+}
+
+func newRequestExtras() *requestExtras {
+	return &requestExtras{m: map[<-chan struct{}]extra{}}
+}
+
+func (x *requestExtras) put(key <-chan struct{}, e extra) func() {
+	x.mu.Lock()
+	x.m[key] = e
+	x.mu.Unlock()
+	return func() {
+		x.mu.Lock()
+		delete(x.m, key)
+		x.mu.Unlock()
+	}
+}
+
+// of returns what was kept for the request ctx belongs to.
+func (x *requestExtras) of(ctx context.Context) (extra, bool) {
+	fc, ok := ctx.(*fuse.Context)
+	if x == nil || !ok || fc.Cancel == nil {
+		return extra{}, false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e, ok := x.m[fc.Cancel]
+	return e, ok
+}
+
+// writeExtra is what a WRITE's flags say: an O_APPEND write (not a
+// writeback, which is at the pages' own offsets), or a writeback of cached
+// pages (twin.go).
+func writeExtra(in *fuse.WriteIn) (extra, bool) {
+	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
+		return extra{writeback: true}, true
+	}
+	return extra{appending: true}, in.Flags&syscall.O_APPEND != 0
+}
+
+func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if e, ok := writeExtra(in); ok {
+		defer r.x.put(cancel, e)()
+	}
+	return r.RawFileSystem.Write(cancel, in, data)
+}
+
+func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	if e, ok := writeExtra(in); ok {
+		defer r.x.put(cancel, e)()
+	}
+	return r.RawFileSystem.Writev(cancel, in, data)
+}
+
+func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	defer r.x.put(cancel, extra{owner: in.LockOwner})()
+	return r.RawFileSystem.Flush(cancel, in)
+}
+
+// writeKind returns what rawFS kept of the WRITE ctx belongs to.
+func (fs *filesystem) writeKind(ctx context.Context) extra {
+	e, _ := fs.extras.of(ctx)
+	return e
+}
+
+// flushOwner returns the lock owner of the FLUSH ctx belongs to.
+func (fs *filesystem) flushOwner(ctx context.Context) (uint64, bool) {
+	e, ok := fs.extras.of(ctx)
+	return e.owner, ok
+}

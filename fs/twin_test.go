@@ -1,0 +1,77 @@
+package fs
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestChanged(t *testing.T) {
+	tw := bytes.Repeat([]byte{0}, 200)
+	page := append([]byte(nil), tw...)
+	page[3], page[5], page[150] = 1, 1, 1 // 3 and 5 one run (gap < twinGap), 150 another
+	page = append(page, 7, 7)             // past the twin: changed
+	got := changed(tw, page, 4096)
+	want := []span{{4096 + 3, page[3:6]}, {4096 + 150, page[150:151]}, {4096 + 200, page[200:202]}}
+	if len(got) != len(want) {
+		t.Fatalf("changed = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].off != want[i].off || !bytes.Equal(got[i].data, want[i].data) {
+			t.Errorf("run %d = %d %v, want %d %v", i, got[i].off, got[i].data, want[i].off, want[i].data)
+		}
+	}
+	if got := changed(tw, tw, 0); len(got) != 0 {
+		t.Errorf("an unchanged page has runs %v", got)
+	}
+}
+
+// TestSharedMappingTwoMounts: two mounts map one page of a file shared and
+// each changes its own bytes under its own lock, at the same time (sqlite's
+// WAL index: the header under the write lock, a reader's mark under its
+// lock, on one page). Both changes reach the server: neither mount's
+// write-back of the page puts back its stale copy of the other's bytes.
+func TestSharedMappingTwoMounts(t *testing.T) {
+	share, a, b, _, _ := twoMounts(t)
+	if err := os.WriteFile(filepath.Join(share, "shm"), make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := openRW(t, filepath.Join(a, "shm")), openRW(t, filepath.Join(b, "shm"))
+	mapOf := func(f *os.File) []byte {
+		m, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Munmap(m) })
+		return m
+	}
+	ma, mb := mapOf(fa), mapOf(fb)
+	for round := byte(1); round <= 3; round++ {
+		// Each takes its own lock (bytes past the data, as sqlite's).
+		if err := ofd(fa, unix.F_WRLCK, 8192, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := ofd(fb, unix.F_WRLCK, 8193, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		ma[0] = 'A' + round // the page is cached on both mounts now
+		mb[100] = 'a' + round
+		if err := ofd(fa, unix.F_UNLCK, 8192, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := ofd(fb, unix.F_UNLCK, 8193, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(share, "shm"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != 'A'+round || got[100] != 'a'+round {
+			t.Fatalf("round %d: the server has %q at 0 and %q at 100, want %q and %q: a write-back put back a stale byte",
+				round, got[0], got[100], 'A'+round, 'a'+round)
+		}
+	}
+}

@@ -1,0 +1,356 @@
+package share
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
+)
+
+// File identities: how a client re-opens a file after the server lost its
+// state (a restart), by what the file is rather than by what it is called.
+//
+// At OPEN the server gives the client a FileID: the file's device, inode
+// number and birth time (statx), and its kernel file handle
+// (name_to_handle_at; ext4, xfs, btrfs and tmpfs have them), sealed with an
+// HMAC-SHA256 under the server's identity key and the share's name. After a
+// restart Reopen checks the seal — an id this server (with this key) did
+// not issue for this share opens nothing — and then finds the file: at the
+// client's current path if the file there is the same one (device, inode,
+// birth time), else through open_by_handle_at and the kernel's name for
+// the inode, re-resolved beneath the share root. A replaced file (a new
+// inode under the old name) and a deleted one answer STATUS_FILE_INVALID
+// (ESTALE); a renamed one is found where it went, as long as that is still
+// inside the share. Nothing is ever opened that Open could not open by
+// path: the last step is always a confined Open.
+
+// IdentityKeySize is the size of the key that seals FileIDs.
+const IdentityKeySize = 32
+
+// identityKeyFile is the key's file name in the state directory.
+const identityKeyFile = "fileid.key"
+
+// LoadIdentityKey returns the identity key kept in dir, creating dir (mode
+// 0700) and the key (mode 0600, from crypto/rand) when they are missing, so
+// that FileIDs issued before a restart are still honoured after it. A key
+// file of the wrong size is an error rather than replaced: replacing it
+// would silently turn every durable handle into ESTALE.
+func LoadIdentityKey(dir string) ([]byte, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	p := filepath.Join(dir, identityKeyFile)
+	key, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return createIdentityKey(dir, p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("identity key: %w", err)
+	}
+	if len(key) != IdentityKeySize {
+		return nil, fmt.Errorf("identity key %s: %d bytes, want %d (remove it to make a new one; open files of clients then get ESTALE after the next restart)", p, len(key), IdentityKeySize)
+	}
+	return key, nil
+}
+
+// createIdentityKey writes a new key durably: a temporary file, fsync,
+// a link to the final name (which fails if another server made one
+// meanwhile: that one is then used), fsync of the directory.
+func createIdentityKey(dir, p string) ([]byte, error) {
+	key := make([]byte, IdentityKeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp(dir, identityKeyFile+".new-*")
+	if err != nil {
+		return nil, fmt.Errorf("identity key: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err == nil {
+		if _, err = tmp.Write(key); err == nil {
+			err = tmp.Sync()
+		}
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, fmt.Errorf("identity key: %w", err)
+	}
+	if err := os.Link(tmp.Name(), p); errors.Is(err, os.ErrExist) {
+		return LoadIdentityKey(dir)
+	} else if err != nil {
+		return nil, fmt.Errorf("identity key: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return key, nil
+}
+
+// SetIdentityKey makes the share issue and honour FileIDs sealed with key.
+// Without a key OpenFile.FileID returns nil and Reopen finds nothing. Call
+// it before the share is used.
+func (s *Share) SetIdentityKey(key []byte) {
+	s.idKey = append([]byte(nil), key...)
+	s.idMACs = sync.Pool{New: func() any { return hmac.New(sha256.New, s.idKey) }}
+}
+
+// identity is what a FileID says about a file.
+type identity struct {
+	dev, ino  uint64
+	btimeSec  int64
+	btimeNsec uint32 // btime 0,0: the filesystem does not record it
+	htype     int32
+	handle    []byte // empty: no kernel file handle
+}
+
+// fileIDVersion is the first byte of every FileID.
+const fileIDVersion = 1
+
+// maxHandleBytes bounds a kernel file handle (MAX_HANDLE_SZ).
+const maxHandleBytes = 128
+
+// fileIDMACSize is the seal's size: HMAC-SHA256 truncated, as SMB signs.
+const fileIDMACSize = 16
+
+func (id *identity) encode() []byte {
+	b := []byte{fileIDVersion}
+	b = binary.LittleEndian.AppendUint64(b, id.dev)
+	b = binary.LittleEndian.AppendUint64(b, id.ino)
+	b = binary.LittleEndian.AppendUint64(b, uint64(id.btimeSec))
+	b = binary.LittleEndian.AppendUint32(b, id.btimeNsec)
+	b = binary.LittleEndian.AppendUint32(b, uint32(id.htype))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(id.handle)))
+	return append(b, id.handle...)
+}
+
+// fileIDFixed is the encoded size without the handle.
+const fileIDFixed = 1 + 8 + 8 + 8 + 4 + 4 + 2
+
+func decodeIdentity(b []byte) (identity, bool) {
+	var id identity
+	if len(b) < fileIDFixed || b[0] != fileIDVersion {
+		return id, false
+	}
+	id.dev = binary.LittleEndian.Uint64(b[1:])
+	id.ino = binary.LittleEndian.Uint64(b[9:])
+	id.btimeSec = int64(binary.LittleEndian.Uint64(b[17:]))
+	id.btimeNsec = binary.LittleEndian.Uint32(b[25:])
+	id.htype = int32(binary.LittleEndian.Uint32(b[29:]))
+	n := int(binary.LittleEndian.Uint16(b[33:]))
+	if n > maxHandleBytes || len(b) != fileIDFixed+n {
+		return id, false
+	}
+	id.handle = append([]byte(nil), b[fileIDFixed:]...)
+	return id, true
+}
+
+// seal is the HMAC of an encoded identity, bound to the share's name. The
+// keyed states are pooled: keying one costs more than the rest of a seal,
+// and every OPEN seals.
+func (s *Share) seal(body []byte) []byte {
+	m := s.idMACs.Get().(hash.Hash)
+	defer s.idMACs.Put(m)
+	m.Reset()
+	m.Write([]byte("lwio file id\x00"))
+	m.Write([]byte(strings.ToLower(s.Name)))
+	m.Write([]byte{0})
+	m.Write(body)
+	var sum [sha256.Size]byte
+	return append([]byte(nil), m.Sum(sum[:0])[:fileIDMACSize]...)
+}
+
+// open checks a FileID's seal and decodes it.
+func (s *Share) openFileID(b []byte) (identity, bool) {
+	if len(s.idKey) == 0 || len(b) < fileIDMACSize {
+		return identity{}, false
+	}
+	body, mac := b[:len(b)-fileIDMACSize], b[len(b)-fileIDMACSize:]
+	if !hmac.Equal(mac, s.seal(body)) {
+		return identity{}, false
+	}
+	return decodeIdentity(body)
+}
+
+// statIdentity reads what identifies the file fd holds.
+func statIdentity(fd int) (identity, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_BTIME, &stx); err != nil {
+		return identity{}, err
+	}
+	id := identity{dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor), ino: stx.Ino}
+	if stx.Mask&unix.STATX_BTIME != 0 {
+		id.btimeSec, id.btimeNsec = stx.Btime.Sec, stx.Btime.Nsec
+	}
+	return id, nil
+}
+
+// sameFile reports whether two identities name one file. The kernel handle
+// is not compared: the triple already says it, and a filesystem may encode
+// one inode's handle in more than one way.
+func (id *identity) sameFile(o *identity) bool {
+	return id.dev == o.dev && id.ino == o.ino && id.btimeSec == o.btimeSec && id.btimeNsec == o.btimeNsec
+}
+
+// identityOnce is an open file's sealed FileID, made once.
+type identityOnce struct {
+	once sync.Once
+	b    []byte
+}
+
+// FileID returns the open file's sealed identity for a durable reopen
+// after a server restart (Reopen), or nil when the share has no identity
+// key or the file cannot be identified. The client keeps it as opaque
+// bytes.
+func (f *OpenFile) FileID() []byte {
+	sh := f.tree.sh
+	if len(sh.idKey) == 0 {
+		return nil
+	}
+	f.ident.once.Do(func() {
+		f.withFd(func(fd int) error {
+			id, err := statIdentity(fd)
+			if err != nil {
+				return err
+			}
+			if h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH); err == nil && len(h.Bytes()) <= maxHandleBytes {
+				id.htype, id.handle = h.Type(), h.Bytes()
+			}
+			body := id.encode()
+			f.ident.b = append(body, sh.seal(body)...)
+			return nil
+		})
+	})
+	return f.ident.b
+}
+
+// Stat returns the open file's attributes (fstat), even on a read-only
+// share and for a file unlinked since it was opened.
+func (f *OpenFile) Stat() (a Attr, err error) {
+	err = f.withFd(func(fd int) error {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		a = attrFromStat(&st)
+		return nil
+	})
+	return a, err
+}
+
+// errStale is Reopen's answer for a file that is not there any more as
+// the FileID knew it.
+var errStale = ntstatus.FileInvalid
+
+// Reopen opens again the file a FileID names, with open(2) flags (O_CREAT,
+// O_EXCL and O_TRUNC are dropped: the file exists, or is gone): a durable
+// handle's reconnect after the server lost the open. p is the client's
+// current name for the file; it is used only if the file there is the one
+// the id names. STATUS_FILE_INVALID (ESTALE) when the file was deleted or
+// replaced, or (without CAP_DAC_READ_SEARCH, or on a filesystem without
+// file handles) renamed where p no longer finds it; STATUS_ACCESS_DENIED
+// for an id this share did not issue.
+func (t *Tree) Reopen(fileID []byte, p string, flags int) (*OpenFile, Attr, error) {
+	want, ok := t.sh.openFileID(fileID)
+	if !ok {
+		// Forged, of another share, or sealed with a key this server
+		// no longer has (its state directory was lost): either way no
+		// file can be shown to be the one the client had open.
+		return nil, Attr{}, errStale
+	}
+	flags &^= unix.O_CREAT | unix.O_EXCL | unix.O_TRUNC
+	f, a, err := t.openSame(p, flags, &want)
+	if !notThere(err) {
+		return f, a, err
+	}
+	// Not (or no longer) at p: ask the kernel where the inode is now.
+	rel, ok := t.sh.whereIs(&want)
+	if !ok {
+		return nil, Attr{}, errStale
+	}
+	f, a, err = t.openSame(rel, flags, &want)
+	if notThere(err) {
+		err = errStale
+	}
+	return f, a, err
+}
+
+// notThere reports whether an open by path failed because the name does
+// not lead to the file (anymore), rather than for a reason the client
+// should see (permissions, the read-only rule).
+func notThere(err error) bool {
+	switch ntstatus.FromError(err) {
+	case errStale, protocol.StatusObjectNameNotFound, protocol.StatusObjectPathNotFound, protocol.StatusNotADirectory:
+		return true
+	}
+	return false
+}
+
+// openSame opens p beneath the root (Open's confinement and policies) and
+// keeps it only if it is the file want names.
+func (t *Tree) openSame(p string, flags int, want *identity) (*OpenFile, Attr, error) {
+	f, a, err := t.Open(p, flags, 0)
+	if err != nil {
+		return nil, Attr{}, err
+	}
+	var got identity
+	if err := f.withFd(func(fd int) (err error) { got, err = statIdentity(fd); return err }); err != nil || !got.sameFile(want) {
+		f.Close()
+		return nil, Attr{}, errStale
+	}
+	return f, a, nil
+}
+
+// whereIs finds the file an identity names through its kernel handle and
+// returns its path relative to the share root, when the kernel can name
+// it and the name is beneath the root. The caller re-opens that path
+// confined, so a wrong or stale answer opens nothing outside the share.
+func (s *Share) whereIs(id *identity) (string, bool) {
+	rootID, err := statIdentity(s.root.fd)
+	if len(id.handle) == 0 || err != nil || rootID.dev != id.dev {
+		return "", false // the root's filesystem cannot decode it
+	}
+	// open_by_handle_at wants a real descriptor of the filesystem, not
+	// the root's O_PATH one.
+	mfd, err := unix.Openat(s.root.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", false
+	}
+	fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(id.htype, id.handle), unix.O_PATH|unix.O_CLOEXEC)
+	unix.Close(mfd)
+	if err != nil {
+		return "", false // gone (ESTALE), or no CAP_DAC_READ_SEARCH (EPERM)
+	}
+	defer unix.Close(fd)
+	got, err := statIdentity(fd)
+	if err != nil || !got.sameFile(id) {
+		return "", false
+	}
+	where, err1 := os.Readlink(procPath(fd))
+	root, err2 := os.Readlink(procPath(s.root.fd))
+	if err1 != nil || err2 != nil {
+		return "", false
+	}
+	if root == "/" {
+		root = ""
+	}
+	rel, ok := strings.CutPrefix(where, root+"/")
+	if !ok || rel == "" || strings.HasSuffix(rel, " (deleted)") {
+		return "", false
+	}
+	if _, err := splitPath(rel); err != nil {
+		return "", false
+	}
+	return rel, true
+}

@@ -1,0 +1,297 @@
+package test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Issue 15: one share, two mounts (as two client hosts would have them),
+// and the server host's own processes — appends, locks and open files
+// that survive the server going away.
+
+// TestAppendsTwoMounts: `echo line >> log` alternating between two mounts
+// keeps every line; programs appending at once through both mounts and on
+// the server host lose nothing and tear nothing — lines over the session
+// channel, records past the inline size over LWIO.
+func TestAppendsTwoMounts(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a := mountShare(t, s, MountConfig{})
+	b := mountShare(t, s, MountConfig{Completion: "polling"})
+
+	var want strings.Builder
+	for i := range 40 {
+		m := []*Mount{a, b}[i%2]
+		runCmd(t, m.Dir, nil, "sh", "-c", fmt.Sprintf("echo 'line %02d' >> log", i))
+		fmt.Fprintf(&want, "line %02d\n", i)
+	}
+	wantContent(t, filepath.Join(a.Backing, "log"), []byte(want.String()))
+	for _, m := range []*Mount{a, b} {
+		if st, err := os.Stat(filepath.Join(m.Dir, "log")); err != nil || st.Size() != int64(want.Len()) {
+			t.Errorf("stat of the log on a mount: %v %v, want size %d", st, err, want.Len())
+		}
+	}
+
+	// Two shells appending 300 lines each through the two mounts at once,
+	// a third on the server host, and big records through both mounts.
+	record := func(who string, i int) string {
+		return strings.Repeat(fmt.Sprintf("%s record %d|", who, i), 20000) // ~300 KiB: LWIO
+	}
+	var wg sync.WaitGroup
+	for _, w := range []struct{ who, dir string }{{"A", a.Dir}, {"B", b.Dir}, {"L", a.Backing}} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			runCmd(t, w.dir, nil, "sh", "-c", fmt.Sprintf("i=0; while [ $i -lt 300 ]; do echo \"%s line $i\" >> many; i=$((i+1)); done", w.who))
+		}()
+		go func() {
+			defer wg.Done()
+			if w.who == "L" {
+				return
+			}
+			f, err := os.OpenFile(filepath.Join(w.dir, "many"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer f.Close()
+			for i := range 5 {
+				if _, err := f.Write([]byte(record(w.who, i) + "\n")); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	data, err := os.ReadFile(filepath.Join(a.Backing, "many"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	var exp []string
+	for _, who := range []string{"A", "B", "L"} {
+		for i := range 300 {
+			exp = append(exp, fmt.Sprintf("%s line %d", who, i))
+		}
+		if who != "L" {
+			for i := range 5 {
+				exp = append(exp, record(who, i))
+			}
+		}
+	}
+	sort.Strings(got)
+	sort.Strings(exp)
+	if len(got) != len(exp) {
+		t.Fatalf("%d lines, want %d: appends were lost or torn", len(got), len(exp))
+	}
+	for i := range exp {
+		if got[i] != exp[i] {
+			t.Fatalf("line %.40q, want %.40q: an append was lost, torn or doubled", got[i], exp[i])
+		}
+	}
+}
+
+// holdFlock starts `flock FILE sleep` holding an exclusive flock on file
+// until killed.
+func holdFlock(t *testing.T, file string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("flock", "-o", "-x", file, "sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+// flockTry reports whether `flock -n FILE true` got the lock.
+func flockTry(file string) bool {
+	return exec.Command("flock", "-n", "-x", file, "true").Run() == nil
+}
+
+func eventuallyTrue(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLocksTwoMounts: flock and fcntl locks held through one mount, or by
+// a local process on the server host, hold against the other mount; they
+// go when the holding process exits, when a blocked waiter is interrupted
+// (Ctrl-C) nothing is left waiting, and when the holder's mount dies its
+// locks go after the server's durable timeout.
+func TestLocksTwoMounts(t *testing.T) {
+	needTool(t, "flock")
+	s := startServer(t, ServerConfig{Args: []string{"-durable-timeout", "2s"}})
+	a := mountShare(t, s, MountConfig{})
+	b := mountShare(t, s, MountConfig{})
+	mustWrite(t, filepath.Join(a.Backing, "db"), []byte("0123456789"))
+	fa, fb := filepath.Join(a.Dir, "db"), filepath.Join(b.Dir, "db")
+
+	// Held through A, by a process that then exits.
+	holder := holdFlock(t, fa)
+	eventuallyTrue(t, 10*time.Second, "A's holder taking the lock", func() bool { return !flockTry(fb) })
+	if flockTry(filepath.Join(a.Backing, "db")) {
+		t.Error("a local process on the server host got a lock A holds")
+	}
+	holder.Process.Kill()
+	holder.Wait()
+	eventuallyTrue(t, 10*time.Second, "the lock going with its holder's exit", func() bool { return flockTry(fb) })
+
+	// Held by a local process: B's blocking flock waits until it lets go.
+	local := holdFlock(t, filepath.Join(a.Backing, "db"))
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	waiter := exec.Command("flock", "-w", "30", "-x", fb, "true")
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	local.Process.Kill()
+	local.Wait()
+	if err := waiter.Wait(); err != nil {
+		t.Fatalf("B's blocking flock after the local holder left: %v", err)
+	}
+	if waited := time.Since(start); waited < 400*time.Millisecond {
+		t.Errorf("B's flock returned after %v, while a local process held the lock", waited)
+	}
+
+	// Ctrl-C of a blocked waiter: it ends at once, and the lock is not
+	// taken behind its back when the holder lets go.
+	holder = holdFlock(t, fa)
+	eventuallyTrue(t, 10*time.Second, "A's holder taking the lock", func() bool { return !flockTry(fb) })
+	blocked := exec.Command("flock", "-x", fb, "sleep", "600")
+	if err := blocked.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	blocked.Process.Signal(os.Interrupt)
+	within(t, 10*time.Second, "a blocked flock after Ctrl-C", func() error { blocked.Wait(); return nil })
+	holder.Process.Kill()
+	holder.Wait()
+	eventuallyTrue(t, 10*time.Second, "the lock free after its holder left and the waiter was interrupted", func() bool { return flockTry(fb) })
+
+	// The holder's mount dies (SIGKILL): the server keeps its open and
+	// lock for the durable timeout (2 s here), then lets go.
+	f, err := os.OpenFile(fa, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if flockTry(fb) {
+		t.Fatal("B got a lock A holds")
+	}
+	a.kill(t)
+	eventuallyTrue(t, 20*time.Second, "the lock of a dead mount's session going", func() bool { return flockTry(fb) })
+}
+
+// TestSQLiteTwoMounts: sqlite used from two mounts at once, in rollback
+// journal and in WAL mode, under a concurrent write load: every row
+// arrives and PRAGMA integrity_check passes.
+func TestSQLiteTwoMounts(t *testing.T) {
+	needTool(t, "sqlite3")
+	s := startServer(t, ServerConfig{})
+	a := mountShare(t, s, MountConfig{})
+	b := mountShare(t, s, MountConfig{})
+	for _, mode := range []string{"DELETE", "WAL"} {
+		t.Run(mode, func(t *testing.T) {
+			db := "t-" + mode + ".db"
+			runSQL(t, a.Dir, filepath.Join(a.Dir, db), fmt.Sprintf("PRAGMA journal_mode=%s;\nCREATE TABLE t(who TEXT, i INTEGER, pad TEXT);\n", mode))
+			const rows = 150
+			var wg sync.WaitGroup
+			for _, w := range []struct {
+				who string
+				m   *Mount
+			}{{"a", a}, {"b", b}} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var sql strings.Builder
+					sql.WriteString(".timeout 60000\n")
+					for i := range rows {
+						fmt.Fprintf(&sql, "BEGIN IMMEDIATE;\nINSERT INTO t VALUES('%s', %d, '%s');\nUPDATE t SET pad = pad || 'x' WHERE i = %d AND who = '%s';\nCOMMIT;\n",
+							w.who, i, strings.Repeat("p", 100+i%300), i/2, w.who)
+					}
+					runSQL(t, w.m.Dir, filepath.Join(w.m.Dir, db), sql.String())
+				}()
+			}
+			wg.Wait()
+			for _, m := range []*Mount{a, b} {
+				out := runSQL(t, m.Dir, filepath.Join(m.Dir, db), "SELECT who, count(*), count(DISTINCT i) FROM t GROUP BY who;\nPRAGMA integrity_check;\n")
+				if want := fmt.Sprintf("a|%d|%d\nb|%d|%d\nok\n", rows, rows, rows, rows); out != want {
+					t.Errorf("after the load, from %s: %q, want %q", m.Dir, out, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDurableAcrossRestart: the server is killed (SIGKILL) and restarted
+// under a live mount. An open descriptor keeps reading the same file; one
+// whose file was replaced meanwhile is ESTALE; one that held a lock reports
+// the lock's loss with EIO.
+func TestDurableAcrossRestart(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	m := mountShare(t, s, MountConfig{})
+	mustWrite(t, filepath.Join(m.Backing, "keep"), []byte("the same file"))
+	mustWrite(t, filepath.Join(m.Backing, "swap"), []byte("old data"))
+	mustWrite(t, filepath.Join(m.Backing, "locked"), []byte("locked file"))
+	open := func(name string) *os.File {
+		f, err := os.OpenFile(filepath.Join(m.Dir, name), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	keep, swap, locked := open("keep"), open("swap"), open("locked")
+	fl := unix.Flock_t{Type: unix.F_WRLCK}
+	if err := unix.FcntlFlock(locked.Fd(), unix.F_OFD_SETLK, &fl); err != nil {
+		t.Fatal(err)
+	}
+	read := func(f *os.File) (string, error) {
+		buf := make([]byte, 64)
+		n, err := f.ReadAt(buf, 0)
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
+		return string(buf[:n]), err
+	}
+
+	_ = s.p.cmd.Process.Kill()
+	<-s.p.done
+	os.Remove(filepath.Join(m.Backing, "swap"))
+	mustWrite(t, filepath.Join(m.Backing, "swap"), []byte("A NEW FILE"))
+	s.restart(t)
+
+	within(t, time.Minute, "reads after the restart", func() error {
+		if got, err := read(keep); err != nil || got != "the same file" {
+			return fmt.Errorf("descriptor opened before the crash: %q %v", got, err)
+		}
+		return nil
+	})
+	if got, err := read(swap); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("descriptor of a file replaced while the server was down: %q %v, want ESTALE", got, err)
+	}
+	if _, err := read(locked); !errors.Is(err, syscall.EIO) {
+		t.Errorf("descriptor whose lock the restart lost: %v, want EIO", err)
+	}
+}
