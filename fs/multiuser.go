@@ -369,6 +369,8 @@ var (
 	_ DataPath   = (*MultiUser)(nil)
 	_ Mknoder    = (*MultiUser)(nil)
 	_ ServerSide = (*MultiUser)(nil)
+	_ Locker     = (*MultiUser)(nil)
+	_ Appender   = (*MultiUser)(nil)
 )
 
 func (m *MultiUser) GetAttr(ctx context.Context, p string) (session.Attr, error) {
@@ -491,6 +493,26 @@ func (m *MultiUser) ReadAt(ctx context.Context, h session.Handle, p []byte, off 
 func (m *MultiUser) WriteAt(ctx context.Context, h session.Handle, p []byte, off int64) (n int, err error) {
 	err = m.byHandle(h, func(r *Reconnector, h session.Handle) error { n, err = r.WriteAt(ctx, h, p, off); return err })
 	return n, err
+}
+
+// Append, and the locks of an open file, go on the opener's session: the
+// server keeps a lock with the handle it was taken through.
+func (m *MultiUser) Append(ctx context.Context, h session.Handle, p []byte) (n int, end int64, err error) {
+	err = m.byHandle(h, func(r *Reconnector, h session.Handle) error { n, end, err = r.Append(ctx, h, p); return err })
+	return n, end, err
+}
+
+func (m *MultiUser) Lock(ctx context.Context, h session.Handle, lk session.Lock, wait bool) error {
+	return m.byHandle(h, func(r *Reconnector, h session.Handle) error { return r.Lock(ctx, h, lk, wait) })
+}
+
+func (m *MultiUser) Unlock(ctx context.Context, h session.Handle, owner uint64) error {
+	return m.byHandle(h, func(r *Reconnector, h session.Handle) error { return r.Unlock(ctx, h, owner) })
+}
+
+func (m *MultiUser) TestLock(ctx context.Context, h session.Handle, lk session.Lock) (got session.Lock, err error) {
+	err = m.byHandle(h, func(r *Reconnector, h session.Handle) error { got, err = r.TestLock(ctx, h, lk); return err })
+	return got, err
 }
 
 // Attach registers an open file on its opener's data path (that session's

@@ -332,6 +332,46 @@ test "$(stat -c %%u %s.txt)" = %d
 		t.Errorf("lwio login with a wrong password: %v\n%s", err, out)
 	}
 
+	t.Run("LocksAndAppends", func(t *testing.T) {
+		// a's flock and b's meet on the server, each through their own
+		// session; appends of both land whole at the end.
+		needTool(t, "flock")
+		mustShAs(t, a, m.Dir, "umask 0; : > shared.lock; : > shared.log; chmod 666 shared.lock shared.log")
+		holder := asUser(a, m.Dir, nil, "flock", "-x", "shared.lock", "sh", "-c", "touch held; sleep 60")
+		holder.SysProcAttr.Setpgid = true
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		stopped := false
+		stop := func() {
+			if !stopped {
+				stopped = true
+				syscall.Kill(-holder.Process.Pid, syscall.SIGKILL)
+				holder.Wait()
+			}
+		}
+		defer stop()
+		deadline := time.Now().Add(20 * time.Second)
+		for _, err := os.Stat(filepath.Join(share, "held")); err != nil; _, err = os.Stat(filepath.Join(share, "held")) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's flock holder never started: %v", a.name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if out, err := shAs(b, m.Dir, "flock -n shared.lock true"); err == nil {
+			t.Errorf("%s took a lock %s holds:\n%s", b.name, a.name, out)
+		}
+		stop()
+		mustShAs(t, b, m.Dir, "flock -w 20 shared.lock true") // released with a's last close
+		for _, u := range []*localUser{a, b, a} {
+			mustShAs(t, u, m.Dir, "echo line-"+u.name+" >> shared.log")
+		}
+		want := "line-" + a.name + "\nline-" + b.name + "\nline-" + a.name + "\n"
+		if got, err := os.ReadFile(filepath.Join(share, "shared.log")); err != nil || string(got) != want {
+			t.Errorf("shared.log on the server's disk: %q %v, want %q", got, err, want)
+		}
+	})
+
 	t.Run("POSIXAsUser", func(t *testing.T) {
 		mustShAs(t, a, m.Dir, "mkdir posix-"+a.name)
 		posixAs(t, a, filepath.Join(m.Dir, "posix-"+a.name))
