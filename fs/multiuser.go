@@ -402,12 +402,18 @@ func (m *MultiUser) Mknod(ctx context.Context, p string, mode, rdev uint32) (ses
 }
 
 func (m *MultiUser) Open(ctx context.Context, p string, flags int, mode uint32) (session.Handle, session.Attr, error) {
+	return m.openAs(ctx, func(r *Reconnector) (session.Handle, session.Attr, error) { return r.Open(ctx, p, flags, mode) })
+}
+
+// openAs opens a file on the caller's session and numbers its handle as
+// one of the mount's.
+func (m *MultiUser) openAs(ctx context.Context, open func(r *Reconnector) (session.Handle, session.Attr, error)) (session.Handle, session.Attr, error) {
 	us, err := m.acquire(ctx)
 	if err != nil {
 		return 0, session.Attr{}, err
 	}
 	defer m.release(us)
-	h, a, err := us.r.Open(ctx, p, flags, mode)
+	h, a, err := open(us.r)
 	if err != nil {
 		return 0, a, err
 	}
@@ -561,16 +567,7 @@ func (m *MultiUser) Seek(ctx context.Context, h session.Handle, off int64, whenc
 
 // Tmpfile opens an unnamed file as the caller, like Open.
 func (m *MultiUser) Tmpfile(ctx context.Context, dir string, flags int, mode uint32) (session.Handle, session.Attr, error) {
-	us, err := m.acquire(ctx)
-	if err != nil {
-		return 0, session.Attr{}, err
-	}
-	defer m.release(us)
-	h, a, err := us.r.Tmpfile(ctx, dir, flags, mode)
-	if err != nil {
-		return 0, a, err
-	}
-	return m.addHandle(us, h), a, nil
+	return m.openAs(ctx, func(r *Reconnector) (session.Handle, session.Attr, error) { return r.Tmpfile(ctx, dir, flags, mode) })
 }
 
 func (m *MultiUser) LinkHandle(ctx context.Context, h session.Handle, p string) (a session.Attr, err error) {
