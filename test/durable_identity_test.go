@@ -3,7 +3,6 @@ package test
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -40,23 +39,7 @@ func TestDurableReopenActsAsUser(t *testing.T) {
 	conf := usersConfig(t, accts, "")
 	s := startServer(t, ServerConfig{Shares: map[string]string{"share": dir}, Args: []string{"-config", conf}})
 	ma := mountShare(t, s, MountConfig{User: a.name, Password: a.password})
-	open := func(name string) *os.File {
-		f, err := os.OpenFile(filepath.Join(ma.Dir, name), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		return f
-	}
-	keep, given := open("a-keep"), open("a-given")
-	read := func(f *os.File) (string, error) {
-		buf := make([]byte, 64)
-		n, err := f.ReadAt(buf, 0)
-		if errors.Is(err, io.EOF) {
-			err = nil
-		}
-		return string(buf[:n]), err
-	}
+	keep, given := openRW(t, ma.Dir, "a-keep"), openRW(t, ma.Dir, "a-given")
 
 	_ = s.p.cmd.Process.Kill()
 	<-s.p.done
@@ -67,12 +50,12 @@ func TestDurableReopenActsAsUser(t *testing.T) {
 	s.restart(t)
 
 	within(t, time.Minute, "a's own file after the restart", func() error {
-		if got, err := read(keep); err != nil || got != "a-keep data" {
+		if got, err := readStart(keep); err != nil || got != "a-keep data" {
 			return fmt.Errorf("descriptor opened before the crash: %q %v", got, err)
 		}
 		return nil
 	})
-	got, err := read(given)
+	got, err := readStart(given)
 	if err == nil || got != "" {
 		t.Errorf("a's descriptor of the file given to b while the server was down read %q (%v): re-opened as the server, not as a", got, err)
 	} else if !errors.Is(err, syscall.EACCES) {

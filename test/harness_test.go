@@ -326,8 +326,14 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 		// users acting as their own accounts. A state directory of its own
 		// (kept across crashAndRestart: the same arguments), not the
 		// host's /var/lib/lwio.
+		stateParent := t.TempDir()
+		if cfg.Cred != nil { // the server's account makes it
+			if err := os.Chown(stateParent, int(cfg.Cred.Uid), int(cfg.Cred.Gid)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser, "-account", "root", "-allow-root",
-			"-state-dir", filepath.Join(t.TempDir(), "state")}
+			"-state-dir", filepath.Join(stateParent, "state")}
 		for name, path := range cfg.Shares {
 			args = append(args, "-share", name+"="+path)
 		}

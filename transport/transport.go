@@ -168,6 +168,11 @@ type Completion struct {
 	ID     uint64
 	Op     Op
 	Status Status
+	// Conn is the connection the work request belongs to (ibv_wc's
+	// qp_num): on a completion queue shared by several connections it
+	// says whose completion this is; for a receive taken from a shared
+	// receive queue, which connection the message came by.
+	Conn Conn
 	// Len is the number of bytes received (OpRecv of a SEND).
 	Len int
 	// Imm is the immediate data when HasImm is set.
@@ -216,9 +221,12 @@ type Conn interface {
 	// It fails at once, posting none, if the queue would overflow or a
 	// request is malformed; failures discovered later arrive as completions.
 	Post(wrs ...SendWR) error
-	// PostRecv queues receive buffers.
+	// PostRecv queues receive buffers. A connection that takes its
+	// receives from a shared receive queue refuses it.
 	PostRecv(wrs ...RecvWR) error
-	// CQ is where this connection's send and receive completions arrive.
+	// CQ is where this connection's send completions arrive, and its
+	// receive completions unless Config.Queues named a RecvCQ: its own
+	// completion queue, or the SendCQ Config.Queues named.
 	CQ() CQ
 	// Domain is the protection domain the connection's memory belongs to.
 	Domain() Domain
@@ -251,6 +259,10 @@ type Config struct {
 	MaxSGE int
 	// MaxMessageSize: 0 means 16 MiB.
 	MaxMessageSize int
+	// Queues, when not nil, names shared queues for each connection (see
+	// QueueChooser). Nil: every connection has its own completion queue
+	// and receive queue.
+	Queues QueueChooser
 }
 
 // WithDefaults returns c with zero fields replaced by the defaults.

@@ -150,6 +150,11 @@ type Server struct {
 
 	nextSession atomic.Uint64
 	nextConn    atomic.Uint64
+
+	// What Stats reports of logons (stats.go).
+	logonFailures   atomic.Uint64
+	logonsThrottled atomic.Uint64
+	throttleWait    atomic.Int64 // nanoseconds
 }
 
 // NewServer opens every share's root and returns a server ready to Serve.

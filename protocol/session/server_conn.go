@@ -266,6 +266,8 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		user, domain = am.UserName, am.DomainName
 	}
 	if wait := c.s.throttle.admit(user, c.addr); wait > 0 {
+		c.s.logonsThrottled.Add(1)
+		c.s.throttleWait.Add(int64(wait))
 		if !c.s.sleep(wait) {
 			c.s.throttle.abandoned(user, c.addr)
 			return ErrServerClosed
@@ -274,6 +276,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	res, err := st.Authenticate(tok.Token)
 	if err != nil {
 		c.failures++
+		c.s.logonFailures.Add(1)
 		uf, af := c.s.throttle.failed(user, c.addr)
 		// One fixed line per failure, for fail2ban and the like
 		// (docs/security.md): addr is the first field after msg in the

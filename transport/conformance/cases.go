@@ -38,6 +38,11 @@ var cases = []Case{
 	{"CQWaitCancel", "Wait returns when its context ends", cqWaitCancel},
 	{"ListenerClose", "Accept returns on context end and on Close", listenerClose},
 	{"DialNobody", "Dial to an address nobody listens on fails", dialNobody},
+	{"SharedCQ", "connections share completion queues (one for both queues, or separate send and receive ones); each completion names its connection, in order per connection", sharedCQ},
+	{"SRQShared", "a shared receive queue feeds two connections: each SEND takes the next receive posted, its completion naming the connection", srqShared},
+	{"SRQReceiverNotReady", "a SEND that finds the shared receive queue empty waits for a receive posted in time, else fails with RNR retry exceeded; the other connection carries on", srqReceiverNotReady},
+	{"SRQLimit", "the shared receive queue's limit event fires once when the posted receives fall below it, and again after replenishing and re-arming", srqLimit},
+	{"SharedCloseFlush", "closing a connection flushes its work on the shared CQ, naming it, and leaves the SRQ's receives to the others; the queues close only once unused", sharedCloseFlush},
 }
 
 func connInfo(t *testing.T, e *Env) {
@@ -150,9 +155,15 @@ func sendRecvOrder(t *testing.T, e *Env) {
 	}
 	for i, c := range e.collect(t, cli, n) {
 		want(t, "send", c, uint64(i), transport.OpSend, transport.StatusSuccess)
+		if c.Conn != cli {
+			t.Errorf("send %d: Completion.Conn is not the connection", i)
+		}
 	}
 	for i, c := range e.collect(t, srv, n) {
 		want(t, "receive", c, uint64(1000+i), transport.OpRecv, transport.StatusSuccess)
+		if c.Conn != srv {
+			t.Errorf("receive %d: Completion.Conn is not the connection", i)
+		}
 		l := 1 + i*4
 		if c.Len != l {
 			t.Errorf("receive %d: Len %d, want %d", i, c.Len, l)

@@ -105,40 +105,79 @@ func receiverNotReady(t *testing.T, e *Env) {
 	if err := cli.PostRecv(transport.RecvWR{ID: 3, Buf: transport.Whole(crecv)}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	if err := cli.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
-		t.Fatal(err)
-	}
-	cs := sendsFirst(e.collectWithin(t, cli, 2, e.RNRTimeout+e.Timeout))
-	elapsed := time.Since(start)
-	want(t, "send", cs[0], 1, transport.OpSend, transport.StatusRNRRetryExceeded)
-	want(t, "initiator's posted receive", cs[1], 3, transport.OpRecv, transport.StatusFlushed)
-	if elapsed < e.RNRTimeout/2 {
-		t.Errorf("RNR failure after %v; the receiver should have had about %v to post a receive", elapsed, e.RNRTimeout)
-	}
-	t.Logf("RNR retry exceeded after %v (RNRTimeout %v)", elapsed, e.RNRTimeout)
+	e.wantRNR(t, cli, transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}, 3)
 	e.wantClosedAfterError(t, cli, "initiator", crecv)
 	e.wantClosedAfterError(t, srv, "target", srecv)
 }
 
+// wantRNR posts wr, a SEND the peer has no receive for, on cli, which has
+// one receive posted (recvID): the SEND fails with RNR retry exceeded after
+// about the RNR timeout, and the receive is flushed.
+func (e *Env) wantRNR(t *testing.T, cli transport.Conn, wr transport.SendWR, recvID uint64) {
+	t.Helper()
+	start := time.Now()
+	if err := cli.Post(wr); err != nil {
+		t.Fatal(err)
+	}
+	cs := sendsFirst(e.collectWithin(t, cli, 2, e.RNRTimeout+e.Timeout))
+	elapsed := time.Since(start)
+	want(t, "send with no receive at the peer", cs[0], wr.ID, transport.OpSend, transport.StatusRNRRetryExceeded)
+	want(t, "initiator's posted receive", cs[1], recvID, transport.OpRecv, transport.StatusFlushed)
+	if elapsed < e.RNRTimeout/2 {
+		t.Errorf("RNR failure after %v; the receiver should have had about %v to post a receive", elapsed, e.RNRTimeout)
+	}
+	t.Logf("RNR retry exceeded after %v (RNRTimeout %v)", elapsed, e.RNRTimeout)
+}
+
+// rnrAttempts is how many times a receiver-not-ready recovery is tried
+// while the receive cannot be posted in time (a loaded machine).
+const rnrAttempts = 5
+
+// postInTime sleeps until a quarter of the RNR time after start, then
+// posts; inTime reports whether the post began before half the RNR time,
+// so that a SEND waiting since start must find it. A later post proves
+// nothing either way: the caller tries again.
+func (e *Env) postInTime(start time.Time, post func() error) (inTime bool, err error) {
+	time.Sleep(e.RNRTimeout/4 - time.Since(start))
+	inTime = time.Since(start) < e.RNRTimeout/2
+	return inTime, post()
+}
+
+// lateAttempt logs an inconclusive attempt, or fails after the last.
+func (e *Env) lateAttempt(t *testing.T, attempt int, start time.Time) {
+	t.Helper()
+	if attempt == rnrAttempts {
+		t.Fatalf("in %d attempts the receive could not be posted within half the RNR time (%v): the machine is too loaded to tell", rnrAttempts, e.RNRTimeout/2)
+	}
+	t.Logf("attempt %d: the receive was posted %v after the SEND, later than half the RNR time: not conclusive, again", attempt, time.Since(start))
+}
+
 func receiverNotReadyRecovers(t *testing.T, e *Env) {
-	cli, srv := e.pair(t)
-	src := alloc(t, cli, 64, transport.AccessLocal, 1)
-	rbuf := alloc(t, srv, 64, transport.AccessLocal, 0)
-	if err := cli.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
-		t.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		cli, srv := e.pair(t)
+		src := alloc(t, cli, 64, transport.AccessLocal, 1)
+		rbuf := alloc(t, srv, 64, transport.AccessLocal, 0)
+		start := time.Now()
+		if err := cli.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
+			t.Fatal(err)
+		}
+		inTime, err := e.postInTime(start, func() error { return srv.PostRecv(transport.RecvWR{ID: 2, Buf: transport.Whole(rbuf)}) })
+		if !inTime {
+			e.lateAttempt(t, attempt, start)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want(t, "send", e.collectWithin(t, cli, 1, e.RNRTimeout+e.Timeout)[0], 1, transport.OpSend, transport.StatusSuccess)
+		c := e.collect(t, srv, 1)[0]
+		want(t, "receive", c, 2, transport.OpRecv, transport.StatusSuccess)
+		if c.Len != 64 {
+			t.Errorf("Len %d", c.Len)
+		}
+		wantFilled(t, "received", rbuf.Bytes(), 1)
+		return
 	}
-	time.Sleep(e.RNRTimeout / 4)
-	if err := srv.PostRecv(transport.RecvWR{ID: 2, Buf: transport.Whole(rbuf)}); err != nil {
-		t.Fatal(err)
-	}
-	want(t, "send", e.collectWithin(t, cli, 1, e.RNRTimeout+e.Timeout)[0], 1, transport.OpSend, transport.StatusSuccess)
-	c := e.collect(t, srv, 1)[0]
-	want(t, "receive", c, 2, transport.OpRecv, transport.StatusSuccess)
-	if c.Len != 64 {
-		t.Errorf("Len %d", c.Len)
-	}
-	wantFilled(t, "received", rbuf.Bytes(), 1)
 }
 
 func lengthError(t *testing.T, e *Env) {

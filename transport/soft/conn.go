@@ -82,9 +82,16 @@ type conn struct {
 	limits  transport.Limits
 	peerRNR time.Duration // how long the peer lets its SENDs wait for our receives
 	faults  *Faults       // nil unless this connection is faulted
-	cq      *cq
+	delay   time.Duration // Faults.DelayCompletions
 	local   string
 	remote  string
+
+	// Where completions go and receives come from (Config.Queues): own is
+	// the connection's own completion queue, nil when both of its queues
+	// report to shared ones; srq is nil when it has its own receive queue.
+	own, sendCQ, recvCQ *cq
+	srq                 *srq
+	finished            chan struct{} // closed when every completion is delivered
 
 	kick     chan struct{} // wakes the writer (one slot)
 	recvKick chan struct{} // wakes a reader waiting for a receive (one slot)
@@ -114,16 +121,25 @@ type conn struct {
 	ackTimer *time.Timer   // the fallback for a deferred acknowledgement
 	running  atomic.Int32  // reader and writer still running
 
-	rd        frameReader
-	ackUrgent bool // reader-owned: an ACK is owed that should not wait
-	owedBytes int  // reader-owned: payload placed since the reader last acknowledged
-	wr        frameWriter
-	scratch   []transport.Completion // reader's batch of send completions
+	rdMu        sync.Mutex    // the read side: held by whoever runs the receive engine
+	pend        frameHeader   // a request an application goroutine left to the reader goroutine
+	pendValid   bool          //
+	bgWake      chan struct{} // wakes the reader goroutine from yieldRead (one slot)
+	lastAppRead atomic.Int64  // unix ns an application goroutine last read
+	intr        readIntr
+	hooks       atomic.Pointer[testHooks] // nil except in tests that force an interleaving
+	rd          frameReader
+	ackUrgent   bool // reader-owned: an ACK is owed that should not wait
+	owedBytes   int  // reader-owned: payload placed since the reader last acknowledged
+	wr          frameWriter
+	scratch     []transport.Completion // reader's batch of send completions
 }
 
 var _ transport.Conn = (*conn)(nil)
 
-func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, faults *Faults) *conn {
+// newConn starts a connection over nc with the queues chosen for it; it
+// fails only when a shared queue was closed meanwhile.
+func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, faults *Faults, qs queues) (*conn, error) {
 	cfg = cfg.WithDefaults()
 	maxMsg := cfg.MaxMessageSize
 	if int64(peer.MaxMessageSize) < int64(maxMsg) {
@@ -145,20 +161,40 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 		kick:     make(chan struct{}, 1),
 		recvKick: make(chan struct{}, 1),
 		closing:  make(chan struct{}),
+		bgWake:   make(chan struct{}, 1),
+		finished: make(chan struct{}),
 		sq:       make([]sendEntry, cfg.SendQueueDepth),
-		rq:       make([]transport.RecvWR, cfg.RecvQueueDepth),
+		sendCQ:   qs.send,
+		recvCQ:   qs.recv,
+		srq:      qs.srq,
 	}
-	var delay time.Duration
 	if faults != nil {
-		delay = faults.DelayCompletions
+		c.delay = faults.DelayCompletions
 	}
-	c.cq = newCQ(delay)
+	if c.srq == nil {
+		c.rq = make([]transport.RecvWR, cfg.RecvQueueDepth)
+	}
+	if c.sendCQ == nil || c.recvCQ == nil {
+		c.own = newCQ(p.pd, c)
+		if c.delay == 0 {
+			c.own.read = c.appRead
+		}
+		if c.sendCQ == nil {
+			c.sendCQ = c.own
+		}
+		if c.recvCQ == nil {
+			c.recvCQ = c.sendCQ
+		}
+	}
+	if err := c.attach(); err != nil {
+		return nil, err
+	}
 	c.log = p.log.WithFields(logrus.Fields{"provider": Name, "conn": c.local + "->" + c.remote})
 	c.rd.init(nc, c.onIdle)
 	c.wr.init(nc)
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimeout)
 	c.ackTimer.Stop()
-	c.cq.idle = c.flushAck
+	c.intr.nc = nc
 	c.running.Store(2)
 	if t := p.opts.TransportTimeout; t > 0 {
 		c.timer = time.AfterFunc(checkPeriod(t), c.checkProgress)
@@ -166,10 +202,48 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 	go c.readLoop()
 	go c.writeLoop()
 	c.log.Debug("connected")
-	return c
+	return c, nil
 }
 
-func (c *conn) CQ() transport.CQ         { return c.cq }
+// attach makes the connection a user of its shared queues; detach, when
+// it has delivered its last completion, lets them close.
+func (c *conn) attach() error {
+	var done []*cq
+	for _, q := range []*cq{c.sendCQ, c.recvCQ} {
+		if q == c.own || (len(done) > 0 && done[0] == q) {
+			continue
+		}
+		if err := q.attach(c); err != nil {
+			for _, d := range done {
+				d.detach(c)
+			}
+			return err
+		}
+		done = append(done, q)
+	}
+	if c.srq != nil {
+		if err := c.srq.attach(); err != nil {
+			for _, d := range done {
+				d.detach(c)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *conn) detach() {
+	for _, q := range []*cq{c.sendCQ, c.recvCQ} {
+		if q != c.own {
+			q.detach(c)
+		}
+	}
+	if c.srq != nil {
+		c.srq.detach()
+	}
+}
+
+func (c *conn) CQ() transport.CQ         { return c.sendCQ }
 func (c *conn) Domain() transport.Domain { return c.p.pd }
 func (c *conn) Limits() transport.Limits { return c.limits }
 func (c *conn) LocalAddr() string        { return c.local }
@@ -241,6 +315,9 @@ func (c *conn) check(wr *transport.SendWR) error {
 
 // PostRecv queues receive buffers; they are consumed in order.
 func (c *conn) PostRecv(wrs ...transport.RecvWR) error {
+	if c.srq != nil {
+		return errors.New("softrdma: the connection takes its receives from a shared receive queue")
+	}
 	for i := range wrs {
 		if _, err := c.p.pd.local(wrs[i].Buf); err != nil {
 			return err
@@ -265,12 +342,23 @@ func (c *conn) PostRecv(wrs ...transport.RecvWR) error {
 }
 
 // Close puts the connection in error and disconnects; every outstanding
-// work request completes with StatusFlushed shortly after. It does not
-// wait for the peer.
+// work request completes with StatusFlushed before it returns (at most
+// closeWait later, when a NAK was being delivered). It does not wait for
+// the peer.
 func (c *conn) Close() error {
 	c.fail(failure{why: "closed locally"})
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-c.finished:
+	case <-t.C:
+	}
 	return nil
 }
+
+// closeWait bounds how long Close waits for the connection's goroutines to
+// deliver the flushed completions: a NAK's drain takes drainTimeout.
+const closeWait = drainTimeout + time.Second
 
 // fail moves the connection to error once; later calls do nothing.
 func (c *conn) fail(f failure) {
@@ -329,20 +417,31 @@ func (c *conn) finish() {
 		if f.hasSeq && c.sqHead == f.seq {
 			st = f.status
 		}
-		out = append(out, transport.Completion{ID: e.id, Op: e.op, Status: st})
+		out = append(out, transport.Completion{ID: e.id, Op: e.op, Status: st, Conn: c})
 		clear(e.segs)
 	}
 	c.sqTx = c.sqHead
 	for ; c.rqHead != c.rqTail; c.rqHead++ {
 		i := c.rqHead % uint64(len(c.rq))
-		out = append(out, transport.Completion{ID: c.rq[i].ID, Op: transport.OpRecv, Status: transport.StatusFlushed})
+		out = append(out, transport.Completion{ID: c.rq[i].ID, Op: transport.OpRecv, Status: transport.StatusFlushed, Conn: c})
 		c.rq[i] = transport.RecvWR{}
 	}
 	c.st = stateClosed
 	c.mu.Unlock()
-	c.cq.push(out...)
-	c.cq.close()
+	// Sends flush to the send CQ, the connection's own receives to the
+	// receive CQ; receives in a shared receive queue stay for the others.
+	ns := 0
+	for ns < len(out) && out[ns].Op != transport.OpRecv {
+		ns++
+	}
+	c.sendCQ.push(c.delay, out[:ns]...)
+	c.recvCQ.push(c.delay, out[ns:]...)
+	if c.own != nil {
+		c.own.close()
+	}
+	c.detach()
 	c.log.WithField("flushed", len(out)).Debug("disconnected")
+	close(c.finished)
 }
 
 // checkProgress fails the connection when transmitted work has gone
@@ -416,4 +515,21 @@ func (c *conn) ackTimeout() {
 
 func (c *conn) tripReset() {
 	c.fail(failure{why: "fault injected: reset", reset: true})
+}
+
+// testHooks let a test force an interleaving of the read side; every one
+// may be nil.
+type testHooks struct {
+	afterStep   func() // an application goroutine's turn, after each step
+	beforeTurn  func() // CQ.Wait, before it tries to take the socket
+	afterUnlock func() // the reader goroutine, after a step, the socket released
+}
+
+// debugState describes the connection's queues and owners for a stalled
+// test's report.
+func (c *conn) debugState() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("%s: state %v, sq head %d tx %d tail %d, rq head %d tail %d, writing %v handoff %v, placed %d ackSent %d ackArmed %v, iov %d",
+		c, c.st, c.sqHead, c.sqTx, c.sqTail, c.rqHead, c.rqTail, c.writing, c.handoff, c.placed.Load(), c.ackSent.Load(), c.ackArmed.Load(), len(c.wr.iov))
 }

@@ -27,7 +27,7 @@ type domain struct {
 	nextVA  uint64
 }
 
-var _ transport.Domain = (*domain)(nil)
+var _ transport.QueueDomain = (*domain)(nil)
 
 func newDomain() *domain {
 	var b [8]byte

@@ -28,6 +28,7 @@ type frameReader struct {
 	// the reader blocks: the moment to acknowledge.
 	idle func()
 	sys  sysReader
+	intr *readIntr // set while an application goroutine waits for a header
 }
 
 // largePayload is the payload size from which the reader expects more of
@@ -64,7 +65,17 @@ func (rd *frameReader) fill(n int) error {
 			if rd.idle != nil {
 				rd.idle()
 			}
-			m, err = rd.nc.Read(rd.buf[rd.w:end])
+			if rd.intr != nil && !rd.intr.enter() {
+				return errInterrupted
+			}
+			m, err = rd.sys.read(rd.buf[rd.w:end])
+			if rd.intr != nil && rd.intr.leave() {
+				rd.w += m
+				if rd.w >= n {
+					return nil
+				}
+				return errInterrupted
+			}
 		}
 		rd.w += m
 		if err != nil && rd.w < n {
@@ -85,7 +96,12 @@ func (rd *frameReader) readInto(dst []byte) error {
 	if n == len(dst) {
 		return nil
 	}
-	_, err := io.ReadFull(rd.nc, dst[n:])
+	var err error
+	for rest := dst[n:]; len(rest) > 0 && err == nil; {
+		var m int
+		m, err = rd.sys.read(rest)
+		rest = rest[m:]
+	}
 	if errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
 	}
@@ -106,56 +122,86 @@ func (rd *frameReader) discard(n int) error {
 	return nil
 }
 
-// readLoop is the connection's receive engine: the "NIC" that acknowledges
-// the peer's requests and places their data without the application.
-func (c *conn) readLoop() {
-	defer c.exit()
+// stepResult is what one step of the receive engine came to.
+type stepResult uint8
+
+const (
+	stepOK          stepResult = iota // a frame was carried out
+	stepDone                          // the connection is in error
+	stepHandoff                       // app: a request needs the reader goroutine (c.pend)
+	stepInterrupted                   // app: the wait for a header was interrupted
+)
+
+// step carries out one frame from the socket, or the request left in
+// c.pend; the caller holds c.rdMu. app says the caller is an application
+// goroutine in CQ.Wait: its wait for a header can be interrupted, and it
+// never waits for a receive (receiver-not-ready) but leaves that request
+// to the reader goroutine.
+func (c *conn) step(app bool) stepResult {
 	var h frameHeader
-	for {
-		if err := c.rd.fill(frameHeaderSize); err != nil {
-			c.readFailed(err)
-			return
+	if c.pendValid {
+		h, c.pendValid = c.pend, false
+	} else {
+		if app {
+			c.rd.intr = &c.intr
 		}
-		err := h.decode(c.rd.buf[c.rd.r : c.rd.r+frameHeaderSize])
+		err := c.rd.fill(frameHeaderSize)
+		c.rd.intr = nil
+		if err != nil {
+			if errors.Is(err, errInterrupted) {
+				return stepInterrupted
+			}
+			c.readFailed(err)
+			return stepDone
+		}
+		err = h.decode(c.rd.buf[c.rd.r : c.rd.r+frameHeaderSize])
 		c.rd.r += frameHeaderSize
 		if err != nil {
 			c.fail(failure{why: "protocol violation", err: err})
-			return
+			return stepDone
 		}
-		if c.dropped.Load() {
-			if err := c.rd.discard(int(h.Length)); err != nil {
-				c.readFailed(err)
-				return
+		if !c.dropped.Load() {
+			if !c.onAck(h.Ack) {
+				return stepDone
 			}
-			continue
-		}
-		if !c.onAck(h.Ack) {
-			return
-		}
-		switch h.Type {
-		case frameAck:
-		case frameNak:
-			c.onNak(&h)
-			return
-		case frameSend, frameWrite:
+			switch h.Type {
+			case frameAck:
+				return stepOK
+			case frameNak:
+				c.onNak(&h)
+				return stepDone
+			}
 			if reset, drop := c.countOp(); reset {
 				c.tripReset()
-				return
+				return stepDone
 			} else if drop {
 				c.tripDrop()
-				if err := c.rd.discard(int(h.Length)); err != nil {
-					c.readFailed(err)
-					return
-				}
-				continue
 			}
-			ok, completed := c.onRequest(&h)
-			if !ok {
-				return
-			}
-			c.noteRequest(completed, int(h.Length))
 		}
 	}
+	if app && c.rd.buffered() < int(h.Length) {
+		// A payload still on its way: its read could not be interrupted
+		// if the peer stalled, so it is the reader goroutine's.
+		c.pend, c.pendValid = h, true
+		return stepHandoff
+	}
+	if c.dropped.Load() { // Faults.DropAfterOps: lost on the wire
+		if err := c.rd.discard(int(h.Length)); err != nil {
+			c.readFailed(err)
+			return stepDone
+		}
+		return stepOK
+	}
+	ok, completed, handoff := c.onRequest(&h, app)
+	if handoff {
+		c.pend, c.pendValid = h, true
+		return stepHandoff
+	}
+	if !ok {
+		return stepDone
+	}
+	c.noteRequest(completed, int(h.Length))
+	return stepOK
 }
 
 func (c *conn) readFailed(err error) {
@@ -182,7 +228,7 @@ func (c *conn) onAck(ack uint32) bool {
 	out := c.scratch[:0]
 	for ; n > 0; n-- {
 		e := &c.sq[c.sqHead%uint64(len(c.sq))]
-		out = append(out, transport.Completion{ID: e.id, Op: e.op})
+		out = append(out, transport.Completion{ID: e.id, Op: e.op, Conn: c})
 		clear(e.segs)
 		c.sqHead++
 	}
@@ -190,7 +236,7 @@ func (c *conn) onAck(ack uint32) bool {
 		c.progressAt = time.Now()
 	}
 	c.mu.Unlock()
-	c.cq.push(out...)
+	c.sendCQ.push(c.delay, out...)
 	c.scratch = out[:0]
 	return true
 }
@@ -217,10 +263,9 @@ func (c *conn) onNak(h *frameHeader) {
 
 // refuse fails the connection because the peer's request number placed
 // cannot be carried out, and tells the peer with a NAK.
+// The reader goroutine then drains the socket (drainAfterNak).
 func (c *conn) refuse(st transport.Status, err error) {
 	c.fail(failure{why: "refused a peer request", err: err, nak: true, nakSeq: c.placed.Load(), nakSt: st})
-	// Drain until the peer closes on our NAK (or the deadline set by fail).
-	_, _ = io.Copy(io.Discard, c.nc)
 }
 
 // Acknowledgement policy. ACKs are cumulative and ride on any frame going
@@ -266,12 +311,14 @@ func (c *conn) onIdle() {
 }
 
 // onRequest carries out one SEND or RDMA WRITE from the peer. ok is
-// false when the connection is done; completed says a receive completed.
-func (c *conn) onRequest(h *frameHeader) (ok, completed bool) {
+// false when the connection is done; completed says a receive completed;
+// handoff (app only) that the request needs a receive that is not posted
+// yet, and nothing of it was done.
+func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool) {
 	n := int(h.Length)
 	if n > c.limits.MaxMessageSize {
 		c.refuse(transport.StatusRemoteInvalidRequest, fmt.Errorf("%d-byte request exceeds MaxMessageSize %d", n, c.limits.MaxMessageSize))
-		return false, false
+		return false, false, false
 	}
 	imm := h.Flags&flagImm != 0
 	var dst []byte
@@ -279,58 +326,82 @@ func (c *conn) onRequest(h *frameHeader) (ok, completed bool) {
 		var ok bool
 		if dst, ok = c.p.pd.target(h.RKey, h.Addr, n); !ok {
 			c.refuse(transport.StatusRemoteAccess, fmt.Errorf("RDMA WRITE of %d bytes to %#x with handle %#x is outside every region open to remote write", n, h.Addr, h.RKey))
-			return false, false
+			return false, false, false
 		}
 	}
 	if h.Type == frameWrite && !imm {
 		if err := c.rd.readInto(dst); err != nil {
 			c.readFailed(err)
-			return false, false
+			return false, false, false
 		}
 		c.placed.Add(1)
-		return true, false
+		return true, false, false
 	}
 	// SEND and WRITE WITH IMMEDIATE consume a receive.
-	wr, ok := c.takeRecv()
+	wr, ok := c.tryTakeRecv()
+	if !ok && app {
+		return true, false, true // the RNR wait is the reader goroutine's
+	}
+	if !ok {
+		wr, ok = c.takeRecv()
+	}
 	if !ok {
 		select {
 		case <-c.closing:
 		default:
 			c.refuse(transport.StatusRNRRetryExceeded, fmt.Errorf("no receive posted within %v", c.peerRNR))
 		}
-		return false, false
+		return false, false, false
 	}
-	comp := transport.Completion{ID: wr.ID, Op: transport.OpRecv, Imm: h.Imm, HasImm: imm}
+	comp := transport.Completion{ID: wr.ID, Op: transport.OpRecv, Imm: h.Imm, HasImm: imm, Conn: c}
 	if h.Type == frameSend {
 		buf, err := c.p.pd.local(wr.Buf)
 		if err != nil {
 			comp.Status = transport.StatusLocalProtection
-			c.cq.push(comp)
+			c.recvCQ.push(c.delay, comp)
 			c.refuse(transport.StatusRemoteInvalidRequest, err)
-			return false, false
+			return false, false, false
 		}
 		if n > len(buf) {
 			comp.Status = transport.StatusLocalLength
-			c.cq.push(comp)
+			c.recvCQ.push(c.delay, comp)
 			c.refuse(transport.StatusRemoteInvalidRequest, fmt.Errorf("%d-byte SEND into a %d-byte receive", n, len(buf)))
-			return false, false
+			return false, false, false
 		}
 		dst, comp.Len = buf[:n], n
 	}
 	if err := c.rd.readInto(dst); err != nil {
 		comp.Status = transport.StatusFlushed
-		c.cq.push(comp)
+		c.recvCQ.push(c.delay, comp)
 		c.readFailed(err)
-		return false, false
+		return false, false, false
 	}
-	c.cq.push(comp)
+	c.recvCQ.push(c.delay, comp)
 	c.placed.Add(1)
-	return true, true
+	return true, true, false
 }
 
 // rnrPeerCheck is how often a reader waiting for a receive checks that the
 // peer is still there.
 const rnrPeerCheck = 10 * time.Millisecond
+
+// tryTakeRecv pops the next posted receive, from the connection's own
+// queue or its shared one, without waiting.
+func (c *conn) tryTakeRecv() (transport.RecvWR, bool) {
+	if c.srq != nil {
+		return c.srq.tryTake()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rqHead == c.rqTail {
+		return transport.RecvWR{}, false
+	}
+	i := c.rqHead % uint64(len(c.rq))
+	wr := c.rq[i]
+	c.rq[i] = transport.RecvWR{}
+	c.rqHead++
+	return wr, true
+}
 
 // takeRecv pops the next posted receive, waiting up to the peer's RNR
 // timeout for one; false if none came or the connection failed.
@@ -338,19 +409,24 @@ func (c *conn) takeRecv() (transport.RecvWR, bool) {
 	var timer *time.Timer
 	var check *time.Ticker
 	for {
-		c.mu.Lock()
-		if c.rqHead != c.rqTail {
-			i := c.rqHead % uint64(len(c.rq))
-			wr := c.rq[i]
-			c.rq[i] = transport.RecvWR{}
-			c.rqHead++
-			c.mu.Unlock()
+		var posted <-chan struct{}
+		if c.srq != nil {
+			wr, ok, ch := c.srq.take()
+			if ok {
+				if timer != nil {
+					timer.Stop()
+				}
+				return wr, true
+			}
+			posted = ch
+		} else if wr, ok := c.tryTakeRecv(); ok {
 			if timer != nil {
 				timer.Stop()
 			}
 			return wr, true
+		} else {
+			posted = c.recvKick
 		}
-		c.mu.Unlock()
 		if timer == nil {
 			// Receiver not ready: the peer retries for its RNR timeout.
 			// Acknowledge what is placed so far while we wait.
@@ -359,21 +435,37 @@ func (c *conn) takeRecv() (transport.RecvWR, bool) {
 			check = time.NewTicker(rnrPeerCheck)
 			defer check.Stop()
 		}
-		select {
-		case <-c.recvKick:
-		case <-timer.C:
+		ok, gone := c.awaitRecv(posted, timer, check)
+		if c.srq != nil {
+			c.srq.unwait()
+		}
+		if gone {
+			c.fail(failure{why: "peer disconnected"})
+		}
+		if !ok {
+			timer.Stop()
 			return transport.RecvWR{}, false
+		}
+	}
+}
+
+// awaitRecv waits for a receive to be posted (ok), the RNR timer, the
+// connection's end, or the peer's disconnect (gone).
+func (c *conn) awaitRecv(posted <-chan struct{}, timer *time.Timer, check *time.Ticker) (ok, gone bool) {
+	for {
+		select {
+		case <-posted:
+			return true, false
+		case <-timer.C:
+			return false, false
 		case <-check.C:
 			// A NIC hears of a disconnect (rdma_cm) even while a
 			// SEND waits; this reader is not reading the socket.
 			if c.wr.sys.peerClosed() {
-				timer.Stop()
-				c.fail(failure{why: "peer disconnected"})
-				return transport.RecvWR{}, false
+				return false, true
 			}
 		case <-c.closing:
-			timer.Stop()
-			return transport.RecvWR{}, false
+			return false, false
 		}
 	}
 }

@@ -6,14 +6,16 @@
 // handle and bounds, or the initiator's work request fails with
 // StatusRemoteAccess and the connection goes to error on both sides; a SEND
 // that finds no posted receive waits the initiator's RNR timeout and then
-// fails; a SEND longer than the posted buffer fails with a length error;
+// fails (its connection's own receive queue or a shared one, srq.go); a
+// SEND longer than the posted buffer fails with a length error;
 // send completions come only after the peer acknowledged placement; on
 // disconnect every outstanding work request is flushed. Incoming data is
 // placed by the provider's receive engine, read from the socket into the
 // target memory, before the application hears of it: the engine runs in
 // the connection's reader goroutine, or, while an application goroutine
-// waits in CQ.Wait, in that goroutine (readside.go), never waiting for the
-// application.
+// waits in CQ.Wait on the connection's own completion queue, in that
+// goroutine (readside.go), never waiting for the application. Completion
+// queues may be shared by several connections (cq.go).
 package soft
 
 import (
@@ -126,7 +128,12 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 		_ = tc.Close()
 		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
 	}
-	return p.newConn(tc, cfg, peer), nil
+	c, err := p.newConn(tc, cfg, peer)
+	if err != nil {
+		_ = tc.Close()
+		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
+	}
+	return c, nil
 }
 
 // Listen listens on addr ("ip:port"; port 0 picks one).
@@ -177,14 +184,65 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config) (hello, erro
 	return peer, tc.SetDeadline(time.Time{})
 }
 
-func (p *Provider) newConn(tc *net.TCPConn, cfg transport.Config, peer hello) *conn {
+func (p *Provider) newConn(tc *net.TCPConn, cfg transport.Config, peer hello) (*conn, error) {
+	qs, err := p.chooseQueues(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var f *Faults
 	if p.opts.Faults != nil {
 		if n := p.nconns.Add(1); p.opts.Faults.Conns <= 0 || n <= int64(p.opts.Faults.Conns) {
 			f = p.opts.Faults
 		}
 	}
-	return newConn(p, tc, cfg, peer, f)
+	return newConn(p, tc, cfg, peer, f, qs)
+}
+
+// queues are the shared queues Config.Queues chose for a connection,
+// checked and attached.
+type queues struct {
+	send, recv *cq
+	srq        *srq
+}
+
+// chooseQueues asks Config.Queues and checks that what it names was made
+// by this provider's domain.
+func (p *Provider) chooseQueues(cfg transport.Config) (queues, error) {
+	var qs queues
+	if cfg.Queues == nil {
+		return qs, nil
+	}
+	tq, err := cfg.Queues.ChooseQueues(p.pd)
+	if err != nil {
+		return qs, fmt.Errorf("choosing the connection's queues: %w", err)
+	}
+	cqOf := func(what string, q transport.SharedCQ) (*cq, error) {
+		if q == nil {
+			return nil, nil
+		}
+		c, ok := q.(*cq)
+		if !ok || c.pd != p.pd || c.owner != nil {
+			return nil, fmt.Errorf("%s is not a completion queue made by this provider's QueueDomain.CreateCQ", what)
+		}
+		return c, nil
+	}
+	if qs.send, err = cqOf("Queues.SendCQ", tq.SendCQ); err != nil {
+		return queues{}, err
+	}
+	if qs.recv, err = cqOf("Queues.RecvCQ", tq.RecvCQ); err != nil {
+		return queues{}, err
+	}
+	if qs.recv == nil {
+		qs.recv = qs.send
+	}
+	if tq.SRQ != nil {
+		s, ok := tq.SRQ.(*srq)
+		if !ok || s.pd != p.pd {
+			return queues{}, errors.New("Queues.SRQ is not a shared receive queue made by this provider's QueueDomain.CreateSRQ")
+		}
+		qs.srq = s
+	}
+	return qs, nil
 }
 
 // listener accepts TCP connections and runs each hello in its own
@@ -309,7 +367,12 @@ func (l *listener) admit(tc *net.TCPConn) {
 		_ = tc.Close()
 		return
 	}
-	c := l.p.newConn(tc, l.cfg, peer)
+	c, err := l.p.newConn(tc, l.cfg, peer)
+	if err != nil {
+		l.p.log.WithError(err).WithField("peer", tc.RemoteAddr().String()).Warn("softrdma: connection refused")
+		_ = tc.Close()
+		return
+	}
 	select {
 	case l.ready <- c:
 	case <-l.closed:

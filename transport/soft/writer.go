@@ -134,6 +134,7 @@ func (c *conn) writeLoop() {
 			if len(c.wr.iov) > 0 {
 				c.mu.Unlock()
 				c.wr.bufs = net.Buffers(c.wr.iov)
+				raceRelease()
 				_, err := c.wr.bufs.WriteTo(c.nc)
 				clear(c.wr.iov)
 				c.wr.iov = c.wr.iov[:0]
@@ -172,6 +173,7 @@ func (c *conn) flushBatch() {
 		return
 	}
 	c.wr.bufs = net.Buffers(c.wr.iov)
+	raceRelease()
 	_, _ = c.wr.bufs.WriteTo(c.nc)
 	clear(c.wr.iov)
 	c.wr.iov = c.wr.iov[:0]

@@ -63,6 +63,7 @@ func (s *sysWriter) writev(iov [][]byte) (int, error) {
 	if len(s.vec) == 0 {
 		return 0, nil
 	}
+	raceRelease()
 	if err := s.rc.Write(s.fn); err != nil {
 		return 0, err
 	}
@@ -92,45 +93,81 @@ func (s *sysWriter) peerClosed() bool {
 	return closed
 }
 
-// sysReader does one non-blocking read(2) on the socket, through
-// RawConn.Read so it is serialized with the runtime's own reads.
+// sysReader reads the socket with raw read(2) calls through RawConn.Read,
+// serialized with the runtime's own reads; the race detector does not see
+// them (see raceSeq).
 type sysReader struct {
-	rc  syscall.RawConn
-	p   []byte
-	n   int
-	err error
-	fn  func(fd uintptr) bool
+	rc      syscall.RawConn
+	nc      *net.TCPConn
+	p       []byte
+	n       int
+	err     error
+	tryFn   func(fd uintptr) bool // one attempt
+	blockFn func(fd uintptr) bool // until something is read
 }
 
 func (s *sysReader) init(tc *net.TCPConn) {
+	s.nc = tc
 	rc, err := tc.SyscallConn()
 	if err != nil {
 		return
 	}
 	s.rc = rc
-	s.fn = func(fd uintptr) bool {
-		s.n, s.err = syscall.Read(int(fd), s.p)
-		return true // one attempt: never wait for the socket here
+	s.tryFn = func(fd uintptr) bool {
+		s.n, s.err = rawRead(fd, s.p)
+		return true
+	}
+	s.blockFn = func(fd uintptr) bool {
+		s.n, s.err = rawRead(fd, s.p)
+		return !errors.Is(s.err, syscall.EAGAIN)
 	}
 }
 
-// tryRead reads what is there; an empty socket is EAGAIN, end of stream
-// is io.EOF.
+func rawRead(fd uintptr, p []byte) (int, error) {
+	for {
+		r, _, e := syscall.Syscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
+
+func (s *sysReader) do(p []byte, fn func(uintptr) bool) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.p = p
+	err := s.rc.Read(fn)
+	s.p = nil
+	switch {
+	case err != nil:
+		return 0, err
+	case s.err != nil:
+		return 0, s.err
+	case s.n == 0:
+		return 0, io.EOF
+	}
+	raceAcquire()
+	return s.n, nil
+}
+
+// tryRead reads what is there without waiting; an empty socket is EAGAIN,
+// end of stream io.EOF.
 func (s *sysReader) tryRead(p []byte) (int, error) {
 	if s.rc == nil {
 		return 0, syscall.EAGAIN
 	}
-	s.p = p
-	if err := s.rc.Read(s.fn); err != nil {
-		s.p = nil
-		return 0, err
+	return s.do(p, s.tryFn)
+}
+
+// read waits for something to read (or the read deadline) and reads it.
+func (s *sysReader) read(p []byte) (int, error) {
+	if s.rc == nil {
+		return s.nc.Read(p)
 	}
-	s.p = nil
-	switch {
-	case s.err != nil:
-		return 0, s.err
-	case s.n == 0 && len(p) > 0:
-		return 0, io.EOF
-	}
-	return s.n, nil
+	return s.do(p, s.blockFn)
 }

@@ -20,7 +20,8 @@ func errWouldBlock(err error) bool                { return errors.Is(err, errInl
 
 // sysReader: elsewhere than Linux every read blocks (the idle hook runs
 // before each).
-type sysReader struct{}
+type sysReader struct{ nc *net.TCPConn }
 
-func (s *sysReader) init(*net.TCPConn)           {}
+func (s *sysReader) init(tc *net.TCPConn)        { s.nc = tc }
 func (s *sysReader) tryRead([]byte) (int, error) { return 0, errInlineUnsupported }
+func (s *sysReader) read(p []byte) (int, error)  { return s.nc.Read(p) }

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -21,91 +20,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 )
-
-// domain is the protection domain of one device context.
-type domain struct {
-	p   *Provider
-	pd  *C.struct_ibv_pd
-	dev string
-}
-
-var _ transport.Domain = (*domain)(nil)
-
-// Alloc maps n bytes (rounded up to whole pages) outside the Go heap and
-// registers them with ibv_reg_mr.
-func (d *domain) Alloc(n int, access transport.Access) (transport.Region, error) {
-	if n <= 0 {
-		return nil, fmt.Errorf("verbs: Alloc(%d): size must be positive", n)
-	}
-	page := os.Getpagesize()
-	size := (n + page - 1) / page * page
-	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
-	if err != nil {
-		return nil, fmt.Errorf("verbs: mmap %d bytes: %w", size, err)
-	}
-	remote := C.int(0)
-	if access&transport.AccessRemoteWrite != 0 {
-		remote = 1
-	}
-	mr, err := C.lwv_reg_mr(d.pd, unsafe.Pointer(&mem[0]), C.size_t(size), remote)
-	if mr == nil {
-		syscall.Munmap(mem)
-		err = errnoOr(err)
-		hint := ""
-		if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
-			var lim unix.Rlimit
-			if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil && lim.Cur != unix.RLIM_INFINITY {
-				hint = fmt.Sprintf(" (registered memory is locked: RLIMIT_MEMLOCK is %d bytes; raise ulimit -l)", lim.Cur)
-			}
-		}
-		return nil, fmt.Errorf("verbs: ibv_reg_mr %d bytes on %s: %w%s", size, d.dev, err, hint)
-	}
-	// Some devices (rxe) give a region without remote access rkey 0. The
-	// handle is then the lkey: still the device's key for this region, and
-	// a remote write naming it fails with a remote access error because the
-	// region lacks remote-write access, which is the point.
-	rkey := uint32(mr.rkey)
-	if rkey == 0 {
-		rkey = uint32(mr.lkey)
-	}
-	return &region{d: d, mem: mem, buf: mem[:n], mr: mr, lkey: uint32(mr.lkey), rkey: rkey,
-		access: access | transport.AccessLocal}, nil
-}
-
-// region is registered provider-mapped memory.
-type region struct {
-	d          *domain
-	mem, buf   []byte
-	lkey, rkey uint32
-	access     transport.Access
-
-	mu sync.Mutex
-	mr *C.struct_ibv_mr // nil once deregistered
-}
-
-var _ transport.Region = (*region)(nil)
-
-func (r *region) Bytes() []byte            { return r.buf }
-func (r *region) Addr() uint64             { return uint64(uintptr(unsafe.Pointer(&r.mem[0]))) }
-func (r *region) Handle() uint32           { return r.rkey }
-func (r *region) Access() transport.Access { return r.access }
-
-// Deregister invalidates the keys (ibv_dereg_mr) and unmaps the memory.
-// Work requests still naming the region complete with a protection error.
-func (r *region) Deregister() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mr == nil {
-		return transport.ErrClosed
-	}
-	if rc := C.lwv_dereg_mr(r.mr); rc != 0 {
-		return fmt.Errorf("verbs: ibv_dereg_mr: %w", syscall.Errno(rc))
-	}
-	r.mr = nil
-	return syscall.Munmap(r.mem)
-}
 
 // wrInfo is what a completion cannot say by itself: its error completions
 // carry no opcode, and the caller's ID need not be unique.
@@ -119,7 +34,9 @@ const recvBit = 1 << 63
 
 const pollBatch = 64
 
-// conn is an RC queue pair with one CQ for both queues.
+// conn is an RC queue pair. Its send and receive completions go to a CQ of
+// its own or to shared ones, its receives come from a queue of its own or
+// from a shared receive queue (Config.Queues).
 type conn struct {
 	p   *Provider
 	log logrus.FieldLogger
@@ -131,13 +48,16 @@ type conn struct {
 	events  chan cmEvent // set-up events, for await
 	started bool
 
-	cq *cq
-	qp *C.struct_ibv_qp
+	own, sendCQ, recvCQ *cq  // own is nil when both queues report to shared CQs
+	srq                 *srq // nil: the queue pair's own receive queue
+	qp                  *C.struct_ibv_qp
+	qpn                 uint32
 
 	local, remote string
 
-	// mu guards everything below and the C staging memory; Poll takes it
-	// too, so accounting and rings stay consistent.
+	// mu guards everything below and the C staging memory; a CQ's Poll
+	// takes it (after the CQ's own) to convert this connection's
+	// completions, so accounting and rings stay consistent.
 	mu                  sync.Mutex
 	closing             bool // Close called: Post/PostRecv fail
 	peerGone            bool // DISCONNECTED seen
@@ -238,7 +158,8 @@ func (c *conn) await(ctx context.Context, want C.int) error {
 	}
 }
 
-// setupQP creates the CQ and the RC queue pair on the id's device.
+// setupQP creates the queue pair on the id's device, with the queues
+// Config.Queues chose or a CQ of its own.
 func (c *conn) setupQP() error {
 	vctx := C.lwv_id_verbs(c.id)
 	if vctx == nil {
@@ -249,16 +170,84 @@ func (c *conn) setupQP() error {
 		return err
 	}
 	c.dom = d
-	q, err := newCQ(c, vctx, c.cfg.SendQueueDepth+c.cfg.RecvQueueDepth)
-	if err != nil {
+	if err := c.chooseQueues(); err != nil {
 		return err
 	}
-	c.cq = q
-	if r := C.lwv_create_qp(c.id, d.pd, q.cq, C.int(c.cfg.SendQueueDepth), C.int(c.cfg.RecvQueueDepth), C.int(c.cfg.MaxSGE)); r < 0 {
+	if c.sendCQ == nil || c.recvCQ == nil {
+		depth := c.cfg.SendQueueDepth
+		if c.srq == nil {
+			depth += c.cfg.RecvQueueDepth
+		}
+		q, err := newCQ(d, depth, false)
+		if err != nil {
+			return err
+		}
+		c.own = q
+		if c.sendCQ == nil {
+			c.sendCQ = q
+		}
+		if c.recvCQ == nil {
+			c.recvCQ = c.sendCQ
+		}
+	}
+	var srqp *C.struct_ibv_srq
+	if c.srq != nil {
+		if err := c.srq.attach(); err != nil {
+			c.srq = nil
+			return err
+		}
+		srqp = c.srq.srq
+	}
+	if r := C.lwv_create_qp(c.id, d.pd, c.sendCQ.cq, c.recvCQ.cq, srqp, C.int(c.cfg.SendQueueDepth), C.int(c.cfg.RecvQueueDepth), C.int(c.cfg.MaxSGE)); r < 0 {
 		return fmt.Errorf("verbs: rdma_create_qp (depths %d/%d, %d SGEs) on %s: %w",
 			c.cfg.SendQueueDepth, c.cfg.RecvQueueDepth, c.cfg.MaxSGE, d.dev, syscall.Errno(-r))
 	}
 	c.qp = C.lwv_id_qp(c.id)
+	c.qpn = uint32(C.lwv_qp_num(c.qp))
+	for _, q := range []*cq{c.sendCQ, c.recvCQ} {
+		if err := q.register(c.qpn, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chooseQueues asks Config.Queues for the connection's shared queues and
+// checks they belong to its device.
+func (c *conn) chooseQueues() error {
+	if c.cfg.Queues == nil {
+		return nil
+	}
+	tq, err := c.cfg.Queues.ChooseQueues(c.dom)
+	if err != nil {
+		return fmt.Errorf("verbs: choosing the connection's queues: %w", err)
+	}
+	cqOf := func(what string, q transport.SharedCQ) (*cq, error) {
+		if q == nil {
+			return nil, nil
+		}
+		v, ok := q.(*cq)
+		if !ok || !v.shared || v.dom != c.dom {
+			return nil, fmt.Errorf("verbs: %s is not a completion queue made by QueueDomain.CreateCQ of device %s", what, c.dom.dev)
+		}
+		return v, nil
+	}
+	if c.sendCQ, err = cqOf("Queues.SendCQ", tq.SendCQ); err != nil {
+		return err
+	}
+	if c.recvCQ, err = cqOf("Queues.RecvCQ", tq.RecvCQ); err != nil {
+		return err
+	}
+	if c.recvCQ == nil {
+		c.recvCQ = c.sendCQ
+	}
+	if tq.SRQ != nil {
+		v, ok := tq.SRQ.(*srq)
+		if !ok || v.dom != c.dom {
+			return fmt.Errorf("verbs: Queues.SRQ is not a shared receive queue made by QueueDomain.CreateSRQ of device %s", c.dom.dev)
+		}
+		c.srq = v
+	}
 	return nil
 }
 
@@ -274,7 +263,7 @@ func (c *conn) established() {
 	log.Info("verbs connection established")
 }
 
-func (c *conn) CQ() transport.CQ         { return c.cq }
+func (c *conn) CQ() transport.CQ         { return c.sendCQ }
 func (c *conn) Domain() transport.Domain { return c.dom }
 func (c *conn) LocalAddr() string        { return c.local }
 func (c *conn) RemoteAddr() string       { return c.remote }
@@ -282,20 +271,6 @@ func (c *conn) Provider() string         { return Name }
 func (c *conn) Limits() transport.Limits {
 	return transport.Limits{SendQueueDepth: c.cfg.SendQueueDepth, RecvQueueDepth: c.cfg.RecvQueueDepth,
 		MaxSGE: c.cfg.MaxSGE, MaxMessageSize: c.cfg.MaxMessageSize}
-}
-
-// localKey checks a segment and returns its address and lkey. A region of
-// this provider that was deregistered keeps its stale lkey: the device then
-// fails the request with a local protection error, as verbs does.
-func (c *conn) localKey(s transport.Segment) (uint64, uint32, error) {
-	r, ok := s.Region.(*region)
-	if !ok {
-		return 0, 0, fmt.Errorf("verbs: segment region %T is not verbs memory", s.Region)
-	}
-	if s.Offset < 0 || s.Length < 0 || s.Offset+s.Length > len(r.buf) {
-		return 0, 0, fmt.Errorf("verbs: segment [%d,+%d) outside its %d-byte region", s.Offset, s.Length, len(r.buf))
-	}
-	return r.Addr() + uint64(s.Offset), r.lkey, nil
 }
 
 // deadLocked says why nothing can be posted any more; c.mu is held. A QP
@@ -333,7 +308,7 @@ func (c *conn) Post(wrs ...transport.SendWR) error {
 		}
 		total := 0
 		for _, s := range wr.SGL {
-			addr, lkey, err := c.localKey(s)
+			addr, lkey, err := localKey(s)
 			if err != nil {
 				return err
 			}
@@ -399,6 +374,9 @@ func (c *conn) PostRecv(wrs ...transport.RecvWR) error {
 	if len(wrs) == 0 {
 		return nil
 	}
+	if c.srq != nil {
+		return errors.New("verbs: the connection takes its receives from a shared receive queue")
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.deadLocked(); err != nil {
@@ -408,7 +386,7 @@ func (c *conn) PostRecv(wrs ...transport.RecvWR) error {
 		return transport.ErrQueueFull
 	}
 	for i, wr := range wrs {
-		addr, lkey, err := c.localKey(wr.Buf)
+		addr, lkey, err := localKey(wr.Buf)
 		if err != nil {
 			return err
 		}
@@ -445,13 +423,92 @@ func (c *conn) Close() error {
 		c.closing = true
 		c.mu.Unlock()
 		c.disconnect()
-		if c.cq != nil {
-			c.cq.drainAndFree()
-		}
+		c.drain()
 		c.destroy()
 		c.log.Debug("verbs connection closed")
 	})
 	return nil
+}
+
+// drain runs in Close after the QP went to the error state: it collects
+// the flush completions the device produces for every outstanding work
+// request (waiting at most flushWait) into the CQs' stashes, so the queue
+// pair can go without taking others' completions from the application.
+func (c *conn) drain() {
+	if c.qp == nil {
+		return
+	}
+	deadline := time.Now().Add(flushWait)
+	for {
+		for _, q := range []*cq{c.sendCQ, c.recvCQ} {
+			q.mu.Lock()
+			q.drainLocked()
+			q.mu.Unlock()
+		}
+		c.mu.Lock()
+		done := c.sendOut == 0 && c.recvOut == 0
+		c.mu.Unlock()
+		if done || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// convert turns a work completion of this queue pair into a
+// transport.Completion, retiring its ring slot; the CQ's mu is held.
+func (c *conn) convert(wc *C.struct_lwv_wc) transport.Completion {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := mapStatus(int(wc.status))
+	if st != transport.StatusSuccess && st != transport.StatusFlushed {
+		c.log.WithField("status", C.GoString(C.lwv_wc_status_str(C.int(wc.status)))).
+			WithField("vendor_err", uint32(wc.vendor_err)).WithField("wc_status", int(wc.status)).WithField("recv", uint64(wc.wr_id)&recvBit != 0).Debug("work completion error")
+		// The error moved our QP to the error state; a verbs peer would not
+		// learn of it until its own requests time out. Disconnecting puts
+		// the peer's QP in error too (its receives flush), which is what
+		// the interface promises: the connection fails on both sides.
+		c.qpErr = true
+		go c.disconnect()
+	}
+	id := uint64(wc.wr_id)
+	if id&recvBit != 0 {
+		comp := transport.Completion{Op: transport.OpRecv, Status: st, Conn: c}
+		if id&srqBit != 0 {
+			comp.ID = c.srq.retire(id &^ (recvBit | srqBit))
+		} else {
+			c.recvOut--
+			comp.ID = c.recvRing[id&^recvBit]
+		}
+		if st == transport.StatusSuccess {
+			if wc.opcode == C.IBV_WC_RECV_RDMA_WITH_IMM {
+				comp.HasImm, comp.Imm = true, uint32(wc.imm)
+			} else {
+				comp.Len = int(wc.byte_len)
+				if wc.has_imm != 0 {
+					comp.HasImm, comp.Imm = true, uint32(wc.imm)
+				}
+			}
+		}
+		return comp
+	}
+	c.sendOut--
+	info := c.sendRing[id]
+	return transport.Completion{ID: info.id, Op: info.op, Status: st, Conn: c}
+}
+
+// flushedLocked synthesizes, in posting order per queue, the completions
+// the device never produced; c.mu is held.
+func (c *conn) flushedLocked() (sends, recvs []transport.Completion) {
+	for ; c.sendOut > 0; c.sendOut-- {
+		info := c.sendRing[(c.sendSeq-c.sendOut+len(c.sendRing))%len(c.sendRing)]
+		sends = append(sends, transport.Completion{ID: info.id, Op: info.op, Status: transport.StatusFlushed, Conn: c})
+	}
+	for ; c.recvOut > 0; c.recvOut-- {
+		id := c.recvRing[(c.recvSeq-c.recvOut+len(c.recvRing))%len(c.recvRing)]
+		recvs = append(recvs, transport.Completion{ID: id, Op: transport.OpRecv, Status: transport.StatusFlushed, Conn: c})
+	}
+	return sends, recvs
 }
 
 // destroy frees whatever set-up created; it is also the failure path of
@@ -459,19 +516,23 @@ func (c *conn) Close() error {
 func (c *conn) destroy() {
 	c.freeOnce.Do(func() {
 		c.ec.stop(c.started)
-		if c.cq != nil {
-			c.cq.free()
-		}
 		if c.qp != nil {
+			c.mu.Lock()
+			sends, recvs := c.flushedLocked()
+			c.mu.Unlock()
+			if c.recvCQ == c.sendCQ {
+				c.sendCQ.release(c.qpn, append(sends, recvs...))
+			} else {
+				c.sendCQ.release(c.qpn, sends)
+				c.recvCQ.release(c.qpn, recvs)
+			}
 			C.lwv_destroy_qp(c.id)
 		}
-		if c.cq != nil && c.cq.cq != nil {
-			C.lwv_destroy_cq(c.cq.cq)
-			c.cq.cq = nil
+		if c.srq != nil {
+			c.srq.detach()
 		}
-		if c.cq != nil && c.cq.cc != nil {
-			C.lwv_destroy_comp_channel(c.cq.cc)
-			c.cq.cc = nil
+		if c.own != nil {
+			c.own.destroy()
 		}
 		if c.id != nil {
 			C.lwv_destroy_id(c.id)
@@ -485,8 +546,5 @@ func (c *conn) destroy() {
 		c.swr, c.sge, c.rwr = nil, nil, nil
 		c.closing = true
 		c.mu.Unlock()
-		if c.cq != nil {
-			c.cq.markClosed()
-		}
 	})
 }

@@ -11,8 +11,10 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -20,41 +22,53 @@ import (
 	"github.com/lwiofs/lwiofs/transport"
 )
 
-// cq is a connection's completion queue and its completion channel. A
+// cq is a completion queue and its completion channel: a connection's own,
+// or one made by QueueDomain.CreateCQ that several connections share. A
 // goroutine waits on the channel through Go's poller, re-arms the CQ and
 // signals notify; Wait polls, then sleeps on notify. Because the CQ is
 // re-armed before notify is signalled and Wait polls after taking the
 // signal, no completion is missed.
+//
+// A work completion names its queue pair (qp_num); qps maps it to the
+// connection, whose rings turn the slot in wr_id back into the caller's ID.
+// Lock order: cq.mu, then conn.mu, then srq.mu.
 type cq struct {
-	c       *conn
-	cq      *C.struct_ibv_cq
-	cc      *C.struct_ibv_comp_channel
-	f       *os.File
-	wc      []C.struct_lwv_wc
-	scratch unsafe.Pointer // C array of pollBatch ibv_wc
+	dom    *domain
+	shared bool
+
+	cq *C.struct_ibv_cq
+	cc *C.struct_ibv_comp_channel
+	f  *os.File
 
 	notify   chan struct{}
 	evDone   chan struct{}
 	closedCh chan struct{}
 
-	// guarded by c.mu
-	stash []transport.Completion // reaped during Close, or synthesized
-	freed bool                   // the verbs CQ is gone
+	mu      sync.Mutex
+	qps     map[uint32]*conn // the connections reporting here, by qp_num
+	wc      []C.struct_lwv_wc
+	scratch unsafe.Pointer         // C array of pollBatch ibv_wc
+	stash   []transport.Completion // reaped while a connection closed, or synthesized
+	freed   bool                   // the verbs CQ is gone
 }
 
-var _ transport.CQ = (*cq)(nil)
+var (
+	_ transport.CQ       = (*cq)(nil)
+	_ transport.SharedCQ = (*cq)(nil)
+)
 
-func newCQ(c *conn, vctx *C.struct_ibv_context, depth int) (*cq, error) {
-	q := &cq{c: c, notify: make(chan struct{}, 1), evDone: make(chan struct{}), closedCh: make(chan struct{})}
+func newCQ(d *domain, depth int, shared bool) (*cq, error) {
+	q := &cq{dom: d, shared: shared, qps: map[uint32]*conn{},
+		notify: make(chan struct{}, 1), evDone: make(chan struct{}), closedCh: make(chan struct{})}
 	q.wc, _ = cArray[C.struct_lwv_wc](pollBatch)
 	_, q.scratch = cArray[C.struct_ibv_wc](pollBatch)
-	cc, err := C.lwv_create_comp_channel(vctx)
+	cc, err := C.lwv_create_comp_channel(d.ctx)
 	if cc == nil {
 		q.freeC()
 		return nil, fmt.Errorf("verbs: ibv_create_comp_channel: %w", errnoOr(err))
 	}
 	q.cc = cc
-	cqp, err := C.lwv_create_cq(vctx, C.int(depth), cc)
+	cqp, err := C.lwv_create_cq(d.ctx, C.int(depth), cc)
 	if cqp == nil {
 		C.lwv_destroy_comp_channel(cc)
 		q.cc = nil
@@ -79,48 +93,54 @@ func newCQ(c *conn, vctx *C.struct_ibv_context, depth int) (*cq, error) {
 
 func (q *cq) run() {
 	defer close(q.evDone)
-	rc, err := q.f.SyscallConn()
-	if err != nil {
-		return
-	}
-	for {
-		var r C.int
-		err := rc.Read(func(uintptr) bool {
-			r = C.lwv_get_cq_event(q.cc)
-			return r != -C.EAGAIN
-		})
-		if err != nil || r < 0 {
-			return
-		}
+	onReadable(q.f, func() C.int { return C.lwv_get_cq_event(q.cc) }, func() {
 		C.lwv_req_notify(q.cq)
-		select {
-		case q.notify <- struct{}{}:
-		default:
-		}
-	}
+		q.wake()
+	})
 }
 
-// Poll reaps up to len(out) completions: first any collected at Close, then
-// from the device, up to pollBatch per cgo call.
+// register makes the queue pair qpn's completions convertible here.
+func (q *cq) register(qpn uint32, c *conn) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.freed {
+		return errors.New("verbs: completion queue is closed")
+	}
+	q.qps[qpn] = c
+	return nil
+}
+
+// Poll reaps up to len(out) completions: first any collected while a
+// connection closed, then from the device, up to pollBatch per cgo call.
 func (q *cq) Poll(out []transport.Completion) int {
-	q.c.mu.Lock()
-	defer q.c.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	n := copy(out, q.stash)
 	q.stash = q.stash[n:]
+	if len(q.stash) == 0 {
+		q.stash = nil
+	}
 	if !q.freed {
 		n += q.pollLocked(out[n:])
 	}
 	return n
 }
 
-// pollLocked reads the device CQ; c.mu is held.
+// pollLocked reads the device CQ; q.mu is held.
 func (q *cq) pollLocked(out []transport.Completion) int {
 	n := 0
 	for n < len(out) {
 		k := min(len(out)-n, pollBatch)
 		got := int(C.lwv_poll(q.cq, &q.wc[0], C.int(k), (*C.struct_ibv_wc)(q.scratch)))
 		for i := 0; i < got; i++ {
-			out[n] = q.convert(&q.wc[i])
+			c := q.qps[uint32(q.wc[i].qp_num)]
+			if c == nil {
+				// A queue pair destroyed after its drain timed out:
+				// nobody is left to hear of it.
+				q.dom.p.log.WithField("qp_num", uint32(q.wc[i].qp_num)).Debug("completion of a destroyed queue pair dropped")
+				continue
+			}
+			out[n] = c.convert(&q.wc[i])
 			n++
 		}
 		if got < k {
@@ -130,40 +150,39 @@ func (q *cq) pollLocked(out []transport.Completion) int {
 	return n
 }
 
-// convert turns a work completion into a transport.Completion, retiring
-// its ring slot; c.mu is held.
-func (q *cq) convert(wc *C.struct_lwv_wc) transport.Completion {
-	c := q.c
-	st := mapStatus(int(wc.status))
-	if st != transport.StatusSuccess && st != transport.StatusFlushed {
-		c.log.WithField("status", C.GoString(C.lwv_wc_status_str(C.int(wc.status)))).
-			WithField("vendor_err", uint32(wc.vendor_err)).WithField("wc_status", int(wc.status)).WithField("recv", uint64(wc.wr_id)&recvBit != 0).Debug("work completion error")
-		// The error moved our QP to the error state; a verbs peer would not
-		// learn of it until its own requests time out. Disconnecting puts
-		// the peer's QP in error too (its receives flush), which is what
-		// the interface promises: the connection fails on both sides.
-		c.qpErr = true
-		go c.disconnect()
+// drainLocked reaps everything the device has into the stash (a connection
+// closing collects its flushes without taking others' completions from
+// the application); q.mu is held.
+func (q *cq) drainLocked() {
+	if q.freed {
+		return
 	}
-	id := uint64(wc.wr_id)
-	if id&recvBit != 0 {
-		c.recvOut--
-		comp := transport.Completion{ID: c.recvRing[id&^recvBit], Op: transport.OpRecv, Status: st}
-		if st == transport.StatusSuccess {
-			if wc.opcode == C.IBV_WC_RECV_RDMA_WITH_IMM {
-				comp.HasImm, comp.Imm = true, uint32(wc.imm)
-			} else {
-				comp.Len = int(wc.byte_len)
-				if wc.has_imm != 0 {
-					comp.HasImm, comp.Imm = true, uint32(wc.imm)
-				}
-			}
+	var buf [pollBatch]transport.Completion
+	for {
+		n := q.pollLocked(buf[:])
+		q.stash = append(q.stash, buf[:n]...)
+		if n < len(buf) {
+			return
 		}
-		return comp
 	}
-	c.sendOut--
-	info := c.sendRing[id]
-	return transport.Completion{ID: info.id, Op: info.op, Status: st}
+}
+
+// release forgets qpn and queues cs, the flushes its connection's device
+// never produced; the caller destroys the queue pair next.
+func (q *cq) release(qpn uint32, cs []transport.Completion) {
+	q.mu.Lock()
+	q.drainLocked()
+	q.stash = append(q.stash, cs...)
+	delete(q.qps, qpn)
+	q.mu.Unlock()
+	q.wake()
+}
+
+func (q *cq) wake() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
 }
 
 func mapStatus(s int) transport.Status {
@@ -190,7 +209,8 @@ func mapStatus(s int) transport.Status {
 }
 
 // Wait polls; when nothing is ready it sleeps until the completion channel
-// fires, the context ends, or the connection is closed and drained.
+// fires, the context ends, or the queue is closed (a connection's own: with
+// the connection) and drained.
 func (q *cq) Wait(ctx context.Context, out []transport.Completion) (int, error) {
 	for {
 		if n := q.Poll(out); n > 0 {
@@ -213,52 +233,50 @@ func (q *cq) Wait(ctx context.Context, out []transport.Completion) (int, error) 
 	}
 }
 
-// drainAndFree runs in Close after the QP went to the error state: it
-// collects the flush completions the device produces for every outstanding
-// work request (waiting at most flushWait), so the verbs objects can go.
-func (q *cq) drainAndFree() {
-	const flushWait = 2 * time.Second
-	deadline := time.Now().Add(flushWait)
-	var buf [pollBatch]transport.Completion
-	for {
-		q.c.mu.Lock()
-		if !q.freed {
-			n := q.pollLocked(buf[:])
-			q.stash = append(q.stash, buf[:n]...)
-		}
-		done := q.c.sendOut == 0 && q.c.recvOut == 0
-		q.c.mu.Unlock()
-		if done || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(time.Millisecond)
+// Close destroys a shared queue: ErrInUse while a queue pair reports here.
+func (q *cq) Close() error {
+	if !q.shared {
+		return errors.New("verbs: a connection's own completion queue closes with the connection")
 	}
+	q.mu.Lock()
+	if q.freed {
+		q.mu.Unlock()
+		return transport.ErrClosed
+	}
+	if len(q.qps) > 0 {
+		q.mu.Unlock()
+		return transport.ErrInUse
+	}
+	q.stash = nil
+	q.mu.Unlock()
+	q.destroy()
+	return nil
 }
 
-// free stops the event goroutine and detaches the device CQ; completions
-// the device never produced are synthesized as flushed, in posting order
-// per queue. The caller destroys the QP, CQ and channel afterwards.
-func (q *cq) free() {
+// destroy stops the event goroutine and frees the verbs CQ and channel;
+// every queue pair reporting here must be gone. Wait then ends with
+// ErrClosed once the stash is drained.
+func (q *cq) destroy() {
 	if q.f != nil {
 		q.f.Close()
 		<-q.evDone
 	}
-	c := q.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.freed {
 		return
 	}
 	q.freed = true
-	for ; c.sendOut > 0; c.sendOut-- {
-		info := c.sendRing[(c.sendSeq-c.sendOut+len(c.sendRing))%len(c.sendRing)]
-		q.stash = append(q.stash, transport.Completion{ID: info.id, Op: info.op, Status: transport.StatusFlushed})
+	if q.cq != nil {
+		C.lwv_destroy_cq(q.cq)
+		q.cq = nil
 	}
-	for ; c.recvOut > 0; c.recvOut-- {
-		id := c.recvRing[(c.recvSeq-c.recvOut+len(c.recvRing))%len(c.recvRing)]
-		q.stash = append(q.stash, transport.Completion{ID: id, Op: transport.OpRecv, Status: transport.StatusFlushed})
+	if q.cc != nil {
+		C.lwv_destroy_comp_channel(q.cc)
+		q.cc = nil
 	}
 	q.freeC()
+	close(q.closedCh)
 }
 
 func (q *cq) freeC() {
@@ -272,10 +290,6 @@ func (q *cq) freeC() {
 	}
 }
 
-func (q *cq) markClosed() {
-	select {
-	case <-q.closedCh:
-	default:
-		close(q.closedCh)
-	}
-}
+// flushWait bounds how long a closing connection waits for its device to
+// produce the flush completions of its outstanding work requests.
+const flushWait = 2 * time.Second

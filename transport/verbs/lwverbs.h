@@ -72,9 +72,12 @@ int lwv_req_notify(struct ibv_cq *cq);
 // -errno (-EAGAIN: none pending).
 int lwv_get_cq_event(struct ibv_comp_channel *cc);
 
-// Queue pairs.
-int lwv_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq,
+// Queue pairs. send_cq and recv_cq may be the same; with an srq the queue
+// pair takes its receives from it and recv_depth is ignored.
+int lwv_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *send_cq,
+		  struct ibv_cq *recv_cq, struct ibv_srq *srq,
 		  int send_depth, int recv_depth, int max_sge);
+uint32_t lwv_qp_num(struct ibv_qp *qp);
 void lwv_destroy_qp(struct rdma_cm_id *id);
 struct ibv_qp *lwv_id_qp(struct rdma_cm_id *id);
 int lwv_set_min_rnr_timer(struct ibv_qp *qp, uint8_t timer);
@@ -108,8 +111,30 @@ int lwv_post_send(struct ibv_qp *qp, const struct lwv_swr *w, int n, const struc
 int lwv_post_recv(struct ibv_qp *qp, const struct lwv_rwr *w, int n,
 		  struct ibv_recv_wr *wrs, struct ibv_sge *sges, int *bad);
 
+// Shared receive queues (one SGE per receive).
+struct ibv_srq *lwv_create_srq(struct ibv_pd *pd, int max_wr);
+int lwv_destroy_srq(struct ibv_srq *srq);
+// lwv_srq_limit arms (limit > 0) or disarms the SRQ limit event.
+int lwv_srq_limit(struct ibv_srq *srq, int limit);
+int lwv_post_srq_recv(struct ibv_srq *srq, const struct lwv_rwr *w, int n,
+		      struct ibv_recv_wr *wrs, struct ibv_sge *sges, int *bad);
+
+// Asynchronous events of a device context: its fd is made non-blocking so
+// Go's poller can wait on it; lwv_get_async_event copies one event out and
+// acknowledges it (0, or -errno: -EAGAIN none pending).
+int lwv_async_fd(struct ibv_context *ctx);
+struct lwv_async_event {
+	int type;             // enum ibv_event_type
+	struct ibv_srq *srq;  // SRQ events
+	struct ibv_qp *qp;    // QP events
+	struct ibv_cq *cq;    // CQ events
+};
+int lwv_get_async_event(struct ibv_context *ctx, struct lwv_async_event *out);
+const char *lwv_event_type_str(int type);
+
 struct lwv_wc {
 	uint64_t wr_id;
+	uint32_t qp_num;   // the queue pair it belongs to
 	uint32_t status;   // enum ibv_wc_status
 	uint32_t opcode;   // enum ibv_wc_opcode (valid on success only)
 	uint32_t byte_len;

@@ -13,6 +13,8 @@
 
 #include "lwverbs.h"
 
+static void recv_chain(const struct lwv_rwr *w, int n, struct ibv_recv_wr *wrs, struct ibv_sge *sges);
+
 static struct ibv_device **(*p_ibv_get_device_list)(int *);
 static void (*p_ibv_free_device_list)(struct ibv_device **);
 static struct ibv_pd *(*p_ibv_alloc_pd)(struct ibv_context *);
@@ -28,6 +30,12 @@ static void (*p_ibv_ack_cq_events)(struct ibv_cq *, unsigned int);
 static int (*p_ibv_modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
 static const char *(*p_ibv_wc_status_str)(enum ibv_wc_status);
 static const char *(*p_ibv_get_device_name)(struct ibv_device *);
+static struct ibv_srq *(*p_ibv_create_srq)(struct ibv_pd *, struct ibv_srq_init_attr *);
+static int (*p_ibv_destroy_srq)(struct ibv_srq *);
+static int (*p_ibv_modify_srq)(struct ibv_srq *, struct ibv_srq_attr *, int);
+static int (*p_ibv_get_async_event)(struct ibv_context *, struct ibv_async_event *);
+static void (*p_ibv_ack_async_event)(struct ibv_async_event *);
+static const char *(*p_ibv_event_type_str)(enum ibv_event_type);
 
 static struct rdma_event_channel *(*p_rdma_create_event_channel)(void);
 static void (*p_rdma_destroy_event_channel)(struct rdma_event_channel *);
@@ -61,6 +69,8 @@ static const struct sym syms[] = {
 	S(0, ibv_create_comp_channel), S(0, ibv_destroy_comp_channel), S(0, ibv_create_cq),
 	S(0, ibv_destroy_cq), S(0, ibv_get_cq_event), S(0, ibv_ack_cq_events),
 	S(0, ibv_modify_qp), S(0, ibv_wc_status_str), S(0, ibv_get_device_name),
+	S(0, ibv_create_srq), S(0, ibv_destroy_srq), S(0, ibv_modify_srq),
+	S(0, ibv_get_async_event), S(0, ibv_ack_async_event), S(0, ibv_event_type_str),
 	S(1, rdma_create_event_channel), S(1, rdma_destroy_event_channel), S(1, rdma_create_id),
 	S(1, rdma_destroy_id), S(1, rdma_migrate_id), S(1, rdma_bind_addr),
 	S(1, rdma_resolve_addr), S(1, rdma_resolve_route), S(1, rdma_listen),
@@ -286,21 +296,95 @@ int lwv_get_cq_event(struct ibv_comp_channel *cc)
 	return 0;
 }
 
-int lwv_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq,
+int lwv_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *send_cq,
+		  struct ibv_cq *recv_cq, struct ibv_srq *srq,
 		  int send_depth, int recv_depth, int max_sge)
 {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof a);
-	a.send_cq = cq;
-	a.recv_cq = cq;
+	a.send_cq = send_cq;
+	a.recv_cq = recv_cq;
+	a.srq = srq;
 	a.qp_type = IBV_QPT_RC;
 	a.sq_sig_all = 1;
 	a.cap.max_send_wr = send_depth;
-	a.cap.max_recv_wr = recv_depth;
+	a.cap.max_recv_wr = srq ? 0 : recv_depth;
 	a.cap.max_send_sge = max_sge;
-	a.cap.max_recv_sge = 1;
+	a.cap.max_recv_sge = srq ? 0 : 1;
 	return p_rdma_create_qp(id, pd, &a) ? -errno : 0;
 }
+
+uint32_t lwv_qp_num(struct ibv_qp *qp) { return qp->qp_num; }
+
+struct ibv_srq *lwv_create_srq(struct ibv_pd *pd, int max_wr)
+{
+	struct ibv_srq_init_attr a;
+	memset(&a, 0, sizeof a);
+	a.attr.max_wr = max_wr;
+	a.attr.max_sge = 1;
+	return p_ibv_create_srq(pd, &a);
+}
+
+int lwv_destroy_srq(struct ibv_srq *srq) { return p_ibv_destroy_srq(srq); }
+
+int lwv_srq_limit(struct ibv_srq *srq, int limit)
+{
+	struct ibv_srq_attr a;
+	memset(&a, 0, sizeof a);
+	a.srq_limit = limit;
+	return p_ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT);
+}
+
+int lwv_post_srq_recv(struct ibv_srq *srq, const struct lwv_rwr *w, int n,
+		      struct ibv_recv_wr *wrs, struct ibv_sge *sges, int *bad)
+{
+	recv_chain(w, n, wrs, sges);
+	struct ibv_recv_wr *badwr = NULL;
+	int ret = ibv_post_srq_recv(srq, wrs, &badwr);
+	*bad = badwr ? (int)(badwr - wrs) : -1;
+	return ret;
+}
+
+int lwv_async_fd(struct ibv_context *ctx)
+{
+	if (set_nonblock(ctx->async_fd) < 0)
+		return -errno;
+	return ctx->async_fd;
+}
+
+int lwv_get_async_event(struct ibv_context *ctx, struct lwv_async_event *out)
+{
+	struct ibv_async_event ev;
+	if (p_ibv_get_async_event(ctx, &ev))
+		return -errno;
+	memset(out, 0, sizeof *out);
+	out->type = ev.event_type;
+	switch (ev.event_type) {
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+	case IBV_EVENT_SRQ_ERR:
+		out->srq = ev.element.srq;
+		break;
+	case IBV_EVENT_CQ_ERR:
+		out->cq = ev.element.cq;
+		break;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		out->qp = ev.element.qp;
+		break;
+	default:
+		break;
+	}
+	p_ibv_ack_async_event(&ev);
+	return 0;
+}
+
+const char *lwv_event_type_str(int type) { return p_ibv_event_type_str((enum ibv_event_type)type); }
 
 void lwv_destroy_qp(struct rdma_cm_id *id) { p_rdma_destroy_qp(id); }
 struct ibv_qp *lwv_id_qp(struct rdma_cm_id *id) { return id->qp; }
@@ -363,8 +447,9 @@ int lwv_post_send(struct ibv_qp *qp, const struct lwv_swr *w, int n, const struc
 	return ret;
 }
 
-int lwv_post_recv(struct ibv_qp *qp, const struct lwv_rwr *w, int n,
-		  struct ibv_recv_wr *wrs, struct ibv_sge *sges, int *bad)
+// recv_chain turns n flat receive descriptions into a chain of work
+// requests in the caller's staging memory.
+static void recv_chain(const struct lwv_rwr *w, int n, struct ibv_recv_wr *wrs, struct ibv_sge *sges)
 {
 	for (int i = 0; i < n; i++) {
 		memset(&wrs[i], 0, sizeof wrs[i]);
@@ -376,6 +461,12 @@ int lwv_post_recv(struct ibv_qp *qp, const struct lwv_rwr *w, int n,
 		wrs[i].sg_list = &sges[i];
 		wrs[i].num_sge = 1;
 	}
+}
+
+int lwv_post_recv(struct ibv_qp *qp, const struct lwv_rwr *w, int n,
+		  struct ibv_recv_wr *wrs, struct ibv_sge *sges, int *bad)
+{
+	recv_chain(w, n, wrs, sges);
 	struct ibv_recv_wr *badwr = NULL;
 	int ret = ibv_post_recv(qp, wrs, &badwr);
 	*bad = badwr ? (int)(badwr - wrs) : -1;
@@ -387,6 +478,7 @@ int lwv_poll(struct ibv_cq *cq, struct lwv_wc *out, int n, struct ibv_wc *scratc
 	int got = ibv_poll_cq(cq, n, scratch);
 	for (int i = 0; i < got; i++) {
 		out[i].wr_id = scratch[i].wr_id;
+		out[i].qp_num = scratch[i].qp_num;
 		out[i].status = scratch[i].status;
 		out[i].opcode = scratch[i].opcode;
 		out[i].byte_len = scratch[i].byte_len;

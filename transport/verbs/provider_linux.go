@@ -107,6 +107,7 @@ func (p *Provider) Close() error {
 	defer p.mu.Unlock()
 	var first error
 	for ctx, d := range p.domains {
+		d.stopEvents()
 		if r := C.lwv_dealloc_pd(d.pd); r != 0 && first == nil {
 			first = fmt.Errorf("verbs: ibv_dealloc_pd on %s: %w", d.dev, syscall.Errno(r))
 		}
@@ -127,7 +128,7 @@ func (p *Provider) domainFor(ctx *C.struct_ibv_context) (*domain, error) {
 	if pd == nil {
 		return nil, fmt.Errorf("verbs: ibv_alloc_pd: %w", errnoOr(err))
 	}
-	d := &domain{p: p, pd: pd, dev: C.GoString(C.lwv_context_name(ctx))}
+	d := &domain{p: p, ctx: ctx, pd: pd, dev: C.GoString(C.lwv_context_name(ctx)), srqs: map[*C.struct_ibv_srq]*srq{}}
 	p.domains[ctx] = d
 	return d, nil
 }
@@ -223,21 +224,31 @@ func newEventChannel() (*eventChannel, error) {
 // run delivers events to handle until stop.
 func (e *eventChannel) run(handle func(cmEvent)) {
 	defer close(e.done)
-	rc, err := e.f.SyscallConn()
+	var ev C.struct_lwv_cm_event
+	onReadable(e.f, func() C.int { return C.lwv_get_cm_event(e.ch, &ev) }, func() {
+		handle(cmEvent{id: ev.id, kind: ev.event, status: int(ev.status)})
+	})
+}
+
+// onReadable takes, each time f's non-blocking descriptor has something
+// (Go's poller waits for it, no OS thread waits in C), one item with get,
+// which returns -EAGAIN when nothing is pending, and passes it to use;
+// it returns when f is closed or get fails.
+func onReadable(f *os.File, get func() C.int, use func()) {
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return
 	}
 	for {
-		var ev C.struct_lwv_cm_event
 		var r C.int
 		err := rc.Read(func(uintptr) bool {
-			r = C.lwv_get_cm_event(e.ch, &ev)
+			r = get()
 			return r != -C.EAGAIN
 		})
 		if err != nil || r < 0 {
 			return
 		}
-		handle(cmEvent{id: ev.id, kind: ev.event, status: int(ev.status)})
+		use()
 	}
 }
 

@@ -5,10 +5,12 @@
 // rdma_resolve_route, rdma_connect / rdma_listen, rdma_accept) on one event
 // channel per listener and per connection; a connection is an RC queue pair
 // whose send and receive queues share one completion queue with a
-// completion channel. Each device context gets one protection domain, the
-// transport.Domain of every connection on that device; Domain.Alloc
-// registers (ibv_reg_mr) page-aligned memory mapped by the provider, never
-// Go heap. Post and PostRecv turn a batch into one chain of work requests
+// completion channel, or report to completion queues several connections
+// share and take receives from a shared receive queue (QueueDomain.CreateCQ,
+// QueueDomain.CreateSRQ, Config.Queues). Each device context gets one protection
+// domain, the transport.Domain of every connection on that device;
+// Domain.Alloc registers (ibv_reg_mr) page-aligned memory mapped by the
+// provider, never Go heap. Post and PostRecv turn a batch into one chain of work requests
 // and post it with one cgo call; Poll reaps completions in batches of up to
 // 64 per cgo call; Wait blocks on the completion channel through Go's
 // poller, so no OS thread is parked in C.
