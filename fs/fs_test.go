@@ -103,9 +103,14 @@ func TestMountOptions(t *testing.T) {
 	if !slices.Equal(o.Options, []string{"nosuid", "nodev", "ro"}) {
 		t.Errorf("Options %v, want [nosuid nodev ro]", o.Options)
 	}
+	// allow_other alone leaves the checks to the server (as the account
+	// each caller acts as); default_permissions is its own option.
 	if o := (Options{AllowOther: true, NoExec: true}).MountOptions(); !o.AllowOther ||
-		!slices.Equal(o.Options, []string{"nosuid", "nodev", "noexec", "default_permissions"}) {
-		t.Errorf("allow_other, noexec: AllowOther %v, Options %v; want nosuid nodev noexec default_permissions", o.AllowOther, o.Options)
+		!slices.Equal(o.Options, []string{"nosuid", "nodev", "noexec"}) {
+		t.Errorf("allow_other, noexec: AllowOther %v, Options %v; want nosuid nodev noexec, no default_permissions", o.AllowOther, o.Options)
+	}
+	if o := (Options{DefaultPermissions: true}).MountOptions(); !slices.Equal(o.Options, []string{"nosuid", "nodev", "default_permissions"}) {
+		t.Errorf("DefaultPermissions: Options %v; want nosuid nodev default_permissions", o.Options)
 	}
 }
 

@@ -172,13 +172,13 @@ func (n *Node) getattrLeased(ctx context.Context, out *fuse.AttrOut) (errno sysc
 		return 0, false
 	}
 	if a, ok := n.predictedAttr(); ok {
-		fillAttr(&out.Attr, a)
+		n.fillAttr(&out.Attr, a)
 		out.SetTimeout(predictedTimeout)
 		return 0, true
 	}
 	s0 := n.gen()
 	if a, ok := n.freshAttr(); ok {
-		fillAttr(&out.Attr, a)
+		n.fillAttr(&out.Attr, a)
 		if n.held(LeaseRead, s0) {
 			out.SetTimeout(leaseTimeout)
 		}
@@ -199,7 +199,7 @@ func (n *Node) getattrLeased(ctx context.Context, out *fuse.AttrOut) (errno sysc
 		lc.install(n, a.Ino, got, s0)
 		n.rememberAt(s0, a)
 	}
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a)
 	if got != 0 && n.held(LeaseRead, s0) {
 		out.SetTimeout(leaseTimeout)
 	}

@@ -39,6 +39,14 @@ type Options struct {
 	NoExec bool
 	// AllowOther lets users other than the mounting one use the mount.
 	AllowOther bool
+	// DefaultPermissions has the kernel check the mode bits of the owners
+	// shown (Owners) before any request reaches the server; without it
+	// the server alone decides, as the account each caller acts as (see
+	// docs/usage.md, "Who owns what").
+	DefaultPermissions bool
+	// Owners maps file owners between the server's ids and this host's;
+	// nil shows the server's ids.
+	Owners *IDMap
 	// Debug logs every FUSE request and reply (go-fuse's debug output).
 	Debug bool
 	// FsName is the "source" column of /proc/mounts, e.g. "//host/share";
@@ -135,9 +143,7 @@ func (o Options) MountOptions() *gofs.Options {
 	if o.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 	}
-	if o.AllowOther {
-		// Other local users: let the kernel check the mode bits, since the
-		// server acts with the mounting user's credentials for everyone.
+	if o.DefaultPermissions {
 		mo.Options = append(mo.Options, "default_permissions")
 	}
 	if o.Debug {

@@ -177,7 +177,7 @@ func fillAttr(out *fuse.Attr, a session.Attr) {
 // the operation returns: the node already under name is taken here, so
 // that what is remembered and held lands on the node the kernel will use.
 func (n *Node) newChild(ctx context.Context, name string, a session.Attr, out *fuse.EntryOut, g uint64) *gofs.Inode {
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a)
 	child := n.GetChild(name)
 	if child == nil || child.StableAttr().Ino != a.Ino || child.StableAttr().Mode != a.Mode&syscall.S_IFMT {
 		child = n.NewInode(ctx, &Node{fs: n.fs}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
@@ -210,7 +210,7 @@ func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	if a, ok := n.freshAttr(); ok {
-		fillAttr(&out.Attr, a)
+		n.fillAttr(&out.Attr, a)
 		return 0
 	}
 	p := n.path()
@@ -225,7 +225,7 @@ func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 		return n.errno("getattr", p, err)
 	}
 	n.rememberAt(g, a)
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a)
 	return 0
 }
 
@@ -280,8 +280,11 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		h = fh.h
 	}
 	s := setAttrIn(in)
+	if errno := n.serverOwner(ctx, &s); errno != 0 {
+		return errno
+	}
 	if a, ok := n.deferSetattr(f, s); ok {
-		fillAttr(&out.Attr, a)
+		n.fillAttr(&out.Attr, a)
 		out.SetTimeout(predictedTimeout)
 		return 0
 	}
@@ -300,7 +303,7 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		n.cache = validator{} // the kernel truncated its pages; the server's mtime moved
 		n.mu.Unlock()
 	}
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a)
 	return 0
 }
 
@@ -310,7 +313,7 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	})
 }
 
-// makeChild makes the entry name with mk (MKDIR, SYMLINK, LINK) and
+// makeChild makes the entry name with mk (MKDIR, SYMLINK, LINK, MKNOD) and
 // returns its node, dropping the remembered attributes of this directory
 // — and of other, the link's target, when not nil — before and after.
 func (n *Node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOut, other *Node,

@@ -2,15 +2,10 @@ package test
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,42 +18,22 @@ import (
 )
 
 // localAccount is a Unix account a test created, and the password its
-// lwiofs user has.
-type localAccount struct {
-	name, password string
-	uid, gid       uint32
-}
+// lwiofs user has (accounts_test.go's localUser).
+type localAccount = localUser
 
-// localAccounts creates n Unix accounts with useradd (no home directory,
-// no login shell), removed with userdel when the test ends. It needs root
-// and useradd; without them the test is skipped, saying why.
+// localAccounts creates n Unix accounts with useradd (newLocalUser),
+// removed with userdel when the test ends. It needs root and useradd;
+// without them the test is skipped, saying why.
 func localAccounts(t *testing.T, n int) []localAccount {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: creating the test's Unix accounts (useradd) and acting as them needs root")
 	}
-	useradd := needTool(t, "useradd")
-	userdel := needTool(t, "userdel")
-	var b [3]byte
-	rand.Read(b[:])
+	needTool(t, "useradd")
+	needTool(t, "userdel")
 	var out []localAccount
-	for i := range n {
-		name := fmt.Sprintf("lwt%s%c", hex.EncodeToString(b[:]), 'a'+i)
-		if o, err := exec.Command(useradd, "-M", "-U", "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-			t.Fatalf("useradd %s: %v\n%s", name, err, o)
-		}
-		t.Cleanup(func() {
-			if o, err := exec.Command(userdel, name).CombinedOutput(); err != nil {
-				t.Errorf("userdel %s: %v\n%s", name, err, o)
-			}
-		})
-		u, err := user.Lookup(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		out = append(out, localAccount{name: name, password: "pw-" + name, uid: uint32(uid), gid: uint32(gid)})
+	for range n {
+		out = append(out, *newLocalUser(t))
 	}
 	return out
 }

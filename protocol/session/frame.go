@@ -100,7 +100,9 @@ const (
 	CmdLeaseAck       Command = 34 // the client's acknowledgement of a LEASE_BREAK
 	CmdLease          Command = 35 // a lookup with a lease; gives leases up
 	CmdReopen         Command = 36 // reclaims a durable handle, or re-opens a file by identity (durable.go)
-	// 37 (MKNOD) and 44–47 are reserved for other commands.
+
+	// 44, 46 and 47 are reserved for other commands (identity); MKNOD
+	// (37) and IDMAP (45) are in mknod.go and idmap.go.
 	CmdCopyRange  Command = 38 // copy_file_range between two opens, on the server
 	CmdFallocate  Command = 39 // fallocate on a Handle
 	CmdSeek       Command = 40 // lseek SEEK_DATA / SEEK_HOLE on a Handle
@@ -108,7 +110,10 @@ const (
 	CmdLinkHandle Command = 42 // linkat of a Handle's file to a new name
 	CmdBatch      Command = 43 // requests on open handles, run in order as one (batch.go)
 
-	cmdLimit = 44
+	// cmdLimit is one past the highest number reserved for the session
+	// channel (WAVE2: 29–47, each feature in files of its own — mknod.go,
+	// idmap.go, copy.go …); a number without bodies is NOT_IMPLEMENTED.
+	cmdLimit = 48
 )
 
 var commandNames = [cmdLimit]string{

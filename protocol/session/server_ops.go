@@ -48,6 +48,8 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 	switch h.Command {
 	case CmdEcho:
 		return &empty{}, nil
+	case CmdIDMap:
+		return s.mapID(req.(*idMapMsg))
 	case CmdTreeConnect:
 		id, tr, err := s.treeConnect(ss, req.(*nameMsg).Name)
 		if err != nil {
@@ -143,6 +145,9 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 	case *mkdirReq:
 		a, err := tr.Mkdir(r.Path, r.Mode)
 		return &mkdirResp{Attr: a}, err
+	case *mknodReq:
+		a, err := tr.Mknod(r.Path, r.Mode, r.Rdev)
+		return &attrMsg{a}, err
 	case *openReq:
 		return s.open(ss, tr, r)
 	case *reopenReq:

@@ -53,6 +53,7 @@ type Accounts struct {
 
 	mu    sync.Mutex
 	cache map[string]*accountEntry // by lower-cased logon name
+	names map[accountQ]accountA    // name ↔ id answers (names.go)
 }
 
 // accountEntry is one resolved logon: its account, the credentials

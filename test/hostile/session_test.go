@@ -220,6 +220,14 @@ func TestSessionFrames(t *testing.T) {
 		{"malformed body, correctly signed", func(r *rawSession) []byte {
 			return frame(session.Header{MessageID: r.nextID(), Command: session.CmdGetAttr, SessionID: r.id}, []byte{0xff}, r.key)
 		}},
+		{"MKNOD body without its Rdev", func(r *rawSession) []byte {
+			body := append(str16("fifo"), 0, 0x10, 0, 0)
+			return frame(session.Header{MessageID: r.nextID(), Command: session.CmdMknod, SessionID: r.id}, body, r.key)
+		}},
+		{"IDMAP body with a trailing byte", func(r *rawSession) []byte {
+			body := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, uint32(session.IDUserByID)), 0), append(str16(""), 7)...)
+			return frame(session.Header{MessageID: r.nextID(), Command: session.CmdIDMap, SessionID: r.id}, body, r.key)
+		}},
 	}
 	for _, c := range cases {
 		r, st := dialRaw(t, s, rig.Password)
@@ -412,6 +420,12 @@ func pathEscapes(t *testing.T, walk bool) {
 		}},
 		{"readlink ..", func() error { _, err := tr.Readlink(ctx, "../x"); return err }},
 		{"getxattr through symlink", func() error { _, err := tr.GetXattr(ctx, "abs/secret", "user.x"); return err }},
+		{"mknod a FIFO through symlink", func() error { _, err := tr.Mknod(ctx, "abs/fifo", syscall.S_IFIFO|0o644, 0); return err }},
+		{"mknod a socket through relative symlink", func() error { _, err := tr.Mknod(ctx, "rel/sock", syscall.S_IFSOCK|0o644, 0); return err }},
+		{"mknod ../", func() error {
+			_, err := tr.Mknod(ctx, "../"+filepath.Base(outside)+"/fifo", syscall.S_IFIFO|0o644, 0)
+			return err
+		}},
 	}
 	refused := 0
 	for _, a := range attempts {

@@ -61,6 +61,9 @@ func runEnv(prog string, args []string, stdout, stderr io.Writer, getenv func(st
 		describeProviders(stdout)
 		return 0
 	}
+	if len(args) >= 1 && (args[0] == "login" || args[0] == "logout") {
+		return runLogin(prog, args[0], args[1:], os.Stdin, stdout, stderr, getenv)
+	}
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -126,6 +129,7 @@ const usage = `usage: lwio-mount //HOST[:PORT]/SHARE MOUNTPOINT [-o opts]
        lwio-mount -providers
        lwio stat MOUNTPOINT [-json]     what a running mount moves, and how
        lwio devices [-json]             RDMA devices and the mounts using them
+       lwio login|logout [-user NAME] [-credentials FILE] //HOST[:PORT]/SHARE|MOUNTPOINT
 options (comma separated, mount(8) style):
   credentials=FILE   lines username=, password=, domain=
   username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
@@ -139,6 +143,13 @@ options (comma separated, mount(8) style):
   attr_timeout=SEC   attribute cache timeout (default 1)
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
+  default_permissions  the kernel checks the mode bits of the owners shown
+  uid=ID, gid=ID     local owner shown for the account's files (default: yours)
+  idmap=M            user (default), none or names: how other owners show
+  multiuser          each local user gets a session with their own credentials
+  credentials_dir=DIR  multiuser: one credentials file per local user name (0600)
+  guest_credentials=FILE  multiuser: for local users without credentials
+  idle_timeout=SEC   multiuser: close a user's idle session (default 600)
   conns=N            RDMA connections to open
   reconnect_timeout=SEC  how long file operations wait for a lost server (default 30)
   debug              log every FUSE request
@@ -298,12 +309,14 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 
 	fopts := o.fsOptions()
 	fopts.Logger = log.WithField("component", "fs")
-	srv, err := fs.Mount(o.Mountpoint, r, r, fopts)
+	tree, data, um, stop := o.mountTree(r, log, &fopts)
+	defer stop()
+	srv, err := fs.Mount(o.Mountpoint, tree, data, fopts)
 	if err != nil {
 		return fmt.Errorf("mount %s: %v", o.Mountpoint, unwrapPathErr(errors.Unwrap(err)))
 	}
 	log.WithFields(logrus.Fields{"source": o.Source(), "mountpoint": o.Mountpoint, "user": o.Username,
-		"data_path": r.Name(), "read_only": o.ReadOnly}).Info("mounted")
+		"data_path": r.Name(), "read_only": o.ReadOnly, "idmap": o.idMapMode().String(), "multiuser": o.MultiUser}).Info("mounted")
 	if o.passwordFromEnv {
 		// Once mounted, so that a failure stays one line.
 		log.Warn("the password came from " + passwordEnv + ": other processes of yours can read a program's environment; " +
@@ -311,6 +324,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 	}
 	if c := startControl(o, r, o.stats, log); c != nil {
 		defer c.Close()
+		um.serve(c)
 	}
 	ready.report(nil)
 	connected()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -56,6 +57,7 @@ type Options struct {
 	// ReconnectWait bounds how long a file operation waits for a lost
 	// server to come back (0: fs.DefaultWaitTimeout).
 	ReconnectWait time.Duration
+	userOptions
 
 	providersOnce sync.Once
 	providers     []transport.Provider
@@ -194,6 +196,8 @@ func (o *Options) applyOption(opt string) error {
 		o.LogLevel = val
 	case "log_format":
 		o.LogFormat = val
+	case "uid", "gid", "idmap", "default_permissions", "multiuser", "credentials_dir", "guest_credentials", "idle_timeout":
+		return o.applyUserOption(key, val, hasVal)
 	default:
 		if ignoredOptions[key] && !hasVal || strings.HasPrefix(key, "x-") || key == "comment" {
 			return nil
@@ -252,7 +256,7 @@ func parseArgs(args []string) (*Options, error) {
 		return nil, err
 	}
 	o.Mountpoint = pos[1]
-	return o, nil
+	return o, o.checkUserOptions()
 }
 
 func (o *Options) applyOptions(s string) error {
@@ -271,17 +275,22 @@ func (o *Options) applyOptions(s string) error {
 // (the mount.cifs format); blank lines and # comments are skipped.
 type credentials struct{ username, password, domain string }
 
-func readCredentials(path string) (credentials, error) {
-	var c credentials
+func readCredentialsFile(path string) (credentials, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return c, fmt.Errorf("credentials file: %w", err)
+		return credentials{}, fmt.Errorf("credentials file: %w", err)
 	}
 	defer f.Close()
 	if err := cli.CheckPrivate(path, "a password"); err != nil {
-		return c, fmt.Errorf("credentials file %w", err)
+		return credentials{}, fmt.Errorf("credentials file %w", err)
 	}
-	sc := bufio.NewScanner(f)
+	return readCredentials(f, path)
+}
+
+// readCredentials reads the lines of credentials file path from r.
+func readCredentials(r io.Reader, path string) (credentials, error) {
+	var c credentials
+	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -305,12 +314,22 @@ func readCredentials(path string) (credentials, error) {
 	return c, sc.Err()
 }
 
+// splitDomain splits a user "DOMAIN\name" or "name@DOMAIN" when no domain
+// is given.
+func splitDomain(user, domain *string) {
+	if d, u, ok := strings.Cut(*user, `\`); ok && *domain == "" {
+		*domain, *user = d, u
+	} else if u, d, ok := strings.Cut(*user, "@"); ok && *domain == "" {
+		*domain, *user = d, u
+	}
+}
+
 // resolveCredentials fills in user, domain and password: a credentials
 // file first (a user named with -o username= wins over the file's), then
 // LWIO_PASSWORD; a user "DOMAIN\name" or "name@DOMAIN" is split.
 func (o *Options) resolveCredentials(getenv func(string) string) error {
 	if o.Credentials != "" {
-		c, err := readCredentials(o.Credentials)
+		c, err := readCredentialsFile(o.Credentials)
 		if err != nil {
 			return err
 		}
@@ -326,11 +345,7 @@ func (o *Options) resolveCredentials(getenv func(string) string) error {
 		o.password = getenv(passwordEnv)
 		o.passwordFromEnv = o.password != ""
 	}
-	if d, u, ok := strings.Cut(o.Username, `\`); ok && o.Domain == "" {
-		o.Domain, o.Username = d, u
-	} else if u, d, ok := strings.Cut(o.Username, "@"); ok && o.Domain == "" {
-		o.Domain, o.Username = d, u
-	}
+	splitDomain(&o.Username, &o.Domain)
 	if o.Username == "" {
 		return errors.New("no user name: give -o username=NAME or a credentials file with username=")
 	}
@@ -350,7 +365,10 @@ func (o *Options) fsOptions() fs.Options {
 		NoExec:       o.NoExec,
 		AllowOther:   o.AllowOther,
 		Debug:        o.Debug,
-		FsName:       o.Source(),
+		// Without default_permissions the server decides, as the account
+		// each caller acts as (docs/usage.md, "Who owns what").
+		DefaultPermissions: o.DefaultPermissions,
+		FsName:             o.Source(),
 	}
 }
 
