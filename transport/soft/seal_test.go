@@ -1,0 +1,339 @@
+package soft
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
+)
+
+func testAEAD(t testing.TB, k byte) cipher.AEAD {
+	t.Helper()
+	key := bytes.Repeat([]byte{k}, 16)
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := cipher.NewGCM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// sealPair keys cli and srv as one sealed connection: c2s with key 1,
+// s2c with key 2; the client leads, the server follows unless bothLead.
+func sealPair(t testing.TB, cli, srv transport.Conn, bothLead bool) {
+	t.Helper()
+	if err := transport.Seal(cli, transport.SealConfig{Send: testAEAD(t, 1), Recv: testAEAD(t, 2), Lead: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := transport.Seal(srv, transport.SealConfig{Send: testAEAD(t, 2), Recv: testAEAD(t, 1), Lead: bothLead}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConformanceSealed runs the transport suite over sealed connections.
+func TestConformanceSealed(t *testing.T) {
+	opts := Options{RNRTimeout: testRNR}
+	conformance.Run(t, conformance.Env{
+		Client:     New(opts),
+		Server:     New(opts),
+		RNRTimeout: testRNR,
+		Connected:  func(t *testing.T, cli, srv transport.Conn) { sealPair(t, cli, srv, true) },
+	})
+}
+
+// tapProxy forwards one TCP connection between a dialer and target,
+// records both directions, and lets a test alter the client's bytes.
+type tapProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	c2s    []byte
+	s2c    []byte
+	// alter, when set, may change the client's bytes (at stream offset
+	// off) before they are forwarded; it returns what to forward.
+	alter func(off int, b []byte) []byte
+}
+
+func newTapProxy(t testing.TB, target string) *tapProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tapProxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close() })
+	go p.serve()
+	return p
+}
+
+func (p *tapProxy) serve() {
+	for {
+		a, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		b, err := net.Dial("tcp", p.target)
+		if err != nil {
+			a.Close()
+			return
+		}
+		go p.pipe(a, b, true)
+		go p.pipe(b, a, false)
+	}
+}
+
+func (p *tapProxy) pipe(from, to net.Conn, c2s bool) {
+	defer to.Close()
+	defer from.Close()
+	buf := make([]byte, 64<<10)
+	off := 0
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			b := append([]byte(nil), buf[:n]...)
+			p.mu.Lock()
+			if c2s {
+				p.c2s = append(p.c2s, b...)
+			} else {
+				p.s2c = append(p.s2c, b...)
+			}
+			alter := p.alter
+			p.mu.Unlock()
+			if c2s && alter != nil {
+				b = alter(off, b)
+			}
+			off += n
+			if _, werr := to.Write(b); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *tapProxy) wire() (c2s, s2c []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Clone(p.c2s), bytes.Clone(p.s2c)
+}
+
+// proxiedPair connects a client to a server through a tapProxy.
+func proxiedPair(t *testing.T) (cli, srv transport.Conn, p *tapProxy) {
+	t.Helper()
+	sp, cp := New(Options{RNRTimeout: testRNR}), New(Options{RNRTimeout: testRNR})
+	ln, err := sp.Listen("127.0.0.1:0", transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	p = newTapProxy(t, ln.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := make(chan transport.Conn, 1)
+	go func() {
+		c, _ := ln.Accept(ctx)
+		ch <- c
+	}()
+	cli, err = cp.Dial(ctx, p.ln.Addr().String(), transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = <-ch
+	if srv == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { cli.Close(); srv.Close() })
+	return cli, srv, p
+}
+
+var marker = []byte("LWIO-SEAL-MARKER-7f3a9c")
+
+// exchange sends marker both ways, by SEND and by RDMA WRITE, and checks it
+// arrived.
+func exchange(t *testing.T, cli, srv transport.Conn) {
+	t.Helper()
+	size := 3*sealChunk + 100 // several chunks, the last short
+	payload := bytes.Repeat(marker, size/len(marker)+1)[:size]
+	for _, dir := range []struct {
+		name     string
+		from, to transport.Conn
+	}{{"c2s", cli, srv}, {"s2c", srv, cli}} {
+		src := mustAlloc(t, dir.from, size, transport.AccessLocal)
+		copy(src.Bytes(), payload)
+		recv := mustAlloc(t, dir.to, size, transport.AccessLocal)
+		target := mustAlloc(t, dir.to, size, transport.AccessLocal|transport.AccessRemoteWrite)
+		if err := dir.to.PostRecv(transport.RecvWR{ID: 7, Buf: transport.Whole(recv)}); err != nil {
+			t.Fatal(err)
+		}
+		// The WRITE gathers two segments, so a chunk straddles them.
+		half := sealChunk + 10
+		err := dir.from.Post(
+			transport.SendWR{ID: 1, Op: transport.OpWrite, RemoteAddr: target.Addr(), RKey: target.Handle(),
+				SGL: []transport.Segment{{Region: src, Length: half}, {Region: src, Offset: half, Length: size - half}}},
+			transport.SendWR{ID: 2, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wc := waitOne(t, dir.to, 5*time.Second); wc.Status != transport.StatusSuccess || wc.Len != size {
+			t.Fatalf("%s: receive %+v", dir.name, wc)
+		}
+		if !bytes.Equal(recv.Bytes(), payload) || !bytes.Equal(target.Bytes(), payload) {
+			t.Fatalf("%s: payload garbled", dir.name)
+		}
+		for i := 0; i < 2; i++ {
+			if wc := waitOne(t, dir.from, 5*time.Second); wc.Status != transport.StatusSuccess {
+				t.Fatalf("%s: send %+v", dir.name, wc)
+			}
+		}
+	}
+}
+
+// TestSealedWireHidesPayload: with the connection sealed, neither a SEND
+// nor an RDMA WRITE shows its payload on the wire; without, both do.
+func TestSealedWireHidesPayload(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		cli, srv, p := proxiedPair(t)
+		if sealed {
+			sealPair(t, cli, srv, false)
+		}
+		exchange(t, cli, srv)
+		c2s, s2c := p.wire()
+		for name, b := range map[string][]byte{"c2s": c2s, "s2c": s2c} {
+			if got := bytes.Contains(b, marker); got == sealed {
+				t.Errorf("sealed=%v: marker on the wire %s: %v (%d bytes)", sealed, name, got, len(b))
+			}
+		}
+	}
+}
+
+// TestSealedTamperEndsConnection flips one bit of a sealed payload, of a
+// sealed header, or replays a sealed frame: the receiving end fails the
+// connection (and reports no corrupt receive as a success), while a fresh
+// connection to the same provider still works.
+func TestSealedTamperEndsConnection(t *testing.T) {
+	cases := map[string]func(off int, b []byte) []byte{
+		"payload bit": flipAt(helloSize + sealedHdrSize + 40),
+		"header bit":  flipAt(helloSize + 5),
+		"tag bit":     flipAt(helloSize + sealedHdrSize - 1),
+		"replay":      replayFirstFrame(),
+	}
+	for name, alter := range cases {
+		t.Run(name, func(t *testing.T) {
+			cli, srv, p := proxiedPair(t)
+			sealPair(t, cli, srv, false)
+			p.mu.Lock()
+			p.alter = alter
+			p.mu.Unlock()
+			recv := mustAlloc(t, srv, 4096, transport.AccessLocal)
+			for i := 0; i < 2; i++ {
+				if err := srv.PostRecv(transport.RecvWR{ID: uint64(i), Buf: transport.Whole(recv)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			src := mustAlloc(t, cli, 200, transport.AccessLocal)
+			copy(src.Bytes(), marker)
+			if err := cli.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var wcs [4]transport.Completion
+			for {
+				n, err := srv.CQ().Wait(ctx, wcs[:])
+				if errors.Is(err, transport.ErrClosed) {
+					break // failed and drained: what we want
+				}
+				if err != nil {
+					t.Fatalf("server connection did not fail: %v", err)
+				}
+				for _, wc := range wcs[:n] {
+					if wc.Status == transport.StatusSuccess {
+						if name == "replay" && wc.ID == 0 {
+							continue // the original frame, before its replay
+						}
+						t.Fatalf("tampered frame delivered: %+v", wc)
+					}
+				}
+			}
+			// The provider still serves a new connection.
+			cli2, srv2, _ := proxiedPair(t)
+			sealPair(t, cli2, srv2, false)
+			exchange(t, cli2, srv2)
+		})
+	}
+}
+
+func flipAt(pos int) func(off int, b []byte) []byte {
+	return func(off int, b []byte) []byte {
+		if pos >= off && pos < off+len(b) {
+			b[pos-off] ^= 0x10
+		}
+		return b
+	}
+}
+
+// replayFirstFrame sends the client's first sealed frame (a 200-byte SEND)
+// twice.
+func replayFirstFrame() func(off int, b []byte) []byte {
+	var seen []byte
+	start, done := -1, false
+	n := sealedHdrSize + sealedLen(200)
+	return func(off int, b []byte) []byte {
+		if done {
+			return b
+		}
+		if start < 0 {
+			start = off
+		}
+		seen = append(seen, b...) // the stream from start
+		if start+len(seen) < helloSize+n {
+			return b
+		}
+		done = true
+		f := seen[helloSize-start : helloSize-start+n]
+		return append(append([]byte(nil), b...), f...)
+	}
+}
+
+// TestSealedClearFrameRefused: once a connection is sealed, a SEND in clear
+// from the peer ends it.
+func TestSealedClearFrameRefused(t *testing.T) {
+	sp := New(Options{RNRTimeout: testRNR})
+	ln, err := sp.Listen("127.0.0.1:0", transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	nc, c := rawPeer(t, ln)
+	if err := transport.Seal(c, transport.SealConfig{Send: testAEAD(t, 2), Recv: testAEAD(t, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	recv := mustAlloc(t, c, 4096, transport.AccessLocal)
+	if err := c.PostRecv(transport.RecvWR{ID: 1, Buf: transport.Whole(recv)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Write(frame(frameHeader{Type: frameSend}, marker)); err != nil {
+		t.Fatal(err)
+	}
+	_ = readAll(t, nc) // the provider closes
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wcs [2]transport.Completion
+	n, err := c.CQ().Wait(ctx, wcs[:])
+	if err == nil && (n == 0 || wcs[0].Status == transport.StatusSuccess) {
+		t.Fatalf("clear SEND accepted on a sealed connection: %+v", wcs[:n])
+	}
+}
