@@ -51,3 +51,16 @@ func CanSeal(c Conn) bool {
 	_, ok := c.(Sealable)
 	return ok
 }
+
+// SealingProvider is a Provider that says whether its connections are
+// Sealable, so a server can offer a sealed session only the providers
+// that will not carry its data in clear.
+type SealingProvider interface {
+	SealsConnections() bool
+}
+
+// ProviderSeals reports whether p's connections can seal.
+func ProviderSeals(p Provider) bool {
+	s, ok := p.(SealingProvider)
+	return ok && s.SealsConnections()
+}

@@ -52,6 +52,7 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			ServerName:     c.ServerName,
 			Domain:         c.Domain,
 			Encrypt:        c.encrypt(),
+			TrustedFabric:  c.TrustedFabric,
 			ShareEncrypt:   map[string]session.Encrypt{},
 			Users:          map[string][16]byte{},
 			Logger:         log.WithField("component", "session"),
@@ -66,6 +67,7 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			MaxRdmaWindowSize: c.Limits.MaxRDMAWindow,
 			MaxRecvBufferSize: c.Limits.MaxRecvBuffer,
 			Workers:           c.Limits.Workers,
+			TrustedFabric:     c.TrustedFabric,
 		},
 		SessionAddr: c.sessionAddr(),
 		MetricsAddr: c.Listen.Metrics,
@@ -99,8 +101,9 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			log.WithField("faults", faults.String()).Warn("softrdma fault injection on (" + soft.EnvFaults + ")")
 		}
 		p := soft.New(soft.Options{Logger: log.WithField("provider", soft.Name), Faults: faults})
+		adv, _ := c.softrdmaAdvertise() // validated
 		for _, a := range softAddrs {
-			fc.Listeners = append(fc.Listeners, fileserver.Listener{Provider: p, Addr: a})
+			fc.Listeners = append(fc.Listeners, fileserver.Listener{Provider: p, Addr: a, Advertise: adv})
 		}
 	}
 	return fc, nil

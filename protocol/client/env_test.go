@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"os"
 	"path/filepath"
 	"sync"
@@ -27,11 +28,24 @@ type authority struct {
 	sessions map[[16]byte]testSession
 	files    map[uint64]map[protocol.ResumeKey]server.File
 	nextKey  uint64
+	cipher   smbauth.Cipher // sessions keyed from now on are sealed with it
 }
 
 type testSession struct {
-	id  uint64
-	key []byte
+	id     uint64
+	key    []byte
+	cipher smbauth.Cipher // the session is sealed with it
+}
+
+func (a *authority) DataCipher(id uint64) smbauth.Cipher {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.sessions {
+		if s.id == id {
+			return s.cipher
+		}
+	}
+	return smbauth.CipherNone
 }
 
 func newAuthority() *authority {
@@ -60,7 +74,7 @@ func (a *authority) negotiateKey(id uint64, signingKey []byte) [16]byte {
 	var k [16]byte
 	rand.Read(k[:])
 	a.mu.Lock()
-	a.sessions[k] = testSession{id, signingKey}
+	a.sessions[k] = testSession{id: id, key: signingKey, cipher: a.cipher}
 	a.mu.Unlock()
 	return k
 }

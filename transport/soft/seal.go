@@ -244,3 +244,7 @@ func (c *conn) readPayload(h *frameHeader, dst []byte) error {
 	}
 	return c.rd.openInto(c.sealk.Load().recv, h, dst)
 }
+
+// SealsConnections reports that softrdma connections can seal
+// (transport.SealingProvider).
+func (p *Provider) SealsConnections() bool { return true }
