@@ -114,6 +114,12 @@ type env struct {
 
 func newEnv(t testing.TB, cfg server.Config) *env {
 	t.Helper()
+	return newEnvOn(t, cfg, soft.New(soft.Options{}))
+}
+
+// newEnvOn is newEnv with the server listening on p.
+func newEnvOn(t testing.TB, cfg server.Config, p transport.Provider) *env {
+	t.Helper()
 	e := &env{t: t, dir: t.TempDir(), auth: newAuthority()}
 	cfg.Authority = e.auth
 	if os.Getenv("LWIO_TEST_LOG") != "" {
@@ -125,7 +131,7 @@ func newEnv(t testing.TB, cfg server.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := srv.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
+	l, err := srv.Listen(p, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/smbauth"
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
 // TestSealedSession: a sealed session's connections authenticate with
@@ -77,6 +81,79 @@ func TestSealedSessionNeedsSealingClient(t *testing.T) {
 			}
 			if !errors.Is(err, errAuth) {
 				t.Logf("error: %v", err)
+			}
+		})
+	}
+}
+
+// unsealable is the soft provider with connections that cannot seal, as
+// verbs connections cannot.
+type unsealable struct{ transport.Provider }
+
+type unsealableConn struct{ transport.Conn }
+
+type unsealableListener struct{ transport.Listener }
+
+func (p unsealable) Dial(ctx context.Context, addr string, cfg transport.Config) (transport.Conn, error) {
+	c, err := p.Provider.Dial(ctx, addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return unsealableConn{c}, nil
+}
+
+func (p unsealable) Listen(addr string, cfg transport.Config) (transport.Listener, error) {
+	l, err := p.Provider.Listen(addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return unsealableListener{l}, nil
+}
+
+func (l unsealableListener) Accept(ctx context.Context) (transport.Conn, error) {
+	c, err := l.Listener.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return unsealableConn{c}, nil
+}
+
+// TestSealedSessionUnsealableProvider: a sealed session's connection on a
+// provider that cannot seal is refused, with a message naming
+// trusted_fabric, unless the server trusts its fabric; then it carries the
+// data (in clear).
+func TestSealedSessionUnsealableProvider(t *testing.T) {
+	for _, trusted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trusted=%v", trusted), func(t *testing.T) {
+			p := unsealable{soft.New(soft.Options{})}
+			e := newEnvOn(t, server.Config{TrustedFabric: trusted}, p)
+			e.auth.cipher = smbauth.CipherAES128GCM
+			s := e.session()
+			cfg := s.config(Interrupt)
+			cfg.Cipher = smbauth.CipherAES128GCM
+			cfg.Providers = []transport.Provider{unsealable{soft.New(soft.Options{})}}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cl, err := New(ctx, cfg)
+			if !trusted {
+				if err == nil {
+					cl.Close()
+					t.Fatal("a sealed session's unsealable connection was accepted")
+				}
+				if !strings.Contains(err.Error(), "trusted_fabric") {
+					t.Errorf("error does not explain the refusal: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("trusted fabric: %v", err)
+			}
+			defer cl.Close()
+			key, _ := s.file(t, "f", []byte("hello"))
+			f := s.register(t, cl, key, 0)
+			b := make([]byte, 5)
+			if n, err := f.ReadAt(ctxT(t), b, 0); n != 5 || string(b) != "hello" {
+				t.Fatalf("ReadAt = %d %q %v", n, b, err)
 			}
 		})
 	}
