@@ -337,3 +337,53 @@ func TestSealedClearFrameRefused(t *testing.T) {
 		t.Fatalf("clear SEND accepted on a sealed connection: %+v", wcs[:n])
 	}
 }
+
+// TestSealedFrameLayout checks a sealed frame against the layout in
+// docs/transport.md with an independent AES-GCM: type 0x80 in clear, the
+// header's bytes 1–31 (real type in byte 3) sealed with nonce seq‖0 and
+// byte 0 as associated data, then 64 KiB chunks each with nonce seq‖i+1.
+func TestSealedFrameLayout(t *testing.T) {
+	var s sealBuf
+	s.seq = 6 // this frame is number 7
+	r, err := newDomain().Alloc(sealChunk+5, transport.AccessLocal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range r.Bytes() {
+		r.Bytes()[i] = byte(i)
+	}
+	h := frameHeader{Type: frameWrite, Flags: flagImm, Ack: 0x01020304, Length: sealChunk + 5, Imm: 9, RKey: 0x55, Addr: 0x7f00}
+	out := s.seal(testAEAD(t, 1), &h, []transport.Segment{transport.Whole(r)}, sealChunk+5)
+	if len(out) != 48+sealChunk+16+5+16 || out[0] != 0x80 {
+		t.Fatalf("sealed frame: %d bytes, type %#x", len(out), out[0])
+	}
+	a := testAEAD(t, 1)
+	nonce := func(seq uint64, i uint32) []byte {
+		n := make([]byte, 12)
+		for k := 0; k < 8; k++ {
+			n[k] = byte(seq >> (8 * k))
+		}
+		for k := 0; k < 4; k++ {
+			n[8+k] = byte(i >> (8 * k))
+		}
+		return n
+	}
+	hdr, err := a.Open(nil, nonce(7, 0), out[1:48], out[:1])
+	if err != nil {
+		t.Fatalf("header does not open with nonce 7‖0: %v", err)
+	}
+	var want [32]byte
+	h.encode(want[:])
+	want[3], want[0] = want[0], 0
+	if !bytes.Equal(hdr, want[1:]) {
+		t.Errorf("header bytes 1–31 = %x, want %x", hdr, want[1:])
+	}
+	c1, err := a.Open(nil, nonce(7, 1), out[48:48+sealChunk+16], nil)
+	if err != nil || !bytes.Equal(c1, r.Bytes()[:sealChunk]) {
+		t.Errorf("chunk 1: %v", err)
+	}
+	c2, err := a.Open(nil, nonce(7, 2), out[48+sealChunk+16:], nil)
+	if err != nil || !bytes.Equal(c2, r.Bytes()[sealChunk:]) {
+		t.Errorf("chunk 2: %v", err)
+	}
+}
