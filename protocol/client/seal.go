@@ -32,12 +32,7 @@ func (c *conn) startSeal(cp, sp *protocol.AuthParams, sealing bool) error {
 	case !sp.HasNonce:
 		return fmt.Errorf("%w: the session is sealed and the server did not seal the data connection (no Nonce)", errAuth)
 	}
-	c2s, s2c := smbauth.DataSealKeys(cfg.SigningKey, cp.Key, cp.Nonce, sp.Nonce, cfg.Cipher)
-	send, err := cfg.Cipher.NewAEAD(c2s)
-	if err != nil {
-		return err
-	}
-	recv, err := cfg.Cipher.NewAEAD(s2c)
+	send, recv, err := smbauth.DataSealAEADs(cfg.SigningKey, cp.Key, cp.Nonce, sp.Nonce, cfg.Cipher)
 	if err != nil {
 		return err
 	}

@@ -50,12 +50,7 @@ func (c *conn) sealDecision(id uint64, p *protocol.AuthParams) (dataSeal, string
 // stay clear (the AUTH response among them) until the client's first
 // sealed frame shows the client has the keys too.
 func (c *conn) startSeal(ds dataSeal, sessionKey []byte, key, clientNonce [16]byte) error {
-	c2s, s2c := smbauth.DataSealKeys(sessionKey, key, clientNonce, ds.nonce, ds.cipher)
-	send, err := ds.cipher.NewAEAD(s2c)
-	if err != nil {
-		return err
-	}
-	recv, err := ds.cipher.NewAEAD(c2s)
+	recv, send, err := smbauth.DataSealAEADs(sessionKey, key, clientNonce, ds.nonce, ds.cipher)
 	if err != nil {
 		return err
 	}

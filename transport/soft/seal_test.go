@@ -133,29 +133,11 @@ func (p *tapProxy) wire() (c2s, s2c []byte) {
 // proxiedPair connects a client to a server through a tapProxy.
 func proxiedPair(t *testing.T) (cli, srv transport.Conn, p *tapProxy) {
 	t.Helper()
-	sp, cp := New(Options{RNRTimeout: testRNR}), New(Options{RNRTimeout: testRNR})
-	ln, err := sp.Listen("127.0.0.1:0", transport.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	p = newTapProxy(t, ln.Addr())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ch := make(chan transport.Conn, 1)
-	go func() {
-		c, _ := ln.Accept(ctx)
-		ch <- c
-	}()
-	cli, err = cp.Dial(ctx, p.ln.Addr().String(), transport.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv = <-ch
-	if srv == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { cli.Close(); srv.Close() })
+	opts := Options{RNRTimeout: testRNR}
+	cli, srv = pairVia(t, New(opts), New(opts), transport.Config{}, func(addr string) string {
+		p = newTapProxy(t, addr)
+		return p.ln.Addr().String()
+	})
 	return cli, srv, p
 }
 
