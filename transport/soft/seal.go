@@ -88,9 +88,43 @@ type sealBuf struct {
 	used  int
 	seq   uint64 // frames sealed so far, this direction
 	nonce [sealNonceSize]byte
+	jobs  []sealJob // reserved under c.mu, sealed by run after it
+}
+
+// sealJob is a frame gather reserved room for: sealing it (a pass of
+// AES-GCM over the payload) happens outside c.mu, so acknowledgements and
+// Posts are not held up behind it. Its segments stay valid: the frame is
+// not on the wire yet, so nothing can complete it.
+type sealJob struct {
+	a      cipher.AEAD
+	h      frameHeader
+	segs   []transport.Segment
+	length int
+	seq    uint64
+	out    []byte
 }
 
 func (s *sealBuf) reset() { s.used = 0 }
+
+// reserve numbers the frame h carrying segs (length bytes) and returns
+// where its sealed form will be; run fills it in.
+func (s *sealBuf) reserve(a cipher.AEAD, h *frameHeader, segs []transport.Segment, length int) []byte {
+	s.seq++
+	out := s.take(sealedHdrSize + sealedLen(length))
+	s.jobs = append(s.jobs, sealJob{a: a, h: *h, segs: segs, length: length, seq: s.seq, out: out})
+	return out
+}
+
+// run seals the reserved frames; the write side's owner calls it before
+// writing the batch.
+func (s *sealBuf) run() {
+	for i := range s.jobs {
+		j := &s.jobs[i]
+		s.sealInto(j.a, j.seq, &j.h, j.segs, j.length, j.out)
+	}
+	clear(s.jobs)
+	s.jobs = s.jobs[:0]
+}
 
 func (s *sealBuf) take(n int) []byte {
 	if len(s.b)-s.used < n {
@@ -104,9 +138,14 @@ func (s *sealBuf) take(n int) []byte {
 
 // seal returns the sealed form of the frame h carrying segs (length bytes).
 func (s *sealBuf) seal(a cipher.AEAD, h *frameHeader, segs []transport.Segment, length int) []byte {
-	s.seq++
-	out := s.take(sealedHdrSize + sealedLen(length))
-	sealHeader(a, &s.nonce, s.seq, h, out[:sealedHdrSize])
+	out := s.reserve(a, h, segs, length)
+	s.run()
+	return out
+}
+
+// sealInto writes the sealed form of frame number seq into out.
+func (s *sealBuf) sealInto(a cipher.AEAD, seq uint64, h *frameHeader, segs []transport.Segment, length int, out []byte) {
+	sealHeader(a, &s.nonce, seq, h, out[:sealedHdrSize])
 	p := out[sealedHdrSize:]
 	si, so := 0, 0 // the segment and offset the next plaintext byte is at
 	for i, off := uint32(1), 0; off < length; i++ {
@@ -129,10 +168,9 @@ func (s *sealBuf) seal(a cipher.AEAD, h *frameHeader, segs []transport.Segment, 
 			}
 			pt = dst[:n]
 		}
-		a.Seal(dst[:0], putNonce(&s.nonce, s.seq, i), pt, nil)
+		a.Seal(dst[:0], putNonce(&s.nonce, seq, i), pt, nil)
 		p, off = p[n+sealTagSize:], off+n
 	}
-	return out
 }
 
 // sealHeader writes h's sealed header (sealedHdrSize bytes) into b.
@@ -169,19 +207,34 @@ func (e errSealedPayload) Error() string {
 }
 
 // openInto reads the sealed payload of frame h and decrypts it into dst
-// (len(dst) == h.Length) chunk by chunk, from the reader's buffer.
+// (len(dst) == h.Length) chunk by chunk. A chunk that is not the last is
+// read from the socket straight into its place in dst, its tag into the
+// next chunk's room (AES-GCM wants the tag right after the ciphertext), and
+// opened there in place; the last chunk, and one already in the reader's
+// buffer, is opened from the buffer into dst.
 func (rd *frameReader) openInto(a cipher.AEAD, h *frameHeader, dst []byte) error {
-	rd.exact = false
 	for i, off := uint32(1), 0; off < len(dst); i++ {
 		n := min(sealChunk, len(dst)-off)
-		if err := rd.fill(n + sealTagSize); err != nil {
-			return err
+		nonce := putNonce(&rd.nonce, h.seq, i)
+		if off+n < len(dst) && rd.buffered() < n+sealTagSize {
+			area := dst[off : off+n+sealTagSize]
+			if err := rd.readInto(area); err != nil {
+				return err
+			}
+			if _, err := a.Open(area[:0], nonce, area, nil); err != nil {
+				return errSealedPayload{h.seq}
+			}
+		} else {
+			rd.exact = false
+			if err := rd.fill(n + sealTagSize); err != nil {
+				return err
+			}
+			ct := rd.buf[rd.r : rd.r+n+sealTagSize]
+			if _, err := a.Open(dst[off:off], nonce, ct, nil); err != nil {
+				return errSealedPayload{h.seq}
+			}
+			rd.r += n + sealTagSize
 		}
-		ct := rd.buf[rd.r : rd.r+n+sealTagSize]
-		if _, err := a.Open(dst[off:off], putNonce(&rd.nonce, h.seq, i), ct, nil); err != nil {
-			return errSealedPayload{h.seq}
-		}
-		rd.r += n + sealTagSize
 		off += n
 	}
 	return nil

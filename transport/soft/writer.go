@@ -73,6 +73,7 @@ func (c *conn) transmit() {
 			return
 		}
 		c.mu.Unlock()
+		c.wr.seal.run()
 		wrote := len(c.wr.iov) > 0
 		if wrote {
 			n, err := c.wr.sys.writev(c.wr.iov)
@@ -134,6 +135,7 @@ func (c *conn) writeLoop() {
 		for {
 			if len(c.wr.iov) > 0 {
 				c.mu.Unlock()
+				c.wr.seal.run()
 				c.wr.bufs = net.Buffers(c.wr.iov)
 				raceRelease()
 				_, err := c.wr.bufs.WriteTo(c.nc)
@@ -173,6 +175,7 @@ func (c *conn) flushBatch() {
 	if len(c.wr.iov) == 0 {
 		return
 	}
+	c.wr.seal.run()
 	c.wr.bufs = net.Buffers(c.wr.iov)
 	raceRelease()
 	_, _ = c.wr.bufs.WriteTo(c.nc)
@@ -224,7 +227,7 @@ func (c *conn) gather() (work, reset, open bool) {
 		bytes += e.length
 		n++
 		if keys != nil {
-			w.iov = append(w.iov, w.seal.seal(keys.send, &h, e.segs, e.length))
+			w.iov = append(w.iov, w.seal.reserve(keys.send, &h, e.segs, e.length))
 			continue
 		}
 		hb := w.hdrs[(n-1)*frameHeaderSize : n*frameHeaderSize]
@@ -239,7 +242,7 @@ func (c *conn) gather() (work, reset, open bool) {
 	if n == 0 && ack != c.ackSent.Load() && !reset && !c.dropped.Load() {
 		h := frameHeader{Type: frameAck, Ack: ack}
 		if keys != nil {
-			w.iov = append(w.iov, w.seal.seal(keys.send, &h, nil, 0))
+			w.iov = append(w.iov, w.seal.reserve(keys.send, &h, nil, 0))
 		} else {
 			hb := w.hdrs[:frameHeaderSize]
 			h.encode(hb)
