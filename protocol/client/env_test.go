@@ -146,6 +146,7 @@ type session struct {
 	e   *env
 	id  uint64
 	key []byte
+	via string // the address the negotiate offers instead of the server's (a proxy)
 }
 
 var sessionIDs struct {
@@ -164,7 +165,11 @@ func (e *env) session() *session {
 }
 
 func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) (protocol.NegotiateResponse, error) {
-	in, err := transport.InstanceFor(s.e.addr)
+	addr := s.e.addr
+	if s.via != "" {
+		addr = s.via
+	}
+	in, err := transport.InstanceFor(addr)
 	if err != nil {
 		return protocol.NegotiateResponse{}, err
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -156,5 +158,79 @@ func TestSealedSessionUnsealableProvider(t *testing.T) {
 				t.Fatalf("ReadAt = %d %q %v", n, b, err)
 			}
 		})
+	}
+}
+
+// flipProxy relays one address, flipping one bit of the client's stream at
+// byte offset at (0: never).
+func flipProxy(t *testing.T, target string, at int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			a, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", target)
+			if err != nil {
+				a.Close()
+				return
+			}
+			go func() { io.Copy(a, b); a.Close() }()
+			go func() {
+				defer b.Close()
+				buf := make([]byte, 32<<10)
+				for off := 0; ; {
+					n, err := a.Read(buf)
+					if at > off && at <= off+n {
+						buf[at-1-off] ^= 0x04
+					}
+					off += n
+					if _, werr := b.Write(buf[:n]); werr != nil || err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestSealedTamperedConnection: one bit flipped in a sealed data
+// connection's stream fails that connection's requests; the server goes on
+// serving another session.
+func TestSealedTamperedConnection(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	e.auth.cipher = smbauth.CipherAES128GCM
+	s := e.session()
+	s.via = flipProxy(t, e.addr, 2000) // inside the first sealed frame after AUTH
+	cfg := s.config(Interrupt)
+	cfg.Cipher = smbauth.CipherAES128GCM
+	cfg.Connections = 1
+	cl := s.client(t, cfg)
+	key, path := s.file(t, "f", make([]byte, 1<<20))
+	f := s.register(t, cl, key, 0)
+	data := bytes.Repeat([]byte("tamper"), 20000)
+	ctx := ctxT(t)
+	if _, err := f.WriteAt(ctx, data, 0); err == nil {
+		t.Fatal("a write through a tampered sealed connection succeeded")
+	}
+	if disk, _ := os.ReadFile(path); bytes.Contains(disk, []byte("tamper")) {
+		t.Error("tampered data reached the file")
+	}
+	other := e.session()
+	ocfg := other.config(Interrupt)
+	ocfg.Cipher = smbauth.CipherAES128GCM
+	ocl := other.client(t, ocfg)
+	okey, _ := other.file(t, "g", []byte("still serving"))
+	g := other.register(t, ocl, okey, 0)
+	b := make([]byte, 13)
+	if n, err := g.ReadAt(ctx, b, 0); n != 13 || string(b) != "still serving" {
+		t.Fatalf("another session after the tamper: %d %q %v", n, b, err)
 	}
 }

@@ -381,7 +381,7 @@ func (c *conn) fail(f failure) {
 	if f.err != nil {
 		log = log.WithError(f.err)
 	}
-	if f.hasSeq || f.nak || f.reset {
+	if f.hasSeq || f.nak || f.reset || f.why == whySealRefused {
 		log.Warn("connection in error")
 	} else {
 		log.Debug("connection in error")

@@ -214,7 +214,7 @@ func (c *conn) step(app bool) stepResult {
 func (c *conn) payloadFailed(err error) {
 	var bad errSealedPayload
 	if errors.As(err, &bad) {
-		c.fail(failure{why: "sealed frame refused", err: err})
+		c.fail(failure{why: whySealRefused, err: err})
 		return
 	}
 	c.readFailed(err)

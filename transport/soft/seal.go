@@ -44,6 +44,10 @@ type sealKeys struct {
 	lead       bool
 }
 
+// whySealRefused is the failure of a frame that does not authenticate: a
+// warning, since it means tampering, a bug, or a peer with other keys.
+const whySealRefused = "sealed frame refused"
+
 var errSealedNoKeys = errors.New("softrdma: sealed frame on a connection that has no keys")
 
 func putNonce(n *[sealNonceSize]byte, seq uint64, i uint32) []byte {
@@ -281,7 +285,7 @@ func (c *conn) readHeader(h *frameHeader) (failure, bool) {
 	err := c.rd.openHeader(k.recv, h)
 	c.rd.r += sealedHdrSize
 	if err != nil {
-		return failure{why: "sealed frame refused", err: err}, false
+		return failure{why: whySealRefused, err: err}, false
 	}
 	if h.seq == 1 && !k.lead {
 		c.sealOut.Store(true)

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/conformance"
 )
@@ -130,11 +133,16 @@ func (p *tapProxy) wire() (c2s, s2c []byte) {
 	return bytes.Clone(p.c2s), bytes.Clone(p.s2c)
 }
 
-// proxiedPair connects a client to a server through a tapProxy.
-func proxiedPair(t *testing.T) (cli, srv transport.Conn, p *tapProxy) {
+// proxiedPair connects a client to a server through a tapProxy; the
+// server's provider logs to log, when not nil.
+func proxiedPair(t *testing.T, log ...logrus.FieldLogger) (cli, srv transport.Conn, p *tapProxy) {
 	t.Helper()
 	opts := Options{RNRTimeout: testRNR}
-	cli, srv = pairVia(t, New(opts), New(opts), transport.Config{}, func(addr string) string {
+	sopts := opts
+	if len(log) > 0 {
+		sopts.Logger = log[0]
+	}
+	cli, srv = pairVia(t, New(opts), New(sopts), transport.Config{}, func(addr string) string {
 		p = newTapProxy(t, addr)
 		return p.ln.Addr().String()
 	})
@@ -214,7 +222,8 @@ func TestSealedTamperEndsConnection(t *testing.T) {
 	}
 	for name, alter := range cases {
 		t.Run(name, func(t *testing.T) {
-			cli, srv, p := proxiedPair(t)
+			logger, hook := logtest.NewNullLogger()
+			cli, srv, p := proxiedPair(t, logger)
 			sealPair(t, cli, srv, false)
 			p.mu.Lock()
 			p.alter = alter
@@ -249,6 +258,13 @@ func TestSealedTamperEndsConnection(t *testing.T) {
 						t.Fatalf("tampered frame delivered: %+v", wc)
 					}
 				}
+			}
+			warned := false
+			for _, en := range hook.AllEntries() {
+				warned = warned || (en.Level == logrus.WarnLevel && en.Data["why"] == whySealRefused)
+			}
+			if !warned {
+				t.Errorf("no warning %q logged; log: %v", whySealRefused, hook.AllEntries())
 			}
 			// The provider still serves a new connection.
 			cli2, srv2, _ := proxiedPair(t)
