@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -157,13 +158,14 @@ func TestSealedMount(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, secret := t.TempDir(), t.TempDir()
-			var s *Server
-			soft := startTapProxyFunc(t, func() string { return s.Soft })
+			var softAddr atomic.Value // the server's softrdma address, once it listens
+			soft := startTapProxyFunc(t, func() string { a, _ := softAddr.Load().(string); return a })
 			conf := filepath.Join(t.TempDir(), "server.toml")
 			mustWrite(t, conf, []byte("[listen]\nsoftrdma_advertise = [\""+soft.Addr+"\"]\n"+
 				"[shares.secret]\npath = \""+secret+"\"\nencrypt = \"required\"\n"))
-			s = startServer(t, ServerConfig{Shares: map[string]string{"share": dir},
+			s := startServer(t, ServerConfig{Shares: map[string]string{"share": dir},
 				Args: append([]string{"-config", conf}, tc.server...)})
+			softAddr.Store(s.Soft)
 			s.Shares["secret"] = secret
 			sess := startTapProxy(t, s.Addr)
 			m, mp := mountVia(t, s, sess.Addr, tc.share, tc.opts...)
