@@ -77,7 +77,8 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 	if cfg.Stats != nil {
 		data = countedIO{tree, cfg.Stats}
 	}
-	s := &Session{Tree: tree, Data: SessionDataPath(data), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly()}
+	s := &Session{Tree: tree, Data: SessionDataPath(data), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly(),
+		Account: treeAccount(tree)}
 	if len(cfg.Providers) == 0 {
 		return s, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -99,11 +100,17 @@ func TestMountOptions(t *testing.T) {
 	if *o.AttrTimeout != 2*time.Second || *o.EntryTimeout != 0 {
 		t.Errorf("timeouts %v %v", *o.AttrTimeout, *o.EntryTimeout)
 	}
-	if len(o.Options) != 1 || o.Options[0] != "ro" {
-		t.Errorf("Options %v, want [ro]", o.Options)
+	if !slices.Equal(o.Options, []string{"nosuid", "nodev", "ro"}) {
+		t.Errorf("Options %v, want [nosuid nodev ro]", o.Options)
 	}
-	if o := (Options{AllowOther: true}).MountOptions(); !o.AllowOther || len(o.Options) != 1 || o.Options[0] != "default_permissions" {
-		t.Errorf("allow_other: AllowOther %v, Options %v; want default_permissions", o.AllowOther, o.Options)
+	// allow_other alone leaves the checks to the server (as the account
+	// each caller acts as); default_permissions is its own option.
+	if o := (Options{AllowOther: true, NoExec: true}).MountOptions(); !o.AllowOther ||
+		!slices.Equal(o.Options, []string{"nosuid", "nodev", "noexec"}) {
+		t.Errorf("allow_other, noexec: AllowOther %v, Options %v; want nosuid nodev noexec, no default_permissions", o.AllowOther, o.Options)
+	}
+	if o := (Options{DefaultPermissions: true}).MountOptions(); !slices.Equal(o.Options, []string{"nosuid", "nodev", "default_permissions"}) {
+		t.Errorf("DefaultPermissions: Options %v; want nosuid nodev default_permissions", o.Options)
 	}
 }
 

@@ -33,9 +33,10 @@ func serve(t *testing.T, dir, sessAddr, lwAddr string, registered *atomic.Int32)
 	log.SetLevel(logrus.ErrorLevel)
 	cfg := fileserver.Config{
 		Session: session.ServerConfig{
-			Shares: []share.Config{{Name: "s", Path: dir}},
-			Users:  map[string][16]byte{"u": smbauth.NTHash("pw")},
-			Logger: log,
+			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
+			Logger:   log,
 			// Beside the share, so a server restarted on it finds the
 			// key its clients' file identities are sealed with.
 			StateDir: dir + ".state",

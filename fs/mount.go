@@ -34,8 +34,19 @@ type Options struct {
 	EntryTimeout time.Duration
 	// ReadOnly mounts read-only (MS_RDONLY).
 	ReadOnly bool
+	// NoExec mounts noexec (MS_NOEXEC): nothing on the mount may be
+	// executed. The mount is always nosuid and nodev.
+	NoExec bool
 	// AllowOther lets users other than the mounting one use the mount.
 	AllowOther bool
+	// DefaultPermissions has the kernel check the mode bits of the owners
+	// shown (Owners) before any request reaches the server; without it
+	// the server alone decides, as the account each caller acts as (see
+	// docs/usage.md, "Who owns what").
+	DefaultPermissions bool
+	// Owners maps file owners between the server's ids and this host's;
+	// nil shows the server's ids.
+	Owners *IDMap
 	// Debug logs every FUSE request and reply (go-fuse's debug output).
 	Debug bool
 	// FsName is the "source" column of /proc/mounts, e.g. "//host/share";
@@ -113,12 +124,17 @@ func (o Options) MountOptions() *gofs.Options {
 		// them against every other client and local process.
 		EnableLocks: true,
 	}
+	// Set-user-ID programs and device nodes on a network share must not
+	// act on this host (go-fuse's direct mount sets both by default; say
+	// so for the fusermount path too).
+	mo.Options = append(mo.Options, "nosuid", "nodev")
+	if o.NoExec {
+		mo.Options = append(mo.Options, "noexec")
+	}
 	if o.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 	}
-	if o.AllowOther {
-		// Other local users: let the kernel check the mode bits, since the
-		// server acts with the mounting user's credentials for everyone.
+	if o.DefaultPermissions {
 		mo.Options = append(mo.Options, "default_permissions")
 	}
 	if o.Debug {

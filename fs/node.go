@@ -166,7 +166,7 @@ func fillAttr(out *fuse.Attr, a session.Attr) {
 // newChild makes (or finds, by inode number) the Inode for attributes a and
 // fills out with them.
 func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut) *gofs.Inode {
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a)
 	fresh := &Node{fs: n.fs}
 	child := n.NewInode(ctx, fresh, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
 	if child.Operations() == fresh {
@@ -196,7 +196,7 @@ func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	if a, ok := n.freshAttr(); ok {
-		fillAttr(&out.Attr, a)
+		n.fillAttr(&out.Attr, a)
 		return 0
 	}
 	p := n.path()
@@ -211,7 +211,7 @@ func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 		return n.errno("getattr", p, err)
 	}
 	n.rememberAt(g, a)
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a)
 	return 0
 }
 
@@ -266,6 +266,9 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		h = fh.h
 	}
 	s := setAttrIn(in)
+	if errno := n.serverOwner(ctx, &s); errno != 0 {
+		return errno
+	}
 	g := n.dropAttr()
 	a, err := n.fs.tree.SetAttr(ctx, p, h, s)
 	if err != nil {
@@ -278,7 +281,7 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		n.cache = validator{} // the kernel truncated its pages; the server's mtime moved
 		n.mu.Unlock()
 	}
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a)
 	return 0
 }
 

@@ -31,6 +31,9 @@ type Session struct {
 	LWIO *client.Client
 	// ReadOnly says the share refuses changes (its TREE_CONNECT flag).
 	ReadOnly bool
+	// Account is who the session acts as on the server; nil when the
+	// server did not say (see IDMap).
+	Account *Account
 }
 
 // Dialer establishes a Session from nothing: session setup, tree connect,

@@ -181,7 +181,7 @@ func (env *setupEnv) setupLWIO(spec lwioSpec) (*target, func(), error) {
 		}
 		srv = &lwioServer{addr: fmt.Sprintf("127.0.0.1:%d", p1), ports: []int{p1, p2}}
 		args := append([]string{"-share", "bench=" + env.export, "-listen", srv.addr,
-			"-soft", fmt.Sprintf("127.0.0.1:%d", p2), "-user", "bench", "-log-level", "warn"}, spec.Server...)
+			"-soft", fmt.Sprintf("127.0.0.1:%d", p2), "-user", "bench", "-account", "root", "-allow-root", "-log-level", "warn"}, spec.Server...)
 		srv.d, err = startDaemon("lwio-server", filepath.Join(env.work, fmt.Sprintf("lwio-server-%d.log", len(env.servers))),
 			[]string{"LWIO_PASSWORD=" + lwioPassword}, serverBin, args...)
 		if err != nil {

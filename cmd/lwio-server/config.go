@@ -11,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/lwiofs/lwiofs/cmd/internal/cli"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
@@ -24,6 +25,7 @@ import (
 //	state_dir = "/var/lib/lwio"       # the identity key of durable handles
 //	encrypt = "if_required"           # sealing: off, if_required, desired, required
 //	trusted_fabric = false            # true: sealed sessions may use verbs, in clear
+//	guest_account = "nobody"          # a user without a Unix account acts as it; default: refused
 //	[log]
 //	level = "info"                    # debug, info, warn, error
 //	format = "text"                   # text or json
@@ -39,19 +41,30 @@ import (
 //	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
 //	max_recv_buffer = 1052672         # largest client message: a 1 MiB WRITE + header
 //	workers = 0                       # disk I/O goroutines; 0 = engine default
+//	max_open_files = 0                # handles of all users; 0 = 3/4 of RLIMIT_NOFILE
+//	max_open_files_per_user = 16384
+//	max_pending_connections = 512     # connections not logged on yet; beyond, the oldest is closed
+//	max_pending_per_address = 64
+//	idle_timeout = 300                # seconds; a logged-on session idle that long is closed; -1 never
+//	logon_delay_max = 30              # seconds: the most a failed logon delays the next
 //	durable_timeout = 60              # seconds an open file outlives its connection; -1 none
 //	[shares.demo]
 //	path = "/srv/demo"
 //	read_only = false
 //	users = ["alice"]                 # empty: every configured user
 //	encrypt = "required"              # desired or required: seal this share's traffic
+//	allow_root = false                # users whose account is uid 0 may connect
+//	allow_setid = false               # set-user-ID/set-group-ID bits reach the disk
+//	allow_devices = false             # clients may create device nodes
 //	[users.alice]
 //	nt_hash = "..."                   # 32 hex digits; lwio-server adduser writes it
+//	account = "alice"                 # the Unix account alice acts as; default: the same name
 type Config struct {
-	ServerName string `toml:"server_name"`
-	Domain     string `toml:"domain"`
-	StateDir   string `toml:"state_dir"`
-	Encrypt    string `toml:"encrypt"`
+	ServerName   string `toml:"server_name"`
+	Domain       string `toml:"domain"`
+	StateDir     string `toml:"state_dir"`
+	Encrypt      string `toml:"encrypt"`
+	GuestAccount string `toml:"guest_account"`
 	// TrustedFabric lets sealed sessions use RDMA providers that cannot
 	// seal (verbs), their file data in clear on the fabric.
 	TrustedFabric bool                   `toml:"trusted_fabric"`
@@ -89,13 +102,29 @@ type ListenConfig struct {
 	Metrics string `toml:"metrics"`
 }
 
-// LimitsConfig is [limits]; zero fields leave the engine's defaults.
+// LimitsConfig is [limits]; zero fields leave the defaults.
 type LimitsConfig struct {
 	CreditsPerConnection int `toml:"credits_per_connection"`
 	CreditBudget         int `toml:"credit_budget"`
 	MaxRDMAWindow        int `toml:"max_rdma_window"`
 	MaxRecvBuffer        int `toml:"max_recv_buffer"`
 	Workers              int `toml:"workers"`
+	// MaxOpenFiles bounds the handles of all users together; 0 is three
+	// quarters of RLIMIT_NOFILE (raised to its hard limit at start).
+	MaxOpenFiles int `toml:"max_open_files"`
+	// MaxOpenFilesPerUser bounds one user's handles over its sessions.
+	MaxOpenFilesPerUser int `toml:"max_open_files_per_user"`
+	// MaxPendingConnections and MaxPendingPerAddress bound the
+	// connections that have not logged on yet, in all and per source
+	// address.
+	MaxPendingConnections int `toml:"max_pending_connections"`
+	MaxPendingPerAddress  int `toml:"max_pending_per_address"`
+	// IdleTimeout (seconds) closes a logged-on session that sent nothing
+	// for that long; -1 never.
+	IdleTimeout int `toml:"idle_timeout"`
+	// LogonDelayMax (seconds) caps the delay failed logons put on the
+	// next attempt of the same user from the same address.
+	LogonDelayMax int `toml:"logon_delay_max"`
 	// DurableTimeout is in seconds; 0 the default, negative none.
 	DurableTimeout int `toml:"durable_timeout"`
 }
@@ -106,11 +135,20 @@ type ShareConfig struct {
 	ReadOnly bool     `toml:"read_only"`
 	Users    []string `toml:"users"`
 	Encrypt  string   `toml:"encrypt"`
+	// AllowRoot lets users whose account is uid 0 connect.
+	AllowRoot bool `toml:"allow_root"`
+	// AllowSetid lets set-user-ID and set-group-ID bits reach the disk.
+	AllowSetid bool `toml:"allow_setid"`
+	// AllowDevices lets clients create device nodes.
+	AllowDevices bool `toml:"allow_devices"`
 }
 
 // UserConfig is one [users.NAME].
 type UserConfig struct {
 	NTHash string `toml:"nt_hash"`
+	// Account is the Unix account the user acts as; empty: the account
+	// of the same name.
+	Account string `toml:"account"`
 }
 
 // DefaultSessionAddr is where the session channel listens by default.
@@ -136,6 +174,14 @@ func loadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(keys, ", "))
 	}
 	c.softrdmaSet = md.IsDefined("listen", "softrdma")
+	for _, u := range c.Users {
+		if u.NTHash != "" {
+			if err := cli.CheckPrivate(path, "NT hashes (password equivalents)"); err != nil {
+				return nil, fmt.Errorf("config %w", err)
+			}
+			break
+		}
+	}
 	return &c, nil
 }
 
@@ -256,9 +302,11 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	if c.Limits.CreditsPerConnection < 0 || c.Limits.CreditBudget < 0 || c.Limits.MaxRDMAWindow < 0 ||
-		c.Limits.MaxRecvBuffer < 0 || c.Limits.Workers < 0 {
-		return errors.New("limits: values must not be negative")
+	l := c.Limits
+	if l.CreditsPerConnection < 0 || l.CreditBudget < 0 || l.MaxRDMAWindow < 0 || l.MaxRecvBuffer < 0 || l.Workers < 0 ||
+		l.MaxOpenFiles < 0 || l.MaxOpenFilesPerUser < 0 || l.MaxPendingConnections < 0 || l.MaxPendingPerAddress < 0 ||
+		l.LogonDelayMax < 0 || l.IdleTimeout < -1 {
+		return errors.New("limits: values must not be negative (idle_timeout: -1 for never)")
 	}
 	if c.Limits.CreditsPerConnection > 255 {
 		return errors.New("limits.credits_per_connection: at most 255 (a u8 on the wire)")

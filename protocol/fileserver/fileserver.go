@@ -223,9 +223,11 @@ func keepServing(log logrus.FieldLogger, stopping <-chan struct{}, serve func() 
 	}
 }
 
-// Close stops accepting everywhere, lets in-flight LWIO requests finish (or
-// fail at the engine's ShutdownTimeout), then ends the sessions — their
-// open files, resume keys and LWIO keys — and closes the shares.
+// Close stops accepting everywhere, lets in-flight requests finish — the
+// LWIO engine's and the session channel's at once, each bounded by its
+// ShutdownTimeout — then ends the sessions (their open files, resume keys
+// and LWIO keys) and closes the shares. cmd/lwio-server bounds the whole
+// of it again, so that SIGTERM stops the server whatever its clients do.
 func (s *Server) Close() error {
 	var err error
 	s.once.Do(func() {
@@ -236,7 +238,12 @@ func (s *Server) Close() error {
 		if s.httpSrv != nil {
 			s.httpSrv.Close()
 		}
-		err = errors.Join(s.engine.Close(), s.sess.Close())
+		var engineErr error
+		engineDone := make(chan struct{})
+		go func() { engineErr = s.engine.Close(); close(engineDone) }()
+		sessErr := s.sess.Close()
+		<-engineDone
+		err = errors.Join(engineErr, sessErr)
 		s.wg.Wait()
 	})
 	return err

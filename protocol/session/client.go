@@ -32,6 +32,11 @@ var ToErrno = ntstatus.ToErrno
 // credentials; it wraps protocol.StatusLogonFailure.
 var ErrLogonFailure = fmt.Errorf("logon failure: wrong user name or password (%w)", protocol.StatusLogonFailure)
 
+// ErrNoAccount is returned by Dial when the credentials were right but the
+// server has no Unix account for the user (and no guest account) for its
+// disk operations to run as; it wraps StatusNoSuchUser.
+var ErrNoAccount = fmt.Errorf("logon refused: the server has no Unix account for this user (%w)", StatusNoSuchUser)
+
 // ClientConfig configures Dial.
 type ClientConfig struct {
 	// User and Domain name the account; Domain may be empty.
@@ -188,6 +193,8 @@ func (c *Client) setup(ctx context.Context) error {
 	case protocol.StatusSuccess:
 	case protocol.StatusLogonFailure, protocol.StatusAccessDenied:
 		return ErrLogonFailure
+	case StatusNoSuchUser:
+		return ErrNoAccount
 	case StatusSealRequired:
 		return c.setupSealError()
 	default:

@@ -98,7 +98,8 @@ const (
 	// 33–35 are reserved (leases).
 	CmdReopen Command = 36 // reclaims a durable handle, or re-opens a file by identity (durable.go)
 
-	// 37 (MKNOD) and 43–47 are reserved for other commands.
+	// 43, 44, 46 and 47 are reserved for other commands (batch forms,
+	// identity); MKNOD (37) and IDMAP (45) are in mknod.go and idmap.go.
 
 	CmdCopyRange  Command = 38 // copy_file_range between two opens, on the server
 	CmdFallocate  Command = 39 // fallocate on a Handle
@@ -106,7 +107,10 @@ const (
 	CmdTmpfile    Command = 41 // open(dir, O_TMPFILE) → Handle
 	CmdLinkHandle Command = 42 // linkat of a Handle's file to a new name
 
-	cmdLimit = 43
+	// cmdLimit is one past the highest number reserved for the session
+	// channel (WAVE2: 29–47, each feature in files of its own — mknod.go,
+	// idmap.go, copy.go …); a number without bodies is NOT_IMPLEMENTED.
+	cmdLimit = 48
 )
 
 var commandNames = [cmdLimit]string{

@@ -143,7 +143,8 @@ var samples = []message{
 	&setupReq{Token: []byte("NTLMSSP\x00"), Offer: sealOffer{Flags: sealOfferRequired, Ciphers: []smbauth.Cipher{smbauth.CipherAES256GCM, smbauth.CipherAES128GCM}}},
 	&sessionSetupDone{ServerName: "srv", Seal: sealAnswer{Flags: sealAnswerSealed, Cipher: smbauth.CipherAES256GCM, Echo: sealOffer{Flags: 1, Ciphers: []smbauth.Cipher{4}}}},
 	&nameMsg{Name: "a/b"},
-	&treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly | treeFlagSeal},
+	&treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly | treeFlagSeal | treeFlagSharedAccount,
+		Account: Account{Name: "alice", Uid: 1000, Gid: 100, Groups: []uint32{100, 27}}},
 	&attrMsg{Attr: fullAttr},
 	&setAttrReq{Path: "p", Handle: 9, In: SetAttrIn{Valid: 63, Mode: 0o755, Uid: 1, Gid: 2, Size: 3, Atime: tm, Mtime: tm, AtimeNow: true, MtimeNow: true}},
 	&readDirReq{Path: "d", After: "x", MaxBytes: 100},
@@ -208,6 +209,14 @@ func TestBodyGolden(t *testing.T) {
 	want := "0700000000000000" + "0500000000000000" + "02000000" + "6869"
 	if got := hex.EncodeToString(marshal(&writeReq{Handle: 7, Offset: 5, Data: []byte("hi")})); got != want {
 		t.Errorf("writeReq = %s, want %s", got, want)
+	}
+	// TREE_CONNECT response: TreeID, Flags, then the account (docs/session.md,
+	// "Identity": Uid, Gid, u16 group count, the groups, the name).
+	want = "03000000" + "05000000" + "e8030000" + "64000000" + "0200" + "64000000" + "1b000000" + "0500" + "616c696365"
+	tc := &treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly | treeFlagSharedAccount,
+		Account: Account{Name: "alice", Uid: 1000, Gid: 100, Groups: []uint32{100, 27}}}
+	if got := hex.EncodeToString(marshal(tc)); got != want {
+		t.Errorf("treeConnectResp = %s, want %s", got, want)
 	}
 	for _, g := range []struct {
 		m    message

@@ -74,14 +74,24 @@ const (
 	// treeFlagSeal: the share seals (encrypt desired or required); every
 	// frame after this response is sealed, both ways.
 	treeFlagSeal uint32 = 2
+	// treeFlagSharedAccount: the server cannot act per user (it is not
+	// root); every user acts as the server's own account, the one named.
+	treeFlagSharedAccount uint32 = 4
 )
 
+// treeConnectResp answers TREE_CONNECT: the tree's id, its flags and the
+// account the server acts as for it (docs/session.md, "Identity").
 type treeConnectResp struct {
-	TreeID uint32
-	Flags  uint32
+	TreeID  uint32
+	Flags   uint32
+	Account Account
 }
 
-func (m *treeConnectResp) code(c coder) { c.u32(&m.TreeID); c.u32(&m.Flags) }
+func (m *treeConnectResp) code(c coder) {
+	c.u32(&m.TreeID)
+	c.u32(&m.Flags)
+	codeAccount(c, &m.Account)
+}
 
 type attrMsg struct{ Attr Attr }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 )
 
 // resolvers runs a test with openat2 and with the walking fallback.
@@ -407,12 +408,62 @@ func TestMaxHandles(t *testing.T) {
 		hs = append(hs, h)
 	}
 	_, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0)
-	if err != protocol.StatusInsufficientResources {
-		t.Errorf("open beyond MaxHandles: %v", err)
+	if err != ntstatus.TooManyOpenedFiles || ToErrno(err) != syscall.EMFILE {
+		t.Errorf("open beyond MaxHandles: %v, want TOO_MANY_OPENED_FILES (EMFILE)", err)
 	}
 	tr.CloseHandle(ctx, hs[0])
 	if _, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0); err != nil {
 		t.Errorf("open after a close: %v", err)
+	}
+}
+
+// TestHandleLimits: a user over its own limit, over all its sessions, gets
+// EMFILE while another user goes on; the server's limit for everyone gives
+// ENFILE; closing, or ending a session, gives the handles back.
+func TestHandleLimits(t *testing.T) {
+	e := newEnv(t, func(c *ServerConfig) { c.MaxUserHandles = 4; c.MaxOpenFiles = 6 })
+	e.writeFile("f", "")
+	ctx := ctxT(t)
+	open := func(tr *Tree) error {
+		_, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0)
+		return err
+	}
+	alice1, alice2 := e.tree("data"), e.tree("data")
+	for i, tr := range []*Tree{alice1, alice1, alice2, alice2} {
+		if err := open(tr); err != nil {
+			t.Fatalf("alice's open %d: %v", i, err)
+		}
+	}
+	if err := open(alice2); ToErrno(err) != syscall.EMFILE {
+		t.Errorf("alice's fifth open over two sessions: %v, want EMFILE", err)
+	}
+	if !e.waitLogged("open refused: handle limit reached") {
+		t.Error("no log line for the limit")
+	}
+	bob, err := e.dial("bob", "bob's")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	bobs, err := bob.TreeConnect(ctx, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := open(bobs); err != nil {
+			t.Errorf("bob's open %d while alice is at her limit: %v", i, err)
+		}
+	}
+	if err := open(bobs); ToErrno(err) != syscall.ENFILE {
+		t.Errorf("an open beyond the server's limit: %v, want ENFILE", err)
+	}
+	alice1.Client().Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for open(bobs) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the handles of alice's ended session did not come back")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

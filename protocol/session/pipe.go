@@ -6,6 +6,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -20,7 +21,7 @@ func (s *Server) pipeOpen(ss *serverSession, name string) (message, error) {
 	if !strings.EqualFold(name, LWIOPipe) {
 		return nil, protocol.StatusObjectNameNotFound
 	}
-	h, err := ss.addHandle(&openFile{sess: ss}, s.cfg.MaxHandles)
+	h, _, err := s.newHandle(ss, func() (*share.OpenFile, error) { return nil, nil })
 	if err != nil {
 		return nil, err
 	}

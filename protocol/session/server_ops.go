@@ -39,6 +39,8 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 	switch h.Command {
 	case CmdEcho:
 		return &empty{}, nil
+	case CmdIDMap:
+		return s.mapID(req.(*idMapMsg))
 	case CmdTreeConnect:
 		id, tr, err := s.treeConnect(ss, req.(*nameMsg).Name)
 		if err != nil {
@@ -51,7 +53,10 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if ss.treeSeals(id) {
 			flags |= treeFlagSeal
 		}
-		return &treeConnectResp{TreeID: id, Flags: flags}, nil
+		if !s.accounts.PerUser() {
+			flags |= treeFlagSharedAccount
+		}
+		return &treeConnectResp{TreeID: id, Flags: flags, Account: tr.Identity().Account}, nil
 	case CmdTreeDisconnect:
 		ss.mu.Lock()
 		_, ok := ss.trees[h.TreeID]
@@ -123,6 +128,9 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		return readDir(tr, r)
 	case *mkdirReq:
 		a, err := tr.Mkdir(r.Path, r.Mode)
+		return &attrMsg{a}, err
+	case *mknodReq:
+		a, err := tr.Mknod(r.Path, r.Mode, r.Rdev)
 		return &attrMsg{a}, err
 	case *openReq:
 		return s.open(ss, tr, r)

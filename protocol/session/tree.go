@@ -18,6 +18,8 @@ type Tree struct {
 	id       uint32
 	name     string
 	readOnly bool
+	account  Account
+	shared   bool // treeFlagSharedAccount
 }
 
 // TreeConnect connects to share (a name, or \\server\share). An unknown
@@ -41,11 +43,22 @@ func (c *Client) TreeConnect(ctx context.Context, share string) (*Tree, error) {
 		}
 		c.startSealing("tree connect to " + share)
 	}
-	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0}, nil
+	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0,
+		account: r.Account, shared: r.Flags&treeFlagSharedAccount != 0}, nil
 }
 
 // ReadOnly reports whether the share refuses modifications.
 func (t *Tree) ReadOnly() bool { return t.readOnly }
+
+// Account is the Unix account on the server that every disk operation of
+// this tree runs as: files the tree creates are owned by its Uid and Gid
+// (docs/session.md, "Identity"). Callers must not modify Groups.
+func (t *Tree) Account() Account { return t.account }
+
+// SharedAccount reports whether the server acts as one account for every
+// user (it was not started as root): Account is then the server's own,
+// and the server's permission checks cannot tell users apart.
+func (t *Tree) SharedAccount() bool { return t.shared }
 
 // Client returns the session the tree belongs to.
 func (t *Tree) Client() *Client { return t.c }

@@ -65,17 +65,26 @@ func (l *dirListing) list(p, after string, f *os.File) ([]string, error) {
 // each entry with its attributes (lstat): the entries after the name after
 // ("" from the start), as many as budget holds when each costs cost(name)
 // — always at least one — and whether more follow. An entry removed since
-// the listing is skipped.
+// the listing is skipped. It runs as the tree's user: listing needs read
+// permission on the directory, the attributes search permission.
 func (t *Tree) ReadDir(p, after string, budget int, cost func(name string) int) (ents []DirEntry, more bool, err error) {
+	err = t.as(func() (err error) {
+		ents, more, err = t.readDir(p, after, budget, cost)
+		return err
+	})
+	return ents, more, err
+}
+
+func (t *Tree) readDir(p, after string, budget int, cost func(name string) int) (ents []DirEntry, more bool, err error) {
 	fd, err := t.sh.root.open(p, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, false, fail(err)
+		return nil, false, err
 	}
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
 	names, err := t.listing.list(p, after, f)
 	if err != nil {
-		return nil, false, fail(err)
+		return nil, false, err
 	}
 	i := sort.SearchStrings(names, after)
 	if after != "" && i < len(names) && names[i] == after {

@@ -31,14 +31,19 @@ func (t *Tree) Tmpfile(dir string, flags int, mode uint32) (*OpenFile, Attr, err
 	if acc := flags & unix.O_ACCMODE; acc != unix.O_WRONLY && acc != unix.O_RDWR {
 		return nil, Attr{}, fail(unix.EINVAL)
 	}
-	mode &= 07777
-	fd, err := t.sh.root.open(dir, flags|unix.O_TMPFILE, mode)
+	mode = t.sh.setidBits(mode&07777, false)
+	var fd int
+	var a Attr
+	err := t.as(func() error { // as the user: the file is the user's
+		var err error
+		if fd, err = t.sh.root.open(dir, flags|unix.O_TMPFILE, mode); err != nil {
+			return err
+		}
+		fd, a, err = t.opened(fd, true, mode)
+		return err
+	})
 	if err != nil {
-		return nil, Attr{}, fail(err)
-	}
-	fd, a, err := t.opened(fd, true, mode)
-	if err != nil {
-		return nil, Attr{}, fail(err)
+		return nil, Attr{}, err
 	}
 	return &OpenFile{tree: t, f: os.NewFile(uintptr(fd), dir+"/#tmpfile"), readOnly: false}, a, nil
 }
