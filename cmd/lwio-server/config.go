@@ -14,6 +14,7 @@ import (
 	"github.com/lwiofs/lwiofs/cmd/internal/cli"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // Config is the server's TOML configuration file. Every field's zero value
@@ -23,6 +24,7 @@ import (
 //	domain = "LWIO"
 //	state_dir = "/var/lib/lwio"       # the identity key of durable handles
 //	encrypt = "if_required"           # sealing: off, if_required, desired, required
+//	trusted_fabric = false            # true: sealed sessions may use verbs, in clear
 //	guest_account = "nobody"          # a user without a Unix account acts as it; default: refused
 //	[log]
 //	level = "info"                    # debug, info, warn, error
@@ -30,6 +32,7 @@ import (
 //	[listen]
 //	session = "0.0.0.0:4450"          # the session channel (TCP)
 //	softrdma = ["0.0.0.0:4451"]       # software RDMA listeners; [] disables
+//	softrdma_advertise = ["198.51.100.7:4451"] # offered instead, behind a NAT
 //	verbs = ["192.0.2.10:4452"]       # verbs (rdma_cm) listeners; default none
 //	metrics = "127.0.0.1:9450"        # Prometheus /metrics; default none
 //	[limits]
@@ -57,16 +60,19 @@ import (
 //	nt_hash = "..."                   # 32 hex digits; lwio-server adduser writes it
 //	account = "alice"                 # the Unix account alice acts as; default: the same name
 type Config struct {
-	ServerName   string                 `toml:"server_name"`
-	Domain       string                 `toml:"domain"`
-	StateDir     string                 `toml:"state_dir"`
-	Encrypt      string                 `toml:"encrypt"`
-	GuestAccount string                 `toml:"guest_account"`
-	Log          LogConfig              `toml:"log"`
-	Listen       ListenConfig           `toml:"listen"`
-	Limits       LimitsConfig           `toml:"limits"`
-	Shares       map[string]ShareConfig `toml:"shares"`
-	Users        map[string]UserConfig  `toml:"users"`
+	ServerName   string `toml:"server_name"`
+	Domain       string `toml:"domain"`
+	StateDir     string `toml:"state_dir"`
+	Encrypt      string `toml:"encrypt"`
+	GuestAccount string `toml:"guest_account"`
+	// TrustedFabric lets sealed sessions use RDMA providers that cannot
+	// seal (verbs), their file data in clear on the fabric.
+	TrustedFabric bool                   `toml:"trusted_fabric"`
+	Log           LogConfig              `toml:"log"`
+	Listen        ListenConfig           `toml:"listen"`
+	Limits        LimitsConfig           `toml:"limits"`
+	Shares        map[string]ShareConfig `toml:"shares"`
+	Users         map[string]UserConfig  `toml:"users"`
 
 	// softrdmaSet says listen.softrdma was given (so [] means "none").
 	softrdmaSet bool
@@ -85,6 +91,10 @@ type ListenConfig struct {
 	// Softrdma are the software provider's listen addresses; unset means
 	// the session host at the session port + 1.
 	Softrdma []string `toml:"softrdma"`
+	// SoftrdmaAdvertise, when set, is what the negotiate offers for the
+	// softrdma listeners instead of their own addresses: the "ip:port"
+	// clients reach them at through a NAT or a port forward.
+	SoftrdmaAdvertise []string `toml:"softrdma_advertise"`
 	// Verbs are the verbs provider's listen addresses; unset means none.
 	Verbs []string `toml:"verbs"`
 	// Metrics is where the Prometheus text exposition is served at
@@ -225,6 +235,19 @@ func (c *Config) softrdmaAddrs() ([]string, error) {
 	return []string{net.JoinHostPort(host, strconv.Itoa(p+1))}, nil
 }
 
+// softrdmaAdvertise parses listen.softrdma_advertise; nil when unset.
+func (c *Config) softrdmaAdvertise() ([]transport.Instance, error) {
+	var out []transport.Instance
+	for _, a := range c.Listen.SoftrdmaAdvertise {
+		in, err := transport.InstanceFor(a)
+		if err != nil {
+			return nil, fmt.Errorf("listen.softrdma_advertise %q: %v", a, err)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
 // validate checks everything that can be checked before listening.
 func (c *Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.sessionAddr()); err != nil {
@@ -238,6 +261,9 @@ func (c *Config) validate() error {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("listen address %q: %v", a, err)
 		}
+	}
+	if _, err := c.softrdmaAdvertise(); err != nil {
+		return err
 	}
 	if m := c.Listen.Metrics; m != "" {
 		if _, _, err := net.SplitHostPort(m); err != nil {

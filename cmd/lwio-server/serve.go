@@ -76,12 +76,13 @@ func stopWithin(srv *fileserver.Server, budget time.Duration, sig <-chan os.Sign
 func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	fc := fileserver.Config{
 		Session: session.ServerConfig{
-			ServerName:   c.ServerName,
-			Domain:       c.Domain,
-			Encrypt:      c.encrypt(),
-			ShareEncrypt: map[string]session.Encrypt{},
-			Users:        map[string][16]byte{},
-			Logger:       log.WithField("component", "session"),
+			ServerName:    c.ServerName,
+			Domain:        c.Domain,
+			Encrypt:       c.encrypt(),
+			TrustedFabric: c.TrustedFabric,
+			ShareEncrypt:  map[string]session.Encrypt{},
+			Users:         map[string][16]byte{},
+			Logger:        log.WithField("component", "session"),
 			Accounts: share.AccountsConfig{
 				Map:   map[string]string{},
 				Guest: c.GuestAccount,
@@ -105,6 +106,7 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			MaxRdmaWindowSize: c.Limits.MaxRDMAWindow,
 			MaxRecvBufferSize: c.Limits.MaxRecvBuffer,
 			Workers:           c.Limits.Workers,
+			TrustedFabric:     c.TrustedFabric,
 			ShutdownTimeout:   drainTimeout,
 		},
 		SessionAddr: c.sessionAddr(),
@@ -144,8 +146,9 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			log.WithField("faults", faults.String()).Warn("softrdma fault injection on (" + soft.EnvFaults + ")")
 		}
 		p := soft.New(soft.Options{Logger: log.WithField("provider", soft.Name), Faults: faults})
+		adv, _ := c.softrdmaAdvertise() // validated
 		for _, a := range softAddrs {
-			fc.Listeners = append(fc.Listeners, fileserver.Listener{Provider: p, Addr: a})
+			fc.Listeners = append(fc.Listeners, fileserver.Listener{Provider: p, Addr: a, Advertise: adv})
 		}
 	}
 	return fc, nil

@@ -57,6 +57,10 @@ type Config struct {
 type Listener struct {
 	Provider transport.Provider
 	Addr     string
+	// Advertise, when not empty, is what the negotiate offers for this
+	// listener instead of the addresses it listens on (a NAT or a port
+	// forward in between).
+	Advertise []transport.Instance
 }
 
 // ListenerInfo is an open LWIO listener: its provider, the address it
@@ -65,6 +69,8 @@ type ListenerInfo struct {
 	Provider   string
 	Addr       string
 	Advertised []transport.Instance
+	// Seals: the provider's connections can seal (transport.ProviderSeals).
+	Seals bool
 }
 
 // Server is a running server.
@@ -147,12 +153,15 @@ func (s *Server) listen(l Listener) error {
 		return fmt.Errorf("%s listener %s: %w", name, l.Addr, err)
 	}
 	ins, err := instances(tl.Addr())
+	if len(l.Advertise) > 0 {
+		ins, err = l.Advertise, nil
+	}
 	if err != nil {
 		tl.Close()
 		return fmt.Errorf("%s listener %s: %w", name, l.Addr, err)
 	}
 	s.lls = append(s.lls, tl)
-	s.info = append(s.info, ListenerInfo{Provider: name, Addr: tl.Addr(), Advertised: ins})
+	s.info = append(s.info, ListenerInfo{Provider: name, Addr: tl.Addr(), Advertised: ins, Seals: transport.ProviderSeals(l.Provider)})
 	return nil
 }
 
@@ -263,7 +272,7 @@ func providers(ls []ListenerInfo) []transport.ProviderInfo {
 		if !ok {
 			i = len(out)
 			at[l.Provider] = i
-			out = append(out, transport.ProviderInfo{Name: l.Provider})
+			out = append(out, transport.ProviderInfo{Name: l.Provider, Seals: l.Seals})
 		}
 		out[i].Instances = append(out[i].Instances, l.Advertised...)
 	}

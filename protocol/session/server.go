@@ -87,6 +87,11 @@ type ServerConfig struct {
 	// WriteTimeout bounds one response write; a client that does not read
 	// for that long is dropped. Zero means 30 seconds.
 	WriteTimeout time.Duration
+	// TrustedFabric offers a sealed session the RDMA providers whose
+	// connections cannot seal (verbs); its file data then crosses the
+	// fabric in clear. False offers it only providers that seal (softrdma).
+	// The engine's server.Config.TrustedFabric must say the same.
+	TrustedFabric bool
 	// Encrypt is the server-wide sealing policy (seal.go); the zero value
 	// EncryptIfRequired seals only sessions whose client requires it.
 	Encrypt Encrypt
@@ -420,6 +425,20 @@ func (s *Server) SessionByKey(key [16]byte) (id uint64, signingKey []byte, ok bo
 		return 0, nil, false
 	}
 	return ss.id, append([]byte(nil), ss.key...), true
+}
+
+// DataCipher is the cipher the session's RDMA data connections seal with:
+// the session's own when any of its traffic is sealed (the whole session,
+// or a tree of a share that seals), CipherNone otherwise. The LWIO engine
+// asks it at AUTH.
+func (s *Server) DataCipher(sessionID uint64) smbauth.Cipher {
+	s.mu.Lock()
+	ss := s.sessions[sessionID]
+	s.mu.Unlock()
+	if ss == nil || !ss.sealed() {
+		return smbauth.CipherNone
+	}
+	return ss.seal.cipher
 }
 
 // OpenByResumeKey resolves a resume key issued by FSCTL_SRV_REQUEST_RESUME_KEY

@@ -18,7 +18,8 @@ import (
 func BenchmarkWrite(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20} {
 		name := fmt.Sprintf("%dKiB", size>>10)
-		b.Run(name+"/softrdma", func(b *testing.B) { benchSoftWrite(b, size) })
+		b.Run(name+"/softrdma", func(b *testing.B) { benchSoftWrite(b, size, false) })
+		b.Run(name+"/softrdma-sealed", func(b *testing.B) { benchSoftWrite(b, size, true) })
 		b.Run(name+"/rawtcp", func(b *testing.B) { benchRawWrite(b, size) })
 	}
 }
@@ -32,8 +33,11 @@ func BenchmarkRoundTrip64(b *testing.B) {
 // flight, as a client keeping several 1 MiB reads outstanding would.
 const writeWindow = 8 << 20
 
-func benchSoftWrite(b *testing.B, size int) {
+func benchSoftWrite(b *testing.B, size int, sealed bool) {
 	cli, srv := pair(b, New(Options{}), New(Options{}), transport.Config{})
+	if sealed {
+		sealPair(b, cli, srv, false)
+	}
 	depth := max(writeWindow/size, 2)
 	src := mustAlloc(b, cli, size, transport.AccessLocal)
 	dst := mustAlloc(b, srv, size*depth, transport.AccessLocal|transport.AccessRemoteWrite)

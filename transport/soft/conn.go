@@ -128,6 +128,8 @@ type conn struct {
 	lastAppRead atomic.Int64  // unix ns an application goroutine last read
 	intr        readIntr
 	hooks       atomic.Pointer[testHooks] // nil except in tests that force an interleaving
+	sealk       atomic.Pointer[sealKeys]  // set once by Seal
+	sealOut     atomic.Bool               // frames gathered from now on are sealed (Lead: set under c.mu)
 	rd          frameReader
 	ackUrgent   bool // reader-owned: an ACK is owed that should not wait
 	owedBytes   int  // reader-owned: payload placed since the reader last acknowledged
@@ -379,7 +381,7 @@ func (c *conn) fail(f failure) {
 	if f.err != nil {
 		log = log.WithError(f.err)
 	}
-	if f.hasSeq || f.nak || f.reset {
+	if f.hasSeq || f.nak || f.reset || f.why == whySealRefused {
 		log.Warn("connection in error")
 	} else {
 		log.Debug("connection in error")

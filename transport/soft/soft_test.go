@@ -35,6 +35,13 @@ func TestConformanceOneProvider(t *testing.T) {
 // pair connects two providers over loopback.
 func pair(t testing.TB, cp, sp *Provider, cfg transport.Config) (cli, srv transport.Conn) {
 	t.Helper()
+	return pairVia(t, cp, sp, cfg, func(addr string) string { return addr })
+}
+
+// pairVia is pair with the client dialling via(the listener's address): a
+// proxy in between.
+func pairVia(t testing.TB, cp, sp *Provider, cfg transport.Config, via func(string) string) (cli, srv transport.Conn) {
+	t.Helper()
 	ln, err := sp.Listen("127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +57,7 @@ func pair(t testing.TB, cp, sp *Provider, cfg transport.Config) (cli, srv transp
 		}
 		ch <- c
 	}()
-	cli, err = cp.Dial(ctx, ln.Addr(), cfg)
+	cli, err = cp.Dial(ctx, via(ln.Addr()), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
