@@ -43,6 +43,7 @@ type fileHandle struct {
 	data     atomic.Pointer[dataBox] // nil until attached
 	attachMu sync.Mutex
 	released atomic.Bool
+	locked   atomic.Bool // a lock was taken through it (lock.go)
 	// inlined counts the bytes written over the session channel before
 	// the data path was attached (see inlineWrite).
 	inlined atomic.Int64
@@ -59,11 +60,17 @@ var (
 )
 
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if fh, ok := n.reuseHandle(int(flags)); ok {
+		if a, ok := n.freshAttr(); ok {
+			return fh, n.openFlags(a, int(flags)), 0
+		}
+		fh.Release(ctx) // (kept again, or closed)
+	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
 	g := n.dropAttr()
-	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
+	h, a, got, err := n.openTree(ctx, p, int(flags), int(flags)&sessionOpenFlags, 0)
 	if err != nil {
 		if errno := n.errno("open", p, err); errno != syscall.ENOENT {
 			return nil, 0, errno
@@ -75,8 +82,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		// every transaction on another mount).
 		return nil, 0, syscall.ESTALE
 	}
+	n.fs.lease.install(n, a.Ino, got, g)
 	n.rememberAt(g, a)
-	return n.newHandle(p, h, int(flags)), n.openFlags(a, int(flags)), 0
+	n.brokenDuring(a.Ino, g)
+	fh := n.newHandle(p, h, int(flags))
+	fh.writable()
+	return fh, n.openFlags(a, int(flags)), 0
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -85,13 +96,22 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	p := n.childPath(name)
 	n.dropAttr()
 	defer n.dropAttr()
-	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
+	g := n.gen()
+	h, a, got, err := n.openTree(ctx, p, int(flags), int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
 	if err != nil {
+		n.nameUnknown(name)
 		return nil, nil, 0, n.errno("create", p, err)
 	}
-	child := n.newChild(ctx, a, out)
+	child := n.newChild(ctx, name, a, out, g)
+	n.created(child, name, got, g, false, out)
 	cn := child.Operations().(*Node)
-	return child, cn.newHandle(p, h, int(flags)), cn.openFlags(a, int(flags)), 0
+	fh := cn.newHandle(p, h, int(flags))
+	fh.writable()
+	var fl uint32
+	if !cn.freshNode(a) || flags&syscall.O_APPEND != 0 {
+		fl = cn.openFlags(a, int(flags)) // appends are direct I/O whatever the node (append.go)
+	}
+	return child, fh, fl, 0
 }
 
 func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
@@ -118,6 +138,9 @@ func (f *fileHandle) dataFile(ctx context.Context) (DataFile, error) {
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	if err := f.node.flushDeferred(ctx, false); err != nil {
+		return nil, err // what was held back goes first
+	}
 	d, err := f.node.fs.data.Attach(ctx, f.h, f.flags)
 	if err != nil {
 		return nil, err
@@ -161,12 +184,14 @@ func (f *fileHandle) dirty() {
 	n.mu.Lock()
 	n.cache = validator{}
 	n.freshValid = false // size and mtime move
-	n.freshGen++
+	n.freshGen = n.fs.seq.Add(1)
 	n.mu.Unlock()
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f.node.dropAttr() // the server may move the atime
+	if !f.node.holdsRead() {
+		f.node.dropAttr() // the server may move the atime (a Read lease covers all else)
+	}
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return nil, f.errno("register", err)
@@ -216,15 +241,23 @@ func (f *fileHandle) inlineWrite(n int) (HandleIO, bool) {
 func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32, errno syscall.Errno) {
 	switch x := f.node.fs.writeKind(ctx); {
 	case x.appending:
+		// What a Write lease held back goes first: the server places
+		// the append after it.
+		if err := f.node.flushDeferred(ctx, false); err != nil {
+			return 0, f.errno("write", err)
+		}
 		return f.append(ctx, buf, off)
 	case x.writeback:
 		return f.writeBack(ctx, buf, off) // twin.go
 	}
 	defer func() {
 		if errno == 0 {
-			f.node.fs.open.wrote(f.node, buf, off) // the server has these bytes now
+			f.node.fs.open.wrote(f.node, buf, off) // the server has these bytes now, or holds them back in order
 		}
 	}()
+	if done, errno := f.deferWrite(ctx, buf, off); done {
+		return uint32(len(buf)), errno
+	}
 	f.dirty()
 	defer f.dirty() // and attributes fetched during the write predate it
 	if hio, ok := f.inlineWrite(len(buf)); ok {
@@ -344,20 +377,55 @@ func (f *fileHandle) cancel() {
 }
 
 // Flush is close(2). Writes are write-through (each WRITE completes on the
-// server before the kernel is answered), so there is nothing to push: the
-// file is consistent on the server for the next open anywhere. The closing
+// server before the kernel is answered) but for what a Write lease held
+// back, which goes now: the file is consistent on the server for the next
+// open anywhere, and close(2) reports a failure. Then the closing
 // process's locks on the file go (lock.go).
-func (f *fileHandle) Flush(ctx context.Context) syscall.Errno { return f.releaseLocks(ctx) }
+func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	f.closing() // a chmod after close(2) must not wait for the release
+	errno := f.errno("flush", f.node.flushDeferred(ctx, false))
+	if e := f.releaseLocks(ctx); errno == 0 {
+		errno = e
+	}
+	return errno
+}
 
-// Release is the last close: LWIO CLOSE of the Fid, then the session
-// handle. The caller's context is already gone, so both get their own.
+// Release is the last close. It is answered at once — the kernel does not
+// wait for it anyway — and the rest happens in the background: what a
+// Write lease held back is sent, then a read handle under a Handle lease
+// is kept for the next open, or LWIO CLOSE of the Fid and the session
+// handle's CLOSE go out — but for a handle a lock was taken through,
+// closed before the answer and not gathered with others (its locks go
+// with it).
 func (f *fileHandle) Release(context.Context) syscall.Errno {
 	if f.released.Swap(true) {
 		return 0
 	}
+	f.closing()
+	if !f.node.holding() && f.keepHandle() {
+		f.node.fs.open.closed(f.node, f.flags)
+		return 0 // kept, now: the next open may come at once
+	}
+	if f.locked.Load() {
+		// A lock taken through it (flock, OFD) is released with the
+		// server handle: closed before the answer, as it always was.
+		f.release()
+		return 0
+	}
+	go f.release()
+	return 0
+}
+
+func (f *fileHandle) release() {
 	defer f.node.fs.open.closed(f.node, f.flags)
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
+	if err := f.node.flushDeferred(ctx, false); err != nil {
+		f.log.WithField("op", "release").WithError(err).Warn("fs: held-back writes at release")
+	}
+	if f.keepHandle() {
+		return
+	}
 	f.attachMu.Lock() // no attach after this
 	b := f.data.Load()
 	f.attachMu.Unlock()
@@ -367,11 +435,15 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 			f.log.WithField("op", "release").WithError(derr).Warn("fs: closing data path")
 		}
 	}
+	if lc := f.node.fs.lease; lc.on() && !f.locked.Load() {
+		f.closeLater()
+		return
+	}
 	err := f.node.fs.tree.CloseHandle(ctx, f.h)
 	if err == nil {
 		err = derr
 	}
-	return f.errno("release", err)
+	f.errno("release", err)
 }
 
 func (f *fileHandle) errno(op string, err error) syscall.Errno {

@@ -364,7 +364,7 @@ func TestCloseToOpen(t *testing.T) {
 	}
 	// The open-time decision: first open and changed file drop the cache,
 	// an unchanged reopen keeps it, a local write forgets the validator.
-	n := &Node{}
+	n := &Node{fs: &filesystem{}}
 	fresh := session.Attr{Size: 1, Mtime: time.Unix(1, 0)}
 	if n.keepCache(fresh) {
 		t.Errorf("first open kept the cache")

@@ -31,8 +31,9 @@ func (n *Node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if !ok {
 		return nil, syscall.EPERM
 	}
-	return n.makeChild(ctx, "mknod", name, out, nil, func(ctx context.Context, p string) (session.Attr, error) {
-		return m.Mknod(ctx, p, mode, rdev)
+	return n.makeChild(ctx, "mknod", name, out, nil, func(ctx context.Context, p string) (session.Attr, LeaseState, error) {
+		a, err := m.Mknod(ctx, p, mode, rdev)
+		return a, 0, err
 	})
 }
 

@@ -58,6 +58,9 @@ type Options struct {
 	// NoInlineWrites sends every write over the data path: no file
 	// writes its first InlineWriteMax bytes over the session channel.
 	NoInlineWrites bool
+	// NoLeases asks the server for no leases: only the attribute and
+	// entry timeouts cache (lease.go).
+	NoLeases bool
 	// Logger receives the filesystem's logs; nil means quiet.
 	Logger logrus.FieldLogger
 }
@@ -76,8 +79,14 @@ type nopWriter struct{}
 func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 // NewRoot returns the root node of a mount over tree with file data on data.
+// A tree that grants leases (a SessionLeaser) is asked for them unless
+// opts.NoLeases.
 func NewRoot(tree Tree, data DataPath, opts Options) *Node {
-	return &Node{fs: &filesystem{tree: tree, data: data, opts: opts, log: opts.logger()}}
+	fs := &filesystem{tree: tree, data: data, opts: opts, log: opts.logger()}
+	if sl, ok := tree.(SessionLeaser); ok && !opts.NoLeases {
+		fs.lease = newLeaseCtl(fs, sl)
+	}
+	return &Node{fs: fs}
 }
 
 // MountOptions returns the go-fuse options of a mount: timeouts, and the
@@ -169,16 +178,20 @@ func trimNL(p []byte) []byte {
 // It builds what go-fuse's fs.Mount would, with rawFS between the kernel
 // and the node tree.
 func Mount(mountpoint string, tree Tree, data DataPath, opts Options) (*fuse.Server, error) {
-	root := NewRoot(tree, data, opts)
+	return mountRoot(mountpoint, NewRoot(tree, data, opts), opts)
+}
+
+// mountRoot mounts the node tree under root at mountpoint.
+func mountRoot(mountpoint string, root *Node, opts Options) (*fuse.Server, error) {
 	mo := opts.MountOptions()
 	root.fs.extras = newRequestExtras()
 	raw := &rawFS{RawFileSystem: gofs.NewNodeFS(root, mo), x: root.fs.extras}
 	srv, err := fuse.NewServer(raw, mountpoint, &mo.MountOptions)
-	if err == nil {
-		go srv.Serve()
-		err = srv.WaitMount()
-	}
 	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	return srv, nil

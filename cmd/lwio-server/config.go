@@ -109,6 +109,9 @@ type LimitsConfig struct {
 	MaxRDMAWindow        int `toml:"max_rdma_window"`
 	MaxRecvBuffer        int `toml:"max_recv_buffer"`
 	Workers              int `toml:"workers"`
+	// LeaseBreakTimeout bounds, in seconds, how long a change waits for
+	// a client to acknowledge a lease break (0: the share's default).
+	LeaseBreakTimeout float64 `toml:"lease_break_timeout"`
 	// MaxOpenFiles bounds the handles of all users together; 0 is three
 	// quarters of RLIMIT_NOFILE (raised to its hard limit at start).
 	MaxOpenFiles int `toml:"max_open_files"`
@@ -135,6 +138,9 @@ type ShareConfig struct {
 	ReadOnly bool     `toml:"read_only"`
 	Users    []string `toml:"users"`
 	Encrypt  string   `toml:"encrypt"`
+	// Leases false grants no leases on the share; unset or true grants
+	// them when the kernel can watch the share.
+	Leases *bool `toml:"leases"`
 	// AllowRoot lets users whose account is uid 0 connect.
 	AllowRoot bool `toml:"allow_root"`
 	// AllowSetid lets set-user-ID and set-group-ID bits reach the disk.
@@ -142,6 +148,9 @@ type ShareConfig struct {
 	// AllowDevices lets clients create device nodes.
 	AllowDevices bool `toml:"allow_devices"`
 }
+
+// leases reports whether the share grants leases.
+func (s ShareConfig) leases() bool { return s.Leases == nil || *s.Leases }
 
 // UserConfig is one [users.NAME].
 type UserConfig struct {
@@ -305,7 +314,7 @@ func (c *Config) validate() error {
 	l := c.Limits
 	if l.CreditsPerConnection < 0 || l.CreditBudget < 0 || l.MaxRDMAWindow < 0 || l.MaxRecvBuffer < 0 || l.Workers < 0 ||
 		l.MaxOpenFiles < 0 || l.MaxOpenFilesPerUser < 0 || l.MaxPendingConnections < 0 || l.MaxPendingPerAddress < 0 ||
-		l.LogonDelayMax < 0 || l.IdleTimeout < -1 {
+		l.LogonDelayMax < 0 || l.IdleTimeout < -1 || l.LeaseBreakTimeout < 0 {
 		return errors.New("limits: values must not be negative (idle_timeout: -1 for never)")
 	}
 	if c.Limits.CreditsPerConnection > 255 {

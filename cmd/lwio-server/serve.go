@@ -123,7 +123,8 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
 		fc.Session.Shares = append(fc.Session.Shares, share.Config{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users,
-			AllowRoot: s.AllowRoot, AllowSetid: s.AllowSetid, AllowDevices: s.AllowDevices})
+			AllowRoot: s.AllowRoot, AllowSetid: s.AllowSetid, AllowDevices: s.AllowDevices,
+			NoLeases: !s.leases(), LeaseBreakTimeout: time.Duration(c.Limits.LeaseBreakTimeout * float64(time.Second))})
 		fc.Session.ShareEncrypt[name] = s.encrypt()
 	}
 	if len(c.Listen.Verbs) > 0 {

@@ -79,6 +79,10 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[uint64]chan Frame // nil channel: the caller gave up
 	err     error                 // why the connection died
+	// breakTo handles each tree's LEASE_BREAKs; lastBreak is the last
+	// break's sequence number (lease.go).
+	breakTo   map[uint32]func(LeaseBreak) LeaseState
+	lastBreak uint64
 
 	key        atomic.Pointer[[]byte] // session key, set during setup
 	macs       atomic.Pointer[macs]   // signs and verifies with key
@@ -307,6 +311,9 @@ func (c *Client) accept(f Frame, raw []byte) error {
 		}
 	case c.signing.Load():
 		return ErrUnsigned
+	}
+	if f.Command == CmdLeaseBreak && c.signing.Load() {
+		return c.onBreak(f)
 	}
 	c.mu.Lock()
 	ch, ok := c.pending[f.MessageID]

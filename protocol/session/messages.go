@@ -106,42 +106,71 @@ type setAttrReq struct {
 func (m *setAttrReq) code(c coder) { c.str(&m.Path); handle(c, &m.Handle); codeSetAttrIn(c, &m.In) }
 
 // readDirReq asks for the entries of Path whose names sort after After
-// (byte order), at most MaxBytes of encoded entries.
+// (byte order), at most MaxBytes of encoded entries. Lease requests may
+// follow: Want for the directory, EntryWant for each entry.
 type readDirReq struct {
 	Path     string
 	After    string
 	MaxBytes uint32
+	leaseTail
+	EntryWant uint32
 }
 
-func (m *readDirReq) code(c coder) { c.str(&m.Path); c.str(&m.After); c.u32(&m.MaxBytes) }
+func (m *readDirReq) code(c coder) {
+	c.str(&m.Path)
+	c.str(&m.After)
+	c.u32(&m.MaxBytes)
+	if m.leaseTail.code(c) {
+		c.u32(&m.EntryWant)
+	}
+}
 
+// readDirResp: when the request asked for leases, the directory's follows
+// and then one per entry (Leases, as many as Entries).
 type readDirResp struct {
 	More    bool
 	Entries []DirEntry
+	leaseTail
+	Leases []uint32
 }
 
 func (m *readDirResp) code(c coder) {
 	c.bool(&m.More)
 	list(c, &m.Entries, 2+attrWireSize, func(de *DirEntry) { c.str(&de.Name); codeAttr(c, &de.Attr) })
+	if m.leaseTail.code(c) {
+		list(c, &m.Leases, 4, c.u32)
+	}
 }
 
 type mkdirReq struct {
 	Path string
 	Mode uint32
+	leaseTail
 }
 
-func (m *mkdirReq) code(c coder) { c.str(&m.Path); c.u32(&m.Mode) }
+func (m *mkdirReq) code(c coder) { c.str(&m.Path); c.u32(&m.Mode); m.leaseTail.code(c) }
+
+// mkdirResp is attrMsg with the lease granted on the new directory when
+// the request asked for one.
+type mkdirResp struct {
+	Attr Attr
+	leaseTail
+}
+
+func (m *mkdirResp) code(c coder) { codeAttr(c, &m.Attr); m.leaseTail.code(c) }
 
 // openReq: Flags are Linux open(2) flags (O_ACCMODE, O_CREAT, O_EXCL,
 // O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW, O_SYNC, O_DSYNC); others are
 // ignored. A non-zero DurableID, chosen by the client, asks for a durable
 // handle (durable.go): it names the open in a later REOPEN, and an OPEN
 // that repeats an id the server knows is a replay, answered with that open.
+// A lease request (Want) may follow (lease.go).
 type openReq struct {
 	Path      string
 	Flags     uint32
 	Mode      uint32
 	DurableID DurableID
+	leaseTail
 }
 
 func (m *openReq) code(c coder) {
@@ -149,17 +178,25 @@ func (m *openReq) code(c coder) {
 	c.u32(&m.Flags)
 	c.u32(&m.Mode)
 	c.guid((*[16]byte)(&m.DurableID))
+	m.leaseTail.code(c)
 }
 
 // openResp: FileID is the sealed identity of the file for a reopen after a
-// server restart (empty: none; durable.go).
+// server restart (empty: none; durable.go). The lease granted follows when
+// the request asked for one.
 type openResp struct {
 	Handle Handle
 	Attr   Attr
 	FileID []byte
+	leaseTail
 }
 
-func (m *openResp) code(c coder) { handle(c, &m.Handle); codeAttr(c, &m.Attr); c.blob(&m.FileID) }
+func (m *openResp) code(c coder) {
+	handle(c, &m.Handle)
+	codeAttr(c, &m.Attr)
+	c.blob(&m.FileID)
+	m.leaseTail.code(c)
+}
 
 type handleMsg struct{ Handle Handle }
 
@@ -261,7 +298,7 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdGetAttr:        {func() message { return new(nameMsg) }, func() message { return new(attrMsg) }},
 	CmdSetAttr:        {func() message { return new(setAttrReq) }, func() message { return new(attrMsg) }},
 	CmdReadDir:        {func() message { return new(readDirReq) }, func() message { return new(readDirResp) }},
-	CmdMkdir:          {func() message { return new(mkdirReq) }, func() message { return new(attrMsg) }},
+	CmdMkdir:          {func() message { return new(mkdirReq) }, func() message { return new(mkdirResp) }},
 	CmdRmdir:          {func() message { return new(nameMsg) }, func() message { return new(empty) }},
 	CmdOpen:           {func() message { return new(openReq) }, func() message { return new(openResp) }},
 	CmdClose:          {func() message { return new(handleMsg) }, func() message { return new(empty) }},
@@ -282,6 +319,10 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdPipeOpen:       {func() message { return new(nameMsg) }, func() message { return new(handleMsg) }},
 	CmdPipeTransact:   {func() message { return new(pipeTransactReq) }, func() message { return new(dataMsg) }},
 	CmdEcho:           {func() message { return new(empty) }, func() message { return new(empty) }},
+	CmdLeaseBreak:     {func() message { return new(leaseBreakMsg) }, func() message { return new(empty) }},
+	CmdLeaseAck:       {func() message { return new(leaseAckReq) }, func() message { return new(empty) }},
+	CmdLease:          {func() message { return new(leaseReq) }, func() message { return new(leaseResp) }},
+	CmdBatch:          {func() message { return new(batchReq) }, func() message { return new(batchResp) }},
 	CmdLock:           {func() message { return new(lockReq) }, func() message { return new(empty) }},
 	CmdUnlock:         {func() message { return new(unlockReq) }, func() message { return new(empty) }},
 	CmdGetLk:          {func() message { return new(lockReq) }, func() message { return new(lockResp) }},

@@ -265,7 +265,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if e, ok := cfg.ShareEncrypt[c.Name]; ok {
 			s.shareEncrypt[key] = e
 		}
-		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "encrypt": s.shareEncrypt[key], "resolver": sh.Resolver()}).Debug("share ready")
+		leasing, why := sh.Leasing()
+		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "encrypt": s.shareEncrypt[key],
+			"resolver": sh.Resolver(), "leases": leasing}).Debug("share ready")
+		if !leasing && !c.NoLeases {
+			s.log.WithError(why).WithField("share", c.Name).Warn("leases: off — the kernel cannot watch the share for local changes (fanotify with file identifiers, Linux 5.17); clients cache only for their attribute and entry timeouts")
+		}
 	}
 	var seed [8]byte
 	rand.Read(seed[:])
@@ -469,6 +474,7 @@ func (s *Server) endSession(ss *serverSession) {
 	}
 	s.mu.Unlock()
 	ss.cancelWaits()
+	ss.endLeases()
 	ss.mu.Lock()
 	opens := ss.handles
 	ss.handles = map[Handle]*openFile{}

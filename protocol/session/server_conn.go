@@ -76,6 +76,13 @@ type serverConn struct {
 	sem      chan struct{}
 	stopping atomic.Bool
 
+	// LEASE_BREAKs waiting to be written (lease.go).
+	breakMu   sync.Mutex
+	breakQ    []queuedBreak
+	breakRun  bool
+	breakStop bool
+	breakSeq  uint64 // owned by the writing goroutine
+
 	// addr is the peer's address without the port: the key of the
 	// pending-connection and logon-throttling counts.
 	addr       string
@@ -118,6 +125,7 @@ func (c *serverConn) serve() {
 	c.loggedOn()
 	c.idle.stop()
 	c.inflight.Wait()
+	c.stopBreaks()
 	c.nc.Close()
 	if ss := c.sess.Load(); ss != nil {
 		c.s.endSession(ss)
@@ -186,7 +194,7 @@ func (c *serverConn) readLoop() error {
 			c.setState(stateClosed)
 			return nil
 		}
-		if len(c.sem) == 0 && inlineCommand(f.Command) && br.Buffered() == 0 {
+		if f.Command == CmdLeaseAck || len(c.sem) == 0 && inlineCommand(f.Command) && br.Buffered() == 0 && !ss.othersHoldLeases() {
 			// Nothing else in flight and nothing more read: a quick
 			// namespace operation runs on the reader itself, saving a
 			// goroutine hand-off (and the wake-up of an idle thread
@@ -218,15 +226,16 @@ func (c *serverConn) readLoop() error {
 
 // inlineCommand reports whether a request is quick enough to run on the
 // connection's reader when it is alone: single-inode namespace operations
-// on the local disk. Data (READ, WRITE), FSYNC, READDIR (a whole
-// directory), COPY_RANGE and FALLOCATE (which may move or allocate
-// hundreds of megabytes) and the pipe go to their own goroutine.
+// on the local disk, LEASE, and BATCH (what a client held back of one
+// small file). Data (READ, WRITE), FSYNC, READDIR (a whole directory),
+// COPY_RANGE and FALLOCATE (which may move or allocate hundreds of
+// megabytes) and the pipe go to their own goroutine.
 func inlineCommand(cmd Command) bool {
 	switch cmd {
 	case CmdGetAttr, CmdSetAttr, CmdMkdir, CmdRmdir, CmdOpen, CmdClose, CmdUnlink, CmdRename,
 		CmdSymlink, CmdReadlink, CmdLink, CmdGetXattr, CmdSetXattr, CmdListXattr, CmdRemoveXattr,
 		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS, CmdSeek, CmdTmpfile, CmdLinkHandle,
-		CmdLock, CmdUnlock, CmdGetLk, CmdCancel, CmdReopen:
+		CmdLease, CmdBatch, CmdLock, CmdUnlock, CmdGetLk, CmdCancel, CmdReopen:
 		return true
 	}
 	return false
@@ -321,6 +330,7 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		locks:   share.NewLockSpace(c.s.lockTab),
 		waits:   map[uint64]*share.Waiter{},
 	}
+	ss.sendBreak = c.sendBreak
 	done := &sessionSetupDone{ServerName: c.s.cfg.ServerName, Seal: sealAnswer{Cipher: cipher, Echo: tok.Offer}}
 	if cipher != smbauth.CipherNone {
 		if ss.seal, err = newSessionSeal(res.SessionKey, ss.id, cipher, always, true); err != nil {

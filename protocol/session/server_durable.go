@@ -73,6 +73,9 @@ func (s *Server) open(ss *serverSession, tr *share.Tree, r *openReq) (message, e
 			return &openResp{Handle: hd, Attr: a, FileID: of.file.FileID()}, nil
 		}
 	}
+	if r.Leased {
+		return s.openLease(ss, tr, r)
+	}
 	return s.newOpen(ss, r.DurableID, func() (*share.OpenFile, Attr, error) {
 		return tr.Open(r.Path, int(r.Flags), r.Mode)
 	})

@@ -49,7 +49,8 @@ type serverSession struct {
 	waits    map[uint64]*share.Waiter // waiting LOCKs by MessageID
 	lwioKeys [][16]byte               // guarded by Server.mu
 
-	sealTrees map[uint32]bool // guarded by mu: trees whose every frame must be sealed
+	sendBreak func(tree uint32, b share.LeaseBreak) // the connection's (lease.go)
+	sealTrees map[uint32]bool                       // guarded by mu: trees whose every frame must be sealed
 
 	warnedLimit atomic.Bool // overLimit logged
 }
@@ -153,16 +154,18 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tre
 		return 0, nil, err
 	}
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	ss.nextTree++
-	ss.trees[ss.nextTree] = tr
+	id := ss.nextTree
+	ss.trees[id] = tr
 	if seals {
 		if ss.sealTrees == nil {
 			ss.sealTrees = map[uint32]bool{}
 		}
-		ss.sealTrees[ss.nextTree] = true
+		ss.sealTrees[id] = true
 	}
-	return ss.nextTree, tr, nil
+	ss.mu.Unlock()
+	ss.enableLeases(id, tr)
+	return id, tr, nil
 }
 
 // treeSeals reports whether every frame naming tree id must be sealed.

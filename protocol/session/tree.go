@@ -18,6 +18,7 @@ type Tree struct {
 	id       uint32
 	name     string
 	readOnly bool
+	leases   bool // the share grants leases (lease.go)
 	account  Account
 	shared   bool // treeFlagSharedAccount
 }
@@ -44,7 +45,7 @@ func (c *Client) TreeConnect(ctx context.Context, share string) (*Tree, error) {
 		c.startSealing("tree connect to " + share)
 	}
 	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0,
-		account: r.Account, shared: r.Flags&treeFlagSharedAccount != 0}, nil
+		leases: r.Flags&treeFlagLeases != 0, account: r.Account, shared: r.Flags&treeFlagSharedAccount != 0}, nil
 }
 
 // ReadOnly reports whether the share refuses modifications.

@@ -32,6 +32,7 @@ type OpenFile struct {
 	tree     *Tree
 	f        *os.File
 	readOnly bool // opened O_RDONLY or on a read-only share
+	lease    openLease
 
 	appendMu sync.Mutex   // an append and the position read after it are one step
 	ident    identityOnce // the file's identity, taken once (durable_linux.go)
@@ -68,6 +69,9 @@ func (t *Tree) Open(p string, flags int, mode uint32) (*OpenFile, Attr, error) {
 			return nil, Attr{}, err
 		}
 	}
+	if flags&unix.O_TRUNC != 0 {
+		t.recallPath(p)
+	}
 	mode = t.sh.setidBits(mode&07777, false)
 	var fd int
 	var a Attr
@@ -78,7 +82,12 @@ func (t *Tree) Open(p string, flags int, mode uint32) (*OpenFile, Attr, error) {
 	if err != nil {
 		return nil, Attr{}, err
 	}
-	return &OpenFile{tree: t, f: os.NewFile(uintptr(fd), p), readOnly: acc == unix.O_RDONLY || t.sh.ReadOnly}, a, nil
+	f := &OpenFile{tree: t, f: os.NewFile(uintptr(fd), p), readOnly: acc == unix.O_RDONLY || t.sh.ReadOnly}
+	t.leaseOpened(f, flags)
+	if flags&unix.O_CREAT != 0 {
+		t.createdPath(p)
+	}
+	return f, a, nil
 }
 
 // open opens p and puts back the permission bits the server's umask took
@@ -252,15 +261,15 @@ func (f *OpenFile) SetAttr(in SetAttrIn) (a Attr, err error) {
 	if err := f.tree.writable(); err != nil {
 		return Attr{}, err
 	}
-	err = f.tree.asFd(f, func(fd int) error {
-		a, err = f.tree.sh.setattrFd(fd, in)
-		return err
-	})
+	err = f.tree.asFd(f, func(fd int) error { return f.tree.setattrBreaking(fd, in, &a) })
 	return a, err
 }
 
 // Close closes the file.
-func (f *OpenFile) Close() error { return fail(f.f.Close()) }
+func (f *OpenFile) Close() error {
+	f.leaseClosed()
+	return fail(f.f.Close())
+}
 
 // withFd runs fn with the file's descriptor, holding it open for the call
 // so that a concurrent Close cannot let the number be reused under fn, and

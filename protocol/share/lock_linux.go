@@ -103,7 +103,7 @@ func lockFound(fl *unix.Flock_t) Lock {
 // (EAGAIN, STATUS_FILE_LOCK_CONFLICT), the one failure a wait retries.
 func IsLockConflict(err error) bool { return errors.Is(err, ntstatus.FileLockConflict) }
 
-// fileKey names a file for locking: device and inode.
+// fileKey names a file by device and inode (locks, leases).
 type fileKey struct{ dev, ino uint64 }
 
 // keyOnce is an open file's fileKey, found once.

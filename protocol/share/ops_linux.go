@@ -87,6 +87,7 @@ func (t *Tree) created(p string, fn func(dirfd int, base string) error) (a Attr,
 		if err := fn(dirfd, base); err != nil {
 			return err
 		}
+		t.namesChanged(dirfd, base)
 		a, err = lstatAt(dirfd, base)
 		return err
 	})
@@ -96,8 +97,13 @@ func (t *Tree) created(p string, fn func(dirfd int, base string) error) (a Attr,
 // GetAttr returns the attributes of p, not following a final symlink.
 func (t *Tree) GetAttr(p string) (a Attr, err error) {
 	err = t.at(p, func(dirfd int, base string) error {
-		a, err = lstatAt(dirfd, base)
-		return err
+		st, err := statAt(dirfd, base)
+		if err != nil {
+			return err
+		}
+		a = attrFromStat(&st)
+		t.recallFor(&st, &a, dirfd, base)
+		return nil
 	})
 	return a, err
 }
@@ -113,7 +119,13 @@ func (t *Tree) remove(p string, flags int) error {
 		if base == "" {
 			return protocol.StatusAccessDenied // never the share root
 		}
-		return unix.Unlinkat(dirfd, base, flags)
+		v := t.victim(dirfd, base)
+		if err := unix.Unlinkat(dirfd, base, flags); err != nil {
+			return err
+		}
+		t.namesChanged(dirfd, base)
+		t.gone(v)
+		return nil
 	})
 }
 
@@ -218,7 +230,12 @@ func (t *Tree) Rename(oldp, newp string, flags uint32) error {
 		return fail(unix.EINVAL)
 	}
 	return t.twoAt(oldp, newp, func(od int, ob string, nd int, nb string) error {
-		return unix.Renameat2(od, ob, nd, nb, uint(flags))
+		moving, replaced := t.victim(od, ob), t.victim(nd, nb)
+		if err := unix.Renameat2(od, ob, nd, nb, uint(flags)); err != nil {
+			return err
+		}
+		t.renamed(od, ob, nd, nb, moving, replaced, flags&unix.RENAME_EXCHANGE != 0)
+		return nil
 	})
 }
 
@@ -230,6 +247,8 @@ func (t *Tree) Link(oldp, newp string) (a Attr, err error) {
 		if err := unix.Linkat(od, ob, nd, nb, 0); err != nil {
 			return err
 		}
+		t.namesChanged(nd, nb)
+		t.linked(t.victim(nd, nb))
 		a, err = lstatAt(nd, nb)
 		return err
 	})
@@ -277,10 +296,7 @@ func (t *Tree) SetAttr(p string, in SetAttrIn) (a Attr, err error) {
 	if err := t.writable(); err != nil {
 		return Attr{}, err
 	}
-	err = t.final(p, func(fd int) error {
-		a, err = t.sh.setattrFd(fd, in)
-		return err
-	})
+	err = t.final(p, func(fd int) error { return t.setattrBreaking(fd, in, &a) })
 	return a, err
 }
 

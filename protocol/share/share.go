@@ -48,6 +48,12 @@ type Config struct {
 	ReadOnly bool
 	// Users may tree-connect; empty means every authenticated user.
 	Users []string
+	// NoLeases grants no leases on the share: clients cache only for
+	// their attribute and entry timeouts (lease_linux.go).
+	NoLeases bool
+	// LeaseBreakTimeout bounds how long a change waits for a lease
+	// holder's acknowledgement; zero means DefaultLeaseBreakTimeout.
+	LeaseBreakTimeout time.Duration
 	// AllowRoot lets a user whose account is uid 0 connect (and act as
 	// root); by default such a tree connect is refused (RootRefused).
 	AllowRoot bool
@@ -69,6 +75,9 @@ type Share struct {
 	umask  uint32          // the process umask at Open
 	idKey  []byte          // seals FileIDs (durable_linux.go); nil: none issued
 	idMACs sync.Pool       // of HMAC-SHA256 states keyed with idKey
+
+	leases   *leaseTable // nil: no leases (lease_linux.go)
+	leaseErr error       // why not, when the kernel could not watch
 }
 
 // Open opens the share's root. noOpenat2 forces the walking resolver (for
@@ -83,6 +92,9 @@ func Open(c Config, noOpenat2 bool) (*Share, error) {
 		return nil, fmt.Errorf("share %q: %w", c.Name, err)
 	}
 	s := &Share{Config: c, root: r, umask: Umask()}
+	if !c.NoLeases {
+		s.openLeases(c.LeaseBreakTimeout)
+	}
 	if len(c.Users) > 0 {
 		s.users = map[string]bool{}
 		for _, u := range c.Users {
@@ -94,7 +106,10 @@ func Open(c Config, noOpenat2 bool) (*Share, error) {
 
 // Close closes the root. Trees and open files of the share must not be
 // used after.
-func (s *Share) Close() error { return s.root.close() }
+func (s *Share) Close() error {
+	s.closeLeases()
+	return s.root.close()
+}
 
 // Resolver names the path resolver in use, for logs: "openat2" or "walk".
 func (s *Share) Resolver() string {
@@ -142,6 +157,7 @@ type Tree struct {
 	id      Identity
 	acct    atomic.Pointer[accountEntry] // what the next operation runs as (treeCred)
 	listing dirListing                   // READDIR continuation cache
+	lease   *treeLeases                  // set by EnableLeases
 }
 
 // Connect returns the share as id sees it: STATUS_ACCESS_DENIED when the

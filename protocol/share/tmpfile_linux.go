@@ -45,7 +45,9 @@ func (t *Tree) Tmpfile(dir string, flags int, mode uint32) (*OpenFile, Attr, err
 	if err != nil {
 		return nil, Attr{}, err
 	}
-	return &OpenFile{tree: t, f: os.NewFile(uintptr(fd), dir+"/#tmpfile"), readOnly: false}, a, nil
+	f := &OpenFile{tree: t, f: os.NewFile(uintptr(fd), dir+"/#tmpfile"), readOnly: false}
+	t.leaseOpened(f, flags)
+	return f, a, nil
 }
 
 // LinkAt gives the open file f the name p (linkat(2) of its descriptor
@@ -69,6 +71,7 @@ func (f *OpenFile) LinkAt(p string) (a Attr, err error) {
 		if err != nil {
 			return err
 		}
+		f.tree.namesChanged(dirfd, base)
 		a, err = lstatAt(dirfd, base)
 		return err
 	})

@@ -79,7 +79,11 @@ func (t *Tree) SetXattr(p, name string, value []byte, flags int) error {
 		return fail(unix.E2BIG)
 	}
 	return t.final(p, func(fd int) error {
-		return unix.Setxattr(procPath(fd), name, value, flags&(unix.XATTR_CREATE|unix.XATTR_REPLACE))
+		if err := unix.Setxattr(procPath(fd), name, value, flags&(unix.XATTR_CREATE|unix.XATTR_REPLACE)); err != nil {
+			return err
+		}
+		t.changedFd(fd, LeaseRead)
+		return nil
 	})
 }
 
@@ -92,5 +96,11 @@ func (t *Tree) RemoveXattr(p, name string) error {
 	if err := xattrAllowed(name); err != nil {
 		return fail(err)
 	}
-	return t.final(p, func(fd int) error { return unix.Removexattr(procPath(fd), name) })
+	return t.final(p, func(fd int) error {
+		if err := unix.Removexattr(procPath(fd), name); err != nil {
+			return err
+		}
+		t.changedFd(fd, LeaseRead)
+		return nil
+	})
 }

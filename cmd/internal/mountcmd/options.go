@@ -40,6 +40,7 @@ type Options struct {
 	ReadOnly     bool
 	NoExec       bool   // -o noexec: programs on the mount may not be executed
 	Seal         bool   // require sealing of the session channel (-o seal)
+	NoLeases     bool   // ask the server for no leases (-o noleases)
 	Provider     string // auto, verbs, softrdma, none
 	Completion   string // auto, interrupt, polling
 	AttrTimeout  time.Duration
@@ -139,6 +140,8 @@ func (o *Options) applyOption(opt string) error {
 		return errors.New("password= is not accepted on the command line (it would show in ps): use credentials=FILE or LWIO_PASSWORD")
 	case "ro":
 		o.ReadOnly = true
+	case "noleases":
+		o.NoLeases = true
 	case "noexec":
 		o.NoExec = true
 	case "exec":
@@ -358,6 +361,7 @@ func (o *Options) fsOptions() fs.Options {
 		AttrTimeout:  o.AttrTimeout,
 		EntryTimeout: o.EntryTimeout,
 		ReadOnly:     o.ReadOnly,
+		NoLeases:     o.NoLeases,
 		NoExec:       o.NoExec,
 		AllowOther:   o.AllowOther,
 		Debug:        o.Debug,

@@ -1,0 +1,271 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/session"
+)
+
+// Write leases: while a node holds Write — the server granted it because
+// no other client has the file open or holds any lease on it, typically a
+// file this mount just created — its small writes and attribute changes
+// through an open handle are answered at once and held back, and go to
+// the server as one BATCH when the file is closed (or synced, read,
+// written further, broken, or after wbMaxAge). `tar -x`'s "create, write,
+// utimens, chown, chmod, close" then costs two round trips instead of
+// eight. The kernel is answered with predicted attributes meanwhile. A
+// failure of the held-back requests is reported by close(2) (or fsync), as
+// NFS reports write errors. Another client's open or stat recalls Write
+// first: this mount sends what it held back before the server lets that
+// client see the file, so nobody else ever sees it stale. Only the first
+// InlineWriteMax bytes of a handle are held back (what it would have sent
+// over the session channel anyway), never appends, O_DIRECT or O_SYNC.
+
+// wbMaxAge bounds how long a change is held back.
+const wbMaxAge = time.Second
+
+// maxDeferredOps bounds the requests held back per file (BATCH takes 256,
+// one is the closing fstat).
+const maxDeferredOps = 200
+
+// writeBehind is what a node holds back; guarded by Node.mu, but flushMu.
+type writeBehind struct {
+	ops       []session.BatchOp
+	bytes     int
+	predicted bool  // Node.fresh is predicted, not the server's
+	err       error // a background flush's failure, for the next close or fsync
+	timer     *time.Timer
+	fh        *fileHandle // an open handle that may hold back: fchmod and utimens come without one
+	flushMu   sync.Mutex  // one flush at a time, in order
+}
+
+// writable records that f, a handle of n that may hold changes back, is
+// open: setattrs the kernel sends without a handle (fchmod, fchown,
+// futimens and their path forms) go through it.
+func (f *fileHandle) writable() {
+	n := f.node
+	if n.fs.lease == nil || !f.mayDefer() {
+		return
+	}
+	n.mu.Lock()
+	n.ls.wb.fh = f
+	n.mu.Unlock()
+}
+
+// closing forgets f as n's handle for setattrs: f is being closed (the
+// kernel's RELEASE comes in the background, after close(2) returned).
+func (f *fileHandle) closing() {
+	n := f.node
+	n.mu.Lock()
+	if n.ls.wb.fh == f {
+		n.ls.wb.fh = nil
+	}
+	n.mu.Unlock()
+}
+
+// holding reports whether n holds changes back.
+func (n *Node) holding() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.ls.wb.ops) > 0 || n.ls.wb.err != nil
+}
+
+// mayDefer reports whether f's changes may be held back (its node holding
+// Write checked by the caller).
+func (f *fileHandle) mayDefer() bool {
+	return f.node.fs.lease != nil && f.flags&syscall.O_ACCMODE != syscall.O_RDONLY &&
+		f.flags&(syscall.O_APPEND|syscall.O_DIRECT|syscall.O_SYNC|syscall.O_DSYNC) == 0 &&
+		f.data.Load() == nil && !f.node.fs.opts.NoInlineWrites
+}
+
+// deferWrite holds a write back when it may; otherwise it sends what the
+// node held back first, so that writes reach the server in order. done
+// says the write is answered (with errno).
+func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (done bool, errno syscall.Errno) {
+	n := f.node
+	if n.fs.lease == nil {
+		return false, 0
+	}
+	n.mu.Lock()
+	if n.ls.state&LeaseWrite != 0 && f.mayDefer() && n.freshValid && n.ls.wb.err == nil &&
+		n.ls.wb.bytes+len(buf) <= InlineWriteMax && len(n.ls.wb.ops) < maxDeferredOps &&
+		f.inlined.Load()+int64(len(buf)) <= InlineWriteMax {
+		f.inlined.Add(int64(len(buf)))
+		n.hold(session.BatchOp{Command: session.CmdWrite, Handle: f.h, Offset: uint64(off), Data: append([]byte(nil), buf...)})
+		a := n.fresh
+		if end := uint64(off) + uint64(len(buf)); end > a.Size {
+			a.Size = end
+		}
+		a.Blocks = (a.Size + 511) / 512
+		now := time.Now()
+		a.Mtime, a.Ctime = now, now
+		n.predict(a)
+		n.cache = validator{}
+		n.mu.Unlock()
+		return true, 0
+	}
+	pending := len(n.ls.wb.ops) > 0 || n.ls.wb.err != nil
+	n.mu.Unlock()
+	if pending {
+		if err := n.flushDeferred(ctx, false); err != nil {
+			return true, f.errno("write", err)
+		}
+	}
+	return false, 0
+}
+
+// deferSetattr holds back a setattr through handle f when it may, and
+// returns the attributes predicted after it.
+func (n *Node) deferSetattr(f gofs.FileHandle, in session.SetAttrIn) (session.Attr, bool) {
+	if n.fs.lease == nil || in.Valid == 0 {
+		return session.Attr{}, false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	fh, ok := f.(*fileHandle)
+	if !ok {
+		fh = n.ls.wb.fh
+	}
+	if fh == nil || n.ls.state&LeaseWrite == 0 || !fh.mayDefer() || !n.freshValid || n.ls.wb.err != nil || len(n.ls.wb.ops) >= maxDeferredOps {
+		return session.Attr{}, false
+	}
+	n.hold(session.BatchOp{Command: session.CmdSetAttr, Handle: fh.h, SetAttr: in})
+	a, now := n.fresh, time.Now()
+	if in.Valid&session.SetMode != 0 {
+		a.Mode = a.Mode&^07777 | in.Mode&07777
+	}
+	if in.Valid&session.SetUid != 0 {
+		a.Uid = in.Uid
+	}
+	if in.Valid&session.SetGid != 0 {
+		a.Gid = in.Gid
+	}
+	if in.Valid&session.SetSize != 0 {
+		a.Size, a.Mtime = in.Size, now
+		a.Blocks = (a.Size + 511) / 512
+		n.cache = validator{}
+	}
+	if in.Valid&session.SetAtime != 0 {
+		a.Atime = pick(in.AtimeNow, now, in.Atime)
+	}
+	if in.Valid&session.SetMtime != 0 {
+		a.Mtime = pick(in.MtimeNow, now, in.Mtime)
+	}
+	a.Ctime = now
+	n.predict(a)
+	return a, true
+}
+
+func pick(now bool, t, given time.Time) time.Time {
+	if now {
+		return t
+	}
+	return given
+}
+
+// hold queues op; Node.mu held.
+func (n *Node) hold(op session.BatchOp) {
+	n.ls.wb.ops = append(n.ls.wb.ops, op)
+	n.ls.wb.bytes += len(op.Data)
+	if n.ls.wb.timer == nil {
+		n.ls.wb.timer = time.AfterFunc(wbMaxAge, func() { n.flushDeferred(context.Background(), true) })
+	}
+}
+
+// predict makes a the node's attributes until the held-back changes are
+// sent; a reply to a request in flight must not replace them. Node.mu
+// held.
+func (n *Node) predict(a session.Attr) {
+	n.fresh, n.freshAt, n.freshValid = a, time.Now(), true
+	n.freshGen = n.fs.seq.Add(1)
+	n.ls.wb.predicted = true
+}
+
+// predictedAttr returns the attributes predicted for held-back changes.
+func (n *Node) predictedAttr() (session.Attr, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.fresh, n.ls.wb.predicted && n.freshValid
+}
+
+// flushDeferred sends what the node held back, as one BATCH ending with an
+// fstat of the last handle (the attributes the prediction is replaced
+// with). Its failure is returned — and, for a flush nobody waits for
+// (background: a timer, a break), kept for the next close, fsync or
+// write; a failure kept earlier is returned now.
+func (n *Node) flushDeferred(ctx context.Context, background bool) error {
+	lc := n.fs.lease
+	if lc == nil {
+		return nil
+	}
+	n.ls.wb.flushMu.Lock()
+	defer n.ls.wb.flushMu.Unlock()
+	n.mu.Lock()
+	ops := n.ls.wb.ops
+	n.ls.wb.ops, n.ls.wb.bytes = nil, 0
+	if n.ls.wb.timer != nil {
+		n.ls.wb.timer.Stop()
+		n.ls.wb.timer = nil
+	}
+	kept := n.ls.wb.err
+	if !background {
+		n.ls.wb.err = nil
+	}
+	n.mu.Unlock()
+	if len(ops) == 0 {
+		if background {
+			return nil
+		}
+		return kept
+	}
+	ops = append(ops, session.BatchOp{Command: session.CmdSetAttr, Handle: ops[len(ops)-1].Handle})
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	res, err := lc.tr.Batch(ctx, ops)
+	if err == nil {
+		for _, r := range res {
+			if r.Status != protocol.StatusSuccess {
+				err = r.Status
+				break
+			}
+		}
+		if err == nil && len(res) != len(ops) {
+			err = protocol.StatusInvalidNetworkResp
+		}
+	}
+	n.mu.Lock()
+	replaced := len(n.ls.wb.ops) == 0
+	if replaced {
+		n.ls.wb.predicted = false
+		if err == nil {
+			n.fresh, n.freshAt, n.freshValid = res[len(res)-1].Attr, time.Now(), true
+		} else {
+			n.freshValid = false
+		}
+		n.freshGen = n.fs.seq.Add(1)
+	}
+	if err != nil && background {
+		n.ls.wb.err = err
+	}
+	n.mu.Unlock()
+	if replaced {
+		// The kernel has the predicted attributes: the server's (ctime,
+		// blocks) replace them at its next stat. Attributes only: takes
+		// no lock a request on this file could hold.
+		n.NotifyContent(-1, 0)
+	}
+	if err != nil {
+		n.fs.log.WithError(err).WithField("path", n.path()).Warn("fs: held-back writes failed")
+		return err
+	}
+	if background {
+		return nil
+	}
+	return kept
+}
