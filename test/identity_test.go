@@ -68,6 +68,20 @@ func openShareDir(t *testing.T) string {
 	return dir
 }
 
+// servedToTwoUsers creates two local accounts, serves dir as "share" with a
+// [users] table for both (extra heads the configuration) and mounts it as
+// each: two users of one share, each on its own mount.
+func servedToTwoUsers(t *testing.T, dir, extra string) (s *Server, a, b localAccount, ma, mb *Mount) {
+	t.Helper()
+	accts := localAccounts(t, 2)
+	a, b = accts[0], accts[1]
+	conf := usersConfig(t, accts, extra)
+	s = startServer(t, ServerConfig{Shares: map[string]string{"share": dir}, Args: []string{"-config", conf}})
+	ma = mountShare(t, s, MountConfig{User: a.name, Password: a.password})
+	mb = mountShare(t, s, MountConfig{User: b.name, Password: b.password})
+	return s, a, b, ma, mb
+}
+
 func ownerOnDisk(t *testing.T, p string) (uint32, uint32) {
 	t.Helper()
 	var st unix.Stat_t
@@ -92,17 +106,12 @@ func wantErrnoE2E(t *testing.T, what string, err error, want syscall.Errno) {
 // load from both at once no file is ever owned by the other.
 func TestEveryUserActsAsThemselves(t *testing.T) {
 	needLWIO(t)
-	accts := localAccounts(t, 2)
-	a, b := accts[0], accts[1]
 	dir := openShareDir(t)
 	mustWrite(t, filepath.Join(dir, "rootonly"), []byte("root's"))
 	if err := os.Chmod(filepath.Join(dir, "rootonly"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	conf := usersConfig(t, accts, "")
-	s := startServer(t, ServerConfig{Shares: map[string]string{"share": dir}, Args: []string{"-config", conf}})
-	ma := mountShare(t, s, MountConfig{User: a.name, Password: a.password})
-	mb := mountShare(t, s, MountConfig{User: b.name, Password: b.password})
+	_, a, b, ma, mb := servedToTwoUsers(t, dir, "")
 
 	// Ownership: a file, a directory, a symlink, and a file written over
 	// LWIO (past the inline-write threshold).
@@ -221,15 +230,10 @@ func TestEveryUserActsAsThemselves(t *testing.T) {
 // the first closes its files it can open again.
 func TestUserOutOfHandles(t *testing.T) {
 	needLWIO(t)
-	accts := localAccounts(t, 2)
-	a, b := accts[0], accts[1]
 	dir := openShareDir(t)
 	mustWrite(t, filepath.Join(dir, "f"), []byte("x"))
 	const limit = 40
-	conf := usersConfig(t, accts, fmt.Sprintf("[limits]\nmax_open_files_per_user = %d\n", limit))
-	s := startServer(t, ServerConfig{Shares: map[string]string{"share": dir}, Args: []string{"-config", conf}})
-	ma := mountShare(t, s, MountConfig{User: a.name, Password: a.password})
-	mb := mountShare(t, s, MountConfig{User: b.name, Password: b.password})
+	s, _, _, ma, mb := servedToTwoUsers(t, dir, fmt.Sprintf("[limits]\nmax_open_files_per_user = %d\n", limit))
 
 	var held []*os.File
 	defer func() {

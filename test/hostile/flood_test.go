@@ -170,7 +170,6 @@ func negotiateFrame() []byte {
 	return frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, setupBody(neg), nil)
 }
 
-// slowPer is how many connections of each slow kind are held.
 // settled waits up to 10 s for the goroutine count to come back within 10
 // of before (what a test started must not linger), reports a failure
 // naming after if it does not, and returns the count.
@@ -187,11 +186,23 @@ func settled(t *testing.T, before int, after string) int {
 	return n
 }
 
+// slowPer is how many connections of each slow kind are held.
 func slowPer() int {
 	if testing.Short() {
 		return 8
 	}
 	return 20
+}
+
+// slowServer is a server whose AUTH, session setup and softrdma hello
+// timeouts are all limit: the three stages a slow client can stall in.
+func slowServer(t *testing.T, limit time.Duration) *rig.Server {
+	t.Helper()
+	return newServer(t, rig.Options{
+		Engine:  server.Config{AuthTimeout: limit},
+		Session: session.ServerConfig{SetupTimeout: limit},
+		Soft:    soft.Options{HandshakeTimeout: limit},
+	})
 }
 
 // TestSlowLorisDoesNotBlock holds connections open without authenticating,
@@ -201,11 +212,7 @@ func slowPer() int {
 // way: it gives up after 20 s).
 func TestSlowLorisDoesNotBlock(t *testing.T) {
 	const limit = time.Minute
-	s := newServer(t, rig.Options{
-		Engine:  server.Config{AuthTimeout: limit},
-		Session: session.ServerConfig{SetupTimeout: limit},
-		Soft:    soft.Options{HandshakeTimeout: limit},
-	})
+	s := slowServer(t, limit)
 	per := slowPer()
 	var all []net.Conn
 	for _, kind := range slowKinds {
@@ -230,11 +237,7 @@ func TestSlowLorisDoesNotBlock(t *testing.T) {
 // client is served after, and nothing is left behind.
 func TestSlowLorisDropped(t *testing.T) {
 	const limit = time.Second
-	s := newServer(t, rig.Options{
-		Engine:  server.Config{AuthTimeout: limit},
-		Session: session.ServerConfig{SetupTimeout: limit},
-		Soft:    soft.Options{HandshakeTimeout: limit},
-	})
+	s := slowServer(t, limit)
 	per := slowPer()
 	goroutinesBefore := runtime.NumGoroutine()
 	type held struct {
