@@ -58,17 +58,23 @@ func benchSoftWrite(b *testing.B, size int, sealed bool) {
 			}
 			posted++
 		}
-		n, err := cli.CQ().Wait(ctx, comps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, c := range comps[:n] {
-			if c.Status != transport.StatusSuccess {
-				b.Fatal(c.Err())
-			}
-		}
-		done += n
+		done += len(waitOK(ctx, b, cli, comps))
 	}
+}
+
+// waitOK waits for completions on c's queue into comps and returns them,
+// failing b on a wait error or any completion that did not succeed.
+func waitOK(ctx context.Context, b *testing.B, c transport.Conn, comps []transport.Completion) []transport.Completion {
+	n, err := c.CQ().Wait(ctx, comps)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, wc := range comps[:n] {
+		if wc.Status != transport.StatusSuccess {
+			b.Fatal(wc.Err())
+		}
+	}
+	return comps[:n]
 }
 
 // tcpPair returns a connected loopback TCP pair.
@@ -169,14 +175,7 @@ func benchSoftRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 		for got := false; !got; {
-			n, err := cli.CQ().Wait(ctx, comps)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, c := range comps[:n] {
-				if c.Status != transport.StatusSuccess {
-					b.Fatal(c.Err())
-				}
+			for _, c := range waitOK(ctx, b, cli, comps) {
 				got = got || c.Op == transport.OpRecv
 			}
 		}

@@ -46,13 +46,9 @@ func sealPair(t testing.TB, cli, srv transport.Conn, bothLead bool) {
 
 // TestConformanceSealed runs the transport suite over sealed connections.
 func TestConformanceSealed(t *testing.T) {
-	opts := Options{RNRTimeout: testRNR}
-	conformance.Run(t, conformance.Env{
-		Client:     New(opts),
-		Server:     New(opts),
-		RNRTimeout: testRNR,
-		Connected:  func(t *testing.T, cli, srv transport.Conn) { sealPair(t, cli, srv, true) },
-	})
+	env := twoProviders()
+	env.Connected = func(t *testing.T, cli, srv transport.Conn) { sealPair(t, cli, srv, true) }
+	conformance.Run(t, env)
 }
 
 // tapProxy forwards one TCP connection between a dialer and target,

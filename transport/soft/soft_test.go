@@ -13,13 +13,15 @@ import (
 // testRNR keeps the receiver-not-ready cases quick.
 const testRNR = 200 * time.Millisecond
 
-func TestConformance(t *testing.T) {
+// twoProviders is the suite's environment with each end in a provider of
+// its own, as a client and a server on two hosts.
+func twoProviders() conformance.Env {
 	opts := Options{RNRTimeout: testRNR}
-	conformance.Run(t, conformance.Env{
-		Client:     New(opts),
-		Server:     New(opts),
-		RNRTimeout: testRNR,
-	})
+	return conformance.Env{Client: New(opts), Server: New(opts), RNRTimeout: testRNR}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, twoProviders())
 }
 
 // TestConformanceOneProvider runs the suite with both ends in one

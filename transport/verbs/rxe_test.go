@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 )
 
 // TestLengthErrorSoftRoCE is the conformance case LengthError as Soft-RoCE
@@ -29,16 +30,7 @@ func TestLengthErrorSoftRoCE(t *testing.T) {
 		}
 		return r
 	}
-	src, crecv, srecv := alloc(cli, 32), alloc(cli, 64), alloc(srv, 16)
-	if err := srv.PostRecv(transport.RecvWR{ID: 1, Buf: transport.Whole(srecv)}, transport.RecvWR{ID: 2, Buf: transport.Whole(srecv)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.PostRecv(transport.RecvWR{ID: 3, Buf: transport.Whole(crecv)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.Post(transport.SendWR{ID: 5, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
-		t.Fatal(err)
-	}
+	conformance.StartLengthError(t, cli, srv)
 	collect := func(c transport.Conn, n int) []transport.Completion { return waitN(ctx, t, c, n) }
 	ss := collect(srv, 2)
 	if ss[0].ID != 1 || ss[0].Op != transport.OpRecv || ss[0].Status == transport.StatusSuccess || ss[0].Status == transport.StatusFlushed {
