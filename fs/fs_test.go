@@ -132,6 +132,14 @@ func mountFake(t *testing.T, backing string, opts Options) (string, *dirTree, *c
 		opts.Logger = l
 	}
 	srv, err := Mount(mnt, tree, data, opts)
+	mounted(t, srv, err)
+	return mnt, tree, data
+}
+
+// mounted fails the test at once if a mount failed, and unmounts it when
+// the test ends; an unmount that fails is an error of the test.
+func mounted(t *testing.T, srv *fuse.Server, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +148,6 @@ func mountFake(t *testing.T, backing string, opts Options) (string, *dirTree, *c
 			t.Errorf("unmount: %v", err)
 		}
 	})
-	return mnt, tree, data
 }
 
 func TestMountPOSIX(t *testing.T) {

@@ -62,6 +62,22 @@ func leaseMounts(t *testing.T, opts Options) (dir string, a, b string, ca, cb *c
 	return
 }
 
+// quietReconnector is a Reconnector to the session address addr (reconnect
+// timeout as given) with a logger that says nothing, closed with the test.
+func quietReconnector(t *testing.T, addr string, timeout time.Duration) (*Reconnector, *logrus.Logger) {
+	t.Helper()
+	log := logrus.New()
+	log.SetLevel(logrus.PanicLevel)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := NewReconnector(ctx, dialer(addr, client.Interrupt), timeout, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, log
+}
+
 // leaseRoots is leaseMounts with the mounts' root nodes.
 func leaseRoots(t *testing.T, opts Options) (dir string, a, b string, ca, cb *countingTree, ra, rb *Node) {
 	t.Helper()
@@ -69,15 +85,7 @@ func leaseRoots(t *testing.T, opts Options) (dir string, a, b string, ca, cb *co
 	dir = t.TempDir()
 	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
 	mount := func() (string, *countingTree, *Node) {
-		log := logrus.New()
-		log.SetLevel(logrus.PanicLevel)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		r, err := NewReconnector(ctx, dialer(srv.SessionAddr(), client.Interrupt), 10*time.Second, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
+		r, log := quietReconnector(t, srv.SessionAddr(), 10*time.Second)
 		ct := &countingTree{Reconnector: r}
 		if !opts.NoLeases && !ct.Leases() {
 			t.Skip("the server grants no leases on this kernel")
@@ -88,14 +96,7 @@ func leaseRoots(t *testing.T, opts Options) (dir string, a, b string, ca, cb *co
 		o.Logger = log
 		root := NewRoot(ct, ct, o)
 		srv, err := mountRoot(mnt, root, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := srv.Unmount(); err != nil {
-				t.Errorf("unmount: %v", err)
-			}
-		})
+		mounted(t, srv, err)
 		return mnt, ct, root
 	}
 	a, ca, ra = mount()
@@ -423,15 +424,7 @@ func TestLeasesEndWithTheSession(t *testing.T) {
 	needFUSE(t)
 	dir := t.TempDir()
 	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
-	log := logrus.New()
-	log.SetLevel(logrus.PanicLevel)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	r, err := NewReconnector(ctx, dialer(srv.SessionAddr(), client.Interrupt), 20*time.Second, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r, log := quietReconnector(t, srv.SessionAddr(), 20*time.Second)
 	if !r.Leases() {
 		t.Skip("the server grants no leases on this kernel")
 	}

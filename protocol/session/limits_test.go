@@ -132,11 +132,7 @@ func TestHandleLimitsDurable(t *testing.T) {
 	tr = e.tree("data")
 	var hs []Handle
 	for range 2 {
-		h, _, err := tr.Open(ctx, "g", os.O_RDONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs = append(hs, h)
+		hs = append(hs, e.open(tr, "g", os.O_RDONLY))
 	}
 	if _, _, _, err := tr.Reopen(ctx, id, fid, "f", os.O_RDWR); ToErrno(err) != syscall.EMFILE {
 		t.Errorf("REOPEN by identity at the limit: %v, want EMFILE", err)

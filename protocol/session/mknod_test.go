@@ -2,7 +2,6 @@ package session
 
 import (
 	"encoding/hex"
-	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -137,15 +136,7 @@ func TestMknodDevices(t *testing.T) {
 	}
 	_, err = e.tree("nodevs").Mknod(ctx, "open/null2", unix.S_IFCHR|0o666, uint32(dev))
 	wantErrno(t, "Mknod a device as root without allow_devices", err, syscall.EPERM)
-	bob, err := e.dial("bob", "bob's")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bob.Close()
-	bt, err := bob.TreeConnect(ctx, "devs")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bt := e.treeAs("bob", "bob's", "devs")
 	_, err = bt.Mknod(ctx, "open/bobs", unix.S_IFBLK|0o660, uint32(dev))
 	wantErrno(t, "Mknod a device as an ordinary account", err, syscall.EPERM)
 	// The same account may make a FIFO there, owned by it.
@@ -242,11 +233,7 @@ func TestIDMapAccounts(t *testing.T) {
 // other command.
 func TestIDMapNeedsLogon(t *testing.T) {
 	e := newEnv(t)
-	conn, err := net.Dial("tcp", e.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialFrom(t, "127.0.0.1", e.addr)
 	body := marshal(&idMapMsg{Kind: uint32(IDUserByID)})
 	if _, err := conn.Write(AppendFrame(nil, Header{MessageID: 1, Command: CmdIDMap}, body)); err != nil {
 		t.Fatal(err)

@@ -31,6 +31,22 @@ func resolvers(t *testing.T, fn func(t *testing.T, e *env)) {
 	}
 }
 
+// treeAs connects a session of user's own to share; the session closes
+// with the test.
+func (e *env) treeAs(user, password, share string) *Tree {
+	e.t.Helper()
+	c, err := e.dial(user, password)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	tr, err := c.TreeConnect(ctxT(e.t), share)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tr
+}
+
 func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
 	t.Helper()
 	if got := ToErrno(err); got != want {
@@ -401,11 +417,7 @@ func TestMaxHandles(t *testing.T) {
 	ctx := ctxT(t)
 	var hs []Handle
 	for range 3 {
-		h, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs = append(hs, h)
+		hs = append(hs, e.open(tr, "f", os.O_RDONLY))
 	}
 	_, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0)
 	if err != ntstatus.TooManyOpenedFiles || ToErrno(err) != syscall.EMFILE {
@@ -440,15 +452,7 @@ func TestHandleLimits(t *testing.T) {
 	if !e.waitLogged("open refused: handle limit reached") {
 		t.Error("no log line for the limit")
 	}
-	bob, err := e.dial("bob", "bob's")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bob.Close()
-	bobs, err := bob.TreeConnect(ctx, "data")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bobs := e.treeAs("bob", "bob's", "data")
 	for i := range 2 {
 		if err := open(bobs); err != nil {
 			t.Errorf("bob's open %d while alice is at her limit: %v", i, err)

@@ -122,9 +122,16 @@ type leaseTable struct {
 	nextID  uint64
 	watched int // directories with a mark
 
-	changes atomic.Uint64 // every change seen: hooks and local events
-	held    atomic.Int64  // leases held, all trees
-	writes  atomic.Int64  // Write leases held
+	changes     atomic.Uint64 // every change seen: hooks and local events
+	leaseCounts               // leases held, all trees
+}
+
+// leaseCounts is how many leases are held, and how many of them Write: a
+// share's (leaseTable) and one tree's (treeLeases), so that a tree can ask
+// whether others hold any (othersHold, othersWrite).
+type leaseCounts struct {
+	held   atomic.Int64
+	writes atomic.Int64 // of them Write
 }
 
 // leaseObj is one file or directory the table knows: held, open, or a
@@ -144,9 +151,8 @@ type openCount struct{ all, write int }
 
 // treeLeases is a tree's side: how to reach its client, and what it holds.
 type treeLeases struct {
-	send   BreakSender
-	held   atomic.Int64
-	writes atomic.Int64 // of them Write
+	send BreakSender
+	leaseCounts
 	// Guarded by leaseTable.mu.
 	objs      map[*leaseObj]struct{}
 	suspended bool   // an acknowledgement timed out: no grants until resumeID is acknowledged
@@ -232,15 +238,21 @@ func (t *Tree) Disconnect() {
 // when none does, a change of t's breaks nothing. Callers ask after the
 // change (see grant for why that order is safe).
 func (t *Tree) othersHold() bool {
+	return t.othersCount(func(c *leaseCounts) *atomic.Int64 { return &c.held })
+}
+
+// othersCount reports whether the share's count (which of leaseCounts) is
+// above t's own: some other tree holds what it counts.
+func (t *Tree) othersCount(which func(*leaseCounts) *atomic.Int64) bool {
 	lt := t.sh.leases
 	if lt == nil {
 		return false
 	}
 	own := int64(0)
 	if t.lease != nil {
-		own = t.lease.held.Load()
+		own = which(&t.lease.leaseCounts).Load()
 	}
-	return lt.held.Load() > own
+	return which(&lt.leaseCounts).Load() > own
 }
 
 // obj returns the object for key, making it; lt.mu held.
@@ -687,15 +699,7 @@ func (lt *leaseTable) revokeAll() []pending {
 // othersWrite reports whether any tree but t holds Write on the share: a
 // read or change by t may then have to recall it.
 func (t *Tree) othersWrite() bool {
-	lt := t.sh.leases
-	if lt == nil {
-		return false
-	}
-	own := int64(0)
-	if t.lease != nil {
-		own = t.lease.writes.Load()
-	}
-	return lt.writes.Load() > own
+	return t.othersCount(func(c *leaseCounts) *atomic.Int64 { return &c.writes })
 }
 
 // OthersHold reports whether another tree holds a lease on the share: a

@@ -190,11 +190,7 @@ func TestReadOnlyShare(t *testing.T) {
 func TestReadOnlyOpen(t *testing.T) {
 	e := newEnv(t, false)
 	e.writeFile(t, "f", "x")
-	f, _, err := e.tr.Open("f", os.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := e.open(t, "f", os.O_RDONLY)
 	if _, err := f.WriteAt([]byte("y"), 0); err != protocol.StatusAccessDenied {
 		t.Errorf("WriteAt on an O_RDONLY open: %v", err)
 	}
