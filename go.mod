@@ -15,6 +15,7 @@ require (
 	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/crypto v0.58.0
 	golang.org/x/sys v0.49.0
+	golang.org/x/term v0.47.0
 )
 
 require (

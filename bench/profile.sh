@@ -27,7 +27,7 @@ mkdir -p "$work/export" "$work/mnt" "$out"
 port=$((20000 + RANDOM % 20000))
 export LWIO_PASSWORD=profile-password
 "$bin/lwio-server" -share bench="$work/export" -listen 127.0.0.1:$port -soft 127.0.0.1:$((port + 1)) \
-	-user bench -log-level warn >"$work/server.log" 2>&1 &
+	-user bench -account root -allow-root -log-level warn >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 "$bin/lwio-mount" //127.0.0.1:$port/bench "$work/mnt" -o username=bench,completion="$mode" >"$work/mount.log" 2>&1 &

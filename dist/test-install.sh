@@ -160,6 +160,11 @@ start_server() {
 
 	[shares.share]
 	path = "$T/share"
+	allow_root = true
+
+	# tester has no Unix account here: it acts as root.
+	[users.tester]
+	account = "root"
 	EOF
 	LWIO_PASSWORD=$password "$sbindir/lwio-server" adduser -config "$T/server.toml" tester 2>/dev/null ||
 		fail "lwio-server adduser"

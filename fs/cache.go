@@ -20,6 +20,21 @@ func validatorOf(a session.Attr) validator {
 	return validator{mtime: a.Mtime, size: a.Size, ok: true}
 }
 
+// freshNode records the validator of an empty file a CREATE returned on a
+// node never opened before: the kernel can hold no pages of it and has
+// the attributes from the reply, so unlike openFlags it drops nothing (a
+// notification saved per created file). False otherwise: openFlags then
+// decides.
+func (n *Node) freshNode(a session.Attr) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cache.ok || a.Size != 0 {
+		return false
+	}
+	n.cache = validatorOf(a)
+	return true
+}
+
 // keepCache decides close-to-open: keep the kernel's cached pages only if
 // the file is unchanged since they were cached.
 func keepCache(cached validator, fresh session.Attr) bool {

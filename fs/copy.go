@@ -84,6 +84,11 @@ func (n *Node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn ui
 		return 0, syscall.EINVAL
 	}
 	want := int64(min(length, maxCopyCall))
+	for _, f := range []*fileHandle{src, dst} {
+		if err := f.node.flushDeferred(ctx, false); err != nil {
+			return 0, f.errno("copy_file_range", err) // the server copies what it has
+		}
+	}
 	dst.dirty()
 	defer dst.dirty()
 	var done int64
@@ -124,7 +129,7 @@ func (n *Node) Invalidate(off, size int64) syscall.Errno {
 	n.mu.Lock()
 	n.cache = validator{}
 	n.freshValid = false
-	n.freshGen++
+	n.freshGen = n.fs.seq.Add(1)
 	n.mu.Unlock()
 	errno := n.NotifyContent(off, size)
 	n.fs.open.dropTwins(n, off, size) // twin.go: the pages went

@@ -51,9 +51,10 @@ func newCopyRig(t *testing.T) *copyRig {
 	log.SetLevel(logrus.ErrorLevel)
 	srv, err := fileserver.Start(fileserver.Config{
 		Session: session.ServerConfig{
-			Shares: []share.Config{{Name: "s", Path: r.dir}},
-			Users:  map[string][16]byte{"u": smbauth.NTHash("pw")},
-			Logger: log,
+			Shares:   []share.Config{{Name: "s", Path: r.dir, AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
+			Logger:   log,
 		},
 		Engine:      server.Config{Logger: log},
 		SessionAddr: "127.0.0.1:0",

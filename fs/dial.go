@@ -10,6 +10,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/session"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -79,7 +80,8 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 	if cfg.Stats != nil {
 		data = countedIO{tree, cfg.Stats}
 	}
-	s := &Session{Tree: tree, Data: SessionDataPath(data), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly()}
+	s := &Session{Tree: tree, Data: SessionDataPath(data), Done: c.Done(), Close: c.Close, ReadOnly: tree.ReadOnly(),
+		Account: treeAccount(tree)}
 	if len(cfg.Providers) == 0 {
 		return s, nil
 	}
@@ -131,12 +133,19 @@ func dialLWIO(ctx context.Context, cfg DialConfig, c *session.Client, tree *sess
 	if cfg.Stats != nil {
 		ctr = &cfg.Stats.LWIO
 	}
+	cph := smbauth.CipherNone
+	if c.Sealed() {
+		// The data connections seal as the session does (softrdma), or
+		// are refused by a server that does not trust its fabric (verbs).
+		cph = c.Cipher()
+	}
 	cl, err := client.New(ctx, client.Config{
 		Counters:    ctr,
 		Providers:   ps,
 		Negotiate:   tree.Negotiate,
 		SessionID:   c.SessionID(),
 		SigningKey:  c.SessionKey(),
+		Cipher:      cph,
 		Completion:  cfg.Completion,
 		Connections: cfg.Conns,
 		PoolMemory:  cfg.PoolMemory,
@@ -149,7 +158,7 @@ func dialLWIO(ctx context.Context, cfg DialConfig, c *session.Client, tree *sess
 	for _, ci := range cl.Conns() {
 		desc = append(desc, ci.Provider+" "+ci.RemoteAddr)
 	}
-	log.WithFields(logrus.Fields{"completion": cfg.Completion.String(), "connections": len(desc),
+	log.WithFields(logrus.Fields{"completion": cfg.Completion.String(), "connections": len(desc), "sealed": cph,
 		"max_read": cl.MaxRead(), "max_write": cl.MaxWrite(), "providers": strings.Join(dedupe(cl.Providers()), ","),
 		"rdma_connections": strings.Join(desc, "; ")}).Info("LWIO data path up")
 	go func() {

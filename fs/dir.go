@@ -16,11 +16,14 @@ import (
 // lookups from that listing, so `ls -l` of 10,000 entries costs a few
 // round trips rather than 10,000.
 type dirHandle struct {
-	node *Node
+	node   *Node
+	cached bool // opened with FOPEN_CACHE_DIR: the kernel fills its readdir cache from this handle
 
 	mu      sync.Mutex
 	loaded  bool
 	entries []session.DirEntry
+	leases  []LeaseState   // the entries' leases (nil: none, or their nodes hold theirs)
+	g       uint64         // where the listing's request began
 	attrs   map[string]int // name → index in entries
 	pos     int            // next index into the listing, "." and ".." included
 }
@@ -34,7 +37,8 @@ var (
 )
 
 func (n *Node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	return &dirHandle{node: n}, 0, 0
+	fl, cached := n.dirOpenFlags()
+	return &dirHandle{node: n, cached: cached}, fl, 0
 }
 
 // load lists the directory; called with d.mu held.
@@ -43,11 +47,18 @@ func (d *dirHandle) load(ctx context.Context) syscall.Errno {
 	defer cancel()
 	d.node.fs.wb.barrier() // the listing carries attributes (sizes)
 	p := d.node.path()
-	ents, err := d.node.fs.tree.ReadDir(ctx, p)
+	ents, leases, g, leased, err := d.node.listLeased(ctx, p)
+	if !leased {
+		g = d.node.gen()
+		ents, err = d.node.fs.tree.ReadDir(ctx, p)
+	}
 	if err != nil {
 		return d.node.errno("readdir", p, err)
 	}
-	d.entries = ents
+	if d.cached {
+		d.node.filledKernelCache(g)
+	}
+	d.entries, d.leases, d.g = ents, leases, g
 	d.attrs = make(map[string]int, len(ents))
 	for i := range ents {
 		d.attrs[ents[i].Name] = i
@@ -99,14 +110,27 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	d.mu.Lock()
 	i, ok := d.attrs[name]
 	var a session.Attr
+	var lease LeaseState
+	leased := d.leases != nil
 	if ok {
 		a = d.entries[i].Attr
+		if leased {
+			lease = d.leases[i]
+		}
 	}
+	g := d.g
 	d.mu.Unlock()
 	if !ok {
 		return d.node.Lookup(ctx, name, out)
 	}
-	return d.node.newChild(ctx, a, out), 0
+	child := d.node.newChild(ctx, name, a, out, g)
+	if cn, ok := child.Operations().(*Node); ok && d.node.fs.lease != nil {
+		if leased {
+			d.node.fs.lease.install(cn, a.Ino, lease, g)
+		}
+		d.node.leaseTimeouts(out, cn, g)
+	}
+	return child, 0
 }
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {

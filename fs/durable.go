@@ -30,26 +30,45 @@ type durableTree interface {
 	Reopen(ctx context.Context, id session.DurableID, fileID []byte, path string, flags int) (session.Handle, session.Attr, bool, error)
 }
 
+// durableLeaser is the session channel's durable opens with a lease
+// (*session.Tree).
+type durableLeaser interface {
+	OpenDurableLease(ctx context.Context, path string, flags int, mode uint32, id session.DurableID, want LeaseState) (session.Handle, session.Attr, []byte, LeaseState, error)
+}
+
 // reopenFlags are the open flags a reopen keeps: the file exists (or is
 // gone); it is never created, truncated or insisted on exclusively again.
 func reopenFlags(flags int) int { return flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC) }
 
 // open opens h's file on session s of generation gen: durable when the
-// session offers it. A replay after a lost connection sends the same id,
-// which the server answers with the open it made the first time.
-func (r *Reconnector) open(ctx context.Context, s *Session, gen uint64, h *vhandle, mode uint32) (session.Attr, error) {
+// session offers it, with a lease of want (0: none) when it grants leases.
+// A replay after a lost connection sends the same id, which the server
+// answers with the open it made the first time — without a lease: the
+// first one went with the lost session.
+func (r *Reconnector) open(ctx context.Context, s *Session, gen uint64, h *vhandle, mode uint32, want LeaseState) (a session.Attr, got LeaseState, err error) {
+	sl, leasing := leaser(s)
 	d, ok := s.Tree.(durableTree)
-	if !ok {
-		real, a, err := s.Tree.Open(ctx, h.path, h.flags, mode)
-		h.real, h.gen = real, gen
-		return a, err
+	switch {
+	case !ok && leasing && want != 0:
+		h.real, a, got, err = sl.OpenLease(ctx, h.path, h.flags, mode, want)
+		h.gen = gen
+		return a, got, err
+	case !ok:
+		h.real, a, err = s.Tree.Open(ctx, h.path, h.flags, mode)
+		h.gen = gen
+		return a, 0, err
 	}
 	if h.id.IsZero() {
 		h.id = session.NewDurableID()
 	}
-	real, a, fid, err := d.OpenDurable(ctx, h.path, h.flags, mode, h.id)
-	h.real, h.gen, h.fileID = real, gen, fid
-	return a, err
+	var fid []byte
+	if dl, ok := s.Tree.(durableLeaser); ok && leasing && want != 0 {
+		h.real, a, fid, got, err = dl.OpenDurableLease(ctx, h.path, h.flags, mode, h.id, want)
+	} else {
+		h.real, a, fid, err = d.OpenDurable(ctx, h.path, h.flags, mode, h.id)
+	}
+	h.gen, h.fileID = gen, fid
+	return a, got, err
 }
 
 // failed is the sticky error of a handle whose file is gone or whose

@@ -45,6 +45,10 @@ type fileHandle struct {
 	data     atomic.Pointer[dataBox] // nil until attached
 	attachMu sync.Mutex
 	released atomic.Bool
+	locked   atomic.Bool // a lock was taken through it (lock.go)
+	// heldBack counts the bytes a Write lease held back of this handle's
+	// writes (writebehind.go).
+	heldBack atomic.Int64
 }
 
 type dataBox struct{ DataFile }
@@ -58,12 +62,18 @@ var (
 )
 
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if fh, ok := n.reuseHandle(int(flags)); ok {
+		if a, ok := n.freshAttr(); ok {
+			return fh, n.openFlags(a, int(flags)), 0
+		}
+		fh.Release(ctx) // (kept again, or closed)
+	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	n.fs.wb.barrier() // the open's attributes decide close-to-open
 	p := n.path()
 	g := n.dropAttr()
-	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags, 0)
+	h, a, got, err := n.openTree(ctx, p, int(flags), int(flags)&sessionOpenFlags, 0)
 	if err != nil {
 		if errno := n.errno("open", p, err); errno != syscall.ENOENT {
 			return nil, 0, errno
@@ -75,8 +85,12 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		// every transaction on another mount).
 		return nil, 0, syscall.ESTALE
 	}
+	n.fs.lease.install(n, a.Ino, got, g)
 	n.rememberAt(g, a)
-	return n.newHandle(p, h, int(flags)), n.openFlags(a, int(flags)), 0
+	n.brokenDuring(a.Ino, g)
+	fh := n.newHandle(p, h, int(flags))
+	fh.writable()
+	return fh, n.openFlags(a, int(flags)), 0
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -85,13 +99,22 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	p := n.childPath(name)
 	n.dropAttr()
 	defer n.dropAttr()
-	h, a, err := n.fs.tree.Open(ctx, p, int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
+	g := n.gen()
+	h, a, got, err := n.openTree(ctx, p, int(flags), int(flags)&sessionOpenFlags|syscall.O_CREAT, mode)
 	if err != nil {
+		n.nameUnknown(name)
 		return nil, nil, 0, n.errno("create", p, err)
 	}
-	child := n.newChild(ctx, a, out)
+	child := n.newChild(ctx, name, a, out, g)
+	n.created(child, name, got, g, false, out)
 	cn := child.Operations().(*Node)
-	return child, cn.newHandle(p, h, int(flags)), cn.openFlags(a, int(flags)), 0
+	fh := cn.newHandle(p, h, int(flags))
+	fh.writable()
+	var fl uint32
+	if !cn.freshNode(a) || flags&syscall.O_APPEND != 0 {
+		fl = cn.openFlags(a, int(flags)) // appends are direct I/O whatever the node (append.go)
+	}
+	return child, fh, fl, 0
 }
 
 func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
@@ -118,6 +141,9 @@ func (f *fileHandle) dataFile(ctx context.Context) (DataFile, error) {
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	if err := f.node.flushDeferred(ctx, false); err != nil {
+		return nil, err // what was held back goes first
+	}
 	d, err := f.node.fs.data.Attach(ctx, f.h, f.flags)
 	if err != nil {
 		return nil, err
@@ -161,13 +187,15 @@ func (f *fileHandle) dirty() {
 	n.mu.Lock()
 	n.cache = validator{}
 	n.freshValid = false // size and mtime move
-	n.freshGen++
+	n.freshGen = n.fs.seq.Add(1)
 	n.mu.Unlock()
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	f.node.fs.wb.barrier() // the bytes of every write answered so far
-	f.node.dropAttr()      // the server may move the atime
+	if !f.node.holdsRead() {
+		f.node.dropAttr() // the server may move the atime (a Read lease covers all else)
+	}
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return nil, f.errno("register", err)
@@ -191,9 +219,10 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32, errno syscall.Errno) {
 	switch x := f.node.fs.writeKind(ctx); {
 	case x.appending, x.writeback:
-		// Behind the writes in flight (writebehind.go): an append lands
-		// after them, and a diff is taken against what they wrote.
-		if err := f.node.flushWrites(); err != nil {
+		// Behind the writes in flight (writeasync.go) and what a Write
+		// lease held back (writebehind.go): an append lands after them,
+		// and a diff is taken against what they wrote.
+		if err := f.node.flushAll(ctx); err != nil {
 			return 0, f.errno("write", err)
 		}
 		if x.appending {
@@ -203,9 +232,12 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32
 	}
 	defer func() {
 		if errno == 0 {
-			f.node.fs.open.wrote(f.node, buf, off) // the server has (or is sent) these bytes now
+			f.node.fs.open.wrote(f.node, buf, off) // the server has (or is sent) these bytes now, or they are held back in order
 		}
 	}()
+	if done, errno := f.deferWrite(ctx, buf, off); done {
+		return uint32(len(buf)), errno
+	}
 	f.dirty()
 	defer f.dirty() // and attributes fetched during the write predate it
 	data, err := f.dataFile(ctx)
@@ -323,30 +355,56 @@ func (f *fileHandle) cancel() {
 	}()
 }
 
-// Flush is close(2): the file's writes still in flight (writebehind.go)
-// land on the server before it returns, so the file is consistent there
-// for the next open anywhere, and a failure among them is close's error.
-// Then the closing process's locks on the file go (lock.go).
+// Flush is close(2): the file's writes still in flight (writeasync.go),
+// then what a Write lease held back (writebehind.go), land on the server
+// before it returns, so the file is consistent there for the next open
+// anywhere, and a failure among them is close's error. Then the closing
+// process's locks on the file go (lock.go).
 func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
-	errno := f.errno("flush", f.node.flushWrites())
+	f.closing() // a chmod after close(2) must not wait for the release
+	errno := f.errno("flush", f.node.flushAll(ctx))
 	if e := f.releaseLocks(ctx); errno == 0 {
 		errno = e
 	}
 	return errno
 }
 
-// Release is the last close: LWIO CLOSE of the Fid, then the session
-// handle. The caller's context is already gone, so both get their own.
+// Release is the last close. It is answered at once — the kernel does not
+// wait for it anyway — and the rest happens in the background: what a
+// Write lease held back is sent, then a read handle under a Handle lease
+// is kept for the next open, or LWIO CLOSE of the Fid and the session
+// handle's CLOSE go out — but for a handle a lock was taken through,
+// closed before the answer and not gathered with others (its locks go
+// with it).
 func (f *fileHandle) Release(context.Context) syscall.Errno {
 	if f.released.Swap(true) {
 		return 0
 	}
+	f.closing()
+	if !f.node.holding() && f.keepHandle() {
+		f.node.fs.open.closed(f.node, f.flags)
+		return 0 // kept, now: the next open may come at once
+	}
+	if f.locked.Load() {
+		// A lock taken through it (flock, OFD) is released with the
+		// server handle: closed before the answer, as it always was.
+		f.release()
+		return 0
+	}
+	go f.release()
+	return 0
+}
+
+func (f *fileHandle) release() {
 	defer f.node.fs.open.closed(f.node, f.flags)
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := f.node.flushWrites(); err != nil {
+	if err := f.node.flushAll(ctx); err != nil {
 		// Reported by Flush already unless the last close raced it.
-		f.log.WithField("op", "release").WithError(err).Warn("fs: a write behind failed")
+		f.log.WithField("op", "release").WithError(err).Warn("fs: a posted or held-back write failed")
+	}
+	if f.keepHandle() {
+		return
 	}
 	f.attachMu.Lock() // no attach after this
 	b := f.data.Load()
@@ -357,11 +415,15 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 			f.log.WithField("op", "release").WithError(derr).Warn("fs: closing data path")
 		}
 	}
+	if lc := f.node.fs.lease; lc.on() && !f.locked.Load() {
+		f.closeLater()
+		return
+	}
 	err := f.node.fs.tree.CloseHandle(ctx, f.h)
 	if err == nil {
 		err = derr
 	}
-	return f.errno("release", err)
+	f.errno("release", err)
 }
 
 func (f *fileHandle) errno(op string, err error) syscall.Errno {

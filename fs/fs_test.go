@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -99,11 +100,17 @@ func TestMountOptions(t *testing.T) {
 	if *o.AttrTimeout != 2*time.Second || *o.EntryTimeout != 0 {
 		t.Errorf("timeouts %v %v", *o.AttrTimeout, *o.EntryTimeout)
 	}
-	if len(o.Options) != 1 || o.Options[0] != "ro" {
-		t.Errorf("Options %v, want [ro]", o.Options)
+	if !slices.Equal(o.Options, []string{"nosuid", "nodev", "ro"}) {
+		t.Errorf("Options %v, want [nosuid nodev ro]", o.Options)
 	}
-	if o := (Options{AllowOther: true}).MountOptions(); !o.AllowOther || len(o.Options) != 1 || o.Options[0] != "default_permissions" {
-		t.Errorf("allow_other: AllowOther %v, Options %v; want default_permissions", o.AllowOther, o.Options)
+	// allow_other alone leaves the checks to the server (as the account
+	// each caller acts as); default_permissions is its own option.
+	if o := (Options{AllowOther: true, NoExec: true}).MountOptions(); !o.AllowOther ||
+		!slices.Equal(o.Options, []string{"nosuid", "nodev", "noexec"}) {
+		t.Errorf("allow_other, noexec: AllowOther %v, Options %v; want nosuid nodev noexec, no default_permissions", o.AllowOther, o.Options)
+	}
+	if o := (Options{DefaultPermissions: true}).MountOptions(); !slices.Equal(o.Options, []string{"nosuid", "nodev", "default_permissions"}) {
+		t.Errorf("DefaultPermissions: Options %v; want nosuid nodev default_permissions", o.Options)
 	}
 }
 
@@ -125,6 +132,14 @@ func mountFake(t *testing.T, backing string, opts Options) (string, *dirTree, *c
 		opts.Logger = l
 	}
 	srv, err := Mount(mnt, tree, data, opts)
+	mounted(t, srv, err)
+	return mnt, tree, data
+}
+
+// mounted fails the test at once if a mount failed, and unmounts it when
+// the test ends; an unmount that fails is an error of the test.
+func mounted(t *testing.T, srv *fuse.Server, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +148,6 @@ func mountFake(t *testing.T, backing string, opts Options) (string, *dirTree, *c
 			t.Errorf("unmount: %v", err)
 		}
 	})
-	return mnt, tree, data
 }
 
 func TestMountPOSIX(t *testing.T) {
@@ -357,7 +371,7 @@ func TestCloseToOpen(t *testing.T) {
 	}
 	// The open-time decision: first open and changed file drop the cache,
 	// an unchanged reopen keeps it, a local write forgets the validator.
-	n := &Node{}
+	n := &Node{fs: &filesystem{}}
 	fresh := session.Attr{Size: 1, Mtime: time.Unix(1, 0)}
 	if n.keepCache(fresh) {
 		t.Errorf("first open kept the cache")

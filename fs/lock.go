@@ -101,6 +101,9 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 	defer cancel()
 	req := lockOf(owner, lk, flags)
 	if req.Type == session.Unlock {
+		if err := n.flushDeferred(dctx, false); err != nil { // a Write lease's held-back writes, before the next holder reads
+			return fh.errno("unlock", err)
+		}
 		n.pushDirty()
 		return fh.errno("unlock", l.Lock(dctx, fh.h, req, false))
 	}
@@ -113,6 +116,7 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 		}
 		return fh.errno("lock", err)
 	}
+	fh.locked.Store(true) // its server handle is not kept after release (handlecache.go)
 	n.fs.open.owns(n, owner)
 	n.dropForLock()
 	return 0
@@ -161,11 +165,14 @@ func (n *Node) dropForLock() {
 }
 
 // cacheTrusted reports whether this mount's cached data of the node is
-// known to be current without asking — a lease from the server that no
-// other client or process has written (issue 15, leases: return true
-// while a read or write caching lease on the file is held). Without one, a
-// lock acquisition drops the cache.
-func (n *Node) cacheTrusted() bool { return false }
+// known to be current without asking: it holds a Read lease, which the
+// server grants only while no other client has the file open for writing
+// and breaks (and waits for the acknowledgement) before another client's
+// write-open or a local process's change goes on. A lock another client
+// holds needs an open of the file, which recalls Write, so a node that
+// holds Write has no other lock holders at all. Without a lease, a lock
+// acquisition drops the cache.
+func (n *Node) cacheTrusted() bool { return n.holdsRead() }
 
 // openNodes is the set of nodes with open files, and per node the lock
 // owners that took locks through this mount (FLUSH then releases theirs).

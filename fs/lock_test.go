@@ -98,6 +98,16 @@ func openRW(t *testing.T, p string) *os.File {
 	return f
 }
 
+// sharedFile writes data to name in the served directory and opens it
+// read-write through both mounts: one file two clients lock and change.
+func sharedFile(t *testing.T, share, a, b, name string, data []byte) (fa, fb *os.File) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(share, name), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return openRW(t, filepath.Join(a, name)), openRW(t, filepath.Join(b, name))
+}
+
 // ofd sets an OFD lock (F_OFD_SETLK or, waiting, F_OFD_SETLKW).
 func ofd(f *os.File, typ int16, start, n int64, wait bool) error {
 	cmd := unix.F_OFD_SETLK
@@ -120,10 +130,7 @@ func posix(f *os.File, typ int16, start, n int64) error {
 // of either releases them (FLUSH).
 func TestLocksTwoMounts(t *testing.T) {
 	share, a, b, _, _ := twoMounts(t)
-	if err := os.WriteFile(filepath.Join(share, "db"), make([]byte, 100), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fa, fb := openRW(t, filepath.Join(a, "db")), openRW(t, filepath.Join(b, "db"))
+	fa, fb := sharedFile(t, share, a, b, "db", make([]byte, 100))
 
 	if err := ofd(fa, unix.F_WRLCK, 10, 10, false); err != nil {
 		t.Fatalf("A's OFD lock: %v", err)
@@ -191,10 +198,7 @@ func TestLocksTwoMounts(t *testing.T) {
 // the server — nor takes the lock later behind the program's back.
 func TestLockWaitAndInterrupt(t *testing.T) {
 	share, a, b, srv, _ := twoMounts(t)
-	if err := os.WriteFile(filepath.Join(share, "db"), make([]byte, 10), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fa, fb := openRW(t, filepath.Join(a, "db")), openRW(t, filepath.Join(b, "db"))
+	fa, fb := sharedFile(t, share, a, b, "db", make([]byte, 10))
 	if err := ofd(fa, unix.F_WRLCK, 0, 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -255,10 +259,7 @@ func TestLockWaitAndInterrupt(t *testing.T) {
 func TestLockDropsCache(t *testing.T) {
 	share, a, b, _, _ := twoMounts(t)
 	old := bytes.Repeat([]byte("o"), 8192)
-	if err := os.WriteFile(filepath.Join(share, "db"), old, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fa, fb := openRW(t, filepath.Join(a, "db")), openRW(t, filepath.Join(b, "db"))
+	fa, fb := sharedFile(t, share, a, b, "db", old)
 	buf := make([]byte, len(old))
 	if _, err := fa.ReadAt(buf, 0); err != nil || !bytes.Equal(buf, old) {
 		t.Fatal("first read", err)
@@ -286,10 +287,7 @@ func TestLockDropsCache(t *testing.T) {
 // mount never gets it — and still the holder's to release.
 func TestLockSurvivesConnectionCut(t *testing.T) {
 	share, a, b, _, cut := twoMounts(t)
-	if err := os.WriteFile(filepath.Join(share, "db"), []byte("0123456789"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fa, fb := openRW(t, filepath.Join(a, "db")), openRW(t, filepath.Join(b, "db"))
+	fa, fb := sharedFile(t, share, a, b, "db", []byte("0123456789"))
 	if err := ofd(fa, unix.F_WRLCK, 0, 0, false); err != nil {
 		t.Fatal(err)
 	}

@@ -45,9 +45,10 @@ func serveWrapped(t *testing.T, dir, sessAddr, lwAddr string, wrap func(share.Fi
 	log.SetLevel(logrus.ErrorLevel)
 	cfg := fileserver.Config{
 		Session: session.ServerConfig{
-			Shares: []share.Config{{Name: "s", Path: dir}},
-			Users:  map[string][16]byte{"u": smbauth.NTHash("pw")},
-			Logger: log,
+			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
+			Logger:   log,
 			// Beside the share, so a server restarted on it finds the
 			// key its clients' file identities are sealed with.
 			StateDir: dir + ".state",
@@ -88,6 +89,13 @@ func dialer(addr string, mode client.Mode) Dialer {
 // server registered.
 func lwioMount(t *testing.T, dir string, mode client.Mode) (mnt string, registered *atomic.Int32, dp DataPath) {
 	t.Helper()
+	return lwioMountWith(t, dir, mode, Options{})
+}
+
+// lwioMountWith is lwioMount with the mount's options (timeouts and logger
+// filled in as mountOn's).
+func lwioMountWith(t *testing.T, dir string, mode client.Mode, opts Options) (mnt string, registered *atomic.Int32, dp DataPath) {
+	t.Helper()
 	needFUSE(t)
 	registered = &atomic.Int32{}
 	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", registered)
@@ -98,7 +106,7 @@ func lwioMount(t *testing.T, dir string, mode client.Mode) (mnt string, register
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	mnt = mountOn(t, s.Tree, s.Data)
+	mnt = mountWith(t, s.Tree, s.Data, opts)
 	return mnt, registered, s.Data
 }
 
@@ -114,10 +122,17 @@ func needFUSE(t *testing.T) {
 
 func mountOn(t *testing.T, tree Tree, dp DataPath) string {
 	t.Helper()
+	return mountWith(t, tree, dp, Options{})
+}
+
+// mountWith is mountOn with opts, its timeouts and logger filled in.
+func mountWith(t *testing.T, tree Tree, dp DataPath, opts Options) string {
+	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
 	mnt := t.TempDir()
-	srv, err := Mount(mnt, tree, dp, Options{AttrTimeout: time.Second, EntryTimeout: time.Second, Logger: log})
+	opts.AttrTimeout, opts.EntryTimeout, opts.Logger = time.Second, time.Second, log
+	srv, err := Mount(mnt, tree, dp, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,9 +219,11 @@ func TestLWIOSmoke(t *testing.T) {
 // through the mount costs no resume key and no REGISTER, and its bytes
 // travel as an LWIO WRITE. A handle the server could not register at open
 // (no LWIO connection then) still registers by resume key on first use.
+// Without leases: under a Write lease the first writes of a new file are
+// held back and go in the BATCH at close instead (TestSmallFileUnderWriteLease).
 func TestSmallFileWritesOverLWIO(t *testing.T) {
 	share := t.TempDir()
-	mnt, registered, dp := lwioMount(t, share, client.Interrupt)
+	mnt, registered, dp := lwioMountWith(t, share, client.Interrupt, Options{NoLeases: true})
 	cl := dp.(*lwioPath).cl
 	requests := func() (n uint64) {
 		for _, ci := range cl.Conns() {

@@ -37,8 +37,19 @@ type Options struct {
 	EntryTimeout time.Duration
 	// ReadOnly mounts read-only (MS_RDONLY).
 	ReadOnly bool
+	// NoExec mounts noexec (MS_NOEXEC): nothing on the mount may be
+	// executed. The mount is always nosuid and nodev.
+	NoExec bool
 	// AllowOther lets users other than the mounting one use the mount.
 	AllowOther bool
+	// DefaultPermissions has the kernel check the mode bits of the owners
+	// shown (Owners) before any request reaches the server; without it
+	// the server alone decides, as the account each caller acts as (see
+	// docs/usage.md, "Who owns what").
+	DefaultPermissions bool
+	// Owners maps file owners between the server's ids and this host's;
+	// nil shows the server's ids.
+	Owners *IDMap
 	// Debug logs every FUSE request and reply (go-fuse's debug output).
 	Debug bool
 	// FsName is the "source" column of /proc/mounts, e.g. "//host/share";
@@ -60,6 +71,9 @@ type Options struct {
 	// backing-device setting; 0 means MaxReadAhead, negative leaves the
 	// kernel's default.
 	ReadAhead int
+	// NoLeases asks the server for no leases: only the attribute and
+	// entry timeouts cache (lease.go).
+	NoLeases bool
 	// Logger receives the filesystem's logs; nil means quiet.
 	Logger logrus.FieldLogger
 }
@@ -78,8 +92,14 @@ type nopWriter struct{}
 func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 // NewRoot returns the root node of a mount over tree with file data on data.
+// A tree that grants leases (a SessionLeaser) is asked for them unless
+// opts.NoLeases.
 func NewRoot(tree Tree, data DataPath, opts Options) *Node {
-	return &Node{fs: &filesystem{tree: tree, data: data, opts: opts, log: opts.logger(), wb: newWriteBehind(opts.writeBehind())}}
+	fs := &filesystem{tree: tree, data: data, opts: opts, log: opts.logger(), wb: newAsyncWrites(opts.writeBehind())}
+	if sl, ok := tree.(SessionLeaser); ok && !opts.NoLeases {
+		fs.lease = newLeaseCtl(fs, sl)
+	}
+	return &Node{fs: fs}
 }
 
 func (o Options) writeBehind() int {
@@ -147,12 +167,17 @@ func (o Options) MountOptions() *gofs.Options {
 		// them against every other client and local process.
 		EnableLocks: true,
 	}
+	// Set-user-ID programs and device nodes on a network share must not
+	// act on this host (go-fuse's direct mount sets both by default; say
+	// so for the fusermount path too).
+	mo.Options = append(mo.Options, "nosuid", "nodev")
+	if o.NoExec {
+		mo.Options = append(mo.Options, "noexec")
+	}
 	if o.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 	}
-	if o.AllowOther {
-		// Other local users: let the kernel check the mode bits, since the
-		// server acts with the mounting user's credentials for everyone.
+	if o.DefaultPermissions {
 		mo.Options = append(mo.Options, "default_permissions")
 	}
 	if o.Debug {
@@ -187,16 +212,20 @@ func trimNL(p []byte) []byte {
 // It builds what go-fuse's fs.Mount would, with rawFS between the kernel
 // and the node tree.
 func Mount(mountpoint string, tree Tree, data DataPath, opts Options) (*fuse.Server, error) {
-	root := NewRoot(tree, data, opts)
+	return mountRoot(mountpoint, NewRoot(tree, data, opts), opts)
+}
+
+// mountRoot mounts the node tree under root at mountpoint.
+func mountRoot(mountpoint string, root *Node, opts Options) (*fuse.Server, error) {
 	mo := opts.MountOptions()
 	root.fs.extras = newRequestExtras()
 	raw := &rawFS{RawFileSystem: gofs.NewNodeFS(root, mo), x: root.fs.extras}
 	srv, err := fuse.NewServer(raw, mountpoint, &mo.MountOptions)
-	if err == nil {
-		go srv.Serve()
-		err = srv.WaitMount()
-	}
 	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	if ra := opts.readAhead(); ra > 0 {

@@ -21,7 +21,12 @@ type filesystem struct {
 	data DataPath
 	opts Options
 	log  logrus.FieldLogger
-	wb   *writeBehind
+	wb   *asyncWrites // buffered writes in flight (writeasync.go)
+	// seq orders this mount's changes and the leases' breaks: each bumps
+	// it, and what a reply carried is remembered only if nothing the
+	// reply may predate happened since its request began (rememberAt).
+	seq   atomic.Uint64
+	lease *leaseCtl // nil: no leases (lease.go)
 
 	extras *requestExtras // what rawFS kept of requests in flight
 	open   openNodes      // nodes with open files (lock.go)
@@ -43,9 +48,10 @@ type Node struct {
 	fresh      session.Attr
 	freshAt    time.Time
 	freshValid bool
-	freshGen   uint64 // bumped by every change this mount makes
-	// wbq is the file's writes in flight (writebehind.go), made on the
-	// first write behind.
+	freshGen   uint64 // fs.seq at the last change this mount made or break it heard
+	ls         nodeLease
+	// wbq is the file's writes in flight (writeasync.go), made on the
+	// first write posted.
 	wbq *wbQueue
 	// tmp is the open handle of an O_TMPFILE node until it is named
 	// (tmpfile.go).
@@ -71,33 +77,33 @@ const freshAttrAge = 100 * time.Millisecond
 func (n *Node) dropAttr() uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.freshValid = false
-	n.freshGen++
+	n.freshValid = n.freshValid && n.ls.wb.predicted // held-back changes: still what the node will be
+	n.freshGen = n.fs.seq.Add(1)
 	return n.freshGen
 }
 
-// gen is the current generation of the remembered attributes.
-func (n *Node) gen() uint64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.freshGen
-}
+// gen is the point a request that may return attributes begins at.
+func (n *Node) gen() uint64 { return n.fs.seq.Load() }
 
 // rememberAt records attributes the server sent in answer to a request
-// begun at generation g, unless the node changed meanwhile.
+// begun at g, unless the node changed (or its lease broke) meanwhile.
 func (n *Node) rememberAt(g uint64, a session.Attr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.freshGen == g {
+	if n.freshGen <= g && !n.ls.wb.predicted {
 		n.fresh, n.freshAt, n.freshValid = a, time.Now(), true
 	}
 }
 
-// freshAttr returns remembered attributes if they are recent enough.
+// freshAttr returns remembered attributes if they are recent enough, or
+// held under a Read lease (which a break would have dropped).
 func (n *Node) freshAttr() (session.Attr, bool) {
 	age := min(freshAttrAge, n.fs.opts.AttrTimeout)
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.freshValid && n.ls.state&LeaseRead != 0 {
+		return n.fresh, true
+	}
 	if !n.freshValid || age <= 0 || time.Since(n.freshAt) >= age {
 		return session.Attr{}, false
 	}
@@ -167,42 +173,50 @@ func fillAttr(out *fuse.Attr, a session.Attr) {
 	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
 }
 
-// newChild makes (or finds, by inode number) the Inode for attributes a and
-// fills out with them.
-func (n *Node) newChild(ctx context.Context, a session.Attr, out *fuse.EntryOut) *gofs.Inode {
-	fillAttr(&out.Attr, a)
-	fresh := &Node{fs: n.fs}
-	child := n.NewInode(ctx, fresh, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
-	if child.Operations() == fresh {
-		// A node nothing else can have changed yet.
-		fresh.rememberAt(0, a)
-	} else if cn, ok := child.Operations().(*Node); ok {
-		// An existing one may have a change in flight that these
-		// attributes predate, or have changed (a create that opened
-		// and truncated it): remember nothing.
-		cn.dropAttr()
+// newChild makes (or finds) the Inode for entry name, attributes a, which
+// a request begun at g returned, and fills out with them. A new node
+// remembers them; an existing one only if nothing of this mount changed
+// it (nor broke its lease) since g. go-fuse's NewInode always makes a new
+// Inode and swaps in a known one with the same inode number only after
+// the operation returns: the node already under name is taken here, so
+// that what is remembered and held lands on the node the kernel will use.
+func (n *Node) newChild(ctx context.Context, name string, a session.Attr, out *fuse.EntryOut, g uint64) *gofs.Inode {
+	n.fillAttr(&out.Attr, a)
+	child := n.GetChild(name)
+	if child == nil || child.StableAttr().Ino != a.Ino || child.StableAttr().Mode != a.Mode&syscall.S_IFMT {
+		child = n.NewInode(ctx, &Node{fs: n.fs}, gofs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	}
+	if cn, ok := child.Operations().(*Node); ok {
+		cn.rememberAt(g, a)
 	}
 	return child
 }
 
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	n.fs.wb.barrier() // the attributes of every write answered so far
+	if n.fs.lease.on() {
+		return n.lookupLeased(ctx, name, out)
+	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	n.fs.wb.barrier()
 	p := n.childPath(name)
+	g := n.gen()
 	a, err := n.fs.tree.GetAttr(ctx, p)
 	if err != nil {
 		return nil, n.errno("lookup", p, err)
 	}
-	return n.newChild(ctx, a, out), 0
+	return n.newChild(ctx, name, a, out, g), 0
 }
 
 func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fs.wb.barrier() // a size from before a write already answered would shrink the file
+	if errno, ok := n.getattrLeased(ctx, out); ok {
+		return errno
+	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	n.fs.wb.barrier() // a size from before a write already answered would shrink the file
 	if a, ok := n.freshAttr(); ok {
-		fillAttr(&out.Attr, a)
+		n.fillAttr(&out.Attr, a)
 		return 0
 	}
 	p := n.path()
@@ -217,7 +231,7 @@ func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 		return n.errno("getattr", p, err)
 	}
 	n.rememberAt(g, a)
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a)
 	return 0
 }
 
@@ -273,6 +287,17 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		h = fh.h
 	}
 	s := setAttrIn(in)
+	if errno := n.serverOwner(ctx, &s); errno != 0 {
+		return errno
+	}
+	if a, ok := n.deferSetattr(f, s); ok {
+		n.fillAttr(&out.Attr, a)
+		out.SetTimeout(predictedTimeout)
+		return 0
+	}
+	if err := n.flushDeferred(ctx, false); err != nil {
+		return n.errno("setattr", p, err)
+	}
 	g := n.dropAttr()
 	a, err := n.fs.tree.SetAttr(ctx, p, h, s)
 	if err != nil {
@@ -285,21 +310,21 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		n.cache = validator{} // the kernel truncated its pages; the server's mtime moved
 		n.mu.Unlock()
 	}
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a)
 	return 0
 }
 
 func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.makeChild(ctx, "mkdir", name, out, nil, func(ctx context.Context, p string) (session.Attr, error) {
-		return n.fs.tree.Mkdir(ctx, p, mode)
+	return n.makeChild(ctx, "mkdir", name, out, nil, func(ctx context.Context, p string) (session.Attr, LeaseState, error) {
+		return n.mkdirTree(ctx, p, mode)
 	})
 }
 
-// makeChild makes the entry name with mk (MKDIR, SYMLINK, LINK) and
+// makeChild makes the entry name with mk (MKDIR, SYMLINK, LINK, MKNOD) and
 // returns its node, dropping the remembered attributes of this directory
 // — and of other, the link's target, when not nil — before and after.
 func (n *Node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOut, other *Node,
-	mk func(ctx context.Context, p string) (session.Attr, error)) (*gofs.Inode, syscall.Errno) {
+	mk func(ctx context.Context, p string) (session.Attr, LeaseState, error)) (*gofs.Inode, syscall.Errno) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
@@ -311,11 +336,15 @@ func (n *Node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 	}
 	dropAttrs()
 	defer dropAttrs()
-	a, err := mk(ctx, p)
+	g := n.gen()
+	a, got, err := mk(ctx, p)
 	if err != nil {
+		n.nameUnknown(name)
 		return nil, n.errno(op, p, err)
 	}
-	return n.newChild(ctx, a, out), 0
+	child := n.newChild(ctx, name, a, out, g)
+	n.created(child, name, got, g, op == "mkdir", out)
+	return child, 0
 }
 
 func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -336,7 +365,13 @@ func (n *Node) removeChild(ctx context.Context, op, name string, remove func(con
 	n.dropChildAttr(name)
 	defer n.dropChildAttr(name)
 	defer n.dropAttr()
-	return n.errno(op, p, remove(ctx, p))
+	err := remove(ctx, p)
+	if err != nil {
+		n.nameUnknown(name)
+	} else {
+		n.removed(name)
+	}
+	return n.errno(op, p, err)
 }
 
 func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -354,12 +389,15 @@ func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	dropAttrs()
 	defer dropAttrs()
-	return n.errno("rename", oldPath, n.fs.tree.Rename(ctx, oldPath, newPath, flags))
+	err := n.fs.tree.Rename(ctx, oldPath, newPath, flags)
+	n.renamed(name, newParent, newName, flags, err)
+	return n.errno("rename", oldPath, err)
 }
 
 func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return n.makeChild(ctx, "symlink", name, out, nil, func(ctx context.Context, p string) (session.Attr, error) {
-		return n.fs.tree.Symlink(ctx, target, p)
+	return n.makeChild(ctx, "symlink", name, out, nil, func(ctx context.Context, p string) (session.Attr, LeaseState, error) {
+		a, err := n.fs.tree.Symlink(ctx, target, p)
+		return a, 0, err
 	})
 }
 
@@ -380,8 +418,9 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return n.linkTmp(ctx, tn, fh, name, out) // an O_TMPFILE file has no path
 	}
 	oldPath := target.EmbeddedInode().Path(n.Root())
-	return n.makeChild(ctx, "link", name, out, tn, func(ctx context.Context, p string) (session.Attr, error) {
-		return n.fs.tree.Link(ctx, oldPath, p)
+	return n.makeChild(ctx, "link", name, out, tn, func(ctx context.Context, p string) (session.Attr, LeaseState, error) {
+		a, err := n.fs.tree.Link(ctx, oldPath, p)
+		return a, 0, err // a hard-linked file keeps no lease: created drops tn's
 	})
 }
 
@@ -402,7 +441,7 @@ func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) sysca
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	if err := n.flushWrites(); err != nil {
+	if err := n.flushAll(ctx); err != nil {
 		return n.errno("fsync", p, err)
 	}
 	if fh, ok := f.(*fileHandle); ok {

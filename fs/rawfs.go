@@ -22,6 +22,13 @@ import (
 //     process's POSIX locks on the file, and the FLUSH it sends is the
 //     only place FUSE says whose (lock.go).
 //
+// It also turns a LOOKUP's ENOENT into a negative entry the kernel keeps
+// for the timeout the node set in the reply (Node.negative: under a
+// directory's Read lease). go-fuse v2.12 caches absent names only with
+// one mount-wide NegativeTimeout, which would hide files created by other
+// clients for that long in every directory; the kernel caches a negative
+// entry when LOOKUP succeeds with node id 0 and an entry timeout.
+//
 // go-fuse hands a node the request's fuse.Context, whose Cancel channel is
 // the request's own while it runs; that channel is the key.
 type rawFS struct {
@@ -107,4 +114,14 @@ func (fs *filesystem) writeKind(ctx context.Context) extra {
 func (fs *filesystem) flushOwner(ctx context.Context) (uint64, bool) {
 	e, ok := fs.extras.of(ctx)
 	return e.owner, ok
+}
+
+func (r *rawFS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	st := r.RawFileSystem.Lookup(cancel, header, name, out)
+	if st == fuse.ENOENT && out.EntryTimeout() > 0 {
+		out.NodeId, out.Generation = 0, 0
+		out.Attr = fuse.Attr{}
+		return fuse.OK
+	}
+	return st
 }

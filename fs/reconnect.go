@@ -31,6 +31,9 @@ type Session struct {
 	LWIO *client.Client
 	// ReadOnly says the share refuses changes (its TREE_CONNECT flag).
 	ReadOnly bool
+	// Account is who the session acts as on the server; nil when the
+	// server did not say (see IDMap).
+	Account *Account
 }
 
 // Dialer establishes a Session from nothing: session setup, tree connect,
@@ -87,8 +90,9 @@ type Reconnector struct {
 	closed  bool
 	handles map[session.Handle]*vhandle
 	next    session.Handle
-	orphans []session.DurableID // durable opens closed while disconnected (durable.go)
-	stats   *Stats              // CountInto; nil counts nothing
+	orphans []session.DurableID                 // durable opens closed while disconnected (durable.go)
+	breakTo func(session.LeaseBreak) LeaseState // the mount's lease breaks (reconnect_lease.go)
+	stats   *Stats                              // CountInto; nil counts nothing
 }
 
 // vhandle is an open file as the mount knows it: a handle number stable
@@ -184,6 +188,9 @@ func (r *Reconnector) lost(gen uint64) {
 	r.cur = nil
 	r.redial = make(chan struct{})
 	r.log.WithField("generation", gen).Warn("fs: connection to the server lost; reconnecting")
+	if fn := r.breakTo; fn != nil {
+		go fn(session.LeaseBreak{}) // the session's leases died with it
+	}
 	go func() {
 		if old != nil && old.Close != nil {
 			old.Close()
@@ -220,6 +227,7 @@ func (r *Reconnector) redialLoop() {
 			}
 			r.gen = gen
 			r.cur = s
+			forwardBreaks(s, r.breakTo)
 			if r.stats != nil {
 				r.stats.reconnects.Add(1)
 			}
@@ -336,16 +344,24 @@ func (r *Reconnector) Rmdir(ctx context.Context, path string) error {
 }
 
 func (r *Reconnector) Open(ctx context.Context, path string, flags int, mode uint32) (session.Handle, session.Attr, error) {
+	h, a, _, err := r.openLeased(ctx, path, flags, mode, 0)
+	return h, a, err
+}
+
+// openLeased opens path as a handle number that outlives reconnects, with
+// a lease of want when want is not 0 and the live session grants leases.
+func (r *Reconnector) openLeased(ctx context.Context, path string, flags int, mode uint32, want LeaseState) (session.Handle, session.Attr, LeaseState, error) {
 	h := &vhandle{path: path, flags: flags}
 	var a session.Attr
+	var got LeaseState
 	err := r.do(ctx, true, func(s *Session, g uint64) (err error) {
-		a, err = r.open(ctx, s, g, h, mode)
+		a, got, err = r.open(ctx, s, g, h, mode, want)
 		return err
 	})
 	if err != nil {
-		return 0, a, err
+		return 0, a, 0, err
 	}
-	return r.addHandle(h), a, nil
+	return r.addHandle(h), a, got, nil
 }
 
 // addHandle numbers an open file of the mount.

@@ -35,6 +35,9 @@ func (n *Node) Allocate(ctx context.Context, f gofs.FileHandle, off, size uint64
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	if err := n.flushDeferred(ctx, false); err != nil {
+		return fh.errno("fallocate", err) // what a Write lease held back lands first
+	}
 	fh.dirty()
 	defer fh.dirty()
 	_, err := ss.Allocate(ctx, fh.h, mode, int64(off), int64(size))
@@ -59,6 +62,9 @@ func (n *Node) Lseek(ctx context.Context, f gofs.FileHandle, off uint64, whence 
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	if err := n.flushDeferred(ctx, false); err != nil {
+		return 0, fh.errno("lseek", err) // the server must see what was held back
+	}
 	pos, err := ss.Seek(ctx, fh.h, int64(off), int(whence))
 	if err != nil {
 		return 0, fh.errno("lseek", err)

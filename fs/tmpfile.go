@@ -63,12 +63,12 @@ func (n *Node) linkTmp(ctx context.Context, target *Node, fh *fileHandle, name s
 	if !ok {
 		return nil, syscall.EOPNOTSUPP
 	}
-	return n.makeChild(ctx, "link", name, out, target, func(ctx context.Context, p string) (session.Attr, error) {
+	return n.makeChild(ctx, "link", name, out, target, func(ctx context.Context, p string) (session.Attr, LeaseState, error) {
 		a, err := ss.LinkHandle(ctx, fh.h, p)
 		if err == nil {
 			target.tmp.CompareAndSwap(fh, nil)
 		}
-		return a, err
+		return a, 0, err
 	})
 }
 

@@ -36,10 +36,7 @@ func TestChanged(t *testing.T) {
 // write-back of the page puts back its stale copy of the other's bytes.
 func TestSharedMappingTwoMounts(t *testing.T) {
 	share, a, b, _, _ := twoMounts(t)
-	if err := os.WriteFile(filepath.Join(share, "shm"), make([]byte, 4096), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fa, fb := openRW(t, filepath.Join(a, "shm")), openRW(t, filepath.Join(b, "shm"))
+	fa, fb := sharedFile(t, share, a, b, "shm", make([]byte, 4096))
 	mapOf := func(f *os.File) []byte {
 		m, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {

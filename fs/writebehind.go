@@ -2,260 +2,278 @@ package fs
 
 import (
 	"context"
-	"io"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/lwiofs/lwiofs/protocol/client"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
-// Write-behind (issue 16 item 3): a buffered writer's WRITE is answered
-// once its bytes are posted over LWIO, not once the server has written
-// them, so a sequential writer keeps several requests in flight instead of
-// one. The rules that keep it invisible:
-//
-//   - close(2) (FLUSH), fsync and the last close (RELEASE) wait until the
-//     file's posted writes are on the server, and report a failure among
-//     them: close-to-open holds — what a close returned from is what the
-//     next open anywhere sees — and so does fsync's promise.
-//   - Anything that reads data or attributes from the server (READ,
-//     GETATTR, SETATTR, LOOKUP, a directory listing, OPEN) first waits for
-//     every posted write of the mount, so it never sees a size or bytes
-//     from before a write it has already been told succeeded.
-//   - A write overlapping one still in flight on the same file waits for
-//     it first (the two could otherwise land in either order).
-//   - A failure is kept and returned by the next write, close or fsync of
-//     the file (as NFS and SMB clients report write-behind errors); a lost
-//     connection is not a failure: the write is sent again on the next
-//     session, as every write at an explicit offset is.
-//   - O_DIRECT, O_SYNC and O_DSYNC handles write through, as before.
-//
-// Another client still sees a file's new bytes only after the writer's
-// close (close-to-open), as before; a lease that lets another client see
-// more must flush first (flushWrites).
+// Write leases: while a node holds Write — the server granted it because
+// no other client has the file open or holds any lease on it, typically a
+// file this mount just created — its small writes and attribute changes
+// through an open handle are answered at once and held back, and go to
+// the server as one BATCH when the file is closed (or synced, read,
+// written further, broken, or after wbMaxAge). `tar -x`'s "create, write,
+// utimens, chown, chmod, close" then costs two round trips instead of
+// eight. The kernel is answered with predicted attributes meanwhile. A
+// failure of the held-back requests is reported by close(2) (or fsync), as
+// NFS reports write errors. Another client's open or stat recalls Write
+// first: this mount sends what it held back before the server lets that
+// client see the file, so nobody else ever sees it stale. Only the first
+// leaseHoldMax bytes of a handle are held back, and only before its LWIO
+// data path is attached; never appends, O_DIRECT or O_SYNC. Writes posted
+// over LWIO (writeasync.go) are waited for before a BATCH goes, so the
+// held-back writes land after them.
 
-// DefaultWriteBehind is how many writes a file keeps in flight by default.
-const DefaultWriteBehind = 8
+// leaseHoldMax is how many bytes of a handle's first writes a Write lease
+// may hold back (what a small file's writer sends: tar -x, a compiler's
+// output, an editor's save).
+const leaseHoldMax = 128 << 10
 
-// drainTimeout bounds the wait for one posted write. The connection's own
-// liveness ends it much sooner when the server is gone.
-const drainTimeout = 2 * time.Minute
+// wbMaxAge bounds how long a change is held back.
+const wbMaxAge = time.Second
 
-// PendingWrite is a write posted and not yet waited for (a data file's
-// WriteAsync; *client.PendingWrite through the Reconnector).
-type PendingWrite interface {
-	Wait(ctx context.Context) (int, error)
-}
+// maxDeferredOps bounds the requests held back per file (BATCH takes 256,
+// one is the closing fstat).
+const maxDeferredOps = 200
 
-// postWrite posts a write of p at off and returns without waiting for it.
-type postWrite func(ctx context.Context, p []byte, off int64) (PendingWrite, error)
-
-// asyncWriter is a data file that can post a write and wait for it later
-// (the Reconnector's); *client.File has the same method returning its
-// own PendingWrite.
-type asyncWriter interface {
-	WriteAsync(ctx context.Context, p []byte, off int64) (PendingWrite, error)
-}
-
-type engineAsyncWriter interface {
-	WriteAsync(ctx context.Context, p []byte, off int64) (*client.PendingWrite, error)
-}
-
-// posted is one write in flight: its range and how to learn its outcome.
-// taken: a goroutine is waiting for it (it stays listed, for overlaps,
-// until done).
-type posted struct {
-	pw       PendingWrite
-	off, end int64
-	taken    bool
-}
-
-// wbQueue is one file's writes in flight.
-type wbQueue struct {
-	wb   *writeBehind
-	mu   sync.Mutex
-	cond sync.Cond
-	q    []*posted
-	err  error // the first failure, until reported
-}
-
-// writeBehind is the mount's writes in flight, for the barriers.
+// writeBehind is what a node holds back; guarded by Node.mu, but flushMu.
 type writeBehind struct {
-	max     int          // writes a file keeps in flight; 0: write through
-	pending atomic.Int64 // posted and not yet done (the barriers' fast path)
-	mu      sync.Mutex
-	files   map[*wbQueue]struct{} // those with writes in flight
+	ops       []session.BatchOp
+	bytes     int
+	predicted bool  // Node.fresh is predicted, not the server's
+	err       error // a background flush's failure, for the next close or fsync
+	timer     *time.Timer
+	fh        *fileHandle // an open handle that may hold back: fchmod and utimens come without one
+	flushMu   sync.Mutex  // one flush at a time, in order
 }
 
-func newWriteBehind(max int) *writeBehind {
-	return &writeBehind{max: max, files: map[*wbQueue]struct{}{}}
+// writable records that f, a handle of n that may hold changes back, is
+// open: setattrs the kernel sends without a handle (fchmod, fchown,
+// futimens and their path forms) go through it.
+func (f *fileHandle) writable() {
+	n := f.node
+	if n.fs.lease == nil || !f.mayDefer() {
+		return
+	}
+	n.mu.Lock()
+	n.ls.wb.fh = f
+	n.mu.Unlock()
 }
 
-// queue returns n's queue, making it on first use.
-func (n *Node) queue() *wbQueue {
+// closing forgets f as n's handle for setattrs: f is being closed (the
+// kernel's RELEASE comes in the background, after close(2) returned).
+func (f *fileHandle) closing() {
+	n := f.node
+	n.mu.Lock()
+	if n.ls.wb.fh == f {
+		n.ls.wb.fh = nil
+	}
+	n.mu.Unlock()
+}
+
+// holding reports whether n holds changes back.
+func (n *Node) holding() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.wbq == nil {
-		n.wbq = &wbQueue{wb: n.fs.wb}
-		n.wbq.cond.L = &n.wbq.mu
-	}
-	return n.wbq
+	return len(n.ls.wb.ops) > 0 || n.ls.wb.err != nil
 }
 
-// writeBehind returns f's data file as an asyncWriter when a write of n
-// bytes on f is posted rather than waited for: a buffered handle on a data
-// path that can.
-func (f *fileHandle) writeBehind(data DataFile, n int) (postWrite, bool) {
-	if f.node.fs.wb.max <= 0 || f.flags&(syscall.O_DIRECT|syscall.O_SYNC|syscall.O_DSYNC) != 0 || n == 0 {
-		return nil, false
-	}
-	switch d := data.(type) {
-	case asyncWriter:
-		return d.WriteAsync, true
-	case engineAsyncWriter:
-		return func(ctx context.Context, p []byte, off int64) (PendingWrite, error) {
-			pw, err := d.WriteAsync(ctx, p, off)
-			if err != nil {
-				return nil, err
-			}
-			return pw, nil
-		}, true
-	}
-	return nil, false
+// mayDefer reports whether f's changes may be held back (its node holding
+// Write checked by the caller).
+func (f *fileHandle) mayDefer() bool {
+	return f.node.fs.lease != nil && f.flags&syscall.O_ACCMODE != syscall.O_RDONLY &&
+		f.flags&(syscall.O_APPEND|syscall.O_DIRECT|syscall.O_SYNC|syscall.O_DSYNC) == 0 &&
+		f.data.Load() == nil
 }
 
-// post writes buf at off behind: it waits for room (and for writes
-// overlapping this one), posts it and returns. An earlier failure of the
-// file is returned instead, once.
-func (q *wbQueue) post(ctx context.Context, write postWrite, buf []byte, off int64) error {
-	end := off + int64(len(buf))
-	q.mu.Lock()
-	for q.overlaps(off, end) || len(q.q) >= q.wb.max {
-		q.waitOne()
+// deferWrite holds a write back when it may; otherwise it sends what the
+// node held back first, so that writes reach the server in order. done
+// says the write is answered (with errno).
+func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (done bool, errno syscall.Errno) {
+	n := f.node
+	if n.fs.lease == nil {
+		return false, 0
 	}
-	if err := q.err; err != nil {
-		q.err = nil
-		q.mu.Unlock()
-		return err
-	}
-	q.mu.Unlock()
-	pw, err := write(ctx, buf, off)
-	if err != nil {
-		return err
-	}
-	q.mu.Lock()
-	if len(q.q) == 0 {
-		q.wb.mu.Lock()
-		q.wb.files[q] = struct{}{}
-		q.wb.mu.Unlock()
-	}
-	q.q = append(q.q, &posted{pw: pw, off: off, end: end})
-	q.wb.pending.Add(1)
-	q.mu.Unlock()
-	return nil
-}
-
-// overlaps reports whether a write in flight touches [off, end); under mu.
-func (q *wbQueue) overlaps(off, end int64) bool {
-	for _, p := range q.q {
-		if p.off < end && off < p.end {
-			return true
-		}
-	}
-	return false
-}
-
-// waitOne waits for the oldest write nobody waits for yet, with mu
-// released meanwhile, or, when every one is being waited for, for one of
-// those to finish; under mu, with writes in flight.
-func (q *wbQueue) waitOne() {
-	var p *posted
-	for _, x := range q.q {
-		if !x.taken {
-			p = x
-			break
-		}
-	}
-	if p == nil {
-		q.cond.Wait()
-		return
-	}
-	p.taken = true
-	q.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	n, err := p.pw.Wait(ctx)
-	cancel()
-	if err == nil && int64(n) < p.end-p.off {
-		err = io.ErrShortWrite
-	}
-	q.wb.pending.Add(-1)
-	q.mu.Lock()
-	for i, x := range q.q {
-		if x == p {
-			q.q = append(q.q[:i], q.q[i+1:]...)
-			break
-		}
-	}
-	if err != nil && q.err == nil {
-		q.err = err
-	}
-	if len(q.q) == 0 {
-		q.wb.mu.Lock()
-		delete(q.wb.files, q)
-		q.wb.mu.Unlock()
-	}
-	q.cond.Broadcast()
-}
-
-// drain waits until no write of the file is in flight; under mu.
-func (q *wbQueue) drain() {
-	for len(q.q) > 0 {
-		q.waitOne()
-	}
-}
-
-// flush waits until every write of the file in flight is done and returns
-// the first failure among them (or an earlier one not yet reported).
-func (q *wbQueue) flush() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.drain()
-	err := q.err
-	q.err = nil
-	return err
-}
-
-// barrier waits until no write of the mount is in flight (failures stay
-// with their files, for their next write, close or fsync).
-func (wb *writeBehind) barrier() {
-	if wb.pending.Load() == 0 {
-		return
-	}
-	wb.mu.Lock()
-	qs := make([]*wbQueue, 0, len(wb.files))
-	for q := range wb.files {
-		qs = append(qs, q)
-	}
-	wb.mu.Unlock()
-	for _, q := range qs {
-		q.mu.Lock()
-		q.drain()
-		q.mu.Unlock()
-	}
-}
-
-// flushWrites waits for the node's writes in flight and returns a failure
-// among them, once: FLUSH, FSYNC and RELEASE call it, and so must anything
-// that lets another client see the file before this one closes it (a
-// lease break's acknowledgement).
-func (n *Node) flushWrites() error {
 	n.mu.Lock()
-	q := n.wbq
+	if n.ls.state&LeaseWrite != 0 && f.mayDefer() && n.freshValid && n.ls.wb.err == nil &&
+		n.ls.wb.bytes+len(buf) <= leaseHoldMax && len(n.ls.wb.ops) < maxDeferredOps &&
+		f.heldBack.Load()+int64(len(buf)) <= leaseHoldMax {
+		f.heldBack.Add(int64(len(buf)))
+		n.hold(session.BatchOp{Command: session.CmdWrite, Handle: f.h, Offset: uint64(off), Data: append([]byte(nil), buf...)})
+		a := n.fresh
+		if end := uint64(off) + uint64(len(buf)); end > a.Size {
+			a.Size = end
+		}
+		a.Blocks = (a.Size + 511) / 512
+		now := time.Now()
+		a.Mtime, a.Ctime = now, now
+		n.predict(a)
+		n.cache = validator{}
+		n.mu.Unlock()
+		return true, 0
+	}
+	pending := len(n.ls.wb.ops) > 0 || n.ls.wb.err != nil
 	n.mu.Unlock()
-	if q == nil {
+	if pending {
+		if err := n.flushDeferred(ctx, false); err != nil {
+			return true, f.errno("write", err)
+		}
+	}
+	return false, 0
+}
+
+// deferSetattr holds back a setattr through handle f when it may, and
+// returns the attributes predicted after it.
+func (n *Node) deferSetattr(f gofs.FileHandle, in session.SetAttrIn) (session.Attr, bool) {
+	if n.fs.lease == nil || in.Valid == 0 {
+		return session.Attr{}, false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	fh, ok := f.(*fileHandle)
+	if !ok {
+		fh = n.ls.wb.fh
+	}
+	if fh == nil || n.ls.state&LeaseWrite == 0 || !fh.mayDefer() || !n.freshValid || n.ls.wb.err != nil || len(n.ls.wb.ops) >= maxDeferredOps {
+		return session.Attr{}, false
+	}
+	n.hold(session.BatchOp{Command: session.CmdSetAttr, Handle: fh.h, SetAttr: in})
+	a, now := n.fresh, time.Now()
+	if in.Valid&session.SetMode != 0 {
+		a.Mode = a.Mode&^07777 | in.Mode&07777
+	}
+	if in.Valid&session.SetUid != 0 {
+		a.Uid = in.Uid
+	}
+	if in.Valid&session.SetGid != 0 {
+		a.Gid = in.Gid
+	}
+	if in.Valid&session.SetSize != 0 {
+		a.Size, a.Mtime = in.Size, now
+		a.Blocks = (a.Size + 511) / 512
+		n.cache = validator{}
+	}
+	if in.Valid&session.SetAtime != 0 {
+		a.Atime = pick(in.AtimeNow, now, in.Atime)
+	}
+	if in.Valid&session.SetMtime != 0 {
+		a.Mtime = pick(in.MtimeNow, now, in.Mtime)
+	}
+	a.Ctime = now
+	n.predict(a)
+	return a, true
+}
+
+func pick(now bool, t, given time.Time) time.Time {
+	if now {
+		return t
+	}
+	return given
+}
+
+// hold queues op; Node.mu held.
+func (n *Node) hold(op session.BatchOp) {
+	n.ls.wb.ops = append(n.ls.wb.ops, op)
+	n.ls.wb.bytes += len(op.Data)
+	if n.ls.wb.timer == nil {
+		n.ls.wb.timer = time.AfterFunc(wbMaxAge, func() { n.flushDeferred(context.Background(), true) })
+	}
+}
+
+// predict makes a the node's attributes until the held-back changes are
+// sent; a reply to a request in flight must not replace them. Node.mu
+// held.
+func (n *Node) predict(a session.Attr) {
+	n.fresh, n.freshAt, n.freshValid = a, time.Now(), true
+	n.freshGen = n.fs.seq.Add(1)
+	n.ls.wb.predicted = true
+}
+
+// predictedAttr returns the attributes predicted for held-back changes.
+func (n *Node) predictedAttr() (session.Attr, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.fresh, n.ls.wb.predicted && n.freshValid
+}
+
+// flushDeferred sends what the node held back, as one BATCH ending with an
+// fstat of the last handle (the attributes the prediction is replaced
+// with). Its failure is returned — and, for a flush nobody waits for
+// (background: a timer, a break), kept for the next close, fsync or
+// write; a failure kept earlier is returned now.
+func (n *Node) flushDeferred(ctx context.Context, background bool) error {
+	lc := n.fs.lease
+	if lc == nil {
 		return nil
 	}
-	return q.flush()
+	n.drainWrites() // the writes posted over LWIO land first (writeasync.go)
+	n.ls.wb.flushMu.Lock()
+	defer n.ls.wb.flushMu.Unlock()
+	n.mu.Lock()
+	ops := n.ls.wb.ops
+	n.ls.wb.ops, n.ls.wb.bytes = nil, 0
+	if n.ls.wb.timer != nil {
+		n.ls.wb.timer.Stop()
+		n.ls.wb.timer = nil
+	}
+	kept := n.ls.wb.err
+	if !background {
+		n.ls.wb.err = nil
+	}
+	n.mu.Unlock()
+	if len(ops) == 0 {
+		if background {
+			return nil
+		}
+		return kept
+	}
+	ops = append(ops, session.BatchOp{Command: session.CmdSetAttr, Handle: ops[len(ops)-1].Handle})
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	res, err := lc.tr.Batch(ctx, ops)
+	if err == nil {
+		for _, r := range res {
+			if r.Status != protocol.StatusSuccess {
+				err = r.Status
+				break
+			}
+		}
+		if err == nil && len(res) != len(ops) {
+			err = protocol.StatusInvalidNetworkResp
+		}
+	}
+	n.mu.Lock()
+	replaced := len(n.ls.wb.ops) == 0
+	if replaced {
+		n.ls.wb.predicted = false
+		if err == nil {
+			n.fresh, n.freshAt, n.freshValid = res[len(res)-1].Attr, time.Now(), true
+		} else {
+			n.freshValid = false
+		}
+		n.freshGen = n.fs.seq.Add(1)
+	}
+	if err != nil && background {
+		n.ls.wb.err = err
+	}
+	n.mu.Unlock()
+	if replaced {
+		// The kernel has the predicted attributes: the server's (ctime,
+		// blocks) replace them at its next stat. Attributes only: takes
+		// no lock a request on this file could hold.
+		n.NotifyContent(-1, 0)
+	}
+	if err != nil {
+		n.fs.log.WithError(err).WithField("path", n.path()).Warn("fs: held-back writes failed")
+		return err
+	}
+	if background {
+		return nil
+	}
+	return kept
 }

@@ -13,15 +13,21 @@ const (
 	AuthOptionKey       = 1 // LWIO_AUTH_OPTION_KEY
 	AuthOptionSessionID = 2 // LWIO_AUTH_OPTION_SESSION_ID
 	AuthOptionSignature = 3 // LWIO_AUTH_OPTION_SIGNATURE
+	// AuthOptionNonce is lwiofs's: 16 random bytes each end sends when the
+	// session is sealed; with the Key they make the connection's sealing
+	// keys (smbauth.DataSealKeys) differ from every other connection's.
+	AuthOptionNonce = 4
 
 	AuthOptionKeyLength       = 16
 	AuthOptionSessionIDLength = 8
 	AuthOptionSignatureLength = 16
+	AuthOptionNonceLength     = 16
 
 	// AuthParamsFixedSize is LWIO_AUTH_PARAMS before its option list.
 	AuthParamsFixedSize = 30
-	// AuthParamsMaxSize is LWIO_AUTH_PARAMS with all three options and END.
-	AuthParamsMaxSize = AuthParamsFixedSize + 2 + AuthOptionKeyLength + 2 + AuthOptionSessionIDLength + 2 + AuthOptionSignatureLength + 1
+	// AuthParamsMaxSize is LWIO_AUTH_PARAMS with all four options and END.
+	AuthParamsMaxSize = AuthParamsFixedSize + 2 + AuthOptionKeyLength + 2 + AuthOptionSessionIDLength +
+		2 + AuthOptionNonceLength + 2 + AuthOptionSignatureLength + 1
 
 	// AuthEndian is the Endian value: sizeof(ULONG_PTR) on a 64-bit host.
 	AuthEndian = 8
@@ -40,7 +46,8 @@ const (
 // u16 @24, Credits u16 @26, RdmaReadSupported u16 @28; options follow @30,
 // each {OptionCode u8, OptionLen u8, data}, ended by the single byte
 // OptionCode 0 (END). Options are encoded in the order KEY, SESSION_ID,
-// SIGNATURE; any order is accepted, a repeated or unknown option is not.
+// NONCE, SIGNATURE; any order is accepted, a repeated or unknown option is
+// not.
 //
 // The Signature is HMAC-SHA256 keyed with the session key, over
 // SigningInput, truncated to 16 bytes; the seed's unkeyed MD5 would prove
@@ -61,6 +68,8 @@ type AuthParams struct {
 	Key          [AuthOptionKeyLength]byte
 	HasSessionID bool
 	SessionID    uint64
+	HasNonce     bool
+	Nonce        [AuthOptionNonceLength]byte
 	HasSignature bool
 	Signature    [AuthOptionSignatureLength]byte
 }
@@ -75,6 +84,9 @@ func (p *AuthParams) size(withSig bool) int {
 	}
 	if p.HasSessionID {
 		n += 2 + AuthOptionSessionIDLength
+	}
+	if p.HasNonce {
+		n += 2 + AuthOptionNonceLength
 	}
 	if p.HasSignature && withSig {
 		n += 2 + AuthOptionSignatureLength
@@ -114,6 +126,10 @@ func (p *AuthParams) append(b []byte, withSig bool) []byte {
 		w[0], w[1] = AuthOptionSessionID, AuthOptionSessionIDLength
 		le.PutUint64(w[2:], p.SessionID)
 		w = w[2+AuthOptionSessionIDLength:]
+	}
+	if p.HasNonce {
+		w[0], w[1] = AuthOptionNonce, AuthOptionNonceLength
+		w = w[2+copy(w[2:], p.Nonce[:]):]
 	}
 	if p.HasSignature && withSig {
 		w[0], w[1] = AuthOptionSignature, AuthOptionSignatureLength
@@ -206,6 +222,8 @@ func DecodeAuthParamsPrefix(b []byte) (AuthParams, int, error) {
 			want, seen = AuthOptionSessionIDLength, &p.HasSessionID
 		case AuthOptionSignature:
 			want, seen = AuthOptionSignatureLength, &p.HasSignature
+		case AuthOptionNonce:
+			want, seen = AuthOptionNonceLength, &p.HasNonce
 		default:
 			return AuthParams{}, 0, fieldErr(msg, field+".OptionCode", "unknown option %d", code)
 		}
@@ -226,6 +244,8 @@ func DecodeAuthParamsPrefix(b []byte) (AuthParams, int, error) {
 			p.SessionID = le.Uint64(data)
 		case AuthOptionSignature:
 			copy(p.Signature[:], data)
+		case AuthOptionNonce:
+			copy(p.Nonce[:], data)
 		}
 		off += 2 + olen
 	}

@@ -40,9 +40,23 @@ func roundTrip[T any](t *testing.T, b []byte, decode func([]byte) (T, error), en
 	}
 }
 
+// fuzzRoundTrip is a canonical decoder's fuzz target: seeded with seeds,
+// with roundTrip as its body.
+func fuzzRoundTrip[T any](f *testing.F, decode func([]byte) (T, error), encode func(T) ([]byte, error), seeds ...[]byte) {
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, b, decode, encode) })
+}
+
 // appender adapts an infallible Append method to roundTrip.
 func appender[T any](app func(*T, []byte) []byte) func(T) ([]byte, error) {
 	return func(v T) ([]byte, error) { return app(&v, nil), nil }
+}
+
+// appenderE adapts a fallible Append method to roundTrip.
+func appenderE[T any](app func(*T, []byte) ([]byte, error)) func(T) ([]byte, error) {
+	return func(v T) ([]byte, error) { return app(&v, nil) }
 }
 
 func FuzzDecodeRequest(f *testing.F) {
@@ -96,25 +110,16 @@ func FuzzDecodeHeader(f *testing.F) {
 }
 
 func FuzzDecodeStatusResponse(f *testing.F) {
-	f.Add(appendOf(NewDeltaCredit(-2)))
-	f.Add(appendOf(NewAuthResponse(1, &AuthParams{}, StatusAccessDenied)))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		roundTrip(t, b, DecodeStatusResponse, appender((*StatusResponse).Append))
-	})
+	fuzzRoundTrip(f, DecodeStatusResponse, appender((*StatusResponse).Append),
+		appendOf(NewDeltaCredit(-2)), appendOf(NewAuthResponse(1, &AuthParams{}, StatusAccessDenied)))
 }
 
 func FuzzDecodeIOStatusBlock(f *testing.F) {
-	f.Add(appendOf(NewIOStatusBlock(512, StatusEndOfFile)))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		roundTrip(t, b, DecodeIOStatusBlock, appender((*IOStatusBlock).Append))
-	})
+	fuzzRoundTrip(f, DecodeIOStatusBlock, appender((*IOStatusBlock).Append), appendOf(NewIOStatusBlock(512, StatusEndOfFile)))
 }
 
 func FuzzDecodeRDMARegion(f *testing.F) {
-	f.Add(appendOf(RDMARegion{DataVa: 1, DataMh: 2, Length: 4096}))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		roundTrip(t, b, DecodeRDMARegion, appender((*RDMARegion).Append))
-	})
+	fuzzRoundTrip(f, DecodeRDMARegion, appender((*RDMARegion).Append), appendOf(RDMARegion{DataVa: 1, DataMh: 2, Length: 4096}))
 }
 
 func FuzzDecodeAuthParams(f *testing.F) {
@@ -144,19 +149,12 @@ func FuzzDecodeAuthParams(f *testing.F) {
 
 func FuzzDecodeFidParams(f *testing.F) {
 	fp := testFidParams()
-	f.Add(fp.Append(nil))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		roundTrip(t, b, DecodeFidParams, appender((*FidParams).Append))
-	})
+	fuzzRoundTrip(f, DecodeFidParams, appender((*FidParams).Append), fp.Append(nil))
 }
 
 func FuzzDecodeResumeKeyResponse(f *testing.F) {
 	r := ResumeKeyResponse{Key: MakeResumeKey(1, 2, 3), Context: `\\server\share𝄞`}
-	b, _ := r.Append(nil)
-	f.Add(b)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		roundTrip(t, b, DecodeResumeKeyResponse, func(r ResumeKeyResponse) ([]byte, error) { return r.Append(nil) })
-	})
+	fuzzRoundTrip(f, DecodeResumeKeyResponse, appenderE((*ResumeKeyResponse).Append), must(r.Append(nil)))
 }
 
 func fuzzProviders() []transport.ProviderInfo {
@@ -168,20 +166,12 @@ func fuzzProviders() []transport.ProviderInfo {
 
 func FuzzDecodeNegotiateRequest(f *testing.F) {
 	r := NewNegotiateRequest("client", testKey(), fuzzProviders())
-	b, _ := r.Append(nil)
-	f.Add(b)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		roundTrip(t, b, DecodeNegotiateRequest, func(r NegotiateRequest) ([]byte, error) { return r.Append(nil) })
-	})
+	fuzzRoundTrip(f, DecodeNegotiateRequest, appenderE((*NegotiateRequest).Append), must(r.Append(nil)))
 }
 
 func FuzzDecodeNegotiateResponse(f *testing.F) {
 	r := NewNegotiateResponse("server", testKey(), fuzzProviders())
-	b, _ := r.Append(nil)
-	f.Add(b)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		roundTrip(t, b, DecodeNegotiateResponse, func(r NegotiateResponse) ([]byte, error) { return r.Append(nil) })
-	})
+	fuzzRoundTrip(f, DecodeNegotiateResponse, appenderE((*NegotiateResponse).Append), must(r.Append(nil)))
 }
 
 func FuzzPeekControlHeader(f *testing.F) {

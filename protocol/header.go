@@ -162,10 +162,14 @@ func DecodeIOStatusBlock(b []byte) (IOStatusBlock, error) {
 	if err := exact("IO_STATUS_BLOCK", IOStatusBlockSize, len(b)); err != nil {
 		return IOStatusBlock{}, err
 	}
+	return getIOStatusBlock(b), nil
+}
+
+func getIOStatusBlock(b []byte) IOStatusBlock {
 	return IOStatusBlock{
 		Information: binary.LittleEndian.Uint32(b[0:]),
 		Status:      Status(binary.LittleEndian.Uint32(b[4:])),
-	}, nil
+	}
 }
 
 // StatusResponse is LWIO_MSG_STATUS_RESPONSE (FIG. 6C, 7B, 9B, 11A, 11C,
@@ -196,10 +200,7 @@ func DecodeStatusResponse(b []byte) (StatusResponse, error) {
 	}
 	return StatusResponse{
 		Cookie: binary.LittleEndian.Uint64(b[0:]),
-		Ios: IOStatusBlock{
-			Information: binary.LittleEndian.Uint32(b[8:]),
-			Status:      Status(binary.LittleEndian.Uint32(b[12:])),
-		},
+		Ios:    getIOStatusBlock(b[8:]),
 	}, nil
 }
 

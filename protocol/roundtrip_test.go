@@ -42,6 +42,7 @@ func testAuthParams() AuthParams {
 		HeaderSize: HeaderSize, Credits: 32, RdmaReadSupported: 1,
 		HasKey: true, Key: testKey(),
 		HasSessionID: true, SessionID: 0x0102030405060708,
+		HasNonce: true, Nonce: [16]byte{0xa0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xaf},
 		HasSignature: true, Signature: [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
 	}
 }

@@ -34,7 +34,7 @@ func TestSizePins(t *testing.T) {
 		{"LWIO_IO_STATUS_BLOCK", IOStatusBlockSize, 8, len((&IOStatusBlock{}).Append(nil))},
 		{"LWIO_RDMA_REGION", RDMARegionSize, 16, len((&RDMARegion{}).Append(nil))},
 		{"LWIO_AUTH_PARAMS fixed part + END", AuthParamsFixedSize + 1, 31, len(p.Append(nil))},
-		{"LWIO_AUTH_PARAMS all options", AuthParamsMaxSize, 30 + 18 + 10 + 18 + 1, len(appendOf(testAuthParams()))},
+		{"LWIO_AUTH_PARAMS all options", AuthParamsMaxSize, 30 + 18 + 10 + 18 + 18 + 1, len(appendOf(testAuthParams()))},
 		{"LWIO_FID_PARAMS", FidParamsSize, 36, len(fid.Append(nil))},
 		{"register message", RegisterRequestSize, 84, len(appendOf(NewRegisterRequest(fid, 0, 0)))},
 		{"SRV_RESUME_KEY", ResumeKeySize, 24, len(ResumeKey{})},

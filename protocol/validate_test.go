@@ -133,7 +133,7 @@ func TestDecodeRequestRejects(t *testing.T) {
 			return b
 		}), "AUTH_PARAMS", "fixed part"},
 		{"AUTH magic", edit(auth, setByte(HeaderSize+3, 'X')), "AUTH_PARAMS", "Magic"},
-		{"AUTH no END", edit(auth, func(b []byte) []byte { b = b[:len(b)-1]; binary.LittleEndian.PutUint32(b, uint32(len(b))); return b }), "AUTH_PARAMS", "Options[3]"},
+		{"AUTH no END", edit(auth, func(b []byte) []byte { b = b[:len(b)-1]; binary.LittleEndian.PutUint32(b, uint32(len(b))); return b }), "AUTH_PARAMS", "Options[4]"},
 		{"AUTH key length", edit(auth, setByte(opts+1, 15)), "AUTH_PARAMS", "Options[0].OptionLen"},
 		{"AUTH unknown option", edit(auth, setByte(opts, 9)), "AUTH_PARAMS", "Options[0].OptionCode"},
 		{"AUTH repeated option", edit(auth, setByte(opts+18+10, AuthOptionKey)), "AUTH_PARAMS", "Options[2].OptionCode"},

@@ -121,14 +121,34 @@ func diffOf(enc func(set bool) []byte) fieldCheck {
 	return func(off, size int) error { return diffCheck(enc(false), enc(true), off, size) }
 }
 
-func headerCheck(set func(h *Header)) fieldCheck {
+// setCheck builds a check from a setter of one field: the zero structure
+// and the one with set applied, both encoded by enc, must differ in exactly
+// the field's bytes.
+func setCheck[T any](enc func(*T) []byte, set func(*T)) fieldCheck {
 	return diffOf(func(on bool) []byte {
-		var h Header
+		var v T
 		if on {
-			set(&h)
+			set(&v)
 		}
-		return h.Append(nil)
+		return enc(&v)
 	})
+}
+
+// fieldOf is setCheck for a structure whose Append cannot fail.
+func fieldOf[T any, P interface {
+	*T
+	Append([]byte) []byte
+}](set func(P)) fieldCheck {
+	return setCheck(func(v *T) []byte { return P(v).Append(nil) }, func(v *T) { set(v) })
+}
+
+// fieldOfE is setCheck for a structure whose Append can fail (it does not
+// here: every value set is valid).
+func fieldOfE[T any, P interface {
+	*T
+	Append([]byte) ([]byte, error)
+}](set func(P)) fieldCheck {
+	return setCheck(func(v *T) []byte { return must(P(v).Append(nil)) }, func(v *T) { set(v) })
 }
 
 func must(b []byte, err error) []byte {
@@ -142,33 +162,13 @@ func ones(n int) []byte { return bytes.Repeat([]byte{0xff}, n) }
 
 func wireChecks() map[string]map[string]fieldCheck {
 	const max16, max32, max64 = 0xFFFF, 0xFFFFFFFF, ^uint64(0)
-	authCheck := func(set func(p *AuthParams)) fieldCheck {
-		return diffOf(func(on bool) []byte {
-			var p AuthParams
-			if on {
-				set(&p)
-			}
-			return p.Append(nil)
-		})
-	}
 	nameFF := func(n int) string { return strings.Repeat("\uffff", n) }
-	negReq := func(set func(r *NegotiateRequest)) fieldCheck {
-		return diffOf(func(on bool) []byte {
-			var r NegotiateRequest
-			if on {
-				set(&r)
-			}
-			return must(r.Append(nil))
-		})
-	}
-	negResp := func(set func(r *NegotiateResponse)) fieldCheck {
-		return diffOf(func(on bool) []byte {
-			var r NegotiateResponse
-			if on {
-				set(&r)
-			}
-			return must(r.Append(nil))
-		})
+	// resumeKey checks one of MakeResumeKey's three arguments (0, 1, 2).
+	resumeKey := func(arg int) fieldCheck {
+		return setCheck(func(a *[3]uint64) []byte {
+			k := MakeResumeKey(a[0], a[1], a[2])
+			return k[:]
+		}, func(a *[3]uint64) { a[arg] = max64 })
 	}
 	// A response with one provider with one instance, to find the
 	// provider and address entries at NegotiateResponseFixedSize.
@@ -191,99 +191,51 @@ func wireChecks() map[string]map[string]fieldCheck {
 
 	return map[string]map[string]fieldCheck{
 		"Header": {
-			"Length":          headerCheck(func(h *Header) { h.Length = max32 }),
-			"Status":          headerCheck(func(h *Header) { h.SetStatus(max32) }),
-			"Opcode":          headerCheck(func(h *Header) { h.Opcode = 0xff }),
-			"Flags":           headerCheck(func(h *Header) { h.Flags = 0xff }),
-			"Credits":         headerCheck(func(h *Header) { h.Credits = 0xff }),
-			"Marker":          headerCheck(func(h *Header) { h.Marker = 0xff }),
-			"Fid":             headerCheck(func(h *Header) { h.Fid = max16 }),
-			"Sequence":        headerCheck(func(h *Header) { h.Sequence = max16 }),
-			"Tid":             headerCheck(func(h *Header) { h.Tid = max32 }),
-			"Offset":          headerCheck(func(h *Header) { h.Offset = max64 }),
-			"DataVa":          headerCheck(func(h *Header) { h.DataVa = max64 }),
-			"DataMh":          headerCheck(func(h *Header) { h.DataMh = max32 }),
-			"NumPages":        headerCheck(func(h *Header) { h.SetVec(max16, 0) }),
-			"PageSize":        headerCheck(func(h *Header) { h.SetVec(0, max16) }),
-			"IosMh":           headerCheck(func(h *Header) { h.IosMh = max32 }),
-			"ImmediateCookie": headerCheck(func(h *Header) { h.SetCookies(max32, 0) }),
-			"IosVa":           headerCheck(func(h *Header) { h.IosVa = max64 }),
-			"Cookie":          headerCheck(func(h *Header) { h.SetCookies(0, max64) }),
+			"Length":          fieldOf(func(h *Header) { h.Length = max32 }),
+			"Status":          fieldOf(func(h *Header) { h.SetStatus(max32) }),
+			"Opcode":          fieldOf(func(h *Header) { h.Opcode = 0xff }),
+			"Flags":           fieldOf(func(h *Header) { h.Flags = 0xff }),
+			"Credits":         fieldOf(func(h *Header) { h.Credits = 0xff }),
+			"Marker":          fieldOf(func(h *Header) { h.Marker = 0xff }),
+			"Fid":             fieldOf(func(h *Header) { h.Fid = max16 }),
+			"Sequence":        fieldOf(func(h *Header) { h.Sequence = max16 }),
+			"Tid":             fieldOf(func(h *Header) { h.Tid = max32 }),
+			"Offset":          fieldOf(func(h *Header) { h.Offset = max64 }),
+			"DataVa":          fieldOf(func(h *Header) { h.DataVa = max64 }),
+			"DataMh":          fieldOf(func(h *Header) { h.DataMh = max32 }),
+			"NumPages":        fieldOf(func(h *Header) { h.SetVec(max16, 0) }),
+			"PageSize":        fieldOf(func(h *Header) { h.SetVec(0, max16) }),
+			"IosMh":           fieldOf(func(h *Header) { h.IosMh = max32 }),
+			"ImmediateCookie": fieldOf(func(h *Header) { h.SetCookies(max32, 0) }),
+			"IosVa":           fieldOf(func(h *Header) { h.IosVa = max64 }),
+			"Cookie":          fieldOf(func(h *Header) { h.SetCookies(0, max64) }),
 		},
 		"StatusResponse": {
-			"Cookie": diffOf(func(on bool) []byte {
-				r := StatusResponse{}
-				if on {
-					r.Cookie = max64
-				}
-				return r.Append(nil)
-			}),
-			"Information": diffOf(func(on bool) []byte {
-				r := StatusResponse{}
-				if on {
-					r.Ios.Information = max32
-				}
-				return r.Append(nil)
-			}),
-			"Status": diffOf(func(on bool) []byte {
-				r := StatusResponse{}
-				if on {
-					r.Ios.Status = max32
-				}
-				return r.Append(nil)
-			}),
+			"Cookie":      fieldOf(func(r *StatusResponse) { r.Cookie = max64 }),
+			"Information": fieldOf(func(r *StatusResponse) { r.Ios.Information = max32 }),
+			"Status":      fieldOf(func(r *StatusResponse) { r.Ios.Status = max32 }),
 		},
 		"IOStatusBlock": {
-			"Information": diffOf(func(on bool) []byte {
-				r := IOStatusBlock{}
-				if on {
-					r.Information = max32
-				}
-				return r.Append(nil)
-			}),
-			"Status": diffOf(func(on bool) []byte {
-				r := IOStatusBlock{}
-				if on {
-					r.Status = max32
-				}
-				return r.Append(nil)
-			}),
+			"Information": fieldOf(func(r *IOStatusBlock) { r.Information = max32 }),
+			"Status":      fieldOf(func(r *IOStatusBlock) { r.Status = max32 }),
 		},
 		"RDMARegion": {
-			"DataVa": diffOf(func(on bool) []byte {
-				r := RDMARegion{}
-				if on {
-					r.DataVa = max64
-				}
-				return r.Append(nil)
-			}),
-			"DataMh": diffOf(func(on bool) []byte {
-				r := RDMARegion{}
-				if on {
-					r.DataMh = max32
-				}
-				return r.Append(nil)
-			}),
-			"Length": diffOf(func(on bool) []byte {
-				r := RDMARegion{}
-				if on {
-					r.Length = max32
-				}
-				return r.Append(nil)
-			}),
+			"DataVa": fieldOf(func(r *RDMARegion) { r.DataVa = max64 }),
+			"DataMh": fieldOf(func(r *RDMARegion) { r.DataMh = max32 }),
+			"Length": fieldOf(func(r *RDMARegion) { r.Length = max32 }),
 		},
 		"AuthParams": {
 			"Magic":             func(off, size int) error { return bytesAt((&AuthParams{}).Append(nil), off, []byte("LWIO")[:size]) },
-			"RevId":             authCheck(func(p *AuthParams) { p.RevID = max16 }),
-			"Endian":            authCheck(func(p *AuthParams) { p.Endian = max16 }),
-			"PageSize":          authCheck(func(p *AuthParams) { p.PageSize = max16 }),
-			"BaseSequence":      authCheck(func(p *AuthParams) { p.BaseSequence = max16 }),
-			"MaxRdmaWindowSize": authCheck(func(p *AuthParams) { p.MaxRdmaWindowSize = max32 }),
-			"MaxSendBufferSize": authCheck(func(p *AuthParams) { p.MaxSendBufferSize = max32 }),
-			"MaxRecvBufferSize": authCheck(func(p *AuthParams) { p.MaxRecvBufferSize = max32 }),
-			"HeaderSize":        authCheck(func(p *AuthParams) { p.HeaderSize = max16 }),
-			"Credits":           authCheck(func(p *AuthParams) { p.Credits = max16 }),
-			"RdmaReadSupported": authCheck(func(p *AuthParams) { p.RdmaReadSupported = max16 }),
+			"RevId":             fieldOf(func(p *AuthParams) { p.RevID = max16 }),
+			"Endian":            fieldOf(func(p *AuthParams) { p.Endian = max16 }),
+			"PageSize":          fieldOf(func(p *AuthParams) { p.PageSize = max16 }),
+			"BaseSequence":      fieldOf(func(p *AuthParams) { p.BaseSequence = max16 }),
+			"MaxRdmaWindowSize": fieldOf(func(p *AuthParams) { p.MaxRdmaWindowSize = max32 }),
+			"MaxSendBufferSize": fieldOf(func(p *AuthParams) { p.MaxSendBufferSize = max32 }),
+			"MaxRecvBufferSize": fieldOf(func(p *AuthParams) { p.MaxRecvBufferSize = max32 }),
+			"HeaderSize":        fieldOf(func(p *AuthParams) { p.HeaderSize = max16 }),
+			"Credits":           fieldOf(func(p *AuthParams) { p.Credits = max16 }),
+			"RdmaReadSupported": fieldOf(func(p *AuthParams) { p.RdmaReadSupported = max16 }),
 			"Options":           func(off, _ int) error { return bytesAt(authKey, off, []byte{AuthOptionKey, AuthOptionKeyLength}) },
 		},
 		"AuthOption": {
@@ -294,59 +246,17 @@ func wireChecks() map[string]map[string]fieldCheck {
 			},
 		},
 		"FidParams": {
-			"ResumeKey": diffOf(func(on bool) []byte {
-				p := FidParams{}
-				if on {
-					copy(p.ResumeKey[:], ones(24))
-				}
-				return p.Append(nil)
-			}),
-			"SessionId": diffOf(func(on bool) []byte {
-				p := FidParams{}
-				if on {
-					p.SessionID = max64
-				}
-				return p.Append(nil)
-			}),
-			"FlagsAndAttributes": diffOf(func(on bool) []byte {
-				p := FidParams{}
-				if on {
-					p.FlagsAndAttributes = max32
-				}
-				return p.Append(nil)
-			}),
+			"ResumeKey":          fieldOf(func(p *FidParams) { copy(p.ResumeKey[:], ones(24)) }),
+			"SessionId":          fieldOf(func(p *FidParams) { p.SessionID = max64 }),
+			"FlagsAndAttributes": fieldOf(func(p *FidParams) { p.FlagsAndAttributes = max32 }),
 		},
 		"SRV_RESUME_KEY": {
-			"ResumeKey": diffOf(func(on bool) []byte {
-				k := MakeResumeKey(0, 0, 0)
-				if on {
-					k = MakeResumeKey(max64, 0, 0)
-				}
-				return k[:]
-			}),
-			"Timestamp": diffOf(func(on bool) []byte {
-				k := MakeResumeKey(0, 0, 0)
-				if on {
-					k = MakeResumeKey(0, max64, 0)
-				}
-				return k[:]
-			}),
-			"Pid": diffOf(func(on bool) []byte {
-				k := MakeResumeKey(0, 0, 0)
-				if on {
-					k = MakeResumeKey(0, 0, max64)
-				}
-				return k[:]
-			}),
+			"ResumeKey": resumeKey(0),
+			"Timestamp": resumeKey(1),
+			"Pid":       resumeKey(2),
 		},
 		"SRV_REQUEST_RESUME_KEY": {
-			"Key": diffOf(func(on bool) []byte {
-				r := ResumeKeyResponse{}
-				if on {
-					copy(r.Key[:], ones(24))
-				}
-				return must(r.Append(nil))
-			}),
+			"Key":           fieldOfE(func(r *ResumeKeyResponse) { copy(r.Key[:], ones(24)) }),
 			"ContextLength": func(off, _ int) error { return u16At(rkCtx, off, 4) },
 			"Context":       func(off, _ int) error { return bytesAt(rkCtx, off, []byte{'a', 0, 'b', 0}) },
 		},
@@ -354,7 +264,7 @@ func wireChecks() map[string]map[string]fieldCheck {
 			"ProtocolId": func(off, size int) error {
 				return bytesAt(must((&NegotiateRequest{}).Append(nil)), off, []byte("LWIO")[:size])
 			},
-			"RevId":  negReq(func(r *NegotiateRequest) { r.RevID = max32 }),
+			"RevId":  fieldOfE(func(r *NegotiateRequest) { r.RevID = max32 }),
 			"Opcode": func(off, _ int) error { return u16At(must((&NegotiateRequest{}).Append(nil)), off, ControlOpNegotiate) },
 			"Length": func(off, _ int) error {
 				return u16At(must((&NegotiateResponse{}).Append(nil)), off, NegotiateResponseFixedSize)
@@ -362,9 +272,9 @@ func wireChecks() map[string]map[string]fieldCheck {
 		},
 		"NegotiateRequest": {
 			"ControlHeader":  func(off, size int) error { return sizeIs(off, size, 0, ControlHeaderSize) },
-			"ClientName":     negReq(func(r *NegotiateRequest) { r.ClientName = nameFF(MaxHostName) }),
-			"Key":            negReq(func(r *NegotiateRequest) { copy(r.Key[:], ones(16)) }),
-			"ResponseLength": negReq(func(r *NegotiateRequest) { r.ResponseLength = max16 }),
+			"ClientName":     fieldOfE(func(r *NegotiateRequest) { r.ClientName = nameFF(MaxHostName) }),
+			"Key":            fieldOfE(func(r *NegotiateRequest) { copy(r.Key[:], ones(16)) }),
+			"ResponseLength": fieldOfE(func(r *NegotiateRequest) { r.ResponseLength = max16 }),
 			"ProviderCount": func(off, _ int) error {
 				r := NegotiateRequest{Providers: make([]transport.ProviderInfo, 3)}
 				return u16At(must(r.Append(nil)), off, 3)
@@ -373,8 +283,8 @@ func wireChecks() map[string]map[string]fieldCheck {
 		},
 		"NegotiateResponse": {
 			"ControlHeader": func(off, size int) error { return sizeIs(off, size, 0, ControlHeaderSize) },
-			"SrvName":       negResp(func(r *NegotiateResponse) { r.SrvName = nameFF(MaxHostName) }),
-			"Key":           negResp(func(r *NegotiateResponse) { copy(r.Key[:], ones(16)) }),
+			"SrvName":       fieldOfE(func(r *NegotiateResponse) { r.SrvName = nameFF(MaxHostName) }),
+			"Key":           fieldOfE(func(r *NegotiateResponse) { copy(r.Key[:], ones(16)) }),
 			"ProviderCount": func(off, _ int) error { return u16At(withProvider(transport.ProviderInfo{}), off, 1) },
 			"ProviderList":  func(off, _ int) error { return sizeIs(off, -1, NegotiateResponseFixedSize, -1) },
 		},

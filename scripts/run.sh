@@ -71,7 +71,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 0' INT TERM
 
-"$bin/lwio-server" -share "demo=$share" -listen "127.0.0.1:$port" -soft "127.0.0.1:$soft" -user "$user" &
+# The demo user acts as root on the demo share (-account root -allow-root);
+# a real server maps each user to its own Unix account (docs/security.md).
+"$bin/lwio-server" -share "demo=$share" -listen "127.0.0.1:$port" -soft "127.0.0.1:$soft" -user "$user" \
+	-account root -allow-root &
 server_pid=$!
 for _ in $(seq 100); do
 	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break

@@ -37,38 +37,39 @@ func roundTrip[M interface{ Marshal() []byte }](t *testing.T, b []byte, parse fu
 	}
 }
 
-// Decode → encode → decode gives the same message; nothing panics.
-func FuzzParseNegotiate(f *testing.F) {
-	seeds, _, _ := fuzzSeeds(f)
+// fuzzParse is a parser's fuzz target: seeded with seeds, its body roundTrip.
+func fuzzParse[M interface{ Marshal() []byte }](f *testing.F, seeds [][]byte, parse func([]byte) (M, error)) {
+	addSeeds(f, seeds)
+	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, b, parse) })
+}
+
+func addSeeds(f *testing.F, seeds [][]byte) {
 	for _, s := range seeds {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, b, ParseNegotiate) })
+}
+
+// Decode → encode → decode gives the same message; nothing panics.
+func FuzzParseNegotiate(f *testing.F) {
+	seeds, _, _ := fuzzSeeds(f)
+	fuzzParse(f, seeds, ParseNegotiate)
 }
 
 func FuzzParseChallenge(f *testing.F) {
 	_, seeds, _ := fuzzSeeds(f)
-	for _, s := range seeds {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, b, ParseChallenge) })
+	fuzzParse(f, seeds, ParseChallenge)
 }
 
 func FuzzParseAuthenticate(f *testing.F) {
 	_, _, seeds := fuzzSeeds(f)
-	for _, s := range seeds {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) { roundTrip(t, b, ParseAuthenticate) })
+	fuzzParse(f, seeds, ParseAuthenticate)
 }
 
 // The server's whole Authenticate path, on arbitrary input, never panics and
 // never lets anything in.
 func FuzzServerAuthenticate(f *testing.F) {
 	_, _, seeds := fuzzSeeds(f)
-	for _, s := range seeds {
-		f.Add(s)
-	}
+	addSeeds(f, seeds)
 	s := testServer()
 	cl := NewClient(ClientConfig{User: "alice", Password: "correct horse"})
 	neg, _ := cl.Negotiate()

@@ -73,6 +73,16 @@ type payload struct {
 	data   []byte
 }
 
+// newPayload starts a message of msgType: a fixed part of headerSize bytes
+// opening with the signature and MessageType, with room for extra bytes
+// (VERSION, MIC) appended to it before the first put.
+func newPayload(msgType uint32, headerSize, extra int) *payload {
+	h := make([]byte, headerSize, headerSize+extra)
+	copy(h, signature)
+	le.PutUint32(h[8:], msgType)
+	return &payload{header: h}
+}
+
 func (p *payload) put(at int, v []byte) {
 	le.PutUint16(p.header[at:], uint16(len(v)))
 	le.PutUint16(p.header[at+2:], uint16(len(v)))
@@ -130,11 +140,15 @@ func (r *reader) version(flags NegotiateFlags, headerSize int) (*Version, int) {
 	return nil, headerSize
 }
 
-func (r *reader) checkPayloadStart(headerSize int) error {
-	if r.minOffset < headerSize {
-		return malformed("payload at offset %d overlaps the %d-byte header", r.minOffset, headerSize)
+// end reads the VERSION (as version does) and checks that the payload
+// starts after the fixed part, VERSION included when read: the last step of
+// every parse.
+func (r *reader) end(flags NegotiateFlags, headerSize int) (*Version, error) {
+	v, hdr := r.version(flags, headerSize)
+	if r.minOffset < hdr {
+		return nil, malformed("payload at offset %d overlaps the %d-byte header", r.minOffset, hdr)
 	}
-	return nil
+	return v, nil
 }
 
 func decodeString(b []byte, flags NegotiateFlags) (string, error) {
@@ -162,18 +176,11 @@ type NegotiateMessage struct {
 
 // Marshal encodes the message.
 func (m *NegotiateMessage) Marshal() []byte {
-	size := negotiateHeaderSize
+	p := newPayload(typeNegotiate, negotiateHeaderSize, versionSize)
+	le.PutUint32(p.header[12:], uint32(m.Flags))
 	if m.Version != nil {
-		size += versionSize
+		p.header = m.Version.append(p.header)
 	}
-	h := make([]byte, negotiateHeaderSize, size)
-	copy(h, signature)
-	le.PutUint32(h[8:], typeNegotiate)
-	le.PutUint32(h[12:], uint32(m.Flags))
-	if m.Version != nil {
-		h = m.Version.append(h)
-	}
-	p := payload{header: h}
 	p.put(16, []byte(m.DomainName))
 	p.put(24, []byte(m.Workstation))
 	return p.bytes()
@@ -195,9 +202,7 @@ func ParseNegotiate(b []byte) (*NegotiateMessage, error) {
 		return nil, err
 	}
 	m.DomainName, m.Workstation = string(dom), string(ws)
-	var hdr int
-	m.Version, hdr = r.version(m.Flags, negotiateHeaderSize)
-	if err := r.checkPayloadStart(hdr); err != nil {
+	if m.Version, err = r.end(m.Flags, negotiateHeaderSize); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -214,15 +219,12 @@ type ChallengeMessage struct {
 
 // Marshal encodes the message.
 func (m *ChallengeMessage) Marshal() []byte {
-	h := make([]byte, challengeHeaderSize, challengeHeaderSize+versionSize)
-	copy(h, signature)
-	le.PutUint32(h[8:], typeChallenge)
-	le.PutUint32(h[20:], uint32(m.Flags))
-	copy(h[24:], m.ServerChallenge[:])
+	p := newPayload(typeChallenge, challengeHeaderSize, versionSize)
+	le.PutUint32(p.header[20:], uint32(m.Flags))
+	copy(p.header[24:], m.ServerChallenge[:])
 	if m.Version != nil {
-		h = m.Version.append(h)
+		p.header = m.Version.append(p.header)
 	}
-	p := payload{header: h}
 	p.put(12, encodeString(m.TargetName, m.Flags))
 	var ti []byte
 	if m.Flags&FlagTargetInfo != 0 {
@@ -256,9 +258,7 @@ func ParseChallenge(b []byte) (*ChallengeMessage, error) {
 			return nil, err
 		}
 	}
-	var hdr int
-	m.Version, hdr = r.version(m.Flags, challengeHeaderSize)
-	if err := r.checkPayloadStart(hdr); err != nil {
+	if m.Version, err = r.end(m.Flags, challengeHeaderSize); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -284,26 +284,16 @@ type AuthenticateMessage struct {
 // Marshal encodes the message. When MIC is non-nil it is written at offset
 // 72 as given (callers computing it write zeros first, then patch).
 func (m *AuthenticateMessage) Marshal() []byte {
-	size := authenticateHeaderSize
+	p := newPayload(typeAuthenticate, authenticateHeaderSize, versionSize+authMICSize)
+	le.PutUint32(p.header[60:], uint32(m.Flags))
 	if m.Version != nil || m.MIC != nil {
-		size += versionSize
-	}
-	if m.MIC != nil {
-		size += authMICSize
-	}
-	h := make([]byte, authenticateHeaderSize, size)
-	copy(h, signature)
-	le.PutUint32(h[8:], typeAuthenticate)
-	le.PutUint32(h[60:], uint32(m.Flags))
-	if m.Version != nil || m.MIC != nil {
-		h = m.Version.append(h)
+		p.header = m.Version.append(p.header)
 	}
 	if m.MIC != nil {
 		var mic [authMICSize]byte
 		copy(mic[:], m.MIC)
-		h = append(h, mic[:]...)
+		p.header = append(p.header, mic[:]...)
 	}
-	p := payload{header: h}
 	// Payload order as Windows writes it: strings first, responses after.
 	p.put(28, encodeString(m.DomainName, m.Flags))
 	p.put(36, encodeString(m.UserName, m.Flags))
@@ -355,16 +345,14 @@ func ParseAuthenticate(b []byte) (*AuthenticateMessage, error) {
 		}
 		hasMIC = v2.avPairs.Flags()&AvFlagMICPresent != 0
 	}
-	var hdr int
-	m.Version, hdr = r.version(m.Flags, authenticateHeaderSize)
 	if hasMIC {
-		hdr = authMICOffset + authMICSize
-		if r.minOffset < hdr {
+		if r.minOffset < authMICOffset+authMICSize {
 			return nil, malformed("MsvAvFlags announce a MIC but the payload starts at %d", r.minOffset)
 		}
 		m.MIC = clone(b[authMICOffset : authMICOffset+authMICSize])
 	}
-	if err := r.checkPayloadStart(hdr); err != nil {
+	// With a MIC the payload starts past it, so past any VERSION too.
+	if m.Version, err = r.end(m.Flags, authenticateHeaderSize); err != nil {
 		return nil, err
 	}
 	return m, nil

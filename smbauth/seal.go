@@ -126,6 +126,20 @@ func DataSealKeys(sessionKey []byte, key [16]byte, clientNonce, serverNonce [16]
 	return sealKeys(sessionKey, c, labelDataC2S, labelDataS2C, ctx)
 }
 
+// DataSealAEADs is DataSealKeys with each key made into c's AEAD, ready
+// for the transport (transport.SealConfig): c2s seals what the client
+// sends, s2c what the server sends.
+func DataSealAEADs(sessionKey []byte, key [16]byte, clientNonce, serverNonce [16]byte, c Cipher) (c2s, s2c cipher.AEAD, err error) {
+	k1, k2 := DataSealKeys(sessionKey, key, clientNonce, serverNonce, c)
+	if c2s, err = c.NewAEAD(k1); err != nil {
+		return nil, nil, err
+	}
+	if s2c, err = c.NewAEAD(k2); err != nil {
+		return nil, nil, err
+	}
+	return c2s, s2c, nil
+}
+
 func sealKeys(sessionKey []byte, c Cipher, c2sLabel, s2cLabel, ctx []byte) (c2s, s2c []byte) {
 	bits := 8 * c.KeySize()
 	return KDF(sessionKey, c2sLabel, ctx, bits), KDF(sessionKey, s2cLabel, ctx, bits)

@@ -54,6 +54,12 @@ func TestMain(m *testing.M) {
 		// mutation_test.go: serve it, then exit.
 		os.Exit(serveCorruptFS(dir, os.Args[len(os.Args)-1]))
 	}
+	if os.Getenv(posixDirEnv) != "" {
+		// TestPOSIXAt on a mount made elsewhere (the Soft-RoCE guest, or
+		// this binary run as another local user by users_test.go): it
+		// needs no binaries, and that user could not build them.
+		os.Exit(m.Run())
+	}
 	code := func() int {
 		dir, err := os.MkdirTemp("", "lwiofs-e2e-bin-")
 		if err != nil {
@@ -234,6 +240,12 @@ type proc struct {
 
 func startProc(t testing.TB, name string, env []string, bin string, args ...string) *proc {
 	t.Helper()
+	return startProcAs(t, name, nil, env, bin, args...)
+}
+
+// startProcAs is startProc as the user cred names (nil: the test's own).
+func startProcAs(t testing.TB, name string, cred *syscall.Credential, env []string, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: &logBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
@@ -242,7 +254,7 @@ func startProc(t testing.TB, name string, env []string, bin string, args ...stri
 	// Its own process group: a test's Ctrl-C or SIGTERM is for the test.
 	// SIGTERM when the test binary dies (a -timeout panic, a crash), so a
 	// mount or server never outlives the test that started it.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: cred}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -293,6 +305,9 @@ type Server struct {
 type ServerConfig struct {
 	Shares map[string]string
 	Args   []string // extra flags
+	// Cred, when set, runs the server as that user instead of the
+	// test's (root).
+	Cred *syscall.Credential
 }
 
 // startServer runs lwio-server until the test ends; the cleanup checks it
@@ -306,15 +321,25 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 	var lastOut string
 	for attempt := 0; attempt < 3; attempt++ {
 		s := &Server{Addr: freeAddr(t), Soft: freeAddr(t), Shares: cfg.Shares}
-		// A state directory of its own (kept across crashAndRestart: the
-		// same arguments), not the host's /var/lib/lwio.
-		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser, "-state-dir", filepath.Join(t.TempDir(), "state")}
+		// The test user has no Unix account: it acts as root (which the
+		// tests run as) on shares that allow it. identity_test.go tests
+		// users acting as their own accounts. A state directory of its own
+		// (kept across crashAndRestart: the same arguments), not the
+		// host's /var/lib/lwio.
+		stateParent := t.TempDir()
+		if cfg.Cred != nil { // the server's account makes it
+			if err := os.Chown(stateParent, int(cfg.Cred.Uid), int(cfg.Cred.Gid)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args := []string{"-listen", s.Addr, "-soft", s.Soft, "-user", testUser, "-account", "root", "-allow-root",
+			"-state-dir", filepath.Join(stateParent, "state")}
 		for name, path := range cfg.Shares {
 			args = append(args, "-share", name+"="+path)
 		}
 		args = append(args, cfg.Args...)
 		s.args = args
-		s.p = startProc(t, "lwio-server", []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, args...)
+		s.p = startProcAs(t, "lwio-server", cfg.Cred, []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, args...)
 		if waitListening(s.Addr, s.p) {
 			t.Cleanup(func() {
 				if err := s.p.stop(); err != nil {
@@ -396,6 +421,7 @@ type MountConfig struct {
 	Share      string // default "share"
 	Completion string // interrupt or polling; default interrupt
 	Options    []string
+	User       string // default testUser
 	Password   string // default testPassword
 }
 
@@ -411,8 +437,11 @@ func mountShare(t testing.TB, s *Server, cfg MountConfig) *Mount {
 	if cfg.Password == "" {
 		cfg.Password = testPassword
 	}
+	if cfg.User == "" {
+		cfg.User = testUser
+	}
 	mnt := t.TempDir()
-	opts := append([]string{"username=" + testUser, "completion=" + cfg.Completion}, cfg.Options...)
+	opts := append([]string{"username=" + cfg.User, "completion=" + cfg.Completion}, cfg.Options...)
 	p := startProc(t, "lwio-mount", []string{"LWIO_PASSWORD=" + cfg.Password}, binaries.mount,
 		s.URL(cfg.Share), mnt, "-o", strings.Join(opts, ","))
 	backing := strings.TrimSuffix(s.Shares[cfg.Share], ":ro")

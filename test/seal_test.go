@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 
 // tapProxy relays TCP connections to a server and records every byte in
 // each direction: what a wire capture between the mount and the server's
-// session port would see.
+// session or softrdma port would see.
 type tapProxy struct {
 	Addr     string
 	mu       sync.Mutex
@@ -26,6 +27,12 @@ type tapProxy struct {
 }
 
 func startTapProxy(t *testing.T, server string) *tapProxy {
+	return startTapProxyFunc(t, func() string { return server })
+}
+
+// startTapProxyFunc relays to server(), asked at each connection: the
+// softrdma proxy starts before the server whose port it relays to.
+func startTapProxyFunc(t *testing.T, server func() string) *tapProxy {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -42,7 +49,7 @@ func startTapProxy(t *testing.T, server string) *tapProxy {
 			if err != nil {
 				return
 			}
-			sc, err := net.Dial("tcp", server)
+			sc, err := net.Dial("tcp", server())
 			if err != nil {
 				cc.Close()
 				continue
@@ -82,8 +89,7 @@ func (p *tapProxy) seen(marker string) (c2s, s2c bool) {
 }
 
 // mountVia mounts share of s through the session address addr (a proxy),
-// without checkDataPath: a sealed session keeps file data on the session
-// channel, which is what these tests capture.
+// without checkDataPath: the tests check the data path themselves.
 func mountVia(t *testing.T, s *Server, addr, share string, opts ...string) (*Mount, *proc) {
 	t.Helper()
 	mnt := t.TempDir()
@@ -128,7 +134,9 @@ func writeMarker(t *testing.T, m *Mount, marker string) {
 
 // TestSealedMount: with sealing, a marker written and read through a mount
 // — in file names, buffered, large and O_DIRECT data — never appears in the
-// bytes between the mount and the server; without it, it does.
+// bytes between the mount and the server, on the session channel or on the
+// softrdma data connections (the server advertises a recording proxy for
+// them, listen.softrdma_advertise); without it, it does.
 func TestSealedMount(t *testing.T) {
 	needFUSE(t)
 	for _, tc := range []struct {
@@ -137,36 +145,49 @@ func TestSealedMount(t *testing.T) {
 		share    string
 		opts     []string
 		sealed   bool
-		provider string // the data path the mount must report
+		dataPath string // the data path the mount must report: "session", or "lwio…"
 	}{
-		// provider=none: the data crosses the tapped session channel, so
-		// the capture can be seen to work.
-		{"unsealed", nil, "share", []string{"provider=none"}, false, "session"},
-		{"mount -o seal", nil, "share", []string{"seal"}, true, "session"},
-		{"server -encrypt desired", []string{"-encrypt", "desired"}, "share", nil, true, "session"},
-		{"share encrypt = required", nil, "secret", nil, true, "session"},
+		// Unsealed, the capture must see the marker on whichever channel
+		// carries the data, which shows the capture works.
+		{"unsealed session channel", nil, "share", []string{"provider=none"}, false, "session"},
+		{"unsealed softrdma", nil, "share", []string{"provider=softrdma"}, false, "lwio"},
+		{"mount -o seal", nil, "share", []string{"seal"}, true, "lwio"},
+		{"mount -o seal, session channel", nil, "share", []string{"seal", "provider=none"}, true, "session"},
+		{"server -encrypt desired", []string{"-encrypt", "desired"}, "share", nil, true, "lwio"},
+		{"share encrypt = required", nil, "secret", []string{"provider=softrdma"}, true, "lwio"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, secret := t.TempDir(), t.TempDir()
+			var softAddr atomic.Value // the server's softrdma address, once it listens
+			soft := startTapProxyFunc(t, func() string { a, _ := softAddr.Load().(string); return a })
 			conf := filepath.Join(t.TempDir(), "server.toml")
-			mustWrite(t, conf, []byte("[shares.secret]\npath = \""+secret+"\"\nencrypt = \"required\"\n"))
+			mustWrite(t, conf, []byte("[listen]\nsoftrdma_advertise = [\""+soft.Addr+"\"]\n"+
+				"[shares.secret]\npath = \""+secret+"\"\nencrypt = \"required\"\n"))
 			s := startServer(t, ServerConfig{Shares: map[string]string{"share": dir},
 				Args: append([]string{"-config", conf}, tc.server...)})
+			softAddr.Store(s.Soft)
 			s.Shares["secret"] = secret
-			p := startTapProxy(t, s.Addr)
-			m, mp := mountVia(t, s, p.Addr, tc.share, tc.opts...)
-			marker := "MARKER-c1f2e3-" + strings.ReplaceAll(tc.name, " ", "_")
+			sess := startTapProxy(t, s.Addr)
+			m, mp := mountVia(t, s, sess.Addr, tc.share, tc.opts...)
+			marker := "MARKER-c1f2e3-" + strings.ReplaceAll(strings.ReplaceAll(tc.name, " ", "_"), ",", "")
 			writeMarker(t, m, marker)
-			c2s, s2c := p.seen(marker)
-			if tc.sealed && (c2s || s2c) {
-				t.Errorf("sealed, yet the marker is on the wire: mount→server %v, server→mount %v", c2s, s2c)
+			c2s, s2c := sess.seen(marker)
+			dc2s, ds2c := soft.seen(marker)
+			if tc.sealed && (c2s || s2c || dc2s || ds2c) {
+				t.Errorf("sealed, yet the marker is on the wire: session mount→server %v, server→mount %v; softrdma %v, %v", c2s, s2c, dc2s, ds2c)
 			}
-			if !tc.sealed && !(c2s && s2c) {
-				t.Errorf("unsealed, yet the marker is not on the wire both ways (%v, %v): the capture is broken", c2s, s2c)
+			if !tc.sealed && !((c2s || dc2s) && (s2c || ds2c)) {
+				t.Errorf("unsealed, yet the marker is not on the wire both ways (session %v, %v; softrdma %v, %v): the capture is broken", c2s, s2c, dc2s, ds2c)
+			}
+			soft.mu.Lock()
+			softBytes := soft.c2s.Len() + soft.s2c.Len()
+			soft.mu.Unlock()
+			if onSoft := softBytes > 1<<20; onSoft != (tc.dataPath == "lwio") {
+				t.Errorf("%d bytes crossed the softrdma proxy; want the data there: %v", softBytes, tc.dataPath == "lwio")
 			}
 			out := mp.out.String()
-			if !strings.Contains(out, "data_path="+tc.provider) {
-				t.Errorf("lwio-mount does not report data_path=%s:\n%s", tc.provider, out)
+			if !strings.Contains(out, "data_path="+tc.dataPath) {
+				t.Errorf("lwio-mount does not report data_path=%s:\n%s", tc.dataPath, out)
 			}
 			if tc.sealed != strings.Contains(out, "session channel sealed") {
 				t.Errorf("lwio-mount's log does not say whether the session is sealed (want sealed=%v):\n%s", tc.sealed, out)

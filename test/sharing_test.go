@@ -244,6 +244,27 @@ func TestSQLiteTwoMounts(t *testing.T) {
 	}
 }
 
+// openRW opens dir/name read-write until the test ends.
+func openRW(t *testing.T, dir, name string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// readStart reads up to 64 bytes at the start of f, EOF not an error.
+func readStart(f *os.File) (string, error) {
+	buf := make([]byte, 64)
+	n, err := f.ReadAt(buf, 0)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return string(buf[:n]), err
+}
+
 // TestDurableAcrossRestart: the server is killed (SIGKILL) and restarted
 // under a live mount. An open descriptor keeps reading the same file; one
 // whose file was replaced meanwhile is ESTALE; one that held a lock reports
@@ -254,26 +275,10 @@ func TestDurableAcrossRestart(t *testing.T) {
 	mustWrite(t, filepath.Join(m.Backing, "keep"), []byte("the same file"))
 	mustWrite(t, filepath.Join(m.Backing, "swap"), []byte("old data"))
 	mustWrite(t, filepath.Join(m.Backing, "locked"), []byte("locked file"))
-	open := func(name string) *os.File {
-		f, err := os.OpenFile(filepath.Join(m.Dir, name), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		return f
-	}
-	keep, swap, locked := open("keep"), open("swap"), open("locked")
+	keep, swap, locked := openRW(t, m.Dir, "keep"), openRW(t, m.Dir, "swap"), openRW(t, m.Dir, "locked")
 	fl := unix.Flock_t{Type: unix.F_WRLCK}
 	if err := unix.FcntlFlock(locked.Fd(), unix.F_OFD_SETLK, &fl); err != nil {
 		t.Fatal(err)
-	}
-	read := func(f *os.File) (string, error) {
-		buf := make([]byte, 64)
-		n, err := f.ReadAt(buf, 0)
-		if errors.Is(err, io.EOF) {
-			err = nil
-		}
-		return string(buf[:n]), err
 	}
 
 	_ = s.p.cmd.Process.Kill()
@@ -283,15 +288,15 @@ func TestDurableAcrossRestart(t *testing.T) {
 	s.restart(t)
 
 	within(t, time.Minute, "reads after the restart", func() error {
-		if got, err := read(keep); err != nil || got != "the same file" {
+		if got, err := readStart(keep); err != nil || got != "the same file" {
 			return fmt.Errorf("descriptor opened before the crash: %q %v", got, err)
 		}
 		return nil
 	})
-	if got, err := read(swap); !errors.Is(err, syscall.ESTALE) {
+	if got, err := readStart(swap); !errors.Is(err, syscall.ESTALE) {
 		t.Errorf("descriptor of a file replaced while the server was down: %q %v, want ESTALE", got, err)
 	}
-	if _, err := read(locked); !errors.Is(err, syscall.EIO) {
+	if _, err := readStart(locked); !errors.Is(err, syscall.EIO) {
 		t.Errorf("descriptor whose lock the restart lost: %v, want EIO", err)
 	}
 }

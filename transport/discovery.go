@@ -18,6 +18,10 @@ import (
 type ProviderInfo struct {
 	Name      string
 	Instances []Instance
+	// Seals is not on the wire: a server sets it on its own providers
+	// whose connections can seal (ProviderSeals), so a sealed session is
+	// offered only those unless the fabric is trusted.
+	Seals bool
 }
 
 func (p ProviderInfo) String() string {
@@ -47,7 +51,7 @@ func Common(local, remote []ProviderInfo) []ProviderInfo {
 			continue
 		}
 		seen[l.Name] = true
-		out = append(out, ProviderInfo{Name: l.Name, Instances: append([]Instance(nil), l.Instances...)})
+		out = append(out, ProviderInfo{Name: l.Name, Instances: append([]Instance(nil), l.Instances...), Seals: l.Seals})
 	}
 	return out
 }

@@ -28,27 +28,27 @@ func TestCommon(t *testing.T) {
 		local, remote []ProviderInfo
 		want          []ProviderInfo
 	}{
-		{"both", []ProviderInfo{{"verbs", []Instance{v1, v2}}, {"softrdma", []Instance{s1}}},
-			[]ProviderInfo{{"softrdma", nil}, {"verbs", []Instance{r1}}},
-			[]ProviderInfo{{"verbs", []Instance{v1, v2}}, {"softrdma", []Instance{s1}}}},
-		{"local order wins", []ProviderInfo{{"softrdma", []Instance{s1}}, {"verbs", []Instance{v1}}},
-			[]ProviderInfo{{"verbs", []Instance{r1}}, {"softrdma", []Instance{r1}}},
-			[]ProviderInfo{{"softrdma", []Instance{s1}}, {"verbs", []Instance{v1}}}},
-		{"only soft shared", []ProviderInfo{{"verbs", []Instance{v1}}, {"softrdma", []Instance{s1}}},
-			[]ProviderInfo{{"softrdma", []Instance{r1}}},
-			[]ProviderInfo{{"softrdma", []Instance{s1}}}},
-		{"nothing shared", []ProviderInfo{{"verbs", []Instance{v1}}},
-			[]ProviderInfo{{"softrdma", []Instance{r1}}}, nil},
-		{"empty remote", []ProviderInfo{{"verbs", []Instance{v1}}}, nil, nil},
-		{"empty local", nil, []ProviderInfo{{"verbs", []Instance{r1}}}, nil},
-		{"duplicate local names: first wins", []ProviderInfo{{"verbs", []Instance{v1}}, {"verbs", []Instance{v2}}},
-			[]ProviderInfo{{"verbs", nil}},
-			[]ProviderInfo{{"verbs", []Instance{v1}}}},
-		{"local without instances dropped", []ProviderInfo{{"verbs", nil}, {"softrdma", []Instance{s1}}},
-			[]ProviderInfo{{"verbs", []Instance{r1}}, {"softrdma", []Instance{r1}}},
-			[]ProviderInfo{{"softrdma", []Instance{s1}}}},
-		{"names are exact", []ProviderInfo{{"Verbs", []Instance{v1}}},
-			[]ProviderInfo{{"verbs", []Instance{r1}}}, nil},
+		{"both", []ProviderInfo{{Name: "verbs", Instances: []Instance{v1, v2}}, {Name: "softrdma", Instances: []Instance{s1}}},
+			[]ProviderInfo{{Name: "softrdma", Instances: nil}, {Name: "verbs", Instances: []Instance{r1}}},
+			[]ProviderInfo{{Name: "verbs", Instances: []Instance{v1, v2}}, {Name: "softrdma", Instances: []Instance{s1}}}},
+		{"local order wins", []ProviderInfo{{Name: "softrdma", Instances: []Instance{s1}}, {Name: "verbs", Instances: []Instance{v1}}},
+			[]ProviderInfo{{Name: "verbs", Instances: []Instance{r1}}, {Name: "softrdma", Instances: []Instance{r1}}},
+			[]ProviderInfo{{Name: "softrdma", Instances: []Instance{s1}}, {Name: "verbs", Instances: []Instance{v1}}}},
+		{"only soft shared", []ProviderInfo{{Name: "verbs", Instances: []Instance{v1}}, {Name: "softrdma", Instances: []Instance{s1}}},
+			[]ProviderInfo{{Name: "softrdma", Instances: []Instance{r1}}},
+			[]ProviderInfo{{Name: "softrdma", Instances: []Instance{s1}}}},
+		{"nothing shared", []ProviderInfo{{Name: "verbs", Instances: []Instance{v1}}},
+			[]ProviderInfo{{Name: "softrdma", Instances: []Instance{r1}}}, nil},
+		{"empty remote", []ProviderInfo{{Name: "verbs", Instances: []Instance{v1}}}, nil, nil},
+		{"empty local", nil, []ProviderInfo{{Name: "verbs", Instances: []Instance{r1}}}, nil},
+		{"duplicate local names: first wins", []ProviderInfo{{Name: "verbs", Instances: []Instance{v1}}, {Name: "verbs", Instances: []Instance{v2}}},
+			[]ProviderInfo{{Name: "verbs", Instances: nil}},
+			[]ProviderInfo{{Name: "verbs", Instances: []Instance{v1}}}},
+		{"local without instances dropped", []ProviderInfo{{Name: "verbs", Instances: nil}, {Name: "softrdma", Instances: []Instance{s1}}},
+			[]ProviderInfo{{Name: "verbs", Instances: []Instance{r1}}, {Name: "softrdma", Instances: []Instance{r1}}},
+			[]ProviderInfo{{Name: "softrdma", Instances: []Instance{s1}}}},
+		{"names are exact", []ProviderInfo{{Name: "Verbs", Instances: []Instance{v1}}},
+			[]ProviderInfo{{Name: "verbs", Instances: []Instance{r1}}}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,7 +61,7 @@ func TestCommon(t *testing.T) {
 }
 
 func TestCommonDoesNotAlias(t *testing.T) {
-	local := []ProviderInfo{{"verbs", []Instance{inst(t, "10.0.0.1:1")}}}
+	local := []ProviderInfo{{Name: "verbs", Instances: []Instance{inst(t, "10.0.0.1:1")}}}
 	got := Common(local, local)
 	got[0].Instances[0] = Instance{}
 	if local[0].Instances[0].HostAddress == nil {

@@ -74,6 +74,12 @@ func parseLWIOSpec(s string) (lwioSpec, error) {
 	return spec, nil
 }
 
+// sealedTarget is the default run's sealed configuration: lwio-auto's
+// mount with sealing required by both ends, so the report shows what
+// AES-GCM costs (session channel and softrdma data connections) beside
+// lwio-auto in the same interleaved run. -lwio lwio-sealed=… replaces it.
+var sealedTarget = lwioSpec{Name: "lwio-sealed", Mount: "completion=auto,seal", Server: []string{"-encrypt=required"}}
+
 // lwioTargets resolves the target list: names from -targets (lwio-MODE
 // without a spec means completion=MODE), then the targets -lwio and env
 // define that -targets did not name, then, with oldBin, each lwio target
@@ -105,6 +111,9 @@ func lwioTargets(names, flags []string, env, oldBin, bin string) ([]string, []lw
 		case ok:
 		case name == "dir" || name == "nullfs" || name == "sshfs":
 			return nil
+		case name == sealedTarget.Name:
+			spec = sealedTarget
+			spec.Server = append([]string(nil), sealedTarget.Server...)
 		case strings.HasPrefix(name, "lwio-"):
 			spec = lwioSpec{Name: name, Mount: "completion=" + strings.TrimPrefix(name, "lwio-")}
 		default:
@@ -172,7 +181,7 @@ func (env *setupEnv) setupLWIO(spec lwioSpec) (*target, func(), error) {
 		}
 		srv = &lwioServer{addr: fmt.Sprintf("127.0.0.1:%d", p1), ports: []int{p1, p2}}
 		args := append([]string{"-share", "bench=" + env.export, "-listen", srv.addr,
-			"-soft", fmt.Sprintf("127.0.0.1:%d", p2), "-user", "bench", "-log-level", "warn"}, spec.Server...)
+			"-soft", fmt.Sprintf("127.0.0.1:%d", p2), "-user", "bench", "-account", "root", "-allow-root", "-log-level", "warn"}, spec.Server...)
 		srv.d, err = startDaemon("lwio-server", filepath.Join(env.work, fmt.Sprintf("lwio-server-%d.log", len(env.servers))),
 			[]string{"LWIO_PASSWORD=" + lwioPassword}, serverBin, args...)
 		if err != nil {

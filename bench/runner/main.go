@@ -90,7 +90,7 @@ var headlineJobs = []string{
 	"randread-qd1-direct", "randwrite-qd1-direct",
 }
 
-const defaultTargets = "dir,nullfs,sshfs,lwio-auto,lwio-interrupt,lwio-polling"
+const defaultTargets = "dir,nullfs,sshfs,lwio-auto,lwio-interrupt,lwio-polling,lwio-sealed"
 
 func main() {
 	var (

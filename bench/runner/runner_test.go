@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -129,6 +130,24 @@ func TestParseLWIOSpec(t *testing.T) {
 	for _, bad := range []string{"noequals", "=x", "nullfs=completion=polling", "x=mount=a;colour=red"} {
 		if _, err := parseLWIOSpec(bad); err == nil {
 			t.Errorf("parseLWIOSpec(%q) did not fail", bad)
+		}
+	}
+}
+
+// TestLWIOTargetsSealedDefault: the default run measures lwio-sealed
+// (required sealing, both ends) beside lwio-auto.
+func TestLWIOTargetsSealedDefault(t *testing.T) {
+	targets, specs, err := lwioTargets(strings.Split(defaultTargets, ","), nil, "", "", "bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(targets, "lwio-sealed") || !slices.Contains(targets, "lwio-auto") {
+		t.Fatalf("default targets %v lack the sealed/unsealed pair", targets)
+	}
+	want := lwioSpec{Name: "lwio-sealed", Bin: "bin", Mount: "completion=auto,seal", Server: []string{"-encrypt=required"}}
+	for _, s := range specs {
+		if s.Name == "lwio-sealed" && !reflect.DeepEqual(s, want) {
+			t.Errorf("lwio-sealed = %+v, want %+v", s, want)
 		}
 	}
 }

@@ -11,8 +11,10 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/lwiofs/lwiofs/cmd/internal/cli"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // Config is the server's TOML configuration file. Every field's zero value
@@ -22,12 +24,15 @@ import (
 //	domain = "LWIO"
 //	state_dir = "/var/lib/lwio"       # the identity key of durable handles
 //	encrypt = "if_required"           # sealing: off, if_required, desired, required
+//	trusted_fabric = false            # true: sealed sessions may use verbs, in clear
+//	guest_account = "nobody"          # a user without a Unix account acts as it; default: refused
 //	[log]
 //	level = "info"                    # debug, info, warn, error
 //	format = "text"                   # text or json
 //	[listen]
 //	session = "0.0.0.0:4450"          # the session channel (TCP)
 //	softrdma = ["0.0.0.0:4451"]       # software RDMA listeners; [] disables
+//	softrdma_advertise = ["198.51.100.7:4451"] # offered instead, behind a NAT
 //	verbs = ["192.0.2.10:4452"]       # verbs (rdma_cm) listeners; default none
 //	metrics = "127.0.0.1:9450"        # Prometheus /metrics; default none
 //	[limits]
@@ -36,24 +41,38 @@ import (
 //	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
 //	max_recv_buffer = 131120          # a receive buffer: 128 KiB of WRITE data + header
 //	workers = 0                       # disk I/O goroutines; 0 = engine default
+//	max_open_files = 0                # handles of all users; 0 = 3/4 of RLIMIT_NOFILE
+//	max_open_files_per_user = 16384
+//	max_pending_connections = 512     # connections not logged on yet; beyond, the oldest is closed
+//	max_pending_per_address = 64
+//	idle_timeout = 300                # seconds; a logged-on session idle that long is closed; -1 never
+//	logon_delay_max = 30              # seconds: the most a failed logon delays the next
 //	durable_timeout = 60              # seconds an open file outlives its connection; -1 none
 //	[shares.demo]
 //	path = "/srv/demo"
 //	read_only = false
 //	users = ["alice"]                 # empty: every configured user
 //	encrypt = "required"              # desired or required: seal this share's traffic
+//	allow_root = false                # users whose account is uid 0 may connect
+//	allow_setid = false               # set-user-ID/set-group-ID bits reach the disk
+//	allow_devices = false             # clients may create device nodes
 //	[users.alice]
 //	nt_hash = "..."                   # 32 hex digits; lwio-server adduser writes it
+//	account = "alice"                 # the Unix account alice acts as; default: the same name
 type Config struct {
-	ServerName string                 `toml:"server_name"`
-	Domain     string                 `toml:"domain"`
-	StateDir   string                 `toml:"state_dir"`
-	Encrypt    string                 `toml:"encrypt"`
-	Log        LogConfig              `toml:"log"`
-	Listen     ListenConfig           `toml:"listen"`
-	Limits     LimitsConfig           `toml:"limits"`
-	Shares     map[string]ShareConfig `toml:"shares"`
-	Users      map[string]UserConfig  `toml:"users"`
+	ServerName   string `toml:"server_name"`
+	Domain       string `toml:"domain"`
+	StateDir     string `toml:"state_dir"`
+	Encrypt      string `toml:"encrypt"`
+	GuestAccount string `toml:"guest_account"`
+	// TrustedFabric lets sealed sessions use RDMA providers that cannot
+	// seal (verbs), their file data in clear on the fabric.
+	TrustedFabric bool                   `toml:"trusted_fabric"`
+	Log           LogConfig              `toml:"log"`
+	Listen        ListenConfig           `toml:"listen"`
+	Limits        LimitsConfig           `toml:"limits"`
+	Shares        map[string]ShareConfig `toml:"shares"`
+	Users         map[string]UserConfig  `toml:"users"`
 
 	// softrdmaSet says listen.softrdma was given (so [] means "none").
 	softrdmaSet bool
@@ -72,6 +91,10 @@ type ListenConfig struct {
 	// Softrdma are the software provider's listen addresses; unset means
 	// the session host at the session port + 1.
 	Softrdma []string `toml:"softrdma"`
+	// SoftrdmaAdvertise, when set, is what the negotiate offers for the
+	// softrdma listeners instead of their own addresses: the "ip:port"
+	// clients reach them at through a NAT or a port forward.
+	SoftrdmaAdvertise []string `toml:"softrdma_advertise"`
 	// Verbs are the verbs provider's listen addresses; unset means none.
 	Verbs []string `toml:"verbs"`
 	// Metrics is where the Prometheus text exposition is served at
@@ -79,7 +102,7 @@ type ListenConfig struct {
 	Metrics string `toml:"metrics"`
 }
 
-// LimitsConfig is [limits]; zero fields leave the engine's defaults.
+// LimitsConfig is [limits]; zero fields leave the defaults.
 type LimitsConfig struct {
 	CreditsPerConnection int `toml:"credits_per_connection"`
 	// MaxBufferMemory is the server's receive memory in bytes, which the
@@ -91,6 +114,25 @@ type LimitsConfig struct {
 	MaxRDMAWindow int `toml:"max_rdma_window"`
 	MaxRecvBuffer int `toml:"max_recv_buffer"`
 	Workers       int `toml:"workers"`
+	// LeaseBreakTimeout bounds, in seconds, how long a change waits for
+	// a client to acknowledge a lease break (0: the share's default).
+	LeaseBreakTimeout float64 `toml:"lease_break_timeout"`
+	// MaxOpenFiles bounds the handles of all users together; 0 is three
+	// quarters of RLIMIT_NOFILE (raised to its hard limit at start).
+	MaxOpenFiles int `toml:"max_open_files"`
+	// MaxOpenFilesPerUser bounds one user's handles over its sessions.
+	MaxOpenFilesPerUser int `toml:"max_open_files_per_user"`
+	// MaxPendingConnections and MaxPendingPerAddress bound the
+	// connections that have not logged on yet, in all and per source
+	// address.
+	MaxPendingConnections int `toml:"max_pending_connections"`
+	MaxPendingPerAddress  int `toml:"max_pending_per_address"`
+	// IdleTimeout (seconds) closes a logged-on session that sent nothing
+	// for that long; -1 never.
+	IdleTimeout int `toml:"idle_timeout"`
+	// LogonDelayMax (seconds) caps the delay failed logons put on the
+	// next attempt of the same user from the same address.
+	LogonDelayMax int `toml:"logon_delay_max"`
 	// DurableTimeout is in seconds; 0 the default, negative none.
 	DurableTimeout int `toml:"durable_timeout"`
 }
@@ -101,11 +143,26 @@ type ShareConfig struct {
 	ReadOnly bool     `toml:"read_only"`
 	Users    []string `toml:"users"`
 	Encrypt  string   `toml:"encrypt"`
+	// Leases false grants no leases on the share; unset or true grants
+	// them when the kernel can watch the share.
+	Leases *bool `toml:"leases"`
+	// AllowRoot lets users whose account is uid 0 connect.
+	AllowRoot bool `toml:"allow_root"`
+	// AllowSetid lets set-user-ID and set-group-ID bits reach the disk.
+	AllowSetid bool `toml:"allow_setid"`
+	// AllowDevices lets clients create device nodes.
+	AllowDevices bool `toml:"allow_devices"`
 }
+
+// leases reports whether the share grants leases.
+func (s ShareConfig) leases() bool { return s.Leases == nil || *s.Leases }
 
 // UserConfig is one [users.NAME].
 type UserConfig struct {
 	NTHash string `toml:"nt_hash"`
+	// Account is the Unix account the user acts as; empty: the account
+	// of the same name.
+	Account string `toml:"account"`
 }
 
 // DefaultSessionAddr is where the session channel listens by default.
@@ -131,6 +188,14 @@ func loadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(keys, ", "))
 	}
 	c.softrdmaSet = md.IsDefined("listen", "softrdma")
+	for _, u := range c.Users {
+		if u.NTHash != "" {
+			if err := cli.CheckPrivate(path, "NT hashes (password equivalents)"); err != nil {
+				return nil, fmt.Errorf("config %w", err)
+			}
+			break
+		}
+	}
 	return &c, nil
 }
 
@@ -175,6 +240,19 @@ func (c *Config) softrdmaAddrs() ([]string, error) {
 	return []string{net.JoinHostPort(host, strconv.Itoa(p+1))}, nil
 }
 
+// softrdmaAdvertise parses listen.softrdma_advertise; nil when unset.
+func (c *Config) softrdmaAdvertise() ([]transport.Instance, error) {
+	var out []transport.Instance
+	for _, a := range c.Listen.SoftrdmaAdvertise {
+		in, err := transport.InstanceFor(a)
+		if err != nil {
+			return nil, fmt.Errorf("listen.softrdma_advertise %q: %v", a, err)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
 // validate checks everything that can be checked before listening.
 func (c *Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.sessionAddr()); err != nil {
@@ -188,6 +266,9 @@ func (c *Config) validate() error {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("listen address %q: %v", a, err)
 		}
+	}
+	if _, err := c.softrdmaAdvertise(); err != nil {
+		return err
 	}
 	if m := c.Listen.Metrics; m != "" {
 		if _, _, err := net.SplitHostPort(m); err != nil {
@@ -235,9 +316,11 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	if c.Limits.CreditsPerConnection < 0 || c.Limits.CreditBudget < 0 || c.Limits.MaxBufferMemory < 0 || c.Limits.MaxRDMAWindow < 0 ||
-		c.Limits.MaxRecvBuffer < 0 || c.Limits.Workers < 0 {
-		return errors.New("limits: values must not be negative")
+	l := c.Limits
+	if l.CreditsPerConnection < 0 || l.CreditBudget < 0 || l.MaxBufferMemory < 0 || l.MaxRDMAWindow < 0 || l.MaxRecvBuffer < 0 || l.Workers < 0 ||
+		l.MaxOpenFiles < 0 || l.MaxOpenFilesPerUser < 0 || l.MaxPendingConnections < 0 || l.MaxPendingPerAddress < 0 ||
+		l.LogonDelayMax < 0 || l.IdleTimeout < -1 || l.LeaseBreakTimeout < 0 {
+		return errors.New("limits: values must not be negative (idle_timeout: -1 for never)")
 	}
 	if c.Limits.CreditsPerConnection > 255 {
 		return errors.New("limits.credits_per_connection: at most 255 (a u8 on the wire)")

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -18,6 +21,21 @@ func writeFile(t *testing.T, dir, name, text string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// mustBuild is the configuration the command line args make, failing the
+// test if they make none.
+func mustBuild(t *testing.T, args ...string) *Config {
+	t.Helper()
+	f, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := buildConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func TestLoadConfig(t *testing.T) {
@@ -202,19 +220,12 @@ func TestEncryptSetting(t *testing.T) {
 	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
 	p := writeFile(t, dir, "s.toml", "encrypt = \"desired\"\n[shares.open]\npath = \""+dir+"\"\n"+
 		"[shares.secret]\npath = \""+dir+"\"\nencrypt = \"required\"\n[users.u]\nnt_hash = \""+hash+"\"\n")
-	f, err := parseFlags([]string{"-config", p}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := buildConfig(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustBuild(t, "-config", p)
 	if c.encrypt() != session.EncryptDesired || c.Shares["secret"].encrypt() != session.EncryptRequired ||
 		c.Shares["open"].encrypt() != session.EncryptIfRequired {
 		t.Errorf("encrypt %v, shares %v %v", c.encrypt(), c.Shares["secret"].encrypt(), c.Shares["open"].encrypt())
 	}
-	f, _ = parseFlags([]string{"-config", p, "-encrypt", "off"}, io.Discard)
+	f, _ := parseFlags([]string{"-config", p, "-encrypt", "off"}, io.Discard)
 	if c, err := buildConfig(f); err != nil || c.encrypt() != session.EncryptOff {
 		t.Errorf("-encrypt off over the file: %v %v", c.encrypt(), err)
 	}
@@ -226,5 +237,73 @@ func TestEncryptSetting(t *testing.T) {
 	f, _ = parseFlags([]string{"-config", bad}, io.Discard)
 	if _, err := buildConfig(f); err == nil || !strings.Contains(err.Error(), "shares.s") {
 		t.Errorf("share encrypt = yes: %v", err)
+	}
+}
+
+// Identity, policy and limit keys map onto the session server's config;
+// -account and -allow-root do the same for a quick start.
+func TestIdentityAndLimitSettings(t *testing.T) {
+	dir := t.TempDir()
+	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
+	p := writeFile(t, dir, "s.toml", `
+guest_account = "nobody"
+[limits]
+max_open_files = 100
+max_open_files_per_user = 10
+max_pending_connections = 20
+max_pending_per_address = 5
+idle_timeout = -1
+logon_delay_max = 7
+[shares.s]
+path = "`+dir+`"
+allow_root = true
+allow_setid = true
+allow_devices = true
+[users.u]
+nt_hash = "`+hash+`"
+account = "unix-u"
+`)
+	fc, err := serverConfig(mustBuild(t, "-config", p), logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := fc.Session
+	if sc.Accounts.Guest != "nobody" || sc.Accounts.Map["u"] != "unix-u" || sc.MaxOpenFiles != 100 || sc.MaxUserHandles != 10 ||
+		sc.MaxPending != 20 || sc.MaxPendingPerAddr != 5 || sc.IdleTimeout >= 0 || sc.LogonDelayMax != 7*time.Second {
+		t.Errorf("session config %+v", sc)
+	}
+	if s := sc.Shares[0]; !s.AllowRoot || !s.AllowSetid || !s.AllowDevices {
+		t.Errorf("share config %+v", s)
+	}
+
+	t.Setenv("LWIO_PASSWORD", "pw")
+	if c := mustBuild(t, "-share", "demo="+dir, "-user", "demo", "-account", "root", "-allow-root"); c.Users["demo"].Account != "root" || !c.Shares["demo"].AllowRoot {
+		t.Errorf("-account root -allow-root: %+v", c)
+	}
+	f, _ := parseFlags([]string{"-share", "demo=" + dir, "-account", "root"}, io.Discard)
+	if _, err := buildConfig(f); err == nil {
+		t.Error("-account without -user accepted")
+	}
+}
+
+// A configuration holding NT hashes that group or others can read is
+// refused, naming the file and the fix; without hashes it is not.
+func TestConfigWithHashesMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
+	p := writeFile(t, dir, "s.toml", "[shares.s]\npath = \""+dir+"\"\n[users.u]\nnt_hash = \""+hash+"\"\n")
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadConfig(p)
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "chmod 600 "+p) {
+		t.Errorf("a 0644 configuration with hashes: %v, want a refusal naming the file and chmod 600", err)
+	}
+	q := writeFile(t, dir, "shares.toml", "[shares.s]\npath = \""+dir+"\"\n")
+	if err := os.Chmod(q, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig(q); err != nil {
+		t.Errorf("a 0644 configuration without hashes: %v", err)
 	}
 }

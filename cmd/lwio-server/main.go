@@ -38,6 +38,8 @@ type flags struct {
 	verbs     string
 	metrics   string
 	user      string
+	account   string
+	allowRoot bool
 	encrypt   string
 	logLevel  string
 	logFormat string
@@ -57,13 +59,15 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.verbs, "verbs", "", "verbs (rdma_cm) listen `address` (default: none)")
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: none)")
 	fs.StringVar(&f.user, "user", "", "add user `NAME`, password from LWIO_PASSWORD")
+	fs.StringVar(&f.account, "account", "", "the Unix `ACCOUNT` the -user acts as on this host (default: the account of the same name)")
+	fs.BoolVar(&f.allowRoot, "allow-root", false, "let users whose account is root (uid 0) use every share")
 	fs.StringVar(&f.encrypt, "encrypt", "if_required", "sealing (encryption) of the session channel, `MODE`: off, if_required, desired or required")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&f.stateDir, "state-dir", "", "`directory` of the key durable handles survive a restart with (default "+DefaultStateDir+")")
 	fs.DurationVar(&f.durable, "durable-timeout", 0, "how long an open file and its locks outlive a lost connection (default 60s; negative: not at all)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-metrics ADDR] [-encrypt MODE] -user NAME\n       %s adduser -config FILE NAME\n", prog, prog, prog)
+		fmt.Fprintf(stderr, "usage: %s -config FILE\n       %s -share NAME=PATH[:ro] [-listen ADDR] [-soft ADDR|none] [-verbs ADDR] [-metrics ADDR] [-encrypt MODE] -user NAME [-account ACCOUNT] [-allow-root]\n       %s adduser -config FILE NAME\n", prog, prog, prog)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -119,7 +123,15 @@ func buildConfig(f *flags) (*Config, error) {
 		if pw == "" {
 			return nil, fmt.Errorf("-user %s: set the password in LWIO_PASSWORD", f.user)
 		}
-		c.Users[f.user] = UserConfig{NTHash: smbauth.FormatNTHash(smbauth.NTHash(pw))}
+		c.Users[f.user] = UserConfig{NTHash: smbauth.FormatNTHash(smbauth.NTHash(pw)), Account: f.account}
+	} else if f.account != "" {
+		return nil, errors.New("-account names the account of -user: give -user too")
+	}
+	if f.allowRoot {
+		for name, s := range c.Shares {
+			s.AllowRoot = true
+			c.Shares[name] = s
+		}
 	}
 	if f.set["state-dir"] {
 		c.StateDir = f.stateDir

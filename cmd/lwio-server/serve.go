@@ -26,6 +26,7 @@ func serve(c *Config, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
+	fitDescriptors(&fc.Session, log)
 	srv, err := fileserver.Start(fc)
 	if err != nil {
 		return err
@@ -33,16 +34,42 @@ func serve(c *Config, log *logrus.Logger) error {
 	limitMemory(srv.Engine().Budget(), log)
 	logStart(c, log, srv)
 
-	sig := make(chan os.Signal, 1)
+	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s := <-sig
 	log.WithField("signal", s.String()).Info("shutting down: no new connections, finishing requests in flight")
-	signal.Stop(sig)
-	if err := srv.Close(); err != nil {
-		log.WithError(err).Warn("shutdown")
-	}
+	stopWithin(srv, shutdownBudget, sig, log)
 	log.Info("stopped")
 	return nil
+}
+
+// shutdownBudget bounds a shutdown: SIGTERM stops the server within 5 s
+// whatever its clients are doing. The session channel and the engine each
+// give requests in flight drainTimeout; what is still running after the
+// budget (a disk that does not answer, a blocked lock wait) is abandoned —
+// the process exits under it.
+const (
+	shutdownBudget = 4500 * time.Millisecond
+	drainTimeout   = 3 * time.Second
+)
+
+// stopWithin closes srv, but returns after budget, or at a second signal,
+// whether or not the close has finished.
+func stopWithin(srv *fileserver.Server, budget time.Duration, sig <-chan os.Signal, log logrus.FieldLogger) {
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close() }()
+	t := time.NewTimer(budget)
+	defer t.Stop()
+	select {
+	case err := <-closed:
+		if err != nil {
+			log.WithError(err).Warn("shutdown")
+		}
+	case <-t.C:
+		log.WithField("after", budget.String()).Warn("shutdown: requests still running (a disk that does not answer, or a blocked wait); exiting without them")
+	case s := <-sig:
+		log.WithField("signal", s.String()).Warn("shutdown: second signal; exiting at once")
+	}
 }
 
 // serverConfig maps the configuration onto the server's: shares, users,
@@ -51,14 +78,27 @@ func serve(c *Config, log *logrus.Logger) error {
 func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	fc := fileserver.Config{
 		Session: session.ServerConfig{
-			ServerName:     c.ServerName,
-			Domain:         c.Domain,
-			Encrypt:        c.encrypt(),
-			ShareEncrypt:   map[string]session.Encrypt{},
-			Users:          map[string][16]byte{},
-			Logger:         log.WithField("component", "session"),
-			StateDir:       stateDir(c, log),
-			DurableTimeout: time.Duration(c.Limits.DurableTimeout) * time.Second,
+			ServerName:    c.ServerName,
+			Domain:        c.Domain,
+			Encrypt:       c.encrypt(),
+			TrustedFabric: c.TrustedFabric,
+			ShareEncrypt:  map[string]session.Encrypt{},
+			Users:         map[string][16]byte{},
+			Logger:        log.WithField("component", "session"),
+			Accounts: share.AccountsConfig{
+				Map:   map[string]string{},
+				Guest: c.GuestAccount,
+			},
+			StateDir:          stateDir(c, log),
+			DurableTimeout:    seconds(c.Limits.DurableTimeout),
+			MaxUserHandles:    c.Limits.MaxOpenFilesPerUser,
+			MaxOpenFiles:      c.Limits.MaxOpenFiles,
+			MaxPending:        c.Limits.MaxPendingConnections,
+			MaxPendingPerAddr: c.Limits.MaxPendingPerAddress,
+			IdleTimeout:       seconds(c.Limits.IdleTimeout),
+			LogonDelayMax:     seconds(c.Limits.LogonDelayMax),
+			// within shutdownBudget
+			ShutdownTimeout: drainTimeout,
 		},
 		Engine: server.Config{
 			Logger:            log.WithField("component", "lwio"),
@@ -69,6 +109,8 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			MaxRdmaWindowSize: c.Limits.MaxRDMAWindow,
 			MaxRecvBufferSize: c.Limits.MaxRecvBuffer,
 			Workers:           c.Limits.Workers,
+			TrustedFabric:     c.TrustedFabric,
+			ShutdownTimeout:   drainTimeout,
 		},
 		SessionAddr: c.sessionAddr(),
 		MetricsAddr: c.Listen.Metrics,
@@ -77,10 +119,15 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 	for name, u := range c.Users {
 		h, _ := smbauth.ParseNTHash(u.NTHash) // validated
 		fc.Session.Users[name] = h
+		if u.Account != "" {
+			fc.Session.Accounts.Map[name] = u.Account
+		}
 	}
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
-		fc.Session.Shares = append(fc.Session.Shares, share.Config{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users})
+		fc.Session.Shares = append(fc.Session.Shares, share.Config{Name: name, Path: s.Path, ReadOnly: s.ReadOnly, Users: s.Users,
+			AllowRoot: s.AllowRoot, AllowSetid: s.AllowSetid, AllowDevices: s.AllowDevices,
+			NoLeases: !s.leases(), LeaseBreakTimeout: time.Duration(c.Limits.LeaseBreakTimeout * float64(time.Second))})
 		fc.Session.ShareEncrypt[name] = s.encrypt()
 	}
 	if len(c.Listen.Verbs) > 0 {
@@ -102,12 +149,16 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			log.WithField("faults", faults.String()).Warn("softrdma fault injection on (" + soft.EnvFaults + ")")
 		}
 		p := soft.New(soft.Options{Logger: log.WithField("provider", soft.Name), Faults: faults})
+		adv, _ := c.softrdmaAdvertise() // validated
 		for _, a := range softAddrs {
-			fc.Listeners = append(fc.Listeners, fileserver.Listener{Provider: p, Addr: a})
+			fc.Listeners = append(fc.Listeners, fileserver.Listener{Provider: p, Addr: a, Advertise: adv})
 		}
 	}
 	return fc, nil
 }
+
+// seconds is n seconds; -1 is the session server's "never" (negative).
+func seconds(n int) time.Duration { return time.Duration(n) * time.Second }
 
 // stateDir is the state directory: state_dir as given (the server then
 // fails to start if it cannot be used), or DefaultStateDir when it can be
@@ -128,8 +179,10 @@ func logStart(c *Config, log *logrus.Logger, srv *fileserver.Server) {
 	for _, name := range sortedKeys(c.Shares) {
 		s := c.Shares[name]
 		log.WithFields(logrus.Fields{"share": name, "path": s.Path, "read_only": s.ReadOnly,
-			"encrypt": s.encrypt(), "users": strings.Join(s.Users, ",")}).Info("share")
+			"encrypt": s.encrypt(), "users": strings.Join(s.Users, ","), "allow_root": s.AllowRoot,
+			"allow_setid": s.AllowSetid, "allow_devices": s.AllowDevices}).Info("share")
 	}
+	logAccounts(c, log)
 	log.WithFields(logrus.Fields{"listener": "session", "addr": srv.SessionAddr()}).Info("listening")
 	for _, l := range srv.Listeners() {
 		ins := make([]string, len(l.Advertised))
@@ -169,4 +222,63 @@ func limitMemory(b server.BudgetInfo, log logrus.FieldLogger) {
 	limit := budget + budget/4 + memoryOverhead
 	debug.SetMemoryLimit(limit)
 	log.WithField("limit_mib", limit>>20).Debug("Go soft memory limit from max_buffer_memory")
+}
+
+// logAccounts says, once at start, who the users act as: for each user
+// its Unix account (and a warning for one that has none, whose logons
+// will be refused unless guest_account is set) — or that the server is
+// not root and acts as its own account for everyone, which
+// session.NewServer has said already.
+func logAccounts(c *Config, log *logrus.Logger) {
+	if !share.PerUser() {
+		return
+	}
+	for _, name := range sortedKeys(c.Users) {
+		acct := c.Users[name].Account
+		if acct == "" {
+			acct = name
+		}
+		a, err := share.LookupAccount(acct)
+		switch {
+		case err == nil:
+			log.WithFields(logrus.Fields{"user": name, "account": a.Name, "uid": a.Uid, "gid": a.Gid}).Info("user")
+		case c.GuestAccount != "":
+			log.WithFields(logrus.Fields{"user": name, "account": acct, "guest_account": c.GuestAccount}).
+				Info("user has no Unix account on this host: it acts as the guest account")
+		default:
+			log.WithFields(logrus.Fields{"user": name, "account": acct}).WithError(err).
+				Warn("user has no Unix account on this host: its logons will be refused (set [users." + name + "] account, or guest_account)")
+		}
+	}
+}
+
+// fitDescriptors raises the soft RLIMIT_NOFILE to the hard limit (Go does
+// it too since 1.19; this says so in the log) and keeps the server-wide
+// handle limit below it: three quarters by default, and a configured
+// max_open_files that would not leave a quarter for connections and the
+// descriptors an operation holds is cut down, with a warning.
+func fitDescriptors(sc *session.ServerConfig, log logrus.FieldLogger) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		log.WithError(err).Warn("cannot read RLIMIT_NOFILE")
+		return
+	}
+	if rl.Cur < rl.Max {
+		raised := syscall.Rlimit{Cur: rl.Max, Max: rl.Max}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err != nil {
+			log.WithError(err).WithField("soft", rl.Cur).Warn("cannot raise RLIMIT_NOFILE to its hard limit")
+		} else {
+			rl = raised
+		}
+	}
+	fit := session.DefaultMaxOpenFiles()
+	if sc.MaxOpenFiles > fit {
+		log.WithFields(logrus.Fields{"max_open_files": sc.MaxOpenFiles, "nofile": rl.Cur, "using": fit}).
+			Warn("limits.max_open_files does not leave a quarter of RLIMIT_NOFILE for connections; lowered")
+		sc.MaxOpenFiles = fit
+	}
+	if sc.MaxOpenFiles == 0 {
+		sc.MaxOpenFiles = fit
+	}
+	log.WithFields(logrus.Fields{"nofile": rl.Cur, "max_open_files": sc.MaxOpenFiles}).Debug("file descriptors")
 }

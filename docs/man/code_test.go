@@ -118,10 +118,7 @@ func isFirstArg(e ast.Expr) bool {
 		return false
 	}
 	lit, ok := ix.Index.(*ast.BasicLit)
-	if !ok {
-		return false
-	}
-	return isIdent(ix.X, "args") && lit.Value == "0" || isSel(ix.X, "os", "Args") && lit.Value == "1"
+	return ok && (isIdent(ix.X, "args") && lit.Value == "0" || isSel(ix.X, "os", "Args") && lit.Value == "1")
 }
 
 // comparedLiterals calls fn for every string literal compared with == to

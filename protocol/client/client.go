@@ -23,6 +23,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -80,6 +81,11 @@ type Config struct {
 	// sign its AUTH parameters with that key.
 	SessionID  uint64
 	SigningKey []byte
+	// Cipher is the session's cipher when the session is sealed
+	// (session.Client Sealed and Cipher): every connection then seals its
+	// frames with keys derived from SigningKey, the negotiate Key and both
+	// AUTH nonces (smbauth.DataSealKeys). CipherNone: not sealed.
+	Cipher smbauth.Cipher
 	// ClientName is sent in the negotiate ("" = the host name).
 	ClientName string
 	// Completion is the mode every request uses (zero = Interrupt).

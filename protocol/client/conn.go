@@ -3,6 +3,7 @@ package client
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -299,6 +301,13 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 		HasKey:            true,
 		Key:               key,
 	}
+	sealing := cfg.Cipher != smbauth.CipherNone && transport.CanSeal(tc)
+	if sealing {
+		params.HasNonce = true
+		if _, err := rand.Read(params.Nonce[:]); err != nil {
+			return nil, err
+		}
+	}
 	params.Sign(cfg.SigningKey)
 	const cookie = 1
 	req := protocol.NewAuthRequest(params, authBuf.Addr(), authBuf.Handle(), cookie)
@@ -351,6 +360,9 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 		return nil, fmt.Errorf("%w: response cookie %d", errAuth, resp.Cookie)
 	}
 	if resp.Ios.Status != protocol.StatusSuccess {
+		if cfg.Cipher != smbauth.CipherNone && !sealing {
+			return nil, fmt.Errorf("%w: server said %v: the session is sealed and %s connections cannot seal, so the server refuses them unless its fabric is trusted (trusted_fabric); use provider=softrdma or auto", errAuth, resp.Ios.Status, tc.Provider())
+		}
 		return nil, fmt.Errorf("%w: server said %v", errAuth, resp.Ios.Status)
 	}
 	// FIG. 6B: the server's parameters, checked before anything else is
@@ -375,6 +387,9 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 		return nil, fmt.Errorf("%w: server granted %d credits, asked %d", errAuth, sp.Credits, cfg.Credits)
 	case sp.MaxRecvBufferSize <= protocol.HeaderSize || sp.MaxRdmaWindowSize == 0:
 		return nil, fmt.Errorf("%w: server limits %d/%d", errAuth, sp.MaxRecvBufferSize, sp.MaxRdmaWindowSize)
+	}
+	if err := c.startSeal(&params, &sp, sealing); err != nil {
+		return nil, err
 	}
 	granted := int(sp.Credits)
 	c.recvMu.Lock()

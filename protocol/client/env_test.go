@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"os"
 	"path/filepath"
 	"sync"
@@ -27,11 +28,24 @@ type authority struct {
 	sessions map[[16]byte]testSession
 	files    map[uint64]map[protocol.ResumeKey]share.File
 	nextKey  uint64
+	cipher   smbauth.Cipher // sessions keyed from now on are sealed with it
 }
 
 type testSession struct {
-	id  uint64
-	key []byte
+	id     uint64
+	key    []byte
+	cipher smbauth.Cipher // the session is sealed with it
+}
+
+func (a *authority) DataCipher(id uint64) smbauth.Cipher {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.sessions {
+		if s.id == id {
+			return s.cipher
+		}
+	}
+	return smbauth.CipherNone
 }
 
 func newAuthority() *authority {
@@ -60,7 +74,7 @@ func (a *authority) negotiateKey(id uint64, signingKey []byte) [16]byte {
 	var k [16]byte
 	rand.Read(k[:])
 	a.mu.Lock()
-	a.sessions[k] = testSession{id, signingKey}
+	a.sessions[k] = testSession{id: id, key: signingKey, cipher: a.cipher}
 	a.mu.Unlock()
 	return k
 }
@@ -100,6 +114,12 @@ type env struct {
 
 func newEnv(t testing.TB, cfg server.Config) *env {
 	t.Helper()
+	return newEnvOn(t, cfg, soft.New(soft.Options{}))
+}
+
+// newEnvOn is newEnv with the server listening on p.
+func newEnvOn(t testing.TB, cfg server.Config, p transport.Provider) *env {
+	t.Helper()
 	e := &env{t: t, dir: t.TempDir(), auth: newAuthority()}
 	cfg.Authority = e.auth
 	if os.Getenv("LWIO_TEST_LOG") != "" {
@@ -111,7 +131,7 @@ func newEnv(t testing.TB, cfg server.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := srv.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
+	l, err := srv.Listen(p, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +146,7 @@ type session struct {
 	e   *env
 	id  uint64
 	key []byte
+	via string // the address the negotiate offers instead of the server's (a proxy)
 }
 
 var sessionIDs struct {
@@ -144,7 +165,11 @@ func (e *env) session() *session {
 }
 
 func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) (protocol.NegotiateResponse, error) {
-	in, err := transport.InstanceFor(s.e.addr)
+	addr := s.e.addr
+	if s.via != "" {
+		addr = s.via
+	}
+	in, err := transport.InstanceFor(addr)
 	if err != nil {
 		return protocol.NegotiateResponse{}, err
 	}

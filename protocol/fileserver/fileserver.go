@@ -57,6 +57,10 @@ type Config struct {
 type Listener struct {
 	Provider transport.Provider
 	Addr     string
+	// Advertise, when not empty, is what the negotiate offers for this
+	// listener instead of the addresses it listens on (a NAT or a port
+	// forward in between).
+	Advertise []transport.Instance
 }
 
 // ListenerInfo is an open LWIO listener: its provider, the address it
@@ -65,6 +69,8 @@ type ListenerInfo struct {
 	Provider   string
 	Addr       string
 	Advertised []transport.Instance
+	// Seals: the provider's connections can seal (transport.ProviderSeals).
+	Seals bool
 }
 
 // Server is a running server.
@@ -150,12 +156,15 @@ func (s *Server) listen(l Listener) error {
 		return fmt.Errorf("%s listener %s: %w", name, l.Addr, err)
 	}
 	ins, err := instances(tl.Addr())
+	if len(l.Advertise) > 0 {
+		ins, err = l.Advertise, nil
+	}
 	if err != nil {
 		tl.Close()
 		return fmt.Errorf("%s listener %s: %w", name, l.Addr, err)
 	}
 	s.lls = append(s.lls, tl)
-	s.info = append(s.info, ListenerInfo{Provider: name, Addr: tl.Addr(), Advertised: ins})
+	s.info = append(s.info, ListenerInfo{Provider: name, Addr: tl.Addr(), Advertised: ins, Seals: transport.ProviderSeals(l.Provider)})
 	return nil
 }
 
@@ -217,9 +226,11 @@ func keepServing(log logrus.FieldLogger, stopping <-chan struct{}, serve func() 
 	}
 }
 
-// Close stops accepting everywhere, lets in-flight LWIO requests finish (or
-// fail at the engine's ShutdownTimeout), then ends the sessions — their
-// open files, resume keys and LWIO keys — and closes the shares.
+// Close stops accepting everywhere, lets in-flight requests finish — the
+// LWIO engine's and the session channel's at once, each bounded by its
+// ShutdownTimeout — then ends the sessions (their open files, resume keys
+// and LWIO keys) and closes the shares. cmd/lwio-server bounds the whole
+// of it again, so that SIGTERM stops the server whatever its clients do.
 func (s *Server) Close() error {
 	var err error
 	s.once.Do(func() {
@@ -230,7 +241,12 @@ func (s *Server) Close() error {
 		if s.httpSrv != nil {
 			s.httpSrv.Close()
 		}
-		err = errors.Join(s.engine.Close(), s.sess.Close())
+		var engineErr error
+		engineDone := make(chan struct{})
+		go func() { engineErr = s.engine.Close(); close(engineDone) }()
+		sessErr := s.sess.Close()
+		<-engineDone
+		err = errors.Join(engineErr, sessErr)
 		s.wg.Wait()
 	})
 	return err
@@ -259,7 +275,7 @@ func providers(ls []ListenerInfo) []transport.ProviderInfo {
 		if !ok {
 			i = len(out)
 			at[l.Provider] = i
-			out = append(out, transport.ProviderInfo{Name: l.Provider})
+			out = append(out, transport.ProviderInfo{Name: l.Provider, Seals: l.Seals})
 		}
 		out[i].Instances = append(out[i].Instances, l.Advertised...)
 	}

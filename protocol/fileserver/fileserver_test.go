@@ -28,8 +28,9 @@ func TestStart(t *testing.T) {
 	var registered atomic.Int32
 	srv, err := Start(Config{
 		Session: session.ServerConfig{
-			Shares: []share.Config{{Name: "s", Path: dir}},
-			Users:  map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
 		},
 		SessionAddr: "127.0.0.1:0",
 		Listeners: []Listener{
@@ -82,8 +83,9 @@ func TestRegisterOnOpen(t *testing.T) {
 	var registered atomic.Int32
 	srv, err := Start(Config{
 		Session: session.ServerConfig{
-			Shares: []share.Config{{Name: "s", Path: dir}},
-			Users:  map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
 		},
 		SessionAddr: "127.0.0.1:0",
 		Listeners:   []Listener{{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"}},

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/protocol/stats"
 )
 
@@ -22,7 +23,7 @@ import (
 //
 // Adding a metric is one call in newMetrics (or anywhere with the Server):
 //
-//	m.Func("lwio_handles", "Open handles, by user.", prometheus.GaugeValue, []string{"user"},
+//	m.Func("lwio_open_handles", "Open handles, by user.", prometheus.GaugeValue, []string{"user"},
 //		func(emit func(v float64, labels ...string)) {
 //			for user, n := range srv.Session().Stats().Handles {
 //				emit(float64(n), user)
@@ -73,7 +74,28 @@ func newMetrics(s *Server) *Metrics {
 	m.reg.MustRegister(&engineCollector{s: s})
 	m.Func("lwio_sessions", "Sessions logged on over the session channel.", prometheus.GaugeValue, nil,
 		func(emit func(float64, ...string)) { emit(float64(s.sess.Sessions())) })
+	registerSessionStats(m, s.sess)
 	return m
+}
+
+// registerSessionStats publishes the session server's Stats: open handles
+// by user (against max_open_files_per_user) and in all, logon failures
+// and the logons the throttle held back. Read once per metric per scrape.
+func registerSessionStats(m *Metrics, ss *session.Server) {
+	m.Func("lwio_open_handles", "Open handles (files, directories, pipes) by user over all its sessions, durable opens kept for a reconnect included.", prometheus.GaugeValue, []string{"user"},
+		func(emit func(float64, ...string)) {
+			for user, n := range ss.Stats().Handles {
+				emit(float64(n), user)
+			}
+		})
+	m.Func("lwio_open_handles_all", "Open handles of all users together (bounded by limits.max_open_files).", prometheus.GaugeValue, nil,
+		func(emit func(float64, ...string)) { emit(float64(ss.Stats().HandlesTotal)) })
+	m.Func("lwio_logon_failures_total", "Logons refused for a wrong user name or password.", prometheus.CounterValue, nil,
+		func(emit func(float64, ...string)) { emit(float64(ss.Stats().LogonFailures)) })
+	m.Func("lwio_logons_throttled_total", "Logon attempts the throttle held back after earlier failures.", prometheus.CounterValue, nil,
+		func(emit func(float64, ...string)) { emit(float64(ss.Stats().LogonsThrottled)) })
+	m.Func("lwio_logon_throttle_seconds_total", "Time the throttle held logon attempts back, in all.", prometheus.CounterValue, nil,
+		func(emit func(float64, ...string)) { emit(ss.Stats().ThrottleWait.Seconds()) })
 }
 
 // engineCollector exposes the LWIO engine's Stats, read once per scrape.

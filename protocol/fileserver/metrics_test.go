@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -77,8 +78,9 @@ next:
 func TestMetricsScrape(t *testing.T) {
 	srv, err := Start(Config{
 		Session: session.ServerConfig{
-			Shares: []share.Config{{Name: "s", Path: t.TempDir()}},
-			Users:  map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Shares:   []share.Config{{Name: "s", Path: t.TempDir(), AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
 		},
 		SessionAddr: "127.0.0.1:0",
 		Listeners:   []Listener{{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"}},
@@ -168,5 +170,89 @@ func TestMetricsScrape(t *testing.T) {
 		for _, n := range []string{"lwio_requests_total", "lwio_rdma_bytes_total"} {
 			fmt.Println(n, after[n].String())
 		}
+	}
+}
+
+// TestMetricsUsers: /metrics follows one user's open handles as it opens
+// and closes files, and counts wrong passwords and the logon attempts the
+// throttle held back after them.
+func TestMetricsUsers(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := Start(Config{
+		Session: session.ServerConfig{
+			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
+			// An attempt after a failure waits up to 1 s: longer than
+			// a dial takes, so each one after the first is held back.
+			LogonDelay: time.Second, LogonDelayMax: time.Second,
+		},
+		SessionAddr: "127.0.0.1:0",
+		MetricsAddr: "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	get := func(name string, labels ...string) float64 {
+		t.Helper()
+		v, ok := value(scrape(t, srv.MetricsAddr()), name, labels...)
+		if !ok && len(labels) == 0 {
+			t.Errorf("%s missing from /metrics", name)
+		}
+		return v
+	}
+	if v := get("lwio_logon_failures_total"); v != 0 {
+		t.Errorf("logon failures before any logon: %v", v)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 3 {
+		if _, err := session.Dial(ctx, srv.SessionAddr(), session.ClientConfig{User: "u", Password: "wrong", KeepAlive: -1}); err == nil {
+			t.Fatal("a wrong password logged on")
+		}
+	}
+	if v := get("lwio_logon_failures_total"); v != 3 {
+		t.Errorf("lwio_logon_failures_total = %v after 3 wrong passwords, want 3", v)
+	}
+	if v := get("lwio_logons_throttled_total"); v < 2 {
+		t.Errorf("lwio_logons_throttled_total = %v, want the 2 attempts after the first failure at least", v)
+	}
+	if v := get("lwio_logon_throttle_seconds_total"); v <= 0 {
+		t.Errorf("lwio_logon_throttle_seconds_total = %v, want > 0", v)
+	}
+
+	c, err := session.Dial(ctx, srv.SessionAddr(), session.ClientConfig{User: "u", Password: "pw", KeepAlive: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tr, err := c.TreeConnect(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs []session.Handle
+	for i := range 3 {
+		h, _, err := tr.Open(ctx, fmt.Sprintf("f%d", i), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	if v := get("lwio_open_handles", "user=u"); v != 3 {
+		t.Errorf("lwio_open_handles{user=u} = %v with 3 files open, want 3", v)
+	}
+	if v := get("lwio_open_handles_all"); v != 3 {
+		t.Errorf("lwio_open_handles_all = %v, want 3", v)
+	}
+	if err := tr.CloseHandle(ctx, hs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if v := get("lwio_open_handles", "user=u"); v != 2 {
+		t.Errorf("lwio_open_handles{user=u} = %v after a close, want 2", v)
+	}
+	if st := srv.Session().Stats(); st.Handles["u"] != 2 || st.LogonFailures != 3 {
+		t.Errorf("Session().Stats() = %+v", st)
 	}
 }

@@ -28,6 +28,11 @@ const (
 	FileInvalid             = protocol.Status(0xC0000098) // ESTALE
 	InvalidDevState         = protocol.Status(0xC0000184) // ENXIO/ENODEV
 	FileLockConflict        = protocol.Status(0xC0000054) // EAGAIN / EWOULDBLOCK
+	// TooManyOpenedFiles is a user over its own handle limit (the server's
+	// max_open_files_per_user), which its mount reports as EMFILE while
+	// other users go on; the server as a whole out of descriptors is
+	// INSUFFICIENT_RESOURCES (ENFILE).
+	TooManyOpenedFiles = protocol.Status(0xC000011F)
 )
 
 // table is THE mapping between errno and NTSTATUS, both directions.
@@ -86,6 +91,7 @@ var table = []struct {
 	{syscall.ENODATA, protocol.StatusEASNotSupported, toErrno},
 	{syscall.EIO, protocol.StatusUnsuccessful, toErrno},
 	{syscall.ELOOP, protocol.StatusStoppedOnSymlink, toErrno},
+	{syscall.EMFILE, TooManyOpenedFiles, toErrno},
 }
 
 // errnoToStatus and statusToErrno are table indexed once at init.

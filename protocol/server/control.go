@@ -6,6 +6,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/ntstatus"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -72,6 +73,15 @@ func (c *conn) authenticate(sl *slot, derr error) ([]transport.SendWR, protocol.
 	case !c.s.claimKey(p.Key):
 		return nil, deny, 0, "Key already authenticated a connection (replayed AUTH?)"
 	}
+	ds, why := c.sealDecision(id, p)
+	if why != "" {
+		return nil, deny, 0, why
+	}
+	if ds.cipher != smbauth.CipherNone {
+		if err := c.startSeal(ds, key, p.Key, p.Nonce); err != nil {
+			return nil, deny, 0, fmt.Sprintf("sealing: %v", err)
+		}
+	}
 	want := int(p.Credits)
 	if want <= 0 || want > c.s.cfg.Credits {
 		want = c.s.cfg.Credits
@@ -104,6 +114,8 @@ func (c *conn) authenticate(sl *slot, derr error) ([]transport.SendWR, protocol.
 		Key:               p.Key,
 		HasSessionID:      true,
 		SessionID:         id,
+		HasNonce:          ds.cipher != smbauth.CipherNone,
+		Nonce:             ds.nonce,
 	}
 	sp.Sign(key)
 	enc := sp.Append(sl.resp.Bytes()[authParamsOff:authParamsOff])

@@ -22,6 +22,25 @@ func (e *env) gated(id uint64) (protocol.ResumeKey, *gatedFile) {
 	return e.addFile(id, g), g
 }
 
+// wantDelta reads the next message and checks that it is a delta-credit
+// message (FIG. 11A: Cookie 0, LWIO_NOTIFY_CREDIT) offering n.
+func (p *peer) wantDelta(n int32) {
+	p.t.Helper()
+	if r := p.wantResponse("delta credit"); !r.IsDeltaCredit() || r.CreditDelta() != n {
+		p.t.Fatalf("delta message %+v, want Cookie 0, %+d, LWIO_NOTIFY_CREDIT", r, n)
+	}
+}
+
+// credit sends a CREDIT message (count, the credits hint, cookie) and
+// checks that it completes with want.
+func (p *peer) credit(count int32, hint uint8, cookie uint64, want protocol.Status) {
+	p.t.Helper()
+	p.sendHeader(protocol.NewCreditRequest(count, hint, cookie))
+	if r := p.wantResponse("CREDIT"); r.Cookie != cookie || r.Ios.Status != want {
+		p.t.Fatalf("CREDIT %d completion %+v, want Cookie %d, %v", count, r, cookie, want)
+	}
+}
+
 // FIG. 10, 11A–C: a positive delta answered by one CREDIT reporting unused
 // credits; a negative one by N CREDIT messages −N … −1, each completed with
 // LWIO_NOTIFY_CREDIT; one transaction at a time.
@@ -38,15 +57,9 @@ func TestCreditHandshake(t *testing.T) {
 	if c.startDelta(1) || c.startDelta(-1) {
 		t.Fatal("second transaction started while one is open")
 	}
-	r := p.wantResponse("delta credit")
-	if !r.IsDeltaCredit() || r.CreditDelta() != 6 {
-		t.Fatalf("delta message %+v, want Cookie 0, +6, LWIO_NOTIFY_CREDIT", r)
-	}
+	p.wantDelta(6)
 	// The client keeps 4 of the 6 and reports 2 unused.
-	p.sendHeader(protocol.NewCreditRequest(2, 0, 21))
-	if r := p.wantResponse("CREDIT"); r.Cookie != 21 || r.Ios.Status != protocol.StatusSuccess {
-		t.Fatalf("CREDIT completion %+v", r)
-	}
+	p.credit(2, 0, 21, protocol.StatusSuccess)
 	if g := c.grant.Granted(); g != 8 {
 		t.Fatalf("granted %d, want 4+6-2", g)
 	}
@@ -57,19 +70,12 @@ func TestCreditHandshake(t *testing.T) {
 	if !c.startDelta(-3) {
 		t.Fatal("negative delta not started")
 	}
-	r = p.wantResponse("delta credit")
-	if !r.IsDeltaCredit() || r.CreditDelta() != -3 {
-		t.Fatalf("delta message %+v, want -3", r)
-	}
+	p.wantDelta(-3)
 	for v := int32(-3); v <= -1; v++ {
 		if v == -2 && c.startDelta(1) {
 			t.Fatal("transaction started while retiring")
 		}
-		p.sendHeader(protocol.NewCreditRequest(v, 0, uint64(100-v)))
-		r := p.wantResponse("retiring CREDIT")
-		if r.Cookie != uint64(100-v) || r.Ios.Status != protocol.NotifyCredit {
-			t.Fatalf("CREDIT %d completion %+v, want LWIO_NOTIFY_CREDIT", v, r)
-		}
+		p.credit(v, 0, uint64(100-v), protocol.NotifyCredit)
 	}
 	waitFor(t, func() bool { return c.grant.Granted() == 5 && !c.grant.Open() })
 	if u := e.srv.budget.Used(); u != 5 {
@@ -90,14 +96,8 @@ func TestCreditGrantFromHint(t *testing.T) {
 	p.auth(key, signing, 2)
 	fid := uint16(p.register(rk, 5, 0).Ios.Information)
 	p.read(fid, 0, 10, 2, 1)
-	r := p.wantResponse("delta credit")
-	if !r.IsDeltaCredit() || r.CreditDelta() != 2 {
-		t.Fatalf("delta %+v, want +2 (doubling)", r)
-	}
-	p.sendHeader(protocol.NewCreditRequest(0, 2, 2))
-	if r := p.wantResponse("CREDIT"); r.Cookie != 2 || r.Ios.Status != protocol.StatusSuccess {
-		t.Fatalf("CREDIT completion %+v", r)
-	}
+	p.wantDelta(2) // doubling
+	p.credit(0, 2, 2, protocol.StatusSuccess)
 	g.open()
 	if imm := p.wantImm("READ"); imm != 1 {
 		t.Fatalf("imm %d", imm)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"os"
 	"path/filepath"
 	"sync"
@@ -29,8 +30,20 @@ type testAuthority struct {
 }
 
 type testSession struct {
-	id  uint64
-	key []byte
+	id     uint64
+	key    []byte
+	cipher smbauth.Cipher // the session is sealed with it
+}
+
+func (a *testAuthority) DataCipher(id uint64) smbauth.Cipher {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.sessions {
+		if s.id == id {
+			return s.cipher
+		}
+	}
+	return smbauth.CipherNone
 }
 
 func (a *testAuthority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
@@ -131,7 +144,7 @@ func (e *env) session(id uint64) (key [16]byte, signing []byte) {
 	signing = make([]byte, 16)
 	rand.Read(signing)
 	e.auth.mu.Lock()
-	e.auth.sessions[key] = testSession{id, signing}
+	e.auth.sessions[key] = testSession{id: id, key: signing}
 	e.auth.mu.Unlock()
 	return key, signing
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/share"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -34,6 +35,9 @@ type Authority interface {
 	// OpenByResumeKey resolves a resume key on a session to its open file.
 	// The key must have been issued on that session for a handle still open.
 	OpenByResumeKey(sessionID uint64, key [24]byte) (share.File, error)
+	// DataCipher is the cipher a session's data connections seal with
+	// (smbauth.DataSealKeys), CipherNone when the session is not sealed.
+	DataCipher(sessionID uint64) smbauth.Cipher
 }
 
 // Defaults for the zero values of Config.
@@ -107,6 +111,10 @@ type Config struct {
 	// ShutdownTimeout bounds how long Close waits for in-flight requests
 	// (0 = DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
+	// TrustedFabric lets a sealed session's connections on a provider that
+	// cannot seal (verbs) carry data in clear; false refuses them at AUTH
+	// (lwio.toml's trusted_fabric, docs/security.md).
+	TrustedFabric bool
 }
 
 func (c Config) withDefaults() Config {

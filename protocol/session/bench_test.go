@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"testing"
+
+	"github.com/lwiofs/lwiofs/protocol/share"
 )
 
 // getAttrTree is a tree holding file "f", with the timer reset.
@@ -44,4 +46,17 @@ func BenchmarkGetAttrParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkGetAttrAsUser is BenchmarkGetAttr with the user acting as an
+// account of its own (uid 61001): the server switches its thread's
+// credentials for the lstat (share's identity). Without root it is
+// BenchmarkGetAttr.
+func BenchmarkGetAttrAsUser(b *testing.B) {
+	user := share.Account{Name: "bench-user", Uid: 61001, Gid: 61001, Groups: []uint32{61001}}
+	e := newEnv(b, func(c *ServerConfig) {
+		c.Accounts = share.AccountsConfig{Map: map[string]string{testUser: user.Name}, Lookup: accountsOf(user)}
+	})
+	e.writeFile("f", "x")
+	getAttrLoop(b, e.tree("data"))
 }

@@ -32,6 +32,11 @@ var ToErrno = ntstatus.ToErrno
 // credentials; it wraps protocol.StatusLogonFailure.
 var ErrLogonFailure = fmt.Errorf("logon failure: wrong user name or password (%w)", protocol.StatusLogonFailure)
 
+// ErrNoAccount is returned by Dial when the credentials were right but the
+// server has no Unix account for the user (and no guest account) for its
+// disk operations to run as; it wraps StatusNoSuchUser.
+var ErrNoAccount = fmt.Errorf("logon refused: the server has no Unix account for this user (%w)", StatusNoSuchUser)
+
 // ClientConfig configures Dial.
 type ClientConfig struct {
 	// User and Domain name the account; Domain may be empty.
@@ -74,6 +79,10 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[uint64]chan Frame // nil channel: the caller gave up
 	err     error                 // why the connection died
+	// breakTo handles each tree's LEASE_BREAKs; lastBreak is the last
+	// break's sequence number (lease.go).
+	breakTo   map[uint32]func(LeaseBreak) LeaseState
+	lastBreak uint64
 
 	key        atomic.Pointer[[]byte] // session key, set during setup
 	macs       atomic.Pointer[macs]   // signs and verifies with key
@@ -188,6 +197,8 @@ func (c *Client) setup(ctx context.Context) error {
 	case protocol.StatusSuccess:
 	case protocol.StatusLogonFailure, protocol.StatusAccessDenied:
 		return ErrLogonFailure
+	case StatusNoSuchUser:
+		return ErrNoAccount
 	case StatusSealRequired:
 		return c.setupSealError()
 	default:
@@ -300,6 +311,9 @@ func (c *Client) accept(f Frame, raw []byte) error {
 		}
 	case c.signing.Load():
 		return ErrUnsigned
+	}
+	if f.Command == CmdLeaseBreak && c.signing.Load() {
+		return c.onBreak(f)
 	}
 	c.mu.Lock()
 	ch, ok := c.pending[f.MessageID]

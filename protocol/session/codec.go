@@ -28,6 +28,11 @@ type coder interface {
 	// bytes each: the decoder refuses a count the rest of the body cannot
 	// hold before anything is allocated. It reports whether to go on.
 	count(n *int, min int) bool
+	// tail reports whether the fields that follow are there: fields a
+	// newer peer adds at the end of a body (docs/session.md says which).
+	// The encoder writes them when *present; the decoder sets *present
+	// to whether any bytes are left.
+	tail(present *bool) bool
 	// count16 is count with a u16 length.
 	count16(n *int, min int) bool
 }
@@ -93,7 +98,8 @@ func (e *encoder) time(t *time.Time) {
 	e.b = binary.LittleEndian.AppendUint32(e.b, nsec)
 }
 
-func (e *encoder) guid(g *[16]byte) { e.b = append(e.b, g[:]...) }
+func (e *encoder) tail(present *bool) bool { return *present }
+func (e *encoder) guid(g *[16]byte)        { e.b = append(e.b, g[:]...) }
 
 func (e *encoder) count(n *int, _ int) bool {
 	e.b = binary.LittleEndian.AppendUint32(e.b, uint32(*n))
@@ -184,6 +190,11 @@ func (d *decoder) time(t *time.Time) {
 	default:
 		*t = time.Unix(int64(sec), int64(nsec))
 	}
+}
+
+func (d *decoder) tail(present *bool) bool {
+	*present = d.err == nil && len(d.b) > 0
+	return *present
 }
 
 func (d *decoder) guid(g *[16]byte) {

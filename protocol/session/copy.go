@@ -139,11 +139,9 @@ func (s *Server) serverSide(ss *serverSession, tr *share.Tree, cmd Command, req 
 		pos, err := of.file.Seek(int64(r.Offset), int(r.Whence))
 		return &offsetMsg{uint64(pos)}, err
 	case *openReq: // TMPFILE
-		f, a, err := tr.Tmpfile(r.Path, int(r.Flags), r.Mode)
-		if err != nil {
-			return nil, err
-		}
-		return s.newOpen(ss, f, a, r.DurableID)
+		return s.newOpen(ss, r.DurableID, func() (*share.OpenFile, Attr, error) {
+			return tr.Tmpfile(r.Path, int(r.Flags), r.Mode)
+		})
 	case *linkHandleReq:
 		of, err := ss.fileIn(tr, r.Handle)
 		if err != nil {

@@ -78,15 +78,7 @@ func TestDurableReclaim(t *testing.T) {
 		t.Errorf("after the reclaimed lock's unlock: %v", err)
 	}
 	// Another user cannot take it.
-	bob, err := e.dial("bob", "bob's")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bob.Close()
-	tb, err := bob.TreeConnect(ctx, "data")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := e.treeAs("bob", "bob's", "data")
 	if _, _, _, err := tb.Reopen(ctx, id, nil, "db", os.O_RDWR); err != protocol.StatusAccessDenied {
 		t.Errorf("bob reclaiming alice's open: %v, want ACCESS_DENIED", err)
 	}

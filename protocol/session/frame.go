@@ -44,7 +44,8 @@ var frameMagic = [4]byte{'L', 'W', 'S', 'C'}
 
 // Flags of a frame header.
 const (
-	// FlagResponse marks a server-to-client response.
+	// FlagResponse marks a server-to-client frame: a response, or a
+	// LEASE_BREAK (whose MessageID is the server's own sequence).
 	FlagResponse uint16 = 1 << 0
 	// FlagSigned says the Signature field holds a signature with the
 	// session key. After session setup every frame must carry it.
@@ -95,18 +96,24 @@ const (
 	CmdUnlock         Command = 30 // every lock of one owner on a Handle's file
 	CmdGetLk          Command = 31 // the first lock that would conflict (F_GETLK)
 	CmdCancel         Command = 32 // cancels a pending request by MessageID (SMB2 CANCEL)
-	// 33–35 are reserved (leases).
-	CmdReopen Command = 36 // reclaims a durable handle, or re-opens a file by identity (durable.go)
+	CmdLeaseBreak     Command = 33 // server → client, unsolicited: a lease no longer holds (lease.go)
+	CmdLeaseAck       Command = 34 // the client's acknowledgement of a LEASE_BREAK
+	CmdLease          Command = 35 // a lookup with a lease; gives leases up
+	CmdReopen         Command = 36 // reclaims a durable handle, or re-opens a file by identity (durable.go)
 
-	// 37 (MKNOD) and 43–47 are reserved for other commands.
-
+	// 44, 46 and 47 are reserved for other commands (identity); MKNOD
+	// (37) and IDMAP (45) are in mknod.go and idmap.go.
 	CmdCopyRange  Command = 38 // copy_file_range between two opens, on the server
 	CmdFallocate  Command = 39 // fallocate on a Handle
 	CmdSeek       Command = 40 // lseek SEEK_DATA / SEEK_HOLE on a Handle
 	CmdTmpfile    Command = 41 // open(dir, O_TMPFILE) → Handle
 	CmdLinkHandle Command = 42 // linkat of a Handle's file to a new name
+	CmdBatch      Command = 43 // requests on open handles, run in order as one (batch.go)
 
-	cmdLimit = 43
+	// cmdLimit is one past the highest number reserved for the session
+	// channel (WAVE2: 29–47, each feature in files of its own — mknod.go,
+	// idmap.go, copy.go …); a number without bodies is NOT_IMPLEMENTED.
+	cmdLimit = 48
 )
 
 var commandNames = [cmdLimit]string{
@@ -118,6 +125,7 @@ var commandNames = [cmdLimit]string{
 	CmdStatFS: "STATFS", CmdFsync: "FSYNC", CmdGetXattr: "GETXATTR", CmdSetXattr: "SETXATTR",
 	CmdListXattr: "LISTXATTR", CmdRemoveXattr: "REMOVEXATTR", CmdIoctl: "IOCTL",
 	CmdPipeOpen: "PIPE_OPEN", CmdPipeTransact: "PIPE_TRANSACT", CmdEcho: "ECHO",
+	CmdLeaseBreak: "LEASE_BREAK", CmdLeaseAck: "LEASE_ACK", CmdLease: "LEASE", CmdBatch: "BATCH",
 	CmdLock: "LOCK", CmdUnlock: "UNLOCK", CmdGetLk: "GETLK", CmdCancel: "CANCEL", CmdReopen: "REOPEN",
 	CmdCopyRange: "COPY_RANGE", CmdFallocate: "FALLOCATE", CmdSeek: "SEEK", CmdTmpfile: "TMPFILE",
 	CmdLinkHandle: "LINKAT_HANDLE",

@@ -143,14 +143,17 @@ var samples = []message{
 	&setupReq{Token: []byte("NTLMSSP\x00"), Offer: sealOffer{Flags: sealOfferRequired, Ciphers: []smbauth.Cipher{smbauth.CipherAES256GCM, smbauth.CipherAES128GCM}}},
 	&sessionSetupDone{ServerName: "srv", Seal: sealAnswer{Flags: sealAnswerSealed, Cipher: smbauth.CipherAES256GCM, Echo: sealOffer{Flags: 1, Ciphers: []smbauth.Cipher{4}}}},
 	&nameMsg{Name: "a/b"},
-	&treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly | treeFlagSeal},
+	&treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly | treeFlagSeal | treeFlagSharedAccount,
+		Account: Account{Name: "alice", Uid: 1000, Gid: 100, Groups: []uint32{100, 27}}},
 	&attrMsg{Attr: fullAttr},
 	&setAttrReq{Path: "p", Handle: 9, In: SetAttrIn{Valid: 63, Mode: 0o755, Uid: 1, Gid: 2, Size: 3, Atime: tm, Mtime: tm, AtimeNow: true, MtimeNow: true}},
 	&readDirReq{Path: "d", After: "x", MaxBytes: 100},
 	&readDirResp{More: true, Entries: []DirEntry{{Name: "a", Attr: fullAttr}, {Name: "b", Attr: fullAttr}}},
 	&mkdirReq{Path: "d", Mode: 0o700},
 	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, DurableID: DurableID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, Register: true, FidFlags: 8},
-	&openResp{Handle: 7, Attr: fullAttr, FileID: []byte("id"), Fid: 3},
+	&openResp{Handle: 7, Attr: fullAttr, FileID: []byte("id"), Registered: true, Fid: 3},
+	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, leaseTail: leaseTail{true, 7}, Register: true, FidFlags: 8},
+	&openResp{Handle: 7, Attr: fullAttr, FileID: []byte("id"), leaseTail: leaseTail{true, 7}, Registered: true, Fid: 3},
 	&handleMsg{Handle: 7},
 	&readReq{Handle: 7, Offset: 1 << 40, Length: 4096},
 	&dataMsg{Data: []byte("data")},
@@ -169,6 +172,56 @@ var samples = []message{
 	&cancelReq{MessageID: 42},
 	&reopenReq{DurableID: DurableID{9: 1, 15: 2}, FileID: []byte("sealed"), Path: "a/b", Flags: 2},
 	&reopenResp{Handle: 8, Attr: fullAttr, Flags: reopenReclaimed},
+	// With the lease fields (lease.go), and the lease and batch bodies.
+	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, DurableID: DurableID{1: 1}, leaseTail: leaseTail{true, 7}},
+	&openResp{Handle: 7, Attr: fullAttr, FileID: []byte("id"), leaseTail: leaseTail{true, 3}},
+	&mkdirReq{Path: "d", Mode: 0o700, leaseTail: leaseTail{true, 1}},
+	&mkdirResp{Attr: fullAttr},
+	&mkdirResp{Attr: fullAttr, leaseTail: leaseTail{true, 1}},
+	&readDirReq{Path: "d", After: "x", MaxBytes: 100, leaseTail: leaseTail{true, 1}, EntryWant: 3},
+	&readDirResp{More: true, Entries: []DirEntry{{Name: "a", Attr: fullAttr}}, leaseTail: leaseTail{true, 1}, Leases: []uint32{3}},
+	&leaseReq{Path: "p", Want: 3, Release: []uint64{1, 2}},
+	&leaseResp{Attr: fullAttr, State: 3},
+	&leaseBreakMsg{BreakID: 9, Ino: 5, Flags: 1, Current: 7, New: 3, Names: []string{"a", "b"}},
+	&leaseAckReq{BreakID: 9, Ino: 5, State: 3},
+	&batchReq{Ops: []batchOp{{Command: uint32(CmdClose), Body: []byte{7, 0, 0, 0, 0, 0, 0, 0}}}},
+	&batchResp{Results: []batchResult{{Status: 0xC0000008, Body: []byte{1}}}},
+}
+
+// shorterForms are the lengths of m's body without its optional trailing
+// fields, which decode too (an older peer's): without the lease fields
+// (and OPEN's registration after them), and without OPEN's registration
+// alone.
+func shorterForms(m message) map[int]bool {
+	cp := func() message {
+		v := reflect.New(reflect.TypeOf(m).Elem())
+		v.Elem().Set(reflect.ValueOf(m).Elem())
+		return v.Interface().(message)
+	}
+	noReg := func(c message) bool {
+		switch x := c.(type) {
+		case *openReq:
+			had := x.Register
+			x.Register = false
+			return had
+		case *openResp:
+			had := x.Registered
+			x.Registered = false
+			return had
+		}
+		return false
+	}
+	out := map[int]bool{}
+	if c := cp(); noReg(c) {
+		out[len(marshal(c))] = true
+	}
+	c := cp()
+	noReg(c)
+	if l, ok := c.(interface{ tail() *leaseTail }); ok && l.tail().Leased {
+		l.tail().Leased = false
+		out[len(marshal(c))] = true
+	}
+	return out
 }
 
 func TestBodyRoundTrip(t *testing.T) {
@@ -182,8 +235,13 @@ func TestBodyRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(normalize(got), normalize(m)) {
 			t.Errorf("%T round trip:\n got %+v\nwant %+v", m, got, m)
 		}
-		// Every strict prefix is refused, and so is a trailing byte.
+		// Every strict prefix is refused — but the body without its lease
+		// fields (or OPEN's registration) — and so is a trailing byte.
+		shorter := shorterForms(m)
 		for n := range len(b) {
+			if shorter[n] {
+				continue
+			}
 			if err := unmarshal(b[:n], reflect.New(reflect.TypeOf(m).Elem()).Interface().(message)); err == nil {
 				t.Errorf("%T: %d-byte prefix of %d decoded", m, n, len(b))
 				break
@@ -209,19 +267,31 @@ func TestBodyGolden(t *testing.T) {
 	if got := hex.EncodeToString(marshal(&writeReq{Handle: 7, Offset: 5, Data: []byte("hi")})); got != want {
 		t.Errorf("writeReq = %s, want %s", got, want)
 	}
+	// TREE_CONNECT response: TreeID, Flags, then the account (docs/session.md,
+	// "Identity": Uid, Gid, u16 group count, the groups, the name).
+	want = "03000000" + "05000000" + "e8030000" + "64000000" + "0200" + "64000000" + "1b000000" + "0500" + "616c696365"
+	tc := &treeConnectResp{TreeID: 3, Flags: treeFlagReadOnly | treeFlagSharedAccount,
+		Account: Account{Name: "alice", Uid: 1000, Gid: 100, Groups: []uint32{100, 27}}}
+	if got := hex.EncodeToString(marshal(tc)); got != want {
+		t.Errorf("treeConnectResp = %s, want %s", got, want)
+	}
 	for _, g := range []struct {
 		m    message
 		want string
 	}{
 		// WRITE response: Count u32, End u64.
 		{&writeResp{Count: 2, End: 0x10}, "02000000" + "1000000000000000"},
-		// OPEN request: path, Flags u32, Mode u32, DurableID [16],
-		// Register u8, FidFlags u32.
+		// OPEN request: path, Flags u32, Mode u32, DurableID [16], then
+		// the lease fields (Want u32; 0: none) and the registration's
+		// FidFlags u32.
 		{&openReq{Path: "f", Flags: 0x241, Mode: 0o644, DurableID: DurableID{0: 0xaa, 15: 0xbb}, Register: true, FidFlags: 8},
-			"0100" + "66" + "41020000" + "a4010000" + "aa0000000000000000000000000000bb" + "01" + "08000000"},
-		// OPEN response: Handle u64, Attr (84 bytes), FileID blob, Fid u32.
-		{&openResp{Handle: 3, FileID: []byte{0xf1}, Fid: 0x0305},
-			"0300000000000000" + strings.Repeat("00", 84) + "01000000" + "f1" + "05030000"},
+			"0100" + "66" + "41020000" + "a4010000" + "aa0000000000000000000000000000bb" + "00000000" + "08000000"},
+		{&openReq{Path: "f", Flags: 0x241, Mode: 0o644, DurableID: DurableID{0: 0xaa, 15: 0xbb}, leaseTail: leaseTail{true, 7}, Register: true, FidFlags: 8},
+			"0100" + "66" + "41020000" + "a4010000" + "aa0000000000000000000000000000bb" + "07000000" + "08000000"},
+		// OPEN response: Handle u64, Attr (84 bytes), FileID blob, Lease
+		// u32, Fid u32.
+		{&openResp{Handle: 3, FileID: []byte{0xf1}, Registered: true, Fid: 0x0305},
+			"0300000000000000" + strings.Repeat("00", 84) + "01000000" + "f1" + "00000000" + "05030000"},
 		// LOCK / GETLK request: Handle, Owner, Start, End u64; Type, Flags u32.
 		{&lockReq{Handle: 1, Owner: 0x0102030405060708, Start: 0x10, End: 0x7fffffffffffffff, Type: 1, Flags: 3},
 			"0100000000000000" + "0807060504030201" + "1000000000000000" + "ffffffffffffff7f" + "01000000" + "03000000"},

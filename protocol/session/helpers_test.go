@@ -70,6 +70,7 @@ func newEnv(t testing.TB, mut ...func(*ServerConfig)) *env {
 	for _, m := range mut {
 		m(&cfg)
 	}
+	actAsServer(&cfg)
 	e.cfg = cfg
 	e.serve()
 	return e
@@ -173,5 +174,22 @@ func (e *env) writeFile(rel, content string) {
 	e.t.Helper()
 	if err := os.WriteFile(filepath.Join(e.share, rel), []byte(content), 0o644); err != nil {
 		e.t.Fatal(err)
+	}
+}
+
+// actAsServer makes every user act as the server's own account: these
+// tests are about the protocol, not identity (share's identity tests and
+// test/identity_test.go are), and the test users have no Unix accounts.
+// Run as root, that account is root, so the shares allow it.
+// A test that sets Accounts.Lookup decides for itself.
+func actAsServer(cfg *ServerConfig) {
+	if cfg.Accounts.Lookup != nil {
+		return
+	}
+	if cfg.Accounts.Guest == "" {
+		cfg.Accounts.Guest = "root"
+	}
+	for i := range cfg.Shares {
+		cfg.Shares[i].AllowRoot = true
 	}
 }

@@ -74,14 +74,24 @@ const (
 	// treeFlagSeal: the share seals (encrypt desired or required); every
 	// frame after this response is sealed, both ways.
 	treeFlagSeal uint32 = 2
+	// treeFlagSharedAccount: the server cannot act per user (it is not
+	// root); every user acts as the server's own account, the one named.
+	treeFlagSharedAccount uint32 = 4
 )
 
+// treeConnectResp answers TREE_CONNECT: the tree's id, its flags and the
+// account the server acts as for it (docs/session.md, "Identity").
 type treeConnectResp struct {
-	TreeID uint32
-	Flags  uint32
+	TreeID  uint32
+	Flags   uint32
+	Account Account
 }
 
-func (m *treeConnectResp) code(c coder) { c.u32(&m.TreeID); c.u32(&m.Flags) }
+func (m *treeConnectResp) code(c coder) {
+	c.u32(&m.TreeID)
+	c.u32(&m.Flags)
+	codeAccount(c, &m.Account)
+}
 
 type attrMsg struct{ Attr Attr }
 
@@ -96,48 +106,79 @@ type setAttrReq struct {
 func (m *setAttrReq) code(c coder) { c.str(&m.Path); handle(c, &m.Handle); codeSetAttrIn(c, &m.In) }
 
 // readDirReq asks for the entries of Path whose names sort after After
-// (byte order), at most MaxBytes of encoded entries.
+// (byte order), at most MaxBytes of encoded entries. Lease requests may
+// follow: Want for the directory, EntryWant for each entry.
 type readDirReq struct {
 	Path     string
 	After    string
 	MaxBytes uint32
+	leaseTail
+	EntryWant uint32
 }
 
-func (m *readDirReq) code(c coder) { c.str(&m.Path); c.str(&m.After); c.u32(&m.MaxBytes) }
+func (m *readDirReq) code(c coder) {
+	c.str(&m.Path)
+	c.str(&m.After)
+	c.u32(&m.MaxBytes)
+	if m.leaseTail.code(c) {
+		c.u32(&m.EntryWant)
+	}
+}
 
+// readDirResp: when the request asked for leases, the directory's follows
+// and then one per entry (Leases, as many as Entries).
 type readDirResp struct {
 	More    bool
 	Entries []DirEntry
+	leaseTail
+	Leases []uint32
 }
 
 func (m *readDirResp) code(c coder) {
 	c.bool(&m.More)
 	list(c, &m.Entries, 2+attrWireSize, func(de *DirEntry) { c.str(&de.Name); codeAttr(c, &de.Attr) })
+	if m.leaseTail.code(c) {
+		list(c, &m.Leases, 4, c.u32)
+	}
 }
 
 type mkdirReq struct {
 	Path string
 	Mode uint32
+	leaseTail
 }
 
-func (m *mkdirReq) code(c coder) { c.str(&m.Path); c.u32(&m.Mode) }
+func (m *mkdirReq) code(c coder) { c.str(&m.Path); c.u32(&m.Mode); m.leaseTail.code(c) }
+
+// mkdirResp is attrMsg with the lease granted on the new directory when
+// the request asked for one.
+type mkdirResp struct {
+	Attr Attr
+	leaseTail
+}
+
+func (m *mkdirResp) code(c coder) { codeAttr(c, &m.Attr); m.leaseTail.code(c) }
 
 // openReq: Flags are Linux open(2) flags (O_ACCMODE, O_CREAT, O_EXCL,
 // O_TRUNC, O_APPEND, O_DIRECTORY, O_NOFOLLOW, O_SYNC, O_DSYNC); others are
 // ignored. A non-zero DurableID, chosen by the client, asks for a durable
 // handle (durable.go): it names the open in a later REOPEN, and an OPEN
 // that repeats an id the server knows is a replay, answered with that open.
-// Register asks the server to register the opened file with the session's
-// LWIO engine as REGISTER would (FIG. 7A), with FidFlags as its
-// FlagsAndAttributes, and to return the Fid: the data path then needs no
-// resume key and no REGISTER round trip (issue 16).
+// A lease request (Want) may follow (lease.go), and after it the LWIO
+// registration: FidFlags present asks the server to register the opened
+// file with the session's LWIO engine as REGISTER would (FIG. 7A), with
+// FidFlags as its FlagsAndAttributes, and to return the Fid, so the data
+// path needs no resume key and no REGISTER round trip (issue 16). A
+// request with the registration carries the lease fields too (Want 0: no
+// lease), so every shorter body stays what it was.
 type openReq struct {
 	Path      string
 	Flags     uint32
 	Mode      uint32
 	DurableID DurableID
-	Register  bool
-	FidFlags  uint32
+	leaseTail
+	Register bool
+	FidFlags uint32
 }
 
 func (m *openReq) code(c coder) {
@@ -145,26 +186,35 @@ func (m *openReq) code(c coder) {
 	c.u32(&m.Flags)
 	c.u32(&m.Mode)
 	c.guid((*[16]byte)(&m.DurableID))
-	c.bool(&m.Register)
-	c.u32(&m.FidFlags)
+	m.Leased = m.Leased || m.Register // (encoding; decoding starts with Register false)
+	if m.leaseTail.code(c) && c.tail(&m.Register) {
+		c.u32(&m.FidFlags)
+	}
 }
 
 // openResp: FileID is the sealed identity of the file for a reopen after a
-// server restart (empty: none; durable.go). Fid is the LWIO Fid the open
-// was registered as (openReq's Register), or 0 when it was not (not asked,
-// no LWIO connection of the session, the Fid table full).
+// server restart (empty: none; durable.go). The lease granted follows when
+// the request asked for one, and after it the Fid the open was registered
+// as when it was (openReq's Register; not when not asked, no LWIO
+// connection of the session, the Fid table full) — with a Lease of 0 if
+// no lease was asked.
 type openResp struct {
 	Handle Handle
 	Attr   Attr
 	FileID []byte
-	Fid    uint32
+	leaseTail
+	Registered bool
+	Fid        uint32
 }
 
 func (m *openResp) code(c coder) {
 	handle(c, &m.Handle)
 	codeAttr(c, &m.Attr)
 	c.blob(&m.FileID)
-	c.u32(&m.Fid)
+	m.Leased = m.Leased || m.Registered
+	if m.leaseTail.code(c) && c.tail(&m.Registered) {
+		c.u32(&m.Fid)
+	}
 }
 
 type handleMsg struct{ Handle Handle }
@@ -267,7 +317,7 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdGetAttr:        {func() message { return new(nameMsg) }, func() message { return new(attrMsg) }},
 	CmdSetAttr:        {func() message { return new(setAttrReq) }, func() message { return new(attrMsg) }},
 	CmdReadDir:        {func() message { return new(readDirReq) }, func() message { return new(readDirResp) }},
-	CmdMkdir:          {func() message { return new(mkdirReq) }, func() message { return new(attrMsg) }},
+	CmdMkdir:          {func() message { return new(mkdirReq) }, func() message { return new(mkdirResp) }},
 	CmdRmdir:          {func() message { return new(nameMsg) }, func() message { return new(empty) }},
 	CmdOpen:           {func() message { return new(openReq) }, func() message { return new(openResp) }},
 	CmdClose:          {func() message { return new(handleMsg) }, func() message { return new(empty) }},
@@ -288,6 +338,10 @@ var bodies = [cmdLimit]struct{ req, resp func() message }{
 	CmdPipeOpen:       {func() message { return new(nameMsg) }, func() message { return new(handleMsg) }},
 	CmdPipeTransact:   {func() message { return new(pipeTransactReq) }, func() message { return new(dataMsg) }},
 	CmdEcho:           {func() message { return new(empty) }, func() message { return new(empty) }},
+	CmdLeaseBreak:     {func() message { return new(leaseBreakMsg) }, func() message { return new(empty) }},
+	CmdLeaseAck:       {func() message { return new(leaseAckReq) }, func() message { return new(empty) }},
+	CmdLease:          {func() message { return new(leaseReq) }, func() message { return new(leaseResp) }},
+	CmdBatch:          {func() message { return new(batchReq) }, func() message { return new(batchResp) }},
 	CmdLock:           {func() message { return new(lockReq) }, func() message { return new(empty) }},
 	CmdUnlock:         {func() message { return new(unlockReq) }, func() message { return new(empty) }},
 	CmdGetLk:          {func() message { return new(lockReq) }, func() message { return new(lockResp) }},

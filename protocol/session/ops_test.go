@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 )
 
 // resolvers runs a test with openat2 and with the walking fallback.
@@ -28,6 +29,22 @@ func resolvers(t *testing.T, fn func(t *testing.T, e *env)) {
 			fn(t, e)
 		})
 	}
+}
+
+// treeAs connects a session of user's own to share; the session closes
+// with the test.
+func (e *env) treeAs(user, password, share string) *Tree {
+	e.t.Helper()
+	c, err := e.dial(user, password)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	tr, err := c.TreeConnect(ctxT(e.t), share)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tr
 }
 
 func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
@@ -400,19 +417,57 @@ func TestMaxHandles(t *testing.T) {
 	ctx := ctxT(t)
 	var hs []Handle
 	for range 3 {
-		h, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs = append(hs, h)
+		hs = append(hs, e.open(tr, "f", os.O_RDONLY))
 	}
 	_, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0)
-	if err != protocol.StatusInsufficientResources {
-		t.Errorf("open beyond MaxHandles: %v", err)
+	if err != ntstatus.TooManyOpenedFiles || ToErrno(err) != syscall.EMFILE {
+		t.Errorf("open beyond MaxHandles: %v, want TOO_MANY_OPENED_FILES (EMFILE)", err)
 	}
 	tr.CloseHandle(ctx, hs[0])
 	if _, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0); err != nil {
 		t.Errorf("open after a close: %v", err)
+	}
+}
+
+// TestHandleLimits: a user over its own limit, over all its sessions, gets
+// EMFILE while another user goes on; the server's limit for everyone gives
+// ENFILE; closing, or ending a session, gives the handles back.
+func TestHandleLimits(t *testing.T) {
+	e := newEnv(t, func(c *ServerConfig) { c.MaxUserHandles = 4; c.MaxOpenFiles = 6 })
+	e.writeFile("f", "")
+	ctx := ctxT(t)
+	open := func(tr *Tree) error {
+		_, _, err := tr.Open(ctx, "f", os.O_RDONLY, 0)
+		return err
+	}
+	alice1, alice2 := e.tree("data"), e.tree("data")
+	for i, tr := range []*Tree{alice1, alice1, alice2, alice2} {
+		if err := open(tr); err != nil {
+			t.Fatalf("alice's open %d: %v", i, err)
+		}
+	}
+	if err := open(alice2); ToErrno(err) != syscall.EMFILE {
+		t.Errorf("alice's fifth open over two sessions: %v, want EMFILE", err)
+	}
+	if !e.waitLogged("open refused: handle limit reached") {
+		t.Error("no log line for the limit")
+	}
+	bobs := e.treeAs("bob", "bob's", "data")
+	for i := range 2 {
+		if err := open(bobs); err != nil {
+			t.Errorf("bob's open %d while alice is at her limit: %v", i, err)
+		}
+	}
+	if err := open(bobs); ToErrno(err) != syscall.ENFILE {
+		t.Errorf("an open beyond the server's limit: %v, want ENFILE", err)
+	}
+	alice1.Client().Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for open(bobs) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the handles of alice's ended session did not come back")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

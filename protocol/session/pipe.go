@@ -6,6 +6,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -20,7 +21,7 @@ func (s *Server) pipeOpen(ss *serverSession, name string) (message, error) {
 	if !strings.EqualFold(name, LWIOPipe) {
 		return nil, protocol.StatusObjectNameNotFound
 	}
-	h, err := ss.addHandle(&openFile{sess: ss}, s.cfg.MaxHandles)
+	h, _, err := s.newHandle(ss, func() (*share.OpenFile, error) { return nil, nil })
 	if err != nil {
 		return nil, err
 	}
@@ -41,16 +42,10 @@ func (s *Server) pipeTransact(ss *serverSession, r *pipeTransactReq) (message, e
 	if err != nil {
 		return nil, protocol.StatusInvalidParameter
 	}
-	common := transport.Common(s.cfg.Providers, req.Providers)
-	if ss.sealed() && len(common) > 0 {
-		// RDMA data connections cannot seal yet: a sealed session keeps
-		// its file data on the (sealed) session channel rather than
-		// send it in clear.
-		s.log.WithFields(logrus.Fields{"session": ss.id, "withheld": len(common)}).
-			Info("sealed session: no RDMA provider offered, file data stays on the sealed session channel")
-		common = nil
+	out := transport.Common(s.cfg.Providers, req.Providers)
+	if ss.sealed() && !s.cfg.TrustedFabric {
+		out = s.sealingOnly(ss, out)
 	}
-	out := common
 	key, err := s.newLWIOKey(ss)
 	if err != nil {
 		return nil, err
@@ -65,6 +60,23 @@ func (s *Server) pipeTransact(ss *serverSession, r *pipeTransactReq) (message, e
 	}
 	s.log.WithFields(logrus.Fields{"session": ss.id, "client": req.ClientName, "common": len(out)}).Info("lwio negotiate")
 	return &dataMsg{Data: b}, nil
+}
+
+// sealingOnly drops from a sealed session's offer the providers whose
+// connections cannot seal (verbs), which would carry its file data in
+// clear: the client falls back to one that seals (softrdma) or to the
+// sealed session channel. ServerConfig.TrustedFabric keeps them.
+func (s *Server) sealingOnly(ss *serverSession, ps []ProviderInfo) []ProviderInfo {
+	out := ps[:0:0]
+	for _, p := range ps {
+		if p.Seals {
+			out = append(out, p)
+			continue
+		}
+		s.log.WithFields(logrus.Fields{"session": ss.id, "provider": p.Name}).
+			Info("sealed session: provider not offered, its connections cannot seal (trusted_fabric = false)")
+	}
+	return out
 }
 
 // encodeResumeKey encodes SRV_REQUEST_RESUME_KEY (FIG. 3) with the UNC

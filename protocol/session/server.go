@@ -46,15 +46,52 @@ type ServerConfig struct {
 	// server; a reader blocks beyond it. Zero means 64.
 	MaxInFlight int
 	// MaxHandles bounds the files and pipes one session may hold open;
-	// beyond it OPEN answers STATUS_INSUFFICIENT_RESOURCES (EMFILE-like).
-	// Zero means 16384.
+	// beyond it OPEN answers STATUS_TOO_MANY_OPENED_FILES (EMFILE on the
+	// client). Zero means DefaultMaxHandles.
 	MaxHandles int
+	// MaxUserHandles bounds the handles one user holds over all its
+	// sessions (TOO_MANY_OPENED_FILES beyond it, EMFILE on that user's
+	// mounts only). Zero means DefaultMaxUserHandles.
+	MaxUserHandles int
+	// MaxOpenFiles bounds the handles of all users together, so that the
+	// server never runs out of descriptors (INSUFFICIENT_RESOURCES, ENFILE,
+	// beyond it). Zero means three quarters of RLIMIT_NOFILE's soft limit,
+	// leaving the rest for connections and the descriptors an operation
+	// holds while it runs.
+	MaxOpenFiles int
+	// MaxPending bounds the connections that have not completed session
+	// setup, in all (beyond it the oldest is closed to make room for a new
+	// one); MaxPendingPerAddr those from one source address (beyond it a
+	// new one is closed at accept). Zero means DefaultMaxPending and
+	// DefaultMaxPendingPerAddr.
+	MaxPending, MaxPendingPerAddr int
+	// IdleTimeout closes a logged-on connection that sent nothing for
+	// that long while nothing of it was in flight; a mount's keepalive
+	// ECHO keeps a healthy idle session. Zero means DefaultIdleTimeout;
+	// negative never.
+	IdleTimeout time.Duration
+	// LogonDelay and LogonDelayMax shape the logon throttle
+	// (throttle.go): after n failures for a (user, source address),
+	// attempts for it are LogonDelay·2^(n-1) apart, at most
+	// LogonDelayMax; an address's attempts for any user a quarter of
+	// that, at most a third. Zero means DefaultLogonDelay and
+	// DefaultLogonDelayMax.
+	LogonDelay, LogonDelayMax time.Duration
+	// ShutdownTimeout bounds how long Close waits for requests in flight
+	// (a stuck disk, a long lock wait) before it closes the connections
+	// under them and returns. Zero means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
 	// SetupTimeout bounds how long a connection may take to complete
 	// session setup. Zero means 30 seconds.
 	SetupTimeout time.Duration
 	// WriteTimeout bounds one response write; a client that does not read
 	// for that long is dropped. Zero means 30 seconds.
 	WriteTimeout time.Duration
+	// TrustedFabric offers a sealed session the RDMA providers whose
+	// connections cannot seal (verbs); its file data then crosses the
+	// fabric in clear. False offers it only providers that seal (softrdma).
+	// The engine's server.Config.TrustedFabric must say the same.
+	TrustedFabric bool
 	// Encrypt is the server-wide sealing policy (seal.go); the zero value
 	// EncryptIfRequired seals only sessions whose client requires it.
 	Encrypt Encrypt
@@ -69,6 +106,10 @@ type ServerConfig struct {
 	// DisableOpenat2 forces the component-walking resolver used where
 	// openat2(2) is missing. For tests and odd kernels; zero uses openat2.
 	DisableOpenat2 bool
+	// Accounts says which Unix account each user acts as (the account of
+	// the same name by default; a map; a guest account). A server that
+	// is not root acts as its own account for everyone.
+	Accounts share.AccountsConfig
 	// StateDir keeps what must survive a restart: the key that seals the
 	// file identities clients re-open files by after one
 	// (share.LoadIdentityKey; created mode 0700, the key 0600). Empty means
@@ -88,10 +129,15 @@ var ErrServerClosed = errors.New("session: server closed")
 // Server is the session channel's server side. It also implements the LWIO
 // engine's Authority (SessionByKey, OpenByResumeKey).
 type Server struct {
-	cfg    ServerConfig
-	log    logrus.FieldLogger
-	auth   *smbauth.Server
-	shares map[string]*share.Share // by lower-cased name
+	cfg      ServerConfig
+	log      logrus.FieldLogger
+	auth     *smbauth.Server
+	accounts *share.Accounts
+	handles  *handleBudget
+	pending  *pendingConns
+	throttle *throttle
+	closed   chan struct{}           // closed by Close: sleepers wake
+	shares   map[string]*share.Share // by lower-cased name
 	// shareEncrypt is ServerConfig.ShareEncrypt by lower-cased name.
 	shareEncrypt map[string]Encrypt
 
@@ -110,6 +156,11 @@ type Server struct {
 
 	nextSession atomic.Uint64
 	nextConn    atomic.Uint64
+
+	// What Stats reports of logons (stats.go).
+	logonFailures   atomic.Uint64
+	logonsThrottled atomic.Uint64
+	throttleWait    atomic.Int64 // nanoseconds
 }
 
 // NewServer opens every share's root and returns a server ready to Serve.
@@ -128,7 +179,25 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.MaxInFlight = 64
 	}
 	if cfg.MaxHandles <= 0 {
-		cfg.MaxHandles = 16384
+		cfg.MaxHandles = DefaultMaxHandles
+	}
+	if cfg.MaxUserHandles <= 0 {
+		cfg.MaxUserHandles = DefaultMaxUserHandles
+	}
+	if cfg.MaxOpenFiles <= 0 {
+		cfg.MaxOpenFiles = DefaultMaxOpenFiles()
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.MaxPendingPerAddr <= 0 {
+		cfg.MaxPendingPerAddr = DefaultMaxPendingPerAddr
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if cfg.SetupTimeout <= 0 {
 		cfg.SetupTimeout = 30 * time.Second
@@ -146,6 +215,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		sessions:     map[uint64]*serverSession{},
 		lwioKeys:     map[[16]byte]*serverSession{},
 		resumeKeys:   map[[24]byte]*openFile{},
+		handles:      newHandleBudget(cfg.MaxOpenFiles, cfg.MaxUserHandles),
+		pending:      newPendingConns(cfg.MaxPending, cfg.MaxPendingPerAddr),
+		throttle:     newThrottle(cfg.LogonDelay, cfg.LogonDelayMax),
+		closed:       make(chan struct{}),
 		durables:     map[DurableID]*openFile{},
 		lockTab:      share.NewLockTable(),
 	}
@@ -164,6 +237,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		},
 		DisableSeal: cfg.Encrypt == EncryptOff,
 	})
+	s.accounts = share.NewAccounts(cfg.Accounts)
+	if !s.accounts.PerUser() {
+		self := s.accounts.Self()
+		s.log.WithFields(logrus.Fields{"account": self.Name, "uid": self.Uid, "gid": self.Gid}).
+			Warn("not running as root (no CAP_SETUID and CAP_SETGID): every user acts as the server's own account, and the permission checks cannot tell users apart")
+	}
 	if umask := share.Umask(); umask != 0 {
 		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")
 	}
@@ -187,7 +266,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if e, ok := cfg.ShareEncrypt[c.Name]; ok {
 			s.shareEncrypt[key] = e
 		}
-		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "encrypt": s.shareEncrypt[key], "resolver": sh.Resolver()}).Debug("share ready")
+		leasing, why := sh.Leasing()
+		s.log.WithFields(logrus.Fields{"share": c.Name, "path": c.Path, "readonly": c.ReadOnly, "encrypt": s.shareEncrypt[key],
+			"resolver": sh.Resolver(), "leases": leasing}).Debug("share ready")
+		if !leasing && !c.NoLeases {
+			s.log.WithError(why).WithField("share", c.Name).Warn("leases: off — the kernel cannot watch the share for local changes (fanotify with file identifiers, Linux 5.17); clients cache only for their attribute and entry timeouts")
+		}
 	}
 	var seed [8]byte
 	rand.Read(seed[:])
@@ -238,10 +322,22 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 		backoff = 0
 		c := s.newConn(nc)
+		ok, evicted, why := s.pending.admit(c)
+		if why != "" {
+			s.pending.logRefusal(s.log, c.addr, why)
+		}
+		if evicted != nil {
+			evicted.nc.Close()
+		}
+		if !ok {
+			nc.Close()
+			continue
+		}
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
 			nc.Close()
+			c.loggedOn()
 			return ErrServerClosed
 		}
 		s.conns[c] = struct{}{}
@@ -253,7 +349,11 @@ func (s *Server) Serve(l net.Listener) error {
 
 // Close stops accepting, lets requests in flight finish and their answers
 // go out, then closes every connection (ending their sessions, their open
-// files, resume keys and LWIO keys) and the share roots.
+// files, resume keys and LWIO keys) and the share roots. Requests still
+// running after ShutdownTimeout (a disk that does not answer, a long lock
+// wait) do not hold it: their connections are closed under them, and
+// Close returns an error saying so, leaving the share roots open for
+// them (the process is about to exit).
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closing {
@@ -261,6 +361,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closing = true
+	close(s.closed)
 	for l := range s.listeners {
 		l.Close()
 	}
@@ -268,10 +369,43 @@ func (s *Server) Close() error {
 		c.stopReading()
 	}
 	s.mu.Unlock()
-	s.connWG.Wait()
+	done := make(chan struct{})
+	go func() { s.connWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.closeParked()
+		s.closeShares()
+		return nil
+	case <-time.After(s.cfg.ShutdownTimeout):
+	}
+	s.mu.Lock()
+	n := len(s.conns)
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	select {
+	case <-done:
+		s.closeParked()
+		s.closeShares()
+		return nil
+	case <-time.After(100 * time.Millisecond):
+	}
 	s.closeParked()
-	s.closeShares()
-	return nil
+	return fmt.Errorf("session: %d connection(s) still had requests running %v after the shutdown began; closed under them", n, s.cfg.ShutdownTimeout)
+}
+
+// sleep waits d, or less if the server closes meanwhile (false then). A
+// sleeping goroutine holds no thread.
+func (s *Server) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.closed:
+		return false
+	}
 }
 
 // Advertise sets ServerConfig.Providers, the RDMA providers the
@@ -292,6 +426,20 @@ func (s *Server) SessionByKey(key [16]byte) (id uint64, signingKey []byte, ok bo
 		return 0, nil, false
 	}
 	return ss.id, append([]byte(nil), ss.key...), true
+}
+
+// DataCipher is the cipher the session's RDMA data connections seal with:
+// the session's own when any of its traffic is sealed (the whole session,
+// or a tree of a share that seals), CipherNone otherwise. The LWIO engine
+// asks it at AUTH.
+func (s *Server) DataCipher(sessionID uint64) smbauth.Cipher {
+	s.mu.Lock()
+	ss := s.sessions[sessionID]
+	s.mu.Unlock()
+	if ss == nil || !ss.sealed() {
+		return smbauth.CipherNone
+	}
+	return ss.seal.cipher
 }
 
 // OpenByResumeKey resolves a resume key issued by FSCTL_SRV_REQUEST_RESUME_KEY
@@ -327,6 +475,7 @@ func (s *Server) endSession(ss *serverSession) {
 	}
 	s.mu.Unlock()
 	ss.cancelWaits()
+	ss.endLeases()
 	ss.mu.Lock()
 	opens := ss.handles
 	ss.handles = map[Handle]*openFile{}
@@ -357,6 +506,7 @@ func (s *Server) closeOpen(of *openFile) error {
 		of.parked = nil
 	}
 	s.mu.Unlock()
+	s.handles.give(of.user)
 	if of.file != nil {
 		if of.locks != nil {
 			of.locks.Release(of.file)
@@ -364,6 +514,54 @@ func (s *Server) closeOpen(of *openFile) error {
 		return of.file.Close()
 	}
 	return nil
+}
+
+// newHandle counts a handle against the user's and the server's limits
+// (handleBudget) before open makes it — a user at its limit costs no
+// descriptor — and registers it on the session (MaxHandles). open returns
+// nil for the pipe. Every handle that holds a descriptor goes through it:
+// OPEN, TMPFILE, a REOPEN by identity; a durable open reclaimed after a
+// reconnect keeps the count it was opened with (it stays counted while
+// parked, as it still holds its descriptor).
+func (s *Server) newHandle(ss *serverSession, open func() (*share.OpenFile, error)) (Handle, *openFile, error) {
+	if err := s.handles.take(ss.user); err != nil {
+		ss.overLimit(s.log, err, s.handles)
+		return 0, nil, err
+	}
+	f, err := open()
+	if err != nil {
+		s.handles.give(ss.user)
+		return 0, nil, err
+	}
+	ss.mu.Lock()
+	locks := ss.locks
+	ss.mu.Unlock()
+	of := &openFile{sess: ss, file: f, locks: locks, user: ss.user}
+	h, err := ss.addHandle(of, s.cfg.MaxHandles)
+	if err != nil {
+		ss.overLimit(s.log, err, s.handles)
+		if f != nil {
+			f.Close()
+		}
+		s.handles.give(ss.user)
+		return 0, nil, err
+	}
+	return h, of, nil
+}
+
+// DefaultMaxOpenFiles is ServerConfig.MaxOpenFiles's default: three
+// quarters of the soft RLIMIT_NOFILE (which lwio-server raises to the hard
+// limit at start), or DefaultMaxHandles when it cannot be read.
+func DefaultMaxOpenFiles() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return DefaultMaxHandles
+	}
+	n := rl.Cur - rl.Cur/defaultMaxOpenFilesFactor
+	if n > 1<<30 {
+		n = 1 << 30
+	}
+	return int(n)
 }
 
 // orQuiet returns l, or a logger that discards everything when l is nil.

@@ -2,6 +2,7 @@ package session
 
 import (
 	"bufio"
+	clist "container/list"
 	"errors"
 	"fmt"
 	"io"
@@ -74,15 +75,39 @@ type serverConn struct {
 	inflight sync.WaitGroup
 	sem      chan struct{}
 	stopping atomic.Bool
+
+	// LEASE_BREAKs waiting to be written (lease.go).
+	breakMu   sync.Mutex
+	breakQ    []queuedBreak
+	breakRun  bool
+	breakStop bool
+	breakSeq  uint64 // owned by the writing goroutine
+
+	// addr is the peer's address without the port: the key of the
+	// pending-connection and logon-throttling counts.
+	addr       string
+	notPending atomic.Bool    // out of the pending count (logged on, closed or evicted)
+	pendingAt  *clist.Element // in pendingConns.order; guarded by its mutex
+	idle       idleWatch
 }
 
 func (s *Server) newConn(nc net.Conn) *serverConn {
 	id := s.nextConn.Add(1)
 	return &serverConn{
-		s:   s,
-		nc:  nc,
-		log: s.log.WithFields(logrus.Fields{"conn": id, "remote": nc.RemoteAddr().String()}),
-		sem: make(chan struct{}, s.cfg.MaxInFlight),
+		s:    s,
+		nc:   nc,
+		log:  s.log.WithFields(logrus.Fields{"conn": id, "remote": nc.RemoteAddr().String()}),
+		sem:  make(chan struct{}, s.cfg.MaxInFlight),
+		addr: hostOf(nc.RemoteAddr()),
+		idle: idleWatch{timeout: s.cfg.IdleTimeout},
+	}
+}
+
+// loggedOn takes the connection out of the pending count, once: it
+// logged on, or it is closing.
+func (c *serverConn) loggedOn() {
+	if !c.notPending.Swap(true) {
+		c.s.pending.done(c)
 	}
 }
 
@@ -97,7 +122,10 @@ func (c *serverConn) serve() {
 	defer c.s.connWG.Done()
 	c.log.Debug("connection open")
 	err := c.readLoop()
+	c.loggedOn()
+	c.idle.stop()
 	c.inflight.Wait()
+	c.stopBreaks()
 	c.nc.Close()
 	if ss := c.sess.Load(); ss != nil {
 		c.s.endSession(ss)
@@ -132,6 +160,7 @@ func (c *serverConn) readLoop() error {
 		if f.Flags&FlagResponse != 0 {
 			return errors.New("session: client sent a response frame")
 		}
+		c.idle.touch()
 		if c.haveID && f.MessageID <= c.lastID {
 			c.log.WithFields(logrus.Fields{"msgid": f.MessageID, "last": c.lastID}).Warn("replayed message id")
 			return ErrReplay
@@ -165,14 +194,17 @@ func (c *serverConn) readLoop() error {
 			c.setState(stateClosed)
 			return nil
 		}
-		if len(c.sem) == 0 && inlineCommand(f.Command) && br.Buffered() == 0 {
+		if f.Command == CmdLeaseAck || len(c.sem) == 0 && inlineCommand(f.Command) && br.Buffered() == 0 && !ss.othersHoldLeases() {
 			// Nothing else in flight and nothing more read: a quick
 			// namespace operation runs on the reader itself, saving a
 			// goroutine hand-off (and the wake-up of an idle thread
 			// that comes with it) on every round trip at queue depth 1.
 			// A request that comes meanwhile waits for it, as it
 			// would for a free thread.
-			if err := c.handle(ss, f); err != nil {
+			c.idle.busy.Add(1)
+			err := c.handle(ss, f)
+			c.idle.busy.Add(-1)
+			if err != nil {
 				c.log.WithError(err).WithField("cmd", f.Command).Warn("dropping connection: malformed request")
 				return err
 			}
@@ -180,8 +212,9 @@ func (c *serverConn) readLoop() error {
 		}
 		c.sem <- struct{}{}
 		c.inflight.Add(1)
+		c.idle.busy.Add(1)
 		go func() {
-			defer func() { <-c.sem; c.inflight.Done() }()
+			defer func() { <-c.sem; c.idle.busy.Add(-1); c.inflight.Done() }()
 			if err := c.handle(ss, f); err != nil {
 				// A malformed body: the peer is broken or hostile.
 				c.log.WithError(err).WithField("cmd", f.Command).Warn("dropping connection: malformed request")
@@ -193,15 +226,16 @@ func (c *serverConn) readLoop() error {
 
 // inlineCommand reports whether a request is quick enough to run on the
 // connection's reader when it is alone: single-inode namespace operations
-// on the local disk. Data (READ, WRITE), FSYNC, READDIR (a whole
-// directory), COPY_RANGE and FALLOCATE (which may move or allocate
-// hundreds of megabytes) and the pipe go to their own goroutine.
+// on the local disk, LEASE, and BATCH (what a client held back of one
+// small file). Data (READ, WRITE), FSYNC, READDIR (a whole directory),
+// COPY_RANGE and FALLOCATE (which may move or allocate hundreds of
+// megabytes) and the pipe go to their own goroutine.
 func inlineCommand(cmd Command) bool {
 	switch cmd {
 	case CmdGetAttr, CmdSetAttr, CmdMkdir, CmdRmdir, CmdOpen, CmdClose, CmdUnlink, CmdRename,
 		CmdSymlink, CmdReadlink, CmdLink, CmdGetXattr, CmdSetXattr, CmdListXattr, CmdRemoveXattr,
 		CmdIoctl, CmdEcho, CmdTreeConnect, CmdTreeDisconnect, CmdStatFS, CmdSeek, CmdTmpfile, CmdLinkHandle,
-		CmdLock, CmdUnlock, CmdGetLk, CmdCancel, CmdReopen:
+		CmdLease, CmdBatch, CmdLock, CmdUnlock, CmdGetLk, CmdCancel, CmdReopen:
 		return true
 	}
 	return false
@@ -234,16 +268,47 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	st := c.challenge
 	c.challenge = nil
 	c.setState(stateNegotiate) // a challenge is answered once, right or wrong
+	// Who claims to log on, for the throttle; a message that does not
+	// parse fails below as a logon failure of user "".
+	var user, domain string
+	if am, err := smbauth.ParseAuthenticate(tok.Token); err == nil {
+		user, domain = am.UserName, am.DomainName
+	}
+	if wait := c.s.throttle.admit(user, c.addr); wait > 0 {
+		c.s.logonsThrottled.Add(1)
+		c.s.throttleWait.Add(int64(wait))
+		if !c.s.sleep(wait) {
+			c.s.throttle.abandoned(user, c.addr)
+			return ErrServerClosed
+		}
+	}
 	res, err := st.Authenticate(tok.Token)
 	if err != nil {
 		c.failures++
-		c.log.WithError(err).WithField("failures", c.failures).Warn("logon failure")
+		c.s.logonFailures.Add(1)
+		uf, af := c.s.throttle.failed(user, c.addr)
+		// One fixed line per failure, for fail2ban and the like
+		// (docs/security.md): addr is the first field after msg in the
+		// text format and the first key in JSON.
+		c.log.WithError(err).WithFields(logrus.Fields{"addr": c.addr, "user": user, "domain": domain,
+			"failures": uf, "addr_failures": af}).Warn("logon failure")
 		c.respond(f.Header, protocol.StatusLogonFailure, nil)
 		if c.failures >= maxLogonFailures {
 			c.setState(stateClosed)
 			return errors.New("session: too many logon failures")
 		}
 		return nil
+	}
+	c.s.throttle.succeeded(res.User, c.addr)
+	ident, guest, err := c.s.accounts.Identity(res.User)
+	if err != nil {
+		// The password was right: not a logon failure, and not
+		// throttled as one. The user needs an account on this host.
+		c.log.WithFields(logrus.Fields{"user": res.User, "domain": res.Domain}).WithError(err).
+			Warn("logon refused: the user has no Unix account on this server and no guest_account is configured")
+		c.respond(f.Header, StatusNoSuchUser, nil)
+		c.setState(stateClosed)
+		return fmt.Errorf("session: %w", err)
 	}
 	cipher, always, refuse := c.s.sealPolicy(tok.Offer, res.Flags&smbauth.FlagSeal != 0)
 	if refuse != "" {
@@ -258,12 +323,14 @@ func (c *serverConn) sessionSetup(f Frame) error {
 		key:     res.SessionKey,
 		macs:    newMACs(res.SessionKey),
 		user:    strings.ToLower(res.User),
+		ident:   ident,
 		conn:    c,
 		trees:   map[uint32]*share.Tree{},
 		handles: map[Handle]*openFile{},
 		locks:   share.NewLockSpace(c.s.lockTab),
 		waits:   map[uint64]*share.Waiter{},
 	}
+	ss.sendBreak = c.sendBreak
 	done := &sessionSetupDone{ServerName: c.s.cfg.ServerName, Seal: sealAnswer{Cipher: cipher, Echo: tok.Offer}}
 	if cipher != smbauth.CipherNone {
 		if ss.seal, err = newSessionSeal(res.SessionKey, ss.id, cipher, always, true); err != nil {
@@ -275,8 +342,16 @@ func (c *serverConn) sessionSetup(f Frame) error {
 	}
 	c.s.registerSession(ss)
 	c.log = c.log.WithFields(logrus.Fields{"session": ss.id, "user": res.User})
-	c.log.WithFields(logrus.Fields{"domain": res.Domain, "workstation": res.Workstation, "cipher": cipher, "sealed": always}).Info("session established")
+	c.log.WithFields(logrus.Fields{"domain": res.Domain, "workstation": res.Workstation, "cipher": cipher, "sealed": always,
+		"account": ident.Account.Name, "uid": ident.Account.Uid, "guest": guest}).Info("session established")
 	c.nc.SetReadDeadline(time.Time{})
+	c.loggedOn()
+	if c.idle.timeout > 0 {
+		c.idle.start(func(idle time.Duration) {
+			c.log.WithField("idle", idle.Round(time.Second).String()).Info("closing a session idle for longer than idle_timeout")
+			c.stopReading()
+		})
+	}
 	h := f.Header
 	h.SessionID = ss.id
 	// The final response is the first signed frame; the session key is in

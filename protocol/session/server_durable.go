@@ -27,21 +27,22 @@ func identityKey(dir string) ([]byte, error) {
 	return k, err
 }
 
-// newOpen registers what tr opened on the session: its handle, and when id
-// is not zero the durable open the id names. It returns the OPEN answer.
-func (s *Server) newOpen(ss *serverSession, f *share.OpenFile, a Attr, id DurableID) (*openResp, error) {
-	ss.mu.Lock()
-	locks := ss.locks
-	ss.mu.Unlock()
-	of := &openFile{sess: ss, file: f, locks: locks, durable: id, user: ss.user}
-	hd, err := ss.addHandle(of, s.cfg.MaxHandles)
+// newOpen registers what open opens on the session (newHandle: counted
+// against the handle limits first): its handle, and when id is not zero
+// the durable open the id names. It returns the OPEN answer.
+func (s *Server) newOpen(ss *serverSession, id DurableID, open func() (*share.OpenFile, Attr, error)) (*openResp, error) {
+	var a Attr
+	hd, of, err := s.newHandle(ss, func() (f *share.OpenFile, err error) {
+		f, a, err = open()
+		return f, err
+	})
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	r := &openResp{Handle: hd, Attr: a}
 	if !id.IsZero() {
 		s.mu.Lock()
+		of.durable = id
 		if old := s.durables[id]; old != nil && old != of {
 			// Two live opens cannot share an id; the older one keeps
 			// its handle but is no longer durable.
@@ -49,7 +50,7 @@ func (s *Server) newOpen(ss *serverSession, f *share.OpenFile, a Attr, id Durabl
 		}
 		s.durables[id] = of
 		s.mu.Unlock()
-		r.FileID = f.FileID()
+		r.FileID = of.file.FileID()
 	}
 	return r, nil
 }
@@ -74,15 +75,20 @@ func (s *Server) open(ss *serverSession, tr *share.Tree, r *openReq) (message, e
 			return resp, nil
 		}
 	}
-	f, a, err := tr.Open(r.Path, int(r.Flags), r.Mode)
+	var resp *openResp
+	var err error
+	if r.Leased && r.Lease != 0 { // (Want 0: lease fields sent for the registration after them)
+		resp, err = s.openLease(ss, tr, r)
+	} else {
+		resp, err = s.newOpen(ss, r.DurableID, func() (*share.OpenFile, Attr, error) {
+			return tr.Open(r.Path, int(r.Flags), r.Mode)
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.newOpen(ss, f, a, r.DurableID)
-	if err == nil {
-		s.registerIfAsked(ss, r, resp)
-	}
-	return resp, err
+	s.registerIfAsked(ss, r, resp)
+	return resp, nil
 }
 
 // reopen serves REOPEN: the durable open itself while the server keeps it
@@ -106,15 +112,13 @@ func (s *Server) reopen(ss *serverSession, tr *share.Tree, r *reopenReq) (messag
 	if len(r.FileID) == 0 {
 		return nil, ntstatus.FileInvalid
 	}
-	f, a, err := tr.Reopen(r.FileID, r.Path, int(r.Flags))
+	or, err := s.newOpen(ss, r.DurableID, func() (*share.OpenFile, Attr, error) {
+		return tr.Reopen(r.FileID, r.Path, int(r.Flags))
+	})
 	if err != nil {
 		return nil, err
 	}
-	or, err := s.newOpen(ss, f, a, r.DurableID)
-	if err != nil {
-		return nil, err
-	}
-	return &reopenResp{Handle: or.Handle, Attr: a}, nil
+	return &reopenResp{Handle: or.Handle, Attr: or.Attr}, nil
 }
 
 // claim takes the durable open id for session ss: a parked one, or one

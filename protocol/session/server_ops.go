@@ -23,9 +23,18 @@ func (c *serverConn) handle(ss *serverSession, f Frame) error {
 	if err := unmarshal(f.Body, req); err != nil {
 		return err
 	}
-	resp, err := c.s.dispatch(ss, f.Header, req)
-	if err == errAnswerLater {
-		return nil
+	var resp message
+	var err error
+	if b, ok := req.(*batchReq); ok {
+		var broken error
+		if resp, err, broken = c.batch(ss, f.Header, b); broken != nil {
+			return broken
+		}
+	} else {
+		resp, err = c.s.dispatch(ss, f.Header, req)
+		if err == errAnswerLater {
+			return nil
+		}
 	}
 	st := ntstatus.FromError(err)
 	if st != protocol.StatusSuccess {
@@ -39,6 +48,8 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 	switch h.Command {
 	case CmdEcho:
 		return &empty{}, nil
+	case CmdIDMap:
+		return s.mapID(req.(*idMapMsg))
 	case CmdTreeConnect:
 		id, tr, err := s.treeConnect(ss, req.(*nameMsg).Name)
 		if err != nil {
@@ -48,18 +59,25 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if tr.Share().ReadOnly {
 			flags |= treeFlagReadOnly
 		}
+		if ss.leasing(tr) {
+			flags |= treeFlagLeases
+		}
 		if ss.treeSeals(id) {
 			flags |= treeFlagSeal
 		}
-		return &treeConnectResp{TreeID: id, Flags: flags}, nil
+		if !s.accounts.PerUser() {
+			flags |= treeFlagSharedAccount
+		}
+		return &treeConnectResp{TreeID: id, Flags: flags, Account: tr.Identity().Account}, nil
 	case CmdTreeDisconnect:
 		ss.mu.Lock()
-		_, ok := ss.trees[h.TreeID]
+		tr, ok := ss.trees[h.TreeID]
 		delete(ss.trees, h.TreeID)
 		ss.mu.Unlock()
 		if !ok {
 			return nil, StatusNetworkNameDeleted
 		}
+		tr.Disconnect()
 		return &empty{}, nil
 	case CmdPipeOpen:
 		return s.pipeOpen(ss, req.(*nameMsg).Name)
@@ -83,6 +101,9 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 	switch h.Command {
 	case CmdCopyRange, CmdFallocate, CmdSeek, CmdTmpfile, CmdLinkHandle:
 		return s.serverSide(ss, tr, h.Command, req)
+	}
+	if resp, err, ok := s.leaseDispatch(ss, tr, req); ok {
+		return resp, err
 	}
 	// Every disk operation goes through the tree (protocol/share), which
 	// also applies the read-only rule.
@@ -123,6 +144,9 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		return readDir(tr, r)
 	case *mkdirReq:
 		a, err := tr.Mkdir(r.Path, r.Mode)
+		return &mkdirResp{Attr: a}, err
+	case *mknodReq:
+		a, err := tr.Mknod(r.Path, r.Mode, r.Rdev)
 		return &attrMsg{a}, err
 	case *openReq:
 		return s.open(ss, tr, r)

@@ -2,6 +2,7 @@ package session
 
 import (
 	"crypto/rand"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,12 +11,20 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/protocol/share"
 )
 
 // StatusNetworkNameDeleted answers a request naming a TreeID the session
 // does not have (MS-SMB2 3.3.5.2.11).
 const StatusNetworkNameDeleted = protocol.Status(0xC00000C9)
+
+// StatusNoSuchUser (0xC0000064, [MS-ERREF]) ends a session setup whose
+// credentials were right but whose user has no Unix account on the server
+// (and no guest account is configured). Only a user who proved the
+// password learns it; a wrong password is LOGON_FAILURE whatever the
+// account database says.
+const StatusNoSuchUser = protocol.Status(0xC0000064)
 
 // serverSession is an authenticated session: its key, trees, open files
 // and the LWIO keys issued to it. It lives as long as its connection.
@@ -25,7 +34,9 @@ type serverSession struct {
 	macs *macs        // signs and verifies with key
 	seal *sessionSeal // sealing keys; nil: the session cannot seal
 	user string       // lower-cased
-	conn *serverConn  // answers what is answered later (a lock wait)
+	// ident is who the session's trees act as (its Unix account).
+	ident share.Identity
+	conn  *serverConn // answers what is answered later (a lock wait)
 
 	loggedOff atomic.Bool // LOGOFF: nothing is kept for a reconnect
 
@@ -38,7 +49,10 @@ type serverSession struct {
 	waits    map[uint64]*share.Waiter // waiting LOCKs by MessageID
 	lwioKeys [][16]byte               // guarded by Server.mu
 
-	sealTrees map[uint32]bool // guarded by mu: trees whose every frame must be sealed
+	sendBreak func(tree uint32, b share.LeaseBreak) // the connection's (lease.go)
+	sealTrees map[uint32]bool                       // guarded by mu: trees whose every frame must be sealed
+
+	warnedLimit atomic.Bool // overLimit logged
 }
 
 // openFile is an open handle: a file or directory a tree opened, or the
@@ -58,17 +72,27 @@ type openFile struct {
 }
 
 // addHandle registers an open on the session and returns its handle, or
-// STATUS_INSUFFICIENT_RESOURCES when the session already holds max.
+// STATUS_TOO_MANY_OPENED_FILES when the session already holds max.
 func (ss *serverSession) addHandle(of *openFile, max int) (Handle, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if len(ss.handles) >= max {
-		return 0, protocol.StatusInsufficientResources
+		return 0, ntstatus.TooManyOpenedFiles
 	}
 	ss.nextH++
 	h := Handle(ss.nextH)
 	ss.handles[h] = of
 	return h, nil
+}
+
+// overLimit logs, once per session, that it hit a handle limit.
+func (ss *serverSession) overLimit(log logrus.FieldLogger, err error, b *handleBudget) {
+	if ss.warnedLimit.Swap(true) {
+		return
+	}
+	user, total := b.held(ss.user)
+	log.WithFields(logrus.Fields{"session": ss.id, "user": ss.user, "user_handles": user, "server_handles": total,
+		"status": ntstatus.FromError(err)}).Warn("open refused: handle limit reached (max_open_files_per_user, or max_open_files for the server); other users go on")
 }
 
 func (ss *serverSession) handle(h Handle) (*openFile, bool) {
@@ -121,21 +145,28 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tre
 			Warn("tree connect refused: the share requires sealing (encrypt = required) and this session cannot seal (the client does not, or the server's encrypt is off)")
 		return 0, nil, StatusSealRequired
 	}
-	tr, err := sh.Connect(share.Identity{User: ss.user})
+	tr, err := sh.Connect(ss.ident)
+	var refused *share.RootRefused
+	if errors.As(err, &refused) {
+		s.log.WithFields(logrus.Fields{"session": ss.id, "user": ss.user, "share": sh.Name, "account": refused.Account}).
+			Warn("tree connect refused: the user acts as uid 0 (root) and the share does not allow_root")
+	}
 	if err != nil {
 		return 0, nil, err
 	}
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	ss.nextTree++
-	ss.trees[ss.nextTree] = tr
+	id := ss.nextTree
+	ss.trees[id] = tr
 	if seals {
 		if ss.sealTrees == nil {
 			ss.sealTrees = map[uint32]bool{}
 		}
-		ss.sealTrees[ss.nextTree] = true
+		ss.sealTrees[id] = true
 	}
-	return ss.nextTree, tr, nil
+	ss.mu.Unlock()
+	ss.enableLeases(id, tr)
+	return id, tr, nil
 }
 
 // treeSeals reports whether every frame naming tree id must be sealed.

@@ -413,11 +413,7 @@ func TestKeepAliveKeepsLiveSession(t *testing.T) {
 
 func TestOversizedSetupFrameDropped(t *testing.T) {
 	e := newEnv(t)
-	nc, err := net.Dial("tcp", e.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := dialFrom(t, "127.0.0.1", e.addr)
 	big := AppendFrame(nil, Header{MessageID: 1, Command: CmdSessionSetup}, marshal(&tokenMsg{Token: make([]byte, 100<<10)}))
 	nc.Write(big)
 	nc.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -21,6 +21,9 @@ type Tree struct {
 	id       uint32
 	name     string
 	readOnly bool
+	leases   bool // the share grants leases (lease.go)
+	account  Account
+	shared   bool // treeFlagSharedAccount
 
 	registerOnOpen atomic.Bool
 	fidMu          sync.Mutex
@@ -48,11 +51,22 @@ func (c *Client) TreeConnect(ctx context.Context, share string) (*Tree, error) {
 		}
 		c.startSealing("tree connect to " + share)
 	}
-	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0}, nil
+	return &Tree{c: c, id: r.TreeID, name: share, readOnly: r.Flags&treeFlagReadOnly != 0,
+		leases: r.Flags&treeFlagLeases != 0, account: r.Account, shared: r.Flags&treeFlagSharedAccount != 0}, nil
 }
 
 // ReadOnly reports whether the share refuses modifications.
 func (t *Tree) ReadOnly() bool { return t.readOnly }
+
+// Account is the Unix account on the server that every disk operation of
+// this tree runs as: files the tree creates are owned by its Uid and Gid
+// (docs/session.md, "Identity"). Callers must not modify Groups.
+func (t *Tree) Account() Account { return t.account }
+
+// SharedAccount reports whether the server acts as one account for every
+// user (it was not started as root): Account is then the server's own,
+// and the server's permission checks cannot tell users apart.
+func (t *Tree) SharedAccount() bool { return t.shared }
 
 // Client returns the session the tree belongs to.
 func (t *Tree) Client() *Client { return t.c }
@@ -123,10 +137,18 @@ func (t *Tree) Rmdir(ctx context.Context, path string) error {
 // and directories can be opened. O_DIRECT is not sent as an open flag: it
 // only marks the LWIO registration unbuffered (RegisterOnOpen).
 func (t *Tree) Open(ctx context.Context, path string, flags int, mode uint32) (Handle, Attr, error) {
-	req := openReq{Path: path, Flags: uint32(flags &^ syscall.O_DIRECT), Mode: mode}
+	r, err := t.open(ctx, openReq{Path: path, Flags: uint32(flags), Mode: mode})
+	return r.Handle, r.Attr, err
+}
+
+// open sends OPEN req (Flags still with O_DIRECT), asking for the LWIO
+// registration when RegisterOnOpen is on and keeping the Fid answered.
+func (t *Tree) open(ctx context.Context, req openReq) (openResp, error) {
+	direct := req.Flags&syscall.O_DIRECT != 0
+	req.Flags &^= syscall.O_DIRECT
 	if t.registerOnOpen.Load() {
 		req.Register = true
-		if flags&syscall.O_DIRECT != 0 {
+		if direct {
 			req.FidFlags = protocol.FileNoIntermediateBuffering
 		}
 	}
@@ -140,7 +162,7 @@ func (t *Tree) Open(ctx context.Context, path string, flags int, mode uint32) (H
 		t.fids[r.Handle] = OpenFid{Fid: uint16(r.Fid), FlagsAndAttributes: req.FidFlags}
 		t.fidMu.Unlock()
 	}
-	return r.Handle, r.Attr, err
+	return r, err
 }
 
 // OpenFid is an LWIO registration made by OPEN (RegisterOnOpen).

@@ -18,6 +18,7 @@ type (
 	DirEntry  = share.DirEntry
 	SetAttrIn = share.SetAttrIn
 	StatFS    = share.StatFS
+	Account   = share.Account
 )
 
 // SetAttrIn.Valid bits (share's).
@@ -42,6 +43,14 @@ func codeSetAttrIn(c coder, s *SetAttrIn) {
 	times(c, &s.Atime, &s.Mtime)
 	c.bool(&s.AtimeNow)
 	c.bool(&s.MtimeNow)
+}
+
+// codeAccount codes the account a tree acts as (docs/session.md,
+// "Identity"): Uid, Gid, a u16-counted list of group ids, the name.
+func codeAccount(c coder, a *Account) {
+	u32s(c, &a.Uid, &a.Gid)
+	list16(c, &a.Groups, 4, c.u32)
+	c.str(&a.Name)
 }
 
 func codeStatFS(c coder, s *StatFS) {

@@ -34,7 +34,9 @@ func (f *OpenFile) Append(p []byte) (n int, end int64, err error) {
 	}
 	f.appendMu.Lock()
 	defer f.appendMu.Unlock()
-	err = f.withFd(func(fd int) (err error) {
+	// As the tree's user, as WriteAt: the kernel's set-id clearing and
+	// quota checks apply to the writer.
+	err = f.tree.asFd(f, func(fd int) (err error) {
 		n, end, err = appendFD(fd, p)
 		return err
 	})

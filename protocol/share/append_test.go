@@ -97,19 +97,11 @@ func TestAppendConcurrent(t *testing.T) {
 func TestAppendRules(t *testing.T) {
 	e := newEnv(t, false)
 	e.writeFile(t, "f", "0123456789")
-	ro, _, err := e.tr.Open("f", os.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := e.open(t, "f", os.O_RDONLY)
 	if _, _, err := ro.Append([]byte("x")); err == nil {
 		t.Error("Append through a read-only open succeeded")
 	}
-	f, _, err := e.tr.Open("f", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := e.open(t, "f", os.O_RDWR)
 	if n, end, err := f.Append(nil); n != 0 || end != 10 || err != nil {
 		t.Errorf("empty Append = %d %d %v, want 0 10 nil", n, end, err)
 	}

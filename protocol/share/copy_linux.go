@@ -42,32 +42,43 @@ func (f *OpenFile) CopyRange(ctx context.Context, src *OpenFile, srcOff, dstOff,
 	if srcOff < 0 || dstOff < 0 || n < 0 {
 		return 0, Attr{}, protocol.StatusInvalidParameter
 	}
-	err = withFds(src, f, func(sfd, dfd int) error {
-		var err error
-		for done < n && (done == 0 || ctx.Err() == nil) {
-			var k int64
-			k, err = copyOnce(sfd, dfd, srcOff+done, dstOff+done, min(n-done, copyPiece))
-			done += k
-			if err != nil || k == 0 {
-				break
-			}
-		}
-		if done > 0 {
-			// What was copied stays copied: report it, as a short
-			// copy_file_range(2) does; the caller's next request
-			// meets the error again if it persists.
-			err = nil
-		}
-		if err != nil {
+	// As the user: the kernel charges and checks the destination as it
+	// would a write of the user's own (quotas, clearing set-id bits).
+	err = f.tree.as(func() error {
+		return withFds(src, f, func(sfd, dfd int) (err error) {
+			done, a, err = copyFds(ctx, sfd, dfd, srcOff, dstOff, n)
 			return err
-		}
-		a, err = lstatAt(dfd, "")
-		return err
+		})
 	})
 	if err != nil {
 		return 0, Attr{}, err
 	}
 	return done, a, nil
+}
+
+// copyFds is CopyRange's loop on the two descriptors: one piece, then
+// more while ctx is live; what was copied is reported even if a later
+// piece fails, and then dst's attributes.
+func copyFds(ctx context.Context, sfd, dfd int, srcOff, dstOff, n int64) (done int64, a Attr, err error) {
+	for done < n && (done == 0 || ctx.Err() == nil) {
+		var k int64
+		k, err = copyOnce(sfd, dfd, srcOff+done, dstOff+done, min(n-done, copyPiece))
+		done += k
+		if err != nil || k == 0 {
+			break
+		}
+	}
+	if done > 0 {
+		// What was copied stays copied: report it, as a short
+		// copy_file_range(2) does; the caller's next request meets
+		// the error again if it persists.
+		err = nil
+	}
+	if err != nil {
+		return 0, Attr{}, err
+	}
+	a, err = lstatAt(dfd, "")
+	return done, a, err
 }
 
 // copyOnce copies up to n bytes at (so, do) with copy_file_range(2), or

@@ -188,14 +188,10 @@ func TestReopenConfined(t *testing.T) {
 func TestFileIDNeedsKey(t *testing.T) {
 	e := newEnv(t, false)
 	e.writeFile(t, "f", "x")
-	f, _, err := e.tr.Open("f", os.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := e.open(t, "f", os.O_RDONLY)
 	if id := f.FileID(); id != nil {
 		t.Errorf("FileID without a key = %x", id)
 	}
-	_, _, err = e.tr.Reopen([]byte("anything at all, long enough"), "f", os.O_RDONLY)
+	_, _, err := e.tr.Reopen([]byte("anything at all, long enough"), "f", os.O_RDONLY)
 	wantErrno(t, "Reopen without a key", err, syscall.ESTALE)
 }

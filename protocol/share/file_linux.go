@@ -32,6 +32,7 @@ type OpenFile struct {
 	tree     *Tree
 	f        *os.File
 	readOnly bool // opened O_RDONLY or on a read-only share
+	lease    openLease
 
 	appendMu sync.Mutex   // an append and the position read after it are one step
 	ident    identityOnce // the file's identity, taken once (durable_linux.go)
@@ -47,10 +48,16 @@ const openFlagsAllowed = unix.O_ACCMODE | unix.O_CREAT | unix.O_EXCL | unix.O_TR
 	unix.O_NOATIME | unix.O_NONBLOCK
 
 // Open opens (with O_CREAT, creates) p with open(2) flags and mode and
-// returns it with its attributes. A final symlink is followed, confined to
-// the share, unless flags has O_NOFOLLOW. Only regular files and
-// directories are served: a FIFO, socket or device node in a share must
-// not become a door to the server's hardware (STATUS_ACCESS_DENIED).
+// returns it with its attributes, as the tree's user. A final symlink is
+// followed, confined to the share, unless flags has O_NOFOLLOW. Only
+// regular files and directories are opened: a FIFO, socket or device
+// node in a share must neither become a door to the server's hardware nor
+// block a server thread (a FIFO's open waits for a writer), so what is
+// there is looked at first through an O_PATH descriptor, which opens
+// nothing, and refused with STATUS_ACCESS_DENIED at once. Such files can
+// still be created (MKNOD) and stat-ed: they are local objects of the
+// client, as on NFS. Set-id bits of mode are cleared unless the share
+// allows them (setidBits).
 func (t *Tree) Open(p string, flags int, mode uint32) (*OpenFile, Attr, error) {
 	flags &= openFlagsAllowed
 	acc := flags & unix.O_ACCMODE
@@ -62,15 +69,29 @@ func (t *Tree) Open(p string, flags int, mode uint32) (*OpenFile, Attr, error) {
 			return nil, Attr{}, err
 		}
 	}
-	fd, a, err := t.open(p, flags, mode&07777)
-	if err != nil {
-		return nil, Attr{}, fail(err)
+	if flags&unix.O_TRUNC != 0 {
+		t.recallPath(p)
 	}
-	return &OpenFile{tree: t, f: os.NewFile(uintptr(fd), p), readOnly: acc == unix.O_RDONLY || t.sh.ReadOnly}, a, nil
+	mode = t.sh.setidBits(mode&07777, false)
+	var fd int
+	var a Attr
+	err := t.as(func() (err error) {
+		fd, a, err = t.open(p, flags, mode)
+		return err
+	})
+	if err != nil {
+		return nil, Attr{}, err
+	}
+	f := &OpenFile{tree: t, f: os.NewFile(uintptr(fd), p), readOnly: acc == unix.O_RDONLY || t.sh.ReadOnly}
+	t.leaseOpened(f, flags)
+	if flags&unix.O_CREAT != 0 {
+		t.createdPath(p)
+	}
+	return f, a, nil
 }
 
-// open opens p, puts back the permission bits the server's umask took from
-// a file it created, and refuses what is neither a file nor a directory.
+// open opens p and puts back the permission bits the server's umask took
+// from a file it created.
 func (t *Tree) open(p string, flags int, mode uint32) (int, Attr, error) {
 	fd, created, err := t.create(p, flags, mode)
 	if err != nil {
@@ -79,9 +100,8 @@ func (t *Tree) open(p string, flags int, mode uint32) (int, Attr, error) {
 	return t.opened(fd, created, mode)
 }
 
-// opened finishes an open of fd: the umask fix-up when it created the
-// file, and the refusal of what is neither a file nor a directory. It
-// closes fd when it fails.
+// opened finishes an open of fd, the umask fix-up when it created the
+// file, and returns its attributes. It closes fd when it fails.
 func (t *Tree) opened(fd int, created bool, mode uint32) (int, Attr, error) {
 	var st unix.Stat_t
 	err := unix.Fstat(fd, &st)
@@ -90,9 +110,6 @@ func (t *Tree) opened(fd int, created bool, mode uint32) (int, Attr, error) {
 			err = unix.Fstat(fd, &st)
 		}
 	}
-	if typ := st.Mode & unix.S_IFMT; err == nil && typ != unix.S_IFREG && typ != unix.S_IFDIR {
-		err = unix.EACCES
-	}
 	if err != nil {
 		unix.Close(fd)
 		return -1, Attr{}, err
@@ -100,43 +117,95 @@ func (t *Tree) opened(fd int, created bool, mode uint32) (int, Attr, error) {
 	return fd, attrFromStat(&st), nil
 }
 
-// create opens p, telling whether it created the file when that matters
-// (O_CREAT with a umask that would take bits from mode): it first tries
-// O_EXCL, then opens the existing file without O_CREAT.
+// create opens p for data, a regular file or a directory only, telling
+// whether it created the file. O_CREAT|O_EXCL only ever makes a new
+// regular file, so it opens directly; anything else is looked at first
+// through an O_PATH probe (which never blocks and opens nothing) and then
+// opened through that very descriptor (reopen), so that nothing swapped in
+// between is opened; a missing file is created with O_EXCL, and probed
+// again if another made it meanwhile.
 func (t *Tree) create(p string, flags int, mode uint32) (fd int, created bool, err error) {
 	r := t.sh.root
-	if flags&unix.O_CREAT == 0 || mode&0o777&t.sh.umask == 0 {
-		fd, err = r.open(p, flags, mode)
-		return fd, false, err
-	}
-	if flags&unix.O_EXCL != 0 {
+	if flags&(unix.O_CREAT|unix.O_EXCL) == unix.O_CREAT|unix.O_EXCL {
 		fd, err = r.open(p, flags, mode)
 		return fd, err == nil, err
 	}
 	for range 4 {
-		fd, err = r.open(p, flags|unix.O_EXCL, mode)
-		if err == nil {
-			return fd, true, nil
+		pfd, err := r.open(p, unix.O_PATH|flags&(unix.O_NOFOLLOW|unix.O_DIRECTORY), 0)
+		if err == unix.ENOENT && flags&unix.O_CREAT != 0 {
+			fd, err = r.open(p, flags|unix.O_EXCL, mode)
+			if err == unix.EEXIST {
+				continue // made meanwhile, or a dangling symlink
+			}
+			return fd, err == nil, err
 		}
-		if err != unix.EEXIST {
+		if err != nil {
 			return -1, false, err
 		}
-		fd, err = r.open(p, flags&^unix.O_CREAT, mode)
-		if err != unix.ENOENT {
-			return fd, false, err
-		}
-		// Removed in between, or a dangling symlink: O_CREAT through it
-		// as open(2) would, without the umask fix-up.
+		fd, err = reopen(pfd, flags)
+		unix.Close(pfd)
+		return fd, false, err
 	}
-	fd, err = r.open(p, flags, mode)
-	return fd, false, err
+	// A dangling symlink: O_PATH finds no target and O_EXCL finds the
+	// link. Create through it as open(2) would, without waiting on a FIFO
+	// put there meanwhile, and check what was opened.
+	fd, err = r.open(p, flags|unix.O_NONBLOCK, mode)
+	if err != nil {
+		return -1, false, err
+	}
+	var st unix.Stat_t
+	if err = unix.Fstat(fd, &st); err == nil {
+		err = dataType(st.Mode, flags)
+	}
+	if err == nil && flags&unix.O_NONBLOCK == 0 {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags&^(unix.O_ACCMODE|unix.O_CREAT|unix.O_EXCL|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_DIRECTORY))
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, false, err
+	}
+	return fd, false, nil
+}
+
+// reopen opens the file an O_PATH descriptor holds for data, with flags
+// (less those that only mean something for a name), after checking its
+// type: through /proc/self/fd, so that it is that inode and no other; the
+// kernel checks the calling thread's access to it as open(2) would.
+func reopen(pfd, flags int) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return -1, err
+	}
+	if err := dataType(st.Mode, flags); err != nil {
+		return -1, err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR && flags&unix.O_CREAT != 0 {
+		return -1, unix.EISDIR // open(2)'s answer for O_CREAT on a directory
+	}
+	return unix.Open(procPath(pfd), flags&^(unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW)|unix.O_CLOEXEC, 0)
+}
+
+// dataType refuses to open for data what is neither a regular file nor a
+// directory: ELOOP for a symlink met with O_NOFOLLOW (open(2)'s answer),
+// EACCES for a FIFO, socket or device node.
+func dataType(mode uint32, flags int) error {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG, unix.S_IFDIR:
+		return nil
+	case unix.S_IFLNK:
+		return unix.ELOOP
+	}
+	return unix.EACCES
 }
 
 // Tree is the tree the file was opened on.
 func (f *OpenFile) Tree() *Tree { return f.tree }
 
 // ReadAt reads from the file (pread). As io.ReaderAt: fewer bytes than
-// asked come with io.EOF.
+// asked come with io.EOF. It runs with the server's credentials, without
+// a credential switch: pread(2) on an open descriptor checks no
+// permission (the open did, as the user) and changes nothing a credential
+// decides, so the data path's reads stay as cheap as they were.
 func (f *OpenFile) ReadAt(p []byte, off int64) (int, error) {
 	n, err := f.f.ReadAt(p, off)
 	if err == io.EOF {
@@ -155,8 +224,11 @@ func (f *OpenFile) WriteAt(p []byte, off int64) (int, error) {
 	// Not os.File.WriteAt, which refuses files opened with O_APPEND; on
 	// Linux pwrite(2) to such a file appends, which is what the opener
 	// asked for.
+	// As the tree's user, on the LWIO data path too: the kernel clears a
+	// set-user-ID bit on a write by anyone without CAP_FSETID, and
+	// charges the blocks to quotas without CAP_SYS_RESOURCE's overrides.
 	n := 0
-	err := f.withFd(func(fd int) error {
+	err := f.tree.asFd(f, func(fd int) error {
 		for n < len(p) {
 			k, err := unix.Pwrite(fd, p[n:], off+int64(n))
 			if err != nil {
@@ -173,7 +245,8 @@ func (f *OpenFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // Fsync flushes the file to stable storage (fsync, or fdatasync when
-// datasync) before it returns.
+// datasync) before it returns; like ReadAt it checks no permission and
+// runs as the server.
 func (f *OpenFile) Fsync(datasync bool) error {
 	return f.withFd(func(fd int) error {
 		if datasync {
@@ -188,15 +261,15 @@ func (f *OpenFile) SetAttr(in SetAttrIn) (a Attr, err error) {
 	if err := f.tree.writable(); err != nil {
 		return Attr{}, err
 	}
-	err = f.withFd(func(fd int) error {
-		a, err = setattrFd(fd, in)
-		return err
-	})
+	err = f.tree.asFd(f, func(fd int) error { return f.tree.setattrBreaking(fd, in, &a) })
 	return a, err
 }
 
 // Close closes the file.
-func (f *OpenFile) Close() error { return fail(f.f.Close()) }
+func (f *OpenFile) Close() error {
+	f.leaseClosed()
+	return fail(f.f.Close())
+}
 
 // withFd runs fn with the file's descriptor, holding it open for the call
 // so that a concurrent Close cannot let the number be reused under fn, and
@@ -211,4 +284,9 @@ func (f *OpenFile) withFd(fn func(fd int) error) error {
 		return protocol.StatusFileClosed // the one way Control fails
 	}
 	return fail(ferr)
+}
+
+// asFd is withFd as the tree's user (Tree.as).
+func (t *Tree) asFd(f *OpenFile, fn func(fd int) error) error {
+	return t.as(func() error { return f.withFd(fn) })
 }

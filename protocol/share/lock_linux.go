@@ -103,7 +103,7 @@ func lockFound(fl *unix.Flock_t) Lock {
 // (EAGAIN, STATUS_FILE_LOCK_CONFLICT), the one failure a wait retries.
 func IsLockConflict(err error) bool { return errors.Is(err, ntstatus.FileLockConflict) }
 
-// fileKey names a file for locking: device and inode.
+// fileKey names a file by device and inode (locks, leases).
 type fileKey struct{ dev, ino uint64 }
 
 // keyOnce is an open file's fileKey, found once.
@@ -276,10 +276,13 @@ func (s *LockSpace) Lock(f *OpenFile, lk Lock) error {
 // opened for writing: closing it would tell inotify watchers (and other
 // clients' leases) that the file was written. An owner whose first lock on
 // a file comes through a read-only handle can therefore not take a write
-// lock through a writable one later (EBADF). Called with s.mu held.
+// lock through a writable one later (EBADF). The description is opened as
+// the tree's user (Tree.as), so the kernel decides by the file's
+// permissions whether a write-only handle's owner may read. Called with
+// s.mu held.
 func (s *LockSpace) newOwner(f *OpenFile, key fileKey, owner uint64) (*lockOwner, error) {
 	var fd int
-	err := f.withFd(func(hfd int) error {
+	err := f.tree.asFd(f, func(hfd int) error {
 		acc, err := unix.FcntlInt(uintptr(hfd), unix.F_GETFL, 0)
 		if err != nil {
 			return err
@@ -304,8 +307,9 @@ func (s *LockSpace) newOwner(f *OpenFile, key fileKey, owner uint64) (*lockOwner
 // reopenFd opens the file an open descriptor holds once more, as a new
 // open file description with access acc (O_RDONLY, O_WRONLY, O_RDWR),
 // through its /proc/self/fd magic link: the very inode, whatever its name
-// is now. The open checks the permissions as an open(2) by the Tree's user
-// does — where per-user identity will apply.
+// is now. The open checks the permissions as an open(2) by the caller
+// does: callers run it as the Tree's user (Tree.as), so that it is the
+// user's permissions that decide.
 func (t *Tree) reopenFd(fd, acc int) (int, error) {
 	for {
 		nfd, err := unix.Open(procPath(fd), acc|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)

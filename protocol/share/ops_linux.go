@@ -49,15 +49,22 @@ func lstatAt(dirfd int, base string) (Attr, error) {
 	return attrFromStat(&st), nil
 }
 
-// at runs fn on the resolved parent of p and its base name, and maps what
-// it returns to an NTSTATUS.
+// at runs fn on the resolved parent of p and its base name, as the tree's
+// user (Tree.as: resolution and fn both), and maps what it returns to an
+// NTSTATUS.
 func (t *Tree) at(p string, fn func(dirfd int, base string) error) error {
-	dirfd, base, err := t.sh.root.parent(p)
+	return t.as(func() error { return t.sh.root.at(p, fn) })
+}
+
+// at resolves the parent of p and runs fn on it and the base name, on a
+// thread already acting as the tree's user.
+func (r *root) at(p string, fn func(dirfd int, base string) error) error {
+	dirfd, base, err := r.parent(p)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer unix.Close(dirfd)
-	return fail(fn(dirfd, base))
+	return fn(dirfd, base)
 }
 
 // change is at for an operation that modifies the share: refused on a
@@ -80,6 +87,7 @@ func (t *Tree) created(p string, fn func(dirfd int, base string) error) (a Attr,
 		if err := fn(dirfd, base); err != nil {
 			return err
 		}
+		t.namesChanged(dirfd, base)
 		a, err = lstatAt(dirfd, base)
 		return err
 	})
@@ -89,8 +97,13 @@ func (t *Tree) created(p string, fn func(dirfd int, base string) error) (a Attr,
 // GetAttr returns the attributes of p, not following a final symlink.
 func (t *Tree) GetAttr(p string) (a Attr, err error) {
 	err = t.at(p, func(dirfd int, base string) error {
-		a, err = lstatAt(dirfd, base)
-		return err
+		st, err := statAt(dirfd, base)
+		if err != nil {
+			return err
+		}
+		a = attrFromStat(&st)
+		t.recallFor(&st, &a, dirfd, base)
+		return nil
 	})
 	return a, err
 }
@@ -106,7 +119,13 @@ func (t *Tree) remove(p string, flags int) error {
 		if base == "" {
 			return protocol.StatusAccessDenied // never the share root
 		}
-		return unix.Unlinkat(dirfd, base, flags)
+		v := t.victim(dirfd, base)
+		if err := unix.Unlinkat(dirfd, base, flags); err != nil {
+			return err
+		}
+		t.namesChanged(dirfd, base)
+		t.gone(v)
+		return nil
 	})
 }
 
@@ -123,8 +142,10 @@ func (t *Tree) Readlink(p string) (s string, err error) {
 }
 
 // Mkdir creates directory p with the permission bits of mode, which the
-// client's umask has already shaped (see restoreUmaskBits).
+// client's umask has already shaped (see restoreUmaskBits), less the bits
+// the share's policy clears (setidBits).
 func (t *Tree) Mkdir(p string, mode uint32) (Attr, error) {
+	mode = t.sh.setidBits(mode, true)
 	return t.created(p, func(dirfd int, base string) error {
 		if err := unix.Mkdirat(dirfd, base, mode&07777); err != nil {
 			return err
@@ -192,7 +213,7 @@ func Umask() uint32 {
 // twoAt resolves the parents of two paths for a change that names both.
 func (t *Tree) twoAt(oldp, newp string, fn func(od int, ob string, nd int, nb string) error) error {
 	return t.change(oldp, func(od int, ob string) error {
-		return t.at(newp, func(nd int, nb string) error {
+		return t.sh.root.at(newp, func(nd int, nb string) error {
 			if ob == "" || nb == "" {
 				return protocol.StatusAccessDenied
 			}
@@ -209,7 +230,12 @@ func (t *Tree) Rename(oldp, newp string, flags uint32) error {
 		return fail(unix.EINVAL)
 	}
 	return t.twoAt(oldp, newp, func(od int, ob string, nd int, nb string) error {
-		return unix.Renameat2(od, ob, nd, nb, uint(flags))
+		moving, replaced := t.victim(od, ob), t.victim(nd, nb)
+		if err := unix.Renameat2(od, ob, nd, nb, uint(flags)); err != nil {
+			return err
+		}
+		t.renamed(od, ob, nd, nb, moving, replaced, flags&unix.RENAME_EXCHANGE != 0)
+		return nil
 	})
 }
 
@@ -221,6 +247,8 @@ func (t *Tree) Link(oldp, newp string) (a Attr, err error) {
 		if err := unix.Linkat(od, ob, nd, nb, 0); err != nil {
 			return err
 		}
+		t.namesChanged(nd, nb)
+		t.linked(t.victim(nd, nb))
 		a, err = lstatAt(nd, nb)
 		return err
 	})
@@ -228,6 +256,8 @@ func (t *Tree) Link(oldp, newp string) (a Attr, err error) {
 }
 
 // StatFS returns the statistics of the filesystem holding the share root.
+// fstatfs(2) on the root's descriptor checks no permission, so it runs as
+// the server: the same answer for everyone, without a credential switch.
 func (t *Tree) StatFS() (StatFS, error) {
 	var st unix.Statfs_t
 	if err := unix.Fstatfs(t.sh.root.fd, &st); err != nil {
@@ -241,23 +271,23 @@ func (t *Tree) StatFS() (StatFS, error) {
 }
 
 // final runs fn on an O_PATH descriptor of the final component of p, not
-// followed (the root itself for ""), and maps its error.
+// followed (the root itself for ""), as the tree's user, and maps its
+// error.
 func (t *Tree) final(p string, fn func(fd int) error) error {
-	var fd int
-	err := t.at(p, func(dirfd int, base string) error {
+	return t.at(p, func(dirfd int, base string) error {
+		var fd int
 		var err error
 		if base == "" {
 			fd, err = unix.FcntlInt(uintptr(dirfd), unix.F_DUPFD_CLOEXEC, 0)
 		} else {
 			fd, err = unix.Openat(dirfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return fn(fd)
 	})
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return fail(fn(fd))
 }
 
 // SetAttr changes the attributes in.Valid names on p (a final symlink is
@@ -266,22 +296,21 @@ func (t *Tree) SetAttr(p string, in SetAttrIn) (a Attr, err error) {
 	if err := t.writable(); err != nil {
 		return Attr{}, err
 	}
-	err = t.final(p, func(fd int) error {
-		a, err = setattrFd(fd, in)
-		return err
-	})
+	err = t.final(p, func(fd int) error { return t.setattrBreaking(fd, in, &a) })
 	return a, err
 }
 
 // setattrFd applies in to the inode fd holds (an O_PATH descriptor or an
-// open file): owner first (chown clears set-id bits), then mode, size and
-// times last so that an explicit mtime wins over truncate's.
-func setattrFd(fd int, in SetAttrIn) (Attr, error) {
+// open file): owner first (chown clears set-id bits), then mode (less the
+// bits the share's policy clears, setidBits), size and times last so that
+// an explicit mtime wins over truncate's.
+func (s *Share) setattrFd(fd int, in SetAttrIn) (Attr, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return Attr{}, err
 	}
 	isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
+	in.Mode = s.setidBits(in.Mode, st.Mode&unix.S_IFMT == unix.S_IFDIR)
 	if in.Valid&(SetUid|SetGid) != 0 {
 		uid, gid := -1, -1
 		if in.Valid&SetUid != 0 {

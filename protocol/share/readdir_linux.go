@@ -65,35 +65,57 @@ func (l *dirListing) list(p, after string, f *os.File) ([]string, error) {
 // each entry with its attributes (lstat): the entries after the name after
 // ("" from the start), as many as budget holds when each costs cost(name)
 // — always at least one — and whether more follow. An entry removed since
-// the listing is skipped.
+// the listing is skipped. It runs as the tree's user: listing needs read
+// permission on the directory, the attributes search permission.
 func (t *Tree) ReadDir(p, after string, budget int, cost func(name string) int) (ents []DirEntry, more bool, err error) {
+	err = t.as(func() (err error) {
+		ents, more, err = t.readDir(p, after, budget, cost, nil, t.listedRecall)
+		return err
+	})
+	return ents, more, err
+}
+
+// readDir is ReadDir on a thread acting as the tree's user, calling
+// opened with the directory's descriptor before it is read and listed
+// with the entries and their stat after.
+func (t *Tree) readDir(p, after string, budget int, cost func(name string) int,
+	opened func(fd int), listed func(fd int, ents []DirEntry, sts []unix.Stat_t)) (ents []DirEntry, more bool, err error) {
 	fd, err := t.sh.root.open(p, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, false, fail(err)
+		return nil, false, err
 	}
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
+	if opened != nil {
+		opened(fd)
+	}
 	names, err := t.listing.list(p, after, f)
 	if err != nil {
-		return nil, false, fail(err)
+		return nil, false, err
 	}
 	i := sort.SearchStrings(names, after)
 	if after != "" && i < len(names) && names[i] == after {
 		i++
 	}
+	var sts []unix.Stat_t
 	used := 0
 	for ; i < len(names); i++ {
 		n := names[i]
 		c := cost(n)
 		if used+c > budget && len(ents) > 0 {
-			return ents, true, nil
+			more = true
+			break
 		}
-		a, err := lstatAt(fd, n)
+		st, err := statAt(fd, n)
 		if err != nil {
 			continue // removed since the listing
 		}
-		ents = append(ents, DirEntry{Name: n, Attr: a})
+		ents = append(ents, DirEntry{Name: n, Attr: attrFromStat(&st)})
+		sts = append(sts, st)
 		used += c
 	}
-	return ents, false, nil
+	if listed != nil {
+		listed(fd, ents, sts)
+	}
+	return ents, more, nil
 }

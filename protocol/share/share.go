@@ -15,17 +15,21 @@
 // returns io.EOF, as io.ReaderAt does.
 //
 // Every disk operation of a session goes through its Tree, the share as
-// one logged-on user sees it (SMB's tree connect). Today a Tree acts with
-// the server's own credentials; Identity is where the user's account will
-// go, and Tree's methods are where the server will take it on
-// (setfsuid/setfsgid/setgroups on a locked thread) — see docs/session.md,
-// "Confinement".
+// one logged-on user sees it (SMB's tree connect), and runs with the
+// user's Unix account — fsuid, fsgid and supplementary groups set on the
+// OS thread doing it (identity_linux.go) — so that the kernel's own
+// permission checks decide. Accounts resolves logon names to accounts
+// (account_linux.go); the share's policies whatever the identity (no
+// set-id bits, no security.* or trusted.* xattrs, no device nodes, no
+// data opens of anything but files and directories) are in
+// policy_linux.go.
 package share
 
 import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -44,6 +48,22 @@ type Config struct {
 	ReadOnly bool
 	// Users may tree-connect; empty means every authenticated user.
 	Users []string
+	// NoLeases grants no leases on the share: clients cache only for
+	// their attribute and entry timeouts (lease_linux.go).
+	NoLeases bool
+	// LeaseBreakTimeout bounds how long a change waits for a lease
+	// holder's acknowledgement; zero means DefaultLeaseBreakTimeout.
+	LeaseBreakTimeout time.Duration
+	// AllowRoot lets a user whose account is uid 0 connect (and act as
+	// root); by default such a tree connect is refused (RootRefused).
+	AllowRoot bool
+	// AllowSetid lets set-user-ID and set-group-ID bits reach the disk
+	// through chmod, create and mkdir; by default they are cleared
+	// (policy_linux.go).
+	AllowSetid bool
+	// AllowDevices lets clients create device nodes (MknodAllowed); by
+	// default only FIFOs and sockets may be created.
+	AllowDevices bool
 }
 
 // Share is an open share: its root directory descriptor and its policies.
@@ -55,6 +75,9 @@ type Share struct {
 	umask  uint32          // the process umask at Open
 	idKey  []byte          // seals FileIDs (durable_linux.go); nil: none issued
 	idMACs sync.Pool       // of HMAC-SHA256 states keyed with idKey
+
+	leases   *leaseTable // nil: no leases (lease_linux.go)
+	leaseErr error       // why not, when the kernel could not watch
 }
 
 // Open opens the share's root. noOpenat2 forces the walking resolver (for
@@ -69,6 +92,9 @@ func Open(c Config, noOpenat2 bool) (*Share, error) {
 		return nil, fmt.Errorf("share %q: %w", c.Name, err)
 	}
 	s := &Share{Config: c, root: r, umask: Umask()}
+	if !c.NoLeases {
+		s.openLeases(c.LeaseBreakTimeout)
+	}
 	if len(c.Users) > 0 {
 		s.users = map[string]bool{}
 		for _, u := range c.Users {
@@ -80,7 +106,10 @@ func Open(c Config, noOpenat2 bool) (*Share, error) {
 
 // Close closes the root. Trees and open files of the share must not be
 // used after.
-func (s *Share) Close() error { return s.root.close() }
+func (s *Share) Close() error {
+	s.closeLeases()
+	return s.root.close()
+}
 
 // Resolver names the path resolver in use, for logs: "openat2" or "walk".
 func (s *Share) Resolver() string {
@@ -90,12 +119,33 @@ func (s *Share) Resolver() string {
 	return "openat2"
 }
 
-// Identity is who a Tree acts for. Today it is the logged-on name only and
-// every operation runs with the server's own credentials; the per-user
-// identity (the account's uid, gid and groups) goes here.
+// Identity is who a Tree acts for: the logged-on name, and the Unix
+// account whose credentials its disk operations run with
+// (identity_linux.go).
 type Identity struct {
 	// User is the logged-on user name, matched case-insensitively.
 	User string
+	// Account is the Unix account the user acts as.
+	Account Account
+
+	// src is the resolver the identity came from (Accounts.Identity), for
+	// looking the account up again once its TTL has passed; nil keeps
+	// Account as it is.
+	src *Accounts
+}
+
+// Account is a Unix account on the server host: what a Tree's disk
+// operations run as (fsuid Uid, fsgid Gid, supplementary groups Groups).
+// The session channel sends it to the client at tree connect, so that the
+// client can map owners.
+type Account struct {
+	// Name is the account's name in the server's passwd database.
+	Name string
+	Uid  uint32
+	Gid  uint32
+	// Groups are the supplementary group ids, as the group database lists
+	// them (the primary group may be among them).
+	Groups []uint32
 }
 
 // Tree is the share as one logged-on user acts on it (SMB's tree connect;
@@ -105,20 +155,36 @@ type Identity struct {
 type Tree struct {
 	sh      *Share
 	id      Identity
-	listing dirListing // READDIR continuation cache
+	acct    atomic.Pointer[accountEntry] // what the next operation runs as (treeCred)
+	listing dirListing                   // READDIR continuation cache
+	lease   *treeLeases                  // set by EnableLeases
 }
 
-// Connect returns the share as id sees it, or STATUS_ACCESS_DENIED when
-// the share lists its users and id is not one of them.
+// Connect returns the share as id sees it: STATUS_ACCESS_DENIED when the
+// share lists its users and id is not one of them, a RootRefused (which
+// is ACCESS_DENIED) when id acts as root and the share does not allow it.
+// Every disk operation of the tree runs as id.Account (identity_linux.go).
 func (s *Share) Connect(id Identity) (*Tree, error) {
 	if s.users != nil && !s.users[strings.ToLower(id.User)] {
 		return nil, protocol.StatusAccessDenied
 	}
-	return &Tree{sh: s, id: id}, nil
+	if err := s.rootAllowed(id.User, id.Account); err != nil {
+		return nil, err
+	}
+	t := &Tree{sh: s, id: id}
+	expires := farFuture
+	if id.src != nil {
+		expires = id.src.now().Add(id.src.cfg.TTL)
+	}
+	t.acct.Store(&accountEntry{acct: id.Account, cred: newCred(id.Account), expires: expires})
+	return t, nil
 }
 
 // Share is the share the tree acts on.
 func (t *Tree) Share() *Share { return t.sh }
+
+// Identity is who the tree acts for.
+func (t *Tree) Identity() Identity { return t.id }
 
 // writable is the read-only policy, the one place it is decided: on a
 // read-only share every operation that would change the disk — OPEN for

@@ -42,6 +42,7 @@ func newEnv(t *testing.T, walk bool) *env {
 // connect opens c and connects alice to it; the share closes with the test.
 func connect(t *testing.T, c Config, walk bool) *Tree {
 	t.Helper()
+	c.AllowRoot = true
 	sh, err := Open(c, walk)
 	if err != nil {
 		t.Fatal(err)
@@ -50,11 +51,18 @@ func connect(t *testing.T, c Config, walk bool) *Tree {
 	if want := map[bool]string{false: "openat2", true: "walk"}[walk]; sh.Resolver() != want {
 		t.Fatalf("resolver %s, want %s", sh.Resolver(), want)
 	}
-	tr, err := sh.Connect(Identity{User: "alice"})
+	tr, err := sh.Connect(serverIdentity("alice"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// serverIdentity is user acting as the server's own account: these tests
+// are about confinement and the share's rules, not identity
+// (identity_test.go), so a test share run by root allows root.
+func serverIdentity(user string) Identity {
+	return Identity{User: user, Account: NewAccounts(AccountsConfig{}).Self()}
 }
 
 // resolvers runs a test with openat2 and with the walking fallback.
@@ -182,26 +190,22 @@ func TestReadOnlyShare(t *testing.T) {
 func TestReadOnlyOpen(t *testing.T) {
 	e := newEnv(t, false)
 	e.writeFile(t, "f", "x")
-	f, _, err := e.tr.Open("f", os.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := e.open(t, "f", os.O_RDONLY)
 	if _, err := f.WriteAt([]byte("y"), 0); err != protocol.StatusAccessDenied {
 		t.Errorf("WriteAt on an O_RDONLY open: %v", err)
 	}
 }
 
 func TestConnectUsers(t *testing.T) {
-	sh, err := Open(Config{Name: "bobs", Path: t.TempDir(), Users: []string{"Bob"}}, false)
+	sh, err := Open(Config{Name: "bobs", Path: t.TempDir(), Users: []string{"Bob"}, AllowRoot: true}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sh.Close()
-	if _, err := sh.Connect(Identity{User: "alice"}); err != protocol.StatusAccessDenied {
+	if _, err := sh.Connect(serverIdentity("alice")); err != protocol.StatusAccessDenied {
 		t.Errorf("alice on bob's share: %v", err)
 	}
-	if tr, err := sh.Connect(Identity{User: "bob"}); err != nil || tr.Share() != sh {
+	if tr, err := sh.Connect(serverIdentity("bob")); err != nil || tr.Share() != sh {
 		t.Errorf("bob on bob's share: %v", err)
 	}
 	for _, name := range []string{"", `a\b`, "a/b"} {

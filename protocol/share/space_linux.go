@@ -34,7 +34,7 @@ func (f *OpenFile) Allocate(mode uint32, off, n int64) (a Attr, err error) {
 	if off < 0 || n <= 0 {
 		return Attr{}, protocol.StatusInvalidParameter
 	}
-	err = f.withFd(func(fd int) error {
+	err = f.tree.asFd(f, func(fd int) error { // as the user: its quota, its space
 		for {
 			err := unix.Fallocate(fd, mode, off, n)
 			if err == unix.EINTR {
@@ -63,7 +63,8 @@ func (f *OpenFile) Seek(off int64, whence int) (pos int64, err error) {
 		return 0, protocol.StatusInvalidParameter
 	}
 	// The descriptor's own offset moves, which nothing else uses: every
-	// read and write of an OpenFile is positional.
+	// read and write of an OpenFile is positional. Like ReadAt it checks
+	// no permission, so it runs as the server.
 	err = f.withFd(func(fd int) error {
 		pos, err = unix.Seek(fd, off, whence)
 		return err

@@ -31,16 +31,23 @@ func (t *Tree) Tmpfile(dir string, flags int, mode uint32) (*OpenFile, Attr, err
 	if acc := flags & unix.O_ACCMODE; acc != unix.O_WRONLY && acc != unix.O_RDWR {
 		return nil, Attr{}, fail(unix.EINVAL)
 	}
-	mode &= 07777
-	fd, err := t.sh.root.open(dir, flags|unix.O_TMPFILE, mode)
+	mode = t.sh.setidBits(mode&07777, false)
+	var fd int
+	var a Attr
+	err := t.as(func() error { // as the user: the file is the user's
+		var err error
+		if fd, err = t.sh.root.open(dir, flags|unix.O_TMPFILE, mode); err != nil {
+			return err
+		}
+		fd, a, err = t.opened(fd, true, mode)
+		return err
+	})
 	if err != nil {
-		return nil, Attr{}, fail(err)
+		return nil, Attr{}, err
 	}
-	fd, a, err := t.opened(fd, true, mode)
-	if err != nil {
-		return nil, Attr{}, fail(err)
-	}
-	return &OpenFile{tree: t, f: os.NewFile(uintptr(fd), dir+"/#tmpfile"), readOnly: false}, a, nil
+	f := &OpenFile{tree: t, f: os.NewFile(uintptr(fd), dir+"/#tmpfile"), readOnly: false}
+	t.leaseOpened(f, flags)
+	return f, a, nil
 }
 
 // LinkAt gives the open file f the name p (linkat(2) of its descriptor
@@ -64,6 +71,7 @@ func (f *OpenFile) LinkAt(p string) (a Attr, err error) {
 		if err != nil {
 			return err
 		}
+		f.tree.namesChanged(dirfd, base)
 		a, err = lstatAt(dirfd, base)
 		return err
 	})

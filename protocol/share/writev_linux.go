@@ -16,13 +16,15 @@ const maxWriteV = 64
 // WriteVAt writes bufs one after another at off with pwritev(2): the
 // pieces of a fragmented LWIO write, straight from the receive buffers
 // they landed in, in one system call, with no copy and no allocation. As
-// WriteAt, a file opened read-only refuses with STATUS_ACCESS_DENIED.
+// WriteAt, a file opened read-only refuses with STATUS_ACCESS_DENIED, and
+// the write runs as the tree's user (the set-user-ID bit cleared, quotas
+// charged as for WriteAt).
 func (f *OpenFile) WriteVAt(bufs [][]byte, off int64) (int, error) {
 	if f.readOnly {
 		return 0, protocol.StatusAccessDenied
 	}
 	n := 0
-	err := f.withFd(func(fd int) error {
+	err := f.tree.asFd(f, func(fd int) error {
 		skip := 0 // bytes of bufs[0] written already
 		for len(bufs) > 0 {
 			var iov [maxWriteV]unix.Iovec

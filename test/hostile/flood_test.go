@@ -170,7 +170,6 @@ func negotiateFrame() []byte {
 	return frame(session.Header{MessageID: 1, Command: session.CmdSessionSetup}, setupBody(neg), nil)
 }
 
-// slowPer is how many connections of each slow kind are held.
 // settled waits up to 10 s for the goroutine count to come back within 10
 // of before (what a test started must not linger), reports a failure
 // naming after if it does not, and returns the count.
@@ -187,11 +186,23 @@ func settled(t *testing.T, before int, after string) int {
 	return n
 }
 
+// slowPer is how many connections of each slow kind are held.
 func slowPer() int {
 	if testing.Short() {
 		return 8
 	}
 	return 20
+}
+
+// slowServer is a server whose AUTH, session setup and softrdma hello
+// timeouts are all limit: the three stages a slow client can stall in.
+func slowServer(t *testing.T, limit time.Duration) *rig.Server {
+	t.Helper()
+	return newServer(t, rig.Options{
+		Engine:  server.Config{AuthTimeout: limit},
+		Session: session.ServerConfig{SetupTimeout: limit},
+		Soft:    soft.Options{HandshakeTimeout: limit},
+	})
 }
 
 // TestSlowLorisDoesNotBlock holds connections open without authenticating,
@@ -201,11 +212,7 @@ func slowPer() int {
 // way: it gives up after 20 s).
 func TestSlowLorisDoesNotBlock(t *testing.T) {
 	const limit = time.Minute
-	s := newServer(t, rig.Options{
-		Engine:  server.Config{AuthTimeout: limit},
-		Session: session.ServerConfig{SetupTimeout: limit},
-		Soft:    soft.Options{HandshakeTimeout: limit},
-	})
+	s := slowServer(t, limit)
 	per := slowPer()
 	var all []net.Conn
 	for _, kind := range slowKinds {
@@ -230,11 +237,7 @@ func TestSlowLorisDoesNotBlock(t *testing.T) {
 // client is served after, and nothing is left behind.
 func TestSlowLorisDropped(t *testing.T) {
 	const limit = time.Second
-	s := newServer(t, rig.Options{
-		Engine:  server.Config{AuthTimeout: limit},
-		Session: session.ServerConfig{SetupTimeout: limit},
-		Soft:    soft.Options{HandshakeTimeout: limit},
-	})
+	s := slowServer(t, limit)
 	per := slowPer()
 	goroutinesBefore := runtime.NumGoroutine()
 	type held struct {
@@ -322,8 +325,14 @@ func TestHandshakeSlotsNotExhausted(t *testing.T) {
 // close, session setup with a wrong password — while a legitimate client
 // keeps checking the server. None may authenticate; the server must
 // still serve, and hold no connection afterwards.
+//
+// The logon throttle would space the 2,000 wrong-password setups from one
+// address minutes apart (that is its job: TestLogonThrottle in
+// protocol/session checks it, TestLogonFlood below its effect on a
+// flood); here it is kept to milliseconds so that this test measures
+// connection handling.
 func TestConnectionFlood(t *testing.T) {
-	s := newServer(t, rig.Options{})
+	s := newServer(t, rig.Options{Session: session.ServerConfig{LogonDelay: time.Millisecond, LogonDelayMax: 2 * time.Millisecond}})
 	total := 10000
 	if testing.Short() {
 		total = 1000
@@ -455,14 +464,22 @@ func attempt(kind int, s *rig.Server, prov *soft.Provider) (ok bool, err error) 
 // socket closed by RST afterwards (no TIME_WAIT left on this side: 2,000
 // of these must not eat the ephemeral ports of a shared machine). It must
 // get LOGON_FAILURE.
-func wrongPassword(addr string) (bool, error) {
-	nc, err := net.Dial("tcp", addr)
+func wrongPassword(addr string) (bool, error) { return wrongPasswordFrom("", addr, 10*time.Second) }
+
+// wrongPasswordFrom is wrongPassword from the local address src ("" any),
+// waiting at most wait for the answers.
+func wrongPasswordFrom(src, addr string, wait time.Duration) (bool, error) {
+	d := net.Dialer{}
+	if src != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+	}
+	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		return false, err
 	}
 	defer nc.Close()
 	nc.(*net.TCPConn).SetLinger(0)
-	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	nc.SetDeadline(time.Now().Add(wait))
 	cl := smbauth.NewClient(smbauth.ClientConfig{User: rig.User, Password: "wrong", Workstation: "flood"})
 	neg, err := cl.Negotiate()
 	if err != nil {
@@ -626,4 +643,103 @@ func TestStalledPeers(t *testing.T) {
 	s.Check(t)
 	figure(t, "peer with no receives: connection ended %v after its requests (RNR timeout %v), legitimate client served meanwhile in %v; peer that stopped reading: ended after %v (transport timeout %v + RNR %v), legitimate client served in %v",
 		rnrEnd.Round(time.Millisecond), rnr, during.Round(time.Millisecond), deafEnd.Round(time.Millisecond), transportTimeout, rnr, during2.Round(time.Millisecond))
+}
+
+// TestLogonFlood: eight connections at a time guess the rig user's
+// password from one address for four seconds. The throttle verifies the
+// guesses one turn at a time, each turn twice as far as the last, so a
+// handful are answered, not thousands, whatever the number of connections;
+// the user's correct logon from another address meanwhile gets through at
+// once, while guesses still wait for their turn.
+func TestLogonFlood(t *testing.T) {
+	s := newServer(t, rig.Options{})
+	const attacker, home = "127.0.0.31", "127.0.0.32"
+	const workers = 8
+	window := time.Now().Add(4 * time.Second)
+	var answered, waiting atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(window) {
+				waiting.Add(1)
+				_, err := wrongPasswordFrom(attacker, s.SessionAddr, time.Until(window)+100*time.Millisecond)
+				waiting.Add(-1)
+				if err == nil && time.Now().Before(window) {
+					answered.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	start := time.Now()
+	r, st := dialRawFrom(t, s, home, rig.Password)
+	took := time.Since(start)
+	stillWaiting := waiting.Load()
+	if st != protocol.StatusSuccess {
+		t.Errorf("the user's logon from another address during the flood: %v", st)
+	} else {
+		r.nc.Close()
+	}
+	wg.Wait()
+	if stillWaiting == 0 {
+		t.Error("no guess was waiting for its turn when the user logged on from elsewhere")
+	}
+	if n := answered.Load(); n < 1 || n > 10 {
+		t.Errorf("%d guesses answered in 4 s from %d connections at a time, want a handful (1 to 10)", n, workers)
+	}
+	figure(t, "%d connections at a time guessing for 4 s from one address: %d guesses answered; the user's logon from another address meanwhile took %v (%d guesses waiting their turn)",
+		workers, answered.Load(), took.Round(time.Millisecond), stillWaiting)
+}
+
+// TestIdleConnectionsBeforeLogon: 1,100 connections that never log on,
+// from 17 addresses, as in issue 14's report (where they made every logon
+// wait for the 30 s setup timeout). At most max_pending_per_address (64)
+// from one address and max_pending_connections (512) in all are kept;
+// the rest are closed at accept; a legitimate client logs on and is
+// served at once.
+func TestIdleConnectionsBeforeLogon(t *testing.T) {
+	s := newServer(t, rig.Options{Session: session.ServerConfig{SetupTimeout: time.Minute}})
+	const addrs, per = 17, 65
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for a := range addrs {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(10+a))}}
+		for range per {
+			c, err := d.Dial("tcp", s.SessionAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+	}
+	// A refused connection reads EOF at once; a kept one waits for its
+	// setup (a minute here).
+	var refusedN atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			_, err := c.Read(make([]byte, 1))
+			var ne net.Error
+			if !(errors.As(err, &ne) && ne.Timeout()) {
+				refusedN.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	kept := int64(len(conns)) - refusedN.Load()
+	if kept > session.DefaultMaxPending || refusedN.Load() < int64(len(conns)-session.DefaultMaxPending) {
+		t.Errorf("%d connections before logon kept, %d refused; want at most %d kept", kept, refusedN.Load(), session.DefaultMaxPending)
+	}
+	took := s.Check(t)
+	figure(t, "%d connections that never log on from %d addresses: %d kept, %d closed at accept; a legitimate client served in %v",
+		len(conns), addrs, kept, refusedN.Load(), took.Round(time.Millisecond))
 }

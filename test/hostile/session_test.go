@@ -61,7 +61,17 @@ func setupBody(tok []byte) []byte { return append(blob(tok), 0, 0, 0, 0) }
 // answers LOGON_FAILURE to a wrong one: setup then returns that status).
 func dialRaw(t testing.TB, s *rig.Server, password string) (*rawSession, protocol.Status) {
 	t.Helper()
-	nc, err := net.Dial("tcp", s.SessionAddr)
+	return dialRawFrom(t, s, "", password)
+}
+
+// dialRawFrom is dialRaw from the local address src ("" any).
+func dialRawFrom(t testing.TB, s *rig.Server, src, password string) (*rawSession, protocol.Status) {
+	t.Helper()
+	d := net.Dialer{}
+	if src != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+	}
+	nc, err := d.Dial("tcp", s.SessionAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +219,14 @@ func TestSessionFrames(t *testing.T) {
 		}},
 		{"malformed body, correctly signed", func(r *rawSession) []byte {
 			return frame(session.Header{MessageID: r.nextID(), Command: session.CmdGetAttr, SessionID: r.id}, []byte{0xff}, r.key)
+		}},
+		{"MKNOD body without its Rdev", func(r *rawSession) []byte {
+			body := append(str16("fifo"), 0, 0x10, 0, 0)
+			return frame(session.Header{MessageID: r.nextID(), Command: session.CmdMknod, SessionID: r.id}, body, r.key)
+		}},
+		{"IDMAP body with a trailing byte", func(r *rawSession) []byte {
+			body := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, uint32(session.IDUserByID)), 0), append(str16(""), 7)...)
+			return frame(session.Header{MessageID: r.nextID(), Command: session.CmdIDMap, SessionID: r.id}, body, r.key)
 		}},
 	}
 	for _, c := range cases {
@@ -402,6 +420,12 @@ func pathEscapes(t *testing.T, walk bool) {
 		}},
 		{"readlink ..", func() error { _, err := tr.Readlink(ctx, "../x"); return err }},
 		{"getxattr through symlink", func() error { _, err := tr.GetXattr(ctx, "abs/secret", "user.x"); return err }},
+		{"mknod a FIFO through symlink", func() error { _, err := tr.Mknod(ctx, "abs/fifo", syscall.S_IFIFO|0o644, 0); return err }},
+		{"mknod a socket through relative symlink", func() error { _, err := tr.Mknod(ctx, "rel/sock", syscall.S_IFSOCK|0o644, 0); return err }},
+		{"mknod ../", func() error {
+			_, err := tr.Mknod(ctx, "../"+filepath.Base(outside)+"/fifo", syscall.S_IFIFO|0o644, 0)
+			return err
+		}},
 	}
 	refused := 0
 	for _, a := range attempts {
@@ -478,9 +502,9 @@ func TestSessionNonReader(t *testing.T) {
 		t.Fatalf("TREE_CONNECT: %v", f.Status)
 	}
 	tree := binary.LittleEndian.Uint32(f.Body)
-	// OPEN: path, Flags, Mode, DurableID (none), Register u8 (0),
-	// FidFlags u32.
-	open := binary.LittleEndian.AppendUint32(append(append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(str16("big"), uint32(os.O_RDONLY)), 0), make([]byte, 16)...), 0), 0)
+	// OPEN: path, Flags, Mode, DurableID (none); no lease or
+	// registration fields.
+	open := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(str16("big"), uint32(os.O_RDONLY)), 0), make([]byte, 16)...)
 	f = r.call(session.CmdOpen, tree, open)
 	if f.Status != protocol.StatusSuccess || len(f.Body) < 8 {
 		t.Fatalf("OPEN: %v", f.Status)

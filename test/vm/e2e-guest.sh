@@ -206,7 +206,7 @@ fuse_mounted() { awk -v m="$1" '$5 == m && $0 ~ / - fuse/ {f=1} END{exit !f}' /p
 
 start_server() {
 	LWIO_PASSWORD=$password "$share/lwio-server" -listen "$session" -verbs "$ip:7446" -soft "$ip:7447" \
-		-user alice -share "e2e=$backing" >"$out/lwio-server.log" 2>&1 &
+		-user alice -account root -allow-root -share "e2e=$backing" >"$out/lwio-server.log" 2>&1 &
 	server_pid=$!
 	wait_for 30 "lwio-server listening on verbs" grep -q 'msg=listening.*provider=verbs' "$out/lwio-server.log" ||
 		{ cat "$out/lwio-server.log"; return 1; }

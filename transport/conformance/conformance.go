@@ -49,6 +49,11 @@ type Env struct {
 	// Skip names cases this provider legitimately differs on, with the
 	// reason, which is printed. A name that is not a case fails the run.
 	Skip map[string]string
+	// Connected, when set, runs on every pair as it is connected, before
+	// any work is posted: a sealed run keys both ends here
+	// (transport.Seal with Lead on both, which is allowed before any frame
+	// has crossed).
+	Connected func(t *testing.T, cli, srv transport.Conn)
 }
 
 // Case is one named check of the suite.
@@ -137,6 +142,9 @@ func (e *Env) connect(t *testing.T, ln transport.Listener) (cli, srv transport.C
 		t.Fatalf("Accept: %v", a.err)
 	}
 	t.Cleanup(func() { _ = a.c.Close() })
+	if e.Connected != nil {
+		e.Connected(t, cli, a.c)
+	}
 	return cli, a.c
 }
 

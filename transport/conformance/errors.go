@@ -27,12 +27,7 @@ func protection(t *testing.T, e *Env, bad func(t *testing.T, srv transport.Conn,
 	srecv := alloc(t, srv, 64, transport.AccessLocal, 0)
 	crecv := alloc(t, cli, 64, transport.AccessLocal, 0)
 	src := alloc(t, cli, 8192, transport.AccessLocal, 0x11)
-	if err := srv.PostRecv(transport.RecvWR{ID: 1, Buf: transport.Whole(srecv)}, transport.RecvWR{ID: 2, Buf: transport.Whole(srecv)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.PostRecv(transport.RecvWR{ID: 3, Buf: transport.Whole(crecv)}); err != nil {
-		t.Fatal(err)
-	}
+	postErrorRecvs(t, cli, srv, crecv, srecv)
 	// A good write first: it must still succeed, in order.
 	if err := cli.Post(transport.SendWR{ID: 10, Op: transport.OpWrite, SGL: []transport.Segment{{Region: src, Length: 8}},
 		RemoteAddr: dst.Addr() + 16, RKey: dst.Handle()}); err != nil {
@@ -180,20 +175,39 @@ func receiverNotReadyRecovers(t *testing.T, e *Env) {
 	}
 }
 
-func lengthError(t *testing.T, e *Env) {
-	cli, srv := e.pair(t)
-	src := alloc(t, cli, 32, transport.AccessLocal, 1)
-	crecv := alloc(t, cli, 64, transport.AccessLocal, 0)
-	srecv := alloc(t, srv, 16, transport.AccessLocal, 0)
+// postErrorRecvs posts the receives an error case expects flushed: 1 and
+// 2 in srecv at the target, 3 in crecv at the initiator.
+func postErrorRecvs(t *testing.T, cli, srv transport.Conn, crecv, srecv transport.Region) {
+	t.Helper()
 	if err := srv.PostRecv(transport.RecvWR{ID: 1, Buf: transport.Whole(srecv)}, transport.RecvWR{ID: 2, Buf: transport.Whole(srecv)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cli.PostRecv(transport.RecvWR{ID: 3, Buf: transport.Whole(crecv)}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// StartLengthError is the first half of the case LengthError, for a
+// provider's own variant of its checks (verbs on Soft-RoCE, whose short
+// receive fails with another status): it posts receives 1 and 2 of 16
+// bytes at srv and receive 3 of 64 bytes at cli, then SENDs 32 bytes from
+// cli as work request 5. It returns the regions of cli's and srv's
+// receives.
+func StartLengthError(t *testing.T, cli, srv transport.Conn) (crecv, srecv transport.Region) {
+	t.Helper()
+	src := alloc(t, cli, 32, transport.AccessLocal, 1)
+	crecv = alloc(t, cli, 64, transport.AccessLocal, 0)
+	srecv = alloc(t, srv, 16, transport.AccessLocal, 0)
+	postErrorRecvs(t, cli, srv, crecv, srecv)
 	if err := cli.Post(transport.SendWR{ID: 5, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
 		t.Fatal(err)
 	}
+	return crecv, srecv
+}
+
+func lengthError(t *testing.T, e *Env) {
+	cli, srv := e.pair(t)
+	crecv, srecv := StartLengthError(t, cli, srv)
 	ss := e.collect(t, srv, 2)
 	want(t, "short receive", ss[0], 1, transport.OpRecv, transport.StatusLocalLength)
 	want(t, "next receive", ss[1], 2, transport.OpRecv, transport.StatusFlushed)

@@ -18,7 +18,8 @@ import (
 func BenchmarkWrite(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20} {
 		name := fmt.Sprintf("%dKiB", size>>10)
-		b.Run(name+"/softrdma", func(b *testing.B) { benchSoftWrite(b, size) })
+		b.Run(name+"/softrdma", func(b *testing.B) { benchSoftWrite(b, size, false) })
+		b.Run(name+"/softrdma-sealed", func(b *testing.B) { benchSoftWrite(b, size, true) })
 		b.Run(name+"/rawtcp", func(b *testing.B) { benchRawWrite(b, size) })
 	}
 }
@@ -32,8 +33,11 @@ func BenchmarkRoundTrip64(b *testing.B) {
 // flight, as a client keeping several 1 MiB reads outstanding would.
 const writeWindow = 8 << 20
 
-func benchSoftWrite(b *testing.B, size int) {
+func benchSoftWrite(b *testing.B, size int, sealed bool) {
 	cli, srv := pair(b, New(Options{}), New(Options{}), transport.Config{})
+	if sealed {
+		sealPair(b, cli, srv, false)
+	}
 	depth := max(writeWindow/size, 2)
 	src := mustAlloc(b, cli, size, transport.AccessLocal)
 	dst := mustAlloc(b, srv, size*depth, transport.AccessLocal|transport.AccessRemoteWrite)
@@ -54,17 +58,23 @@ func benchSoftWrite(b *testing.B, size int) {
 			}
 			posted++
 		}
-		n, err := cli.CQ().Wait(ctx, comps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, c := range comps[:n] {
-			if c.Status != transport.StatusSuccess {
-				b.Fatal(c.Err())
-			}
-		}
-		done += n
+		done += len(waitOK(ctx, b, cli, comps))
 	}
+}
+
+// waitOK waits for completions on c's queue into comps and returns them,
+// failing b on a wait error or any completion that did not succeed.
+func waitOK(ctx context.Context, b *testing.B, c transport.Conn, comps []transport.Completion) []transport.Completion {
+	n, err := c.CQ().Wait(ctx, comps)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, wc := range comps[:n] {
+		if wc.Status != transport.StatusSuccess {
+			b.Fatal(wc.Err())
+		}
+	}
+	return comps[:n]
 }
 
 // tcpPair returns a connected loopback TCP pair.
@@ -165,14 +175,7 @@ func benchSoftRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 		for got := false; !got; {
-			n, err := cli.CQ().Wait(ctx, comps)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, c := range comps[:n] {
-				if c.Status != transport.StatusSuccess {
-					b.Fatal(c.Err())
-				}
+			for _, c := range waitOK(ctx, b, cli, comps) {
 				got = got || c.Op == transport.OpRecv
 			}
 		}

@@ -128,6 +128,8 @@ type conn struct {
 	lastAppRead atomic.Int64  // unix ns an application goroutine last read
 	intr        readIntr
 	hooks       atomic.Pointer[testHooks] // nil except in tests that force an interleaving
+	sealk       atomic.Pointer[sealKeys]  // set once by Seal
+	sealOut     atomic.Bool               // frames gathered from now on are sealed (Lead: set under c.mu)
 	rd          frameReader
 	ackUrgent   bool // reader-owned: an ACK is owed that should not wait
 	owedBytes   int  // reader-owned: payload placed since the reader last acknowledged
@@ -269,13 +271,9 @@ func (c *conn) Post(wrs ...transport.SendWR) error {
 		}
 	}
 	c.mu.Lock()
-	if c.st != stateOpen {
+	if err := c.roomLocked(c.sqHead, c.sqTail, len(c.sq), len(wrs)); err != nil {
 		c.mu.Unlock()
-		return transport.ErrClosed
-	}
-	if c.sqTail-c.sqHead+uint64(len(wrs)) > uint64(len(c.sq)) {
-		c.mu.Unlock()
-		return transport.ErrQueueFull
+		return err
 	}
 	for i := range wrs {
 		wr := &wrs[i]
@@ -290,6 +288,34 @@ func (c *conn) Post(wrs ...transport.SendWR) error {
 	}
 	c.mu.Unlock()
 	c.transmit()
+	return nil
+}
+
+// roomLocked says whether n more work requests may be queued on a ring of
+// size entries holding those from head up to tail: ErrClosed unless the
+// connection is open, else ErrQueueFull if they do not fit. c.mu is held.
+func (c *conn) roomLocked(head, tail uint64, size, n int) error {
+	if c.st != stateOpen {
+		return transport.ErrClosed
+	}
+	if !fits(head, tail, size, n) {
+		return transport.ErrQueueFull
+	}
+	return nil
+}
+
+// fits reports whether a ring of size entries holding those from head up
+// to tail has room for n more.
+func fits(head, tail uint64, size, n int) bool { return tail-head+uint64(n) <= uint64(size) }
+
+// localRecvs checks that every receive's buffer is memory of a live region
+// of this domain, before any is queued.
+func (d *domain) localRecvs(wrs []transport.RecvWR) error {
+	for i := range wrs {
+		if _, err := d.local(wrs[i].Buf); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -318,19 +344,13 @@ func (c *conn) PostRecv(wrs ...transport.RecvWR) error {
 	if c.srq != nil {
 		return errors.New("softrdma: the connection takes its receives from a shared receive queue")
 	}
-	for i := range wrs {
-		if _, err := c.p.pd.local(wrs[i].Buf); err != nil {
-			return err
-		}
+	if err := c.p.pd.localRecvs(wrs); err != nil {
+		return err
 	}
 	c.mu.Lock()
-	if c.st != stateOpen {
+	if err := c.roomLocked(c.rqHead, c.rqTail, len(c.rq), len(wrs)); err != nil {
 		c.mu.Unlock()
-		return transport.ErrClosed
-	}
-	if c.rqTail-c.rqHead+uint64(len(wrs)) > uint64(len(c.rq)) {
-		c.mu.Unlock()
-		return transport.ErrQueueFull
+		return err
 	}
 	for _, wr := range wrs {
 		c.rq[c.rqTail%uint64(len(c.rq))] = wr
@@ -379,7 +399,7 @@ func (c *conn) fail(f failure) {
 	if f.err != nil {
 		log = log.WithError(f.err)
 	}
-	if f.hasSeq || f.nak || f.reset {
+	if f.hasSeq || f.nak || f.reset || f.why == whySealRefused {
 		log.Warn("connection in error")
 	} else {
 		log.Debug("connection in error")

@@ -29,6 +29,10 @@ type frameReader struct {
 	idle func()
 	sys  sysReader
 	intr *readIntr // set while an application goroutine waits for a header
+	// inSeq counts the sealed frames read (their nonces); nonce is room
+	// for one, so opening a frame allocates nothing.
+	inSeq uint64
+	nonce [sealNonceSize]byte
 }
 
 // largePayload is the payload size from which the reader expects more of
@@ -146,6 +150,9 @@ func (c *conn) step(app bool) stepResult {
 			c.rd.intr = &c.intr
 		}
 		err := c.rd.fill(frameHeaderSize)
+		if err == nil && frameType(c.rd.buf[c.rd.r]) == frameSealed {
+			err = c.rd.fill(sealedHdrSize)
+		}
 		c.rd.intr = nil
 		if err != nil {
 			if errors.Is(err, errInterrupted) {
@@ -154,10 +161,8 @@ func (c *conn) step(app bool) stepResult {
 			c.readFailed(err)
 			return stepDone
 		}
-		err = h.decode(c.rd.buf[c.rd.r : c.rd.r+frameHeaderSize])
-		c.rd.r += frameHeaderSize
-		if err != nil {
-			c.fail(failure{why: "protocol violation", err: err})
+		if f, ok := c.readHeader(&h); !ok {
+			c.fail(f)
 			return stepDone
 		}
 		if !c.dropped.Load() {
@@ -179,14 +184,14 @@ func (c *conn) step(app bool) stepResult {
 			}
 		}
 	}
-	if app && c.rd.buffered() < int(h.Length) {
+	if app && c.rd.buffered() < h.wireLen() {
 		// A payload still on its way: its read could not be interrupted
 		// if the peer stalled, so it is the reader goroutine's.
 		c.pend, c.pendValid = h, true
 		return stepHandoff
 	}
 	if c.dropped.Load() { // Faults.DropAfterOps: lost on the wire
-		if err := c.rd.discard(int(h.Length)); err != nil {
+		if err := c.rd.discard(h.wireLen()); err != nil {
 			c.readFailed(err)
 			return stepDone
 		}
@@ -202,6 +207,17 @@ func (c *conn) step(app bool) stepResult {
 	}
 	c.noteRequest(completed, int(h.Length))
 	return stepOK
+}
+
+// payloadFailed fails the connection over a payload that could not be
+// read or did not authenticate.
+func (c *conn) payloadFailed(err error) {
+	var bad errSealedPayload
+	if errors.As(err, &bad) {
+		c.fail(failure{why: whySealRefused, err: err})
+		return
+	}
+	c.readFailed(err)
 }
 
 func (c *conn) readFailed(err error) {
@@ -330,8 +346,8 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 		}
 	}
 	if h.Type == frameWrite && !imm {
-		if err := c.rd.readInto(dst); err != nil {
-			c.readFailed(err)
+		if err := c.readPayload(h, dst); err != nil {
+			c.payloadFailed(err)
 			return false, false, false
 		}
 		c.placed.Add(1)
@@ -370,10 +386,10 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 		}
 		dst, comp.Len = buf[:n], n
 	}
-	if err := c.rd.readInto(dst); err != nil {
+	if err := c.readPayload(h, dst); err != nil {
 		comp.Status = transport.StatusFlushed
 		c.recvCQ.push(c.delay, comp)
-		c.readFailed(err)
+		c.payloadFailed(err)
 		return false, false, false
 	}
 	c.recvCQ.push(c.delay, comp)

@@ -13,13 +13,15 @@ import (
 // testRNR keeps the receiver-not-ready cases quick.
 const testRNR = 200 * time.Millisecond
 
-func TestConformance(t *testing.T) {
+// twoProviders is the suite's environment with each end in a provider of
+// its own, as a client and a server on two hosts.
+func twoProviders() conformance.Env {
 	opts := Options{RNRTimeout: testRNR}
-	conformance.Run(t, conformance.Env{
-		Client:     New(opts),
-		Server:     New(opts),
-		RNRTimeout: testRNR,
-	})
+	return conformance.Env{Client: New(opts), Server: New(opts), RNRTimeout: testRNR}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, twoProviders())
 }
 
 // TestConformanceOneProvider runs the suite with both ends in one
@@ -34,6 +36,13 @@ func TestConformanceOneProvider(t *testing.T) {
 
 // pair connects two providers over loopback.
 func pair(t testing.TB, cp, sp *Provider, cfg transport.Config) (cli, srv transport.Conn) {
+	t.Helper()
+	return pairVia(t, cp, sp, cfg, func(addr string) string { return addr })
+}
+
+// pairVia is pair with the client dialling via(the listener's address): a
+// proxy in between.
+func pairVia(t testing.TB, cp, sp *Provider, cfg transport.Config, via func(string) string) (cli, srv transport.Conn) {
 	t.Helper()
 	ln, err := sp.Listen("127.0.0.1:0", cfg)
 	if err != nil {
@@ -50,7 +59,7 @@ func pair(t testing.TB, cp, sp *Provider, cfg transport.Config) (cli, srv transp
 		}
 		ch <- c
 	}()
-	cli, err = cp.Dial(ctx, ln.Addr(), cfg)
+	cli, err = cp.Dial(ctx, via(ln.Addr()), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

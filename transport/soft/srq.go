@@ -57,17 +57,15 @@ func (d *domain) CreateCQ(depth int) (transport.SharedCQ, error) {
 }
 
 func (s *srq) PostRecv(wrs ...transport.RecvWR) error {
-	for i := range wrs {
-		if _, err := s.pd.local(wrs[i].Buf); err != nil {
-			return err
-		}
+	if err := s.pd.localRecvs(wrs); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return transport.ErrClosed
 	}
-	if s.tail-s.head+uint64(len(wrs)) > uint64(len(s.ring)) {
+	if !fits(s.head, s.tail, len(s.ring), len(wrs)) {
 		return transport.ErrQueueFull
 	}
 	for _, wr := range wrs {

@@ -68,6 +68,7 @@ type frameHeader struct {
 	Imm    uint32
 	RKey   uint32
 	Addr   uint64
+	seq    uint64 // a sealed frame's number (its nonce); 0: in clear
 }
 
 func (h *frameHeader) encode(b []byte) {

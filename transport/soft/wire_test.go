@@ -7,20 +7,32 @@ import (
 	"time"
 )
 
+// golden checks that v encodes to the hex string want (size bytes) and that
+// those bytes decode to v again; it returns them.
+func golden[T comparable, P interface {
+	*T
+	encode([]byte)
+	decode([]byte) error
+}](t *testing.T, v T, size int, want string) []byte {
+	t.Helper()
+	b := make([]byte, size)
+	P(&v).encode(b)
+	if got := hex.EncodeToString(b); got != want {
+		t.Fatalf("encode:\n got %s\nwant %s", got, want)
+	}
+	var d T
+	if err := P(&d).decode(b); err != nil || d != v {
+		t.Fatalf("decode = %+v, %v; want %+v", d, err, v)
+	}
+	return b
+}
+
 func TestFrameHeaderGolden(t *testing.T) {
 	h := frameHeader{Type: frameWrite, Flags: flagImm, Ack: 0x04030201, Length: 0x00100000,
 		Imm: 0xdeadbeef, RKey: 0x11223344, Addr: 0x00007f0012345000}
 	// Written by hand from the layout in wire.go.
 	const want = "02" + "01" + "00" + "00" + "01020304" + "00001000" + "efbeadde" + "44332211" + "00000000" + "00503412007f0000"
-	b := make([]byte, frameHeaderSize)
-	h.encode(b)
-	if got := hex.EncodeToString(b); got != want {
-		t.Fatalf("encode:\n got %s\nwant %s", got, want)
-	}
-	var d frameHeader
-	if err := d.decode(b); err != nil || d != h {
-		t.Fatalf("decode = %+v, %v; want %+v", d, err, h)
-	}
+	golden(t, h, frameHeaderSize, want)
 }
 
 func TestFrameHeaderRejects(t *testing.T) {
@@ -51,15 +63,8 @@ func TestFrameHeaderRejects(t *testing.T) {
 func TestHelloGolden(t *testing.T) {
 	h := hello{RNRTimeout: 2 * time.Second, MaxMessageSize: 16 << 20}
 	const want = "5352444d" + "0100" + "0000" + "80841e00" + "00000001" + "0000000000000000"
-	b := make([]byte, helloSize)
-	h.encode(b)
-	if got := hex.EncodeToString(b); got != want {
-		t.Fatalf("encode:\n got %s\nwant %s", got, want)
-	}
+	b := golden(t, h, helloSize, want)
 	var d hello
-	if err := d.decode(b); err != nil || d != h {
-		t.Fatalf("decode = %+v, %v", d, err)
-	}
 	for name, mutate := range map[string]func(b []byte){
 		"magic":   func(b []byte) { b[0] = 'X' },
 		"version": func(b []byte) { b[4] = 2 },

@@ -23,6 +23,7 @@ type frameWriter struct {
 	iov  [][]byte // the batch, or what is left of it
 	bufs net.Buffers
 	sys  sysWriter // the non-blocking writev of the inline path
+	seal sealBuf   // sealed frames of the batch, once the sends are sealed
 }
 
 func (w *frameWriter) init(tc *net.TCPConn) {
@@ -72,6 +73,7 @@ func (c *conn) transmit() {
 			return
 		}
 		c.mu.Unlock()
+		c.wr.seal.run()
 		wrote := len(c.wr.iov) > 0
 		if wrote {
 			n, err := c.wr.sys.writev(c.wr.iov)
@@ -133,6 +135,7 @@ func (c *conn) writeLoop() {
 		for {
 			if len(c.wr.iov) > 0 {
 				c.mu.Unlock()
+				c.wr.seal.run()
 				c.wr.bufs = net.Buffers(c.wr.iov)
 				raceRelease()
 				_, err := c.wr.bufs.WriteTo(c.nc)
@@ -172,6 +175,7 @@ func (c *conn) flushBatch() {
 	if len(c.wr.iov) == 0 {
 		return
 	}
+	c.wr.seal.run()
 	c.wr.bufs = net.Buffers(c.wr.iov)
 	raceRelease()
 	_, _ = c.wr.bufs.WriteTo(c.nc)
@@ -193,6 +197,11 @@ func (c *conn) gather() (work, reset, open bool) {
 		c.progressAt = time.Now()
 	}
 	bytes := 0
+	var keys *sealKeys
+	if c.sealOut.Load() {
+		keys = c.sealk.Load()
+		w.seal.reset()
+	}
 	for c.sqTx != c.sqTail && n < maxBatch && (n == 0 || bytes+c.sq[c.sqTx%uint64(len(c.sq))].length <= maxBatchBytes) {
 		r, drop := c.countOp()
 		if r {
@@ -215,21 +224,30 @@ func (c *conn) gather() (work, reset, open bool) {
 		if e.hasImm {
 			h.Flags = flagImm
 		}
-		hb := w.hdrs[n*frameHeaderSize : (n+1)*frameHeaderSize]
+		bytes += e.length
+		n++
+		if keys != nil {
+			w.iov = append(w.iov, w.seal.reserve(keys.send, &h, e.segs, e.length))
+			continue
+		}
+		hb := w.hdrs[(n-1)*frameHeaderSize : n*frameHeaderSize]
 		h.encode(hb)
 		w.iov = append(w.iov, hb)
-		bytes += e.length
 		for _, s := range e.segs {
 			if s.Length > 0 {
 				w.iov = append(w.iov, s.Bytes())
 			}
 		}
-		n++
 	}
 	if n == 0 && ack != c.ackSent.Load() && !reset && !c.dropped.Load() {
-		hb := w.hdrs[:frameHeaderSize]
-		(&frameHeader{Type: frameAck, Ack: ack}).encode(hb)
-		w.iov = append(w.iov, hb)
+		h := frameHeader{Type: frameAck, Ack: ack}
+		if keys != nil {
+			w.iov = append(w.iov, w.seal.reserve(keys.send, &h, nil, 0))
+		} else {
+			hb := w.hdrs[:frameHeaderSize]
+			h.encode(hb)
+			w.iov = append(w.iov, hb)
+		}
 		n = 1
 		work = true
 	}
@@ -253,9 +271,18 @@ func (c *conn) sendNak() {
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(drainTimeout))
 	c.flushBatch()
-	var hb [frameHeaderSize]byte
-	(&frameHeader{Type: frameNak, Status: uint8(f.nakSt), Ack: f.nakSeq}).encode(hb[:])
-	if _, err := c.nc.Write(hb[:]); err == nil {
+	var hb [sealedHdrSize]byte
+	h := frameHeader{Type: frameNak, Status: uint8(f.nakSt), Ack: f.nakSeq}
+	out := hb[:frameHeaderSize]
+	if c.sealOut.Load() {
+		s := &c.wr.seal
+		s.seq++
+		sealHeader(c.sealk.Load().send, &s.nonce, s.seq, &h, hb[:])
+		out = hb[:]
+	} else {
+		h.encode(out)
+	}
+	if _, err := c.nc.Write(out); err == nil {
 		_ = c.nc.CloseWrite()
 	}
 }

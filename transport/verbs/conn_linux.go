@@ -288,6 +288,19 @@ func (c *conn) deadLocked() error {
 	return nil
 }
 
+// roomLocked says whether n more work requests may be posted to a queue
+// whose ring holds size and has out outstanding: the connection's error
+// if it is dead, else ErrQueueFull if they do not fit. c.mu is held.
+func (c *conn) roomLocked(out, size, n int) error {
+	if err := c.deadLocked(); err != nil {
+		return err
+	}
+	if out+n > size {
+		return transport.ErrQueueFull
+	}
+	return nil
+}
+
 // Post validates the whole chain, then posts it with one ibv_post_send.
 func (c *conn) Post(wrs ...transport.SendWR) error {
 	if len(wrs) == 0 {
@@ -295,11 +308,8 @@ func (c *conn) Post(wrs ...transport.SendWR) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.deadLocked(); err != nil {
+	if err := c.roomLocked(c.sendOut, len(c.sendRing), len(wrs)); err != nil {
 		return err
-	}
-	if c.sendOut+len(wrs) > len(c.sendRing) {
-		return transport.ErrQueueFull
 	}
 	k := 0
 	for i, wr := range wrs {
@@ -348,13 +358,7 @@ func (c *conn) Post(wrs ...transport.SendWR) error {
 	var bad C.int
 	r := C.lwv_post_send(c.qp, &c.swr[0], C.int(len(wrs)), &c.sge[0],
 		(*C.struct_ibv_send_wr)(c.sendWRs), (*C.struct_ibv_sge)(c.sendSGEs), &bad)
-	posted := len(wrs)
-	if r != 0 {
-		posted = 0
-		if bad > 0 {
-			posted = int(bad)
-		}
-	}
+	posted := postedOf(r, bad, len(wrs))
 	for i := 0; i < posted; i++ {
 		c.sendRing[(c.sendSeq+i)%len(c.sendRing)] = wrInfo{id: wrs[i].ID, op: wrs[i].Op}
 	}
@@ -369,6 +373,16 @@ func (c *conn) Post(wrs ...transport.SendWR) error {
 	return nil
 }
 
+// postedOf is how many of n work requests an lwv_post_* call that
+// returned r posted: all when it succeeded, else those before the one it
+// reported bad (none when it reported none).
+func postedOf(r, bad C.int, n int) int {
+	if r == 0 {
+		return n
+	}
+	return max(int(bad), 0)
+}
+
 // PostRecv posts the receives with one ibv_post_recv.
 func (c *conn) PostRecv(wrs ...transport.RecvWR) error {
 	if len(wrs) == 0 {
@@ -379,11 +393,8 @@ func (c *conn) PostRecv(wrs ...transport.RecvWR) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.deadLocked(); err != nil {
+	if err := c.roomLocked(c.recvOut, len(c.recvRing), len(wrs)); err != nil {
 		return err
-	}
-	if c.recvOut+len(wrs) > len(c.recvRing) {
-		return transport.ErrQueueFull
 	}
 	for i, wr := range wrs {
 		addr, lkey, err := localKey(wr.Buf)
@@ -396,13 +407,7 @@ func (c *conn) PostRecv(wrs ...transport.RecvWR) error {
 	}
 	var bad C.int
 	r := C.lwv_post_recv(c.qp, &c.rwr[0], C.int(len(wrs)), (*C.struct_ibv_recv_wr)(c.recvWRs), (*C.struct_ibv_sge)(c.recvSGEs), &bad)
-	posted := len(wrs)
-	if r != 0 {
-		posted = 0
-		if bad > 0 {
-			posted = int(bad)
-		}
-	}
+	posted := postedOf(r, bad, len(wrs))
 	for i := 0; i < posted; i++ {
 		c.recvRing[(c.recvSeq+i)%len(c.recvRing)] = wrs[i].ID
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 )
 
 // TestLengthErrorSoftRoCE is the conformance case LengthError as Soft-RoCE
@@ -21,23 +22,7 @@ func TestLengthErrorSoftRoCE(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ln, err := New(Options{}).Listen(addr, transport.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ch := make(chan transport.Conn, 1)
-	go func() { c, _ := ln.Accept(ctx); ch <- c }()
-	cli, err := New(Options{}).Dial(ctx, ln.Addr(), transport.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	srv := <-ch
-	if srv == nil {
-		t.Fatal("Accept failed")
-	}
-	defer srv.Close()
+	cli, srv := connectPair(t, addr)
 	alloc := func(c transport.Conn, n int) transport.Region {
 		r, err := c.Domain().Alloc(n, transport.AccessLocal)
 		if err != nil {
@@ -45,28 +30,8 @@ func TestLengthErrorSoftRoCE(t *testing.T) {
 		}
 		return r
 	}
-	src, crecv, srecv := alloc(cli, 32), alloc(cli, 64), alloc(srv, 16)
-	if err := srv.PostRecv(transport.RecvWR{ID: 1, Buf: transport.Whole(srecv)}, transport.RecvWR{ID: 2, Buf: transport.Whole(srecv)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.PostRecv(transport.RecvWR{ID: 3, Buf: transport.Whole(crecv)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.Post(transport.SendWR{ID: 5, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(src)}}); err != nil {
-		t.Fatal(err)
-	}
-	collect := func(c transport.Conn, n int) []transport.Completion {
-		var got []transport.Completion
-		buf := make([]transport.Completion, 4)
-		for len(got) < n {
-			k, err := c.CQ().Wait(ctx, buf[:n-len(got)])
-			if err != nil {
-				t.Fatalf("Wait: %v (have %v)", err, got)
-			}
-			got = append(got, buf[:k]...)
-		}
-		return got
-	}
+	conformance.StartLengthError(t, cli, srv)
+	collect := func(c transport.Conn, n int) []transport.Completion { return waitN(ctx, t, c, n) }
 	ss := collect(srv, 2)
 	if ss[0].ID != 1 || ss[0].Op != transport.OpRecv || ss[0].Status == transport.StatusSuccess || ss[0].Status == transport.StatusFlushed {
 		t.Errorf("short receive: %+v, want a failed receive 1", ss[0])

@@ -11,6 +11,22 @@ import (
 	"github.com/lwiofs/lwiofs/transport"
 )
 
+// waitN waits until c's completion queue has given n completions and
+// returns them; an error from Wait fails the test.
+func waitN(ctx context.Context, t testing.TB, c transport.Conn, n int) []transport.Completion {
+	t.Helper()
+	var got []transport.Completion
+	buf := make([]transport.Completion, n)
+	for len(got) < n {
+		k, err := c.CQ().Wait(ctx, buf[:n-len(got)])
+		if err != nil {
+			t.Fatalf("Wait: %v (have %v)", err, got)
+		}
+		got = append(got, buf[:k]...)
+	}
+	return got
+}
+
 // TestSmoke is the provider's own end-to-end check, independent of the
 // conformance suite: connect, SEND/receive, RDMA WRITE WITH IMMEDIATE,
 // a plain WRITE ordered before a SEND, a wrong rkey, and the flush on Close.
@@ -57,19 +73,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait := func(c transport.Conn, n int) []transport.Completion {
-		t.Helper()
-		var got []transport.Completion
-		buf := make([]transport.Completion, 8)
-		for len(got) < n {
-			k, err := c.CQ().Wait(ctx, buf[:n-len(got)])
-			if err != nil {
-				t.Fatalf("Wait: %v (have %v)", err, got)
-			}
-			got = append(got, buf[:k]...)
-		}
-		return got
-	}
+	wait := func(c transport.Conn, n int) []transport.Completion { return waitN(ctx, t, c, n) }
 
 	// SEND into a posted receive.
 	if err := srv.PostRecv(

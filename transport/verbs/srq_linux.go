@@ -105,10 +105,7 @@ func (s *srq) PostRecv(wrs ...transport.RecvWR) error {
 	}
 	var bad C.int
 	r := C.lwv_post_srq_recv(s.srq, &s.rwr[0], C.int(len(wrs)), (*C.struct_ibv_recv_wr)(s.wrs), (*C.struct_ibv_sge)(s.sges), &bad)
-	posted := len(wrs)
-	if r != 0 {
-		posted = max(int(bad), 0)
-	}
+	posted := postedOf(r, bad, len(wrs))
 	s.free = s.free[:len(s.free)-posted]
 	if r != 0 {
 		return fmt.Errorf("verbs: ibv_post_srq_recv posted %d of %d: %w", posted, len(wrs), syscall.Errno(r))

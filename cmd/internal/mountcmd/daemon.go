@@ -49,8 +49,10 @@ func startedByMountHelper() bool {
 
 // background re-executes the program detached (new session, no terminal)
 // and waits until the child reports the mount up or failed. It returns the
-// child's error, or nil once mounted.
-func background(logFile string) error {
+// child's error, or nil once mounted. A password that came from the
+// environment (secret) goes to the child over a pipe, not in its
+// environment (secret.go).
+func background(logFile, secret string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -72,9 +74,20 @@ func background(logFile string) error {
 		defer stderr.Close()
 	}
 	cmd := exec.Command(exe, os.Args[1:]...)
-	cmd.Env = append(os.Environ(), childEnv+"=3")
+	cmd.Env = append(withoutPassword(os.Environ()), childEnv+"=3")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, null, stderr
 	cmd.ExtraFiles = []*os.File{w}
+	if secret != "" {
+		pr, err := passwordPipe(secret, true)
+		if err != nil {
+			w.Close()
+			r.Close()
+			return err
+		}
+		defer pr.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, pr)
+		cmd.Env = append(cmd.Env, passwordFDEnv+"=4")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		w.Close()

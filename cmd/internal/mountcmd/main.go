@@ -29,12 +29,26 @@ import (
 // connect at mount time.
 const connectTimeout = 20 * time.Second
 
-// Main runs the command and exits.
+// Main runs the command and exits. A password in LWIO_PASSWORD is first
+// moved out of the environment (secret.go).
 func Main(prog string) {
-	os.Exit(run(prog, os.Args[1:], os.Stdout, os.Stderr))
+	if err := scrubPasswordEnv(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: warning: %v; the password stays in this process's environment\n", prog, oneLine(err))
+	}
+	pw, handed, err := handedPassword()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %s\n", prog, oneLine(err))
+		os.Exit(2)
+	}
+	os.Exit(runEnv(prog, os.Args[1:], os.Stdout, os.Stderr, envWithHandedPassword(pw, handed)))
 }
 
 func run(prog string, args []string, stdout, stderr io.Writer) int {
+	return runEnv(prog, args, stdout, stderr, os.Getenv)
+}
+
+// runEnv is the command with getenv as its environment.
+func runEnv(prog string, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "stat":
@@ -46,6 +60,9 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && (args[0] == "-providers" || args[0] == "--providers" || args[0] == "providers") {
 		describeProviders(stdout)
 		return 0
+	}
+	if len(args) >= 1 && (args[0] == "login" || args[0] == "logout") {
+		return runLogin(prog, args[0], args[1:], os.Stdin, stdout, stderr, getenv)
 	}
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		fmt.Fprint(stdout, usage)
@@ -59,7 +76,7 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(2, err)
 	}
-	if err := o.resolveCredentials(os.Getenv); err != nil {
+	if err := o.resolveCredentials(getenv); err != nil {
 		return fail(2, err)
 	}
 	ready := newReadyReporter()
@@ -70,7 +87,11 @@ func run(prog string, args []string, stdout, stderr io.Writer) int {
 		if err := checkMountpoint(o.Mountpoint); err != nil {
 			return fail(1, err)
 		}
-		if err := background(o.LogFile); err != nil {
+		secret := ""
+		if o.passwordFromEnv {
+			secret = o.password
+		}
+		if err := background(o.LogFile, secret); err != nil {
 			return fail(1, err)
 		}
 		return 0
@@ -108,11 +129,13 @@ const usage = `usage: lwio-mount //HOST[:PORT]/SHARE MOUNTPOINT [-o opts]
        lwio-mount -providers
        lwio stat MOUNTPOINT [-json]     what a running mount moves, and how
        lwio devices [-json]             RDMA devices and the mounts using them
+       lwio login|logout [-user NAME] [-credentials FILE] //HOST[:PORT]/SHARE|MOUNTPOINT
 options (comma separated, mount(8) style):
   credentials=FILE   lines username=, password=, domain=
   username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
   domain=NAME        NTLM domain
   ro                 read-only mount
+  noexec             nothing on the mount may be executed (always nosuid,nodev)
   seal               require sealing (AES-GCM encryption) of the session channel;
                      without it, sealed when the server or share asks
   provider=P         auto (default), verbs, softrdma, or none (session channel only)
@@ -120,6 +143,13 @@ options (comma separated, mount(8) style):
   attr_timeout=SEC   attribute cache timeout (default 1)
   entry_timeout=SEC  name cache timeout (default 1)
   allow_other        let other users use the mount
+  default_permissions  the kernel checks the mode bits of the owners shown
+  uid=ID, gid=ID     local owner shown for the account's files (default: yours)
+  idmap=M            user (default), none or names: how other owners show
+  multiuser          each local user gets a session with their own credentials
+  credentials_dir=DIR  multiuser: one credentials file per local user name (0600)
+  guest_credentials=FILE  multiuser: for local users without credentials
+  idle_timeout=SEC   multiuser: close a user's idle session (default 600)
   conns=N            RDMA connections to open (default: one per CPU, 2–16)
   readahead=KIB      readahead window (default 1024; 0 keeps the kernel's 128)
   writebehind=N      buffered writes of a file in flight (default 8; 0 writes through)
@@ -203,6 +233,8 @@ func connectError(o *Options, err error) error {
 		return fmt.Errorf("provider=%s: %v", o.Provider, err)
 	case errors.Is(err, session.ErrLogonFailure), errors.Is(err, protocol.StatusLogonFailure):
 		return fmt.Errorf("logon to %s as %q failed: wrong user name or password", o.Addr(), o.Username)
+	case errors.Is(err, session.ErrNoAccount):
+		return fmt.Errorf("logon to %s as %q refused: the server has no Unix account for this user (its administrator can create one, map the user to one with [users.%s] account, or set guest_account)", o.Addr(), o.Username, o.Username)
 	case stage == "tree" && errors.Is(err, protocol.StatusBadNetworkName):
 		return fmt.Errorf("share %q not found on %s", o.Share, o.Addr())
 	case stage == "tree" && errors.Is(err, protocol.StatusAccessDenied):
@@ -280,14 +312,22 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 
 	fopts := o.fsOptions()
 	fopts.Logger = log.WithField("component", "fs")
-	srv, err := fs.Mount(o.Mountpoint, r, r, fopts)
+	tree, data, um, stop := o.mountTree(r, log, &fopts)
+	defer stop()
+	srv, err := fs.Mount(o.Mountpoint, tree, data, fopts)
 	if err != nil {
 		return fmt.Errorf("mount %s: %v", o.Mountpoint, unwrapPathErr(errors.Unwrap(err)))
 	}
 	log.WithFields(logrus.Fields{"source": o.Source(), "mountpoint": o.Mountpoint, "user": o.Username,
-		"data_path": r.Name(), "read_only": o.ReadOnly}).Info("mounted")
+		"data_path": r.Name(), "read_only": o.ReadOnly, "idmap": o.idMapMode().String(), "multiuser": o.MultiUser}).Info("mounted")
+	if o.passwordFromEnv {
+		// Once mounted, so that a failure stays one line.
+		log.Warn("the password came from " + passwordEnv + ": other processes of yours can read a program's environment; " +
+			"prefer -o credentials=FILE (mode 0600). It has been taken out of this process's environment")
+	}
 	if c := startControl(o, r, o.stats, log); c != nil {
 		defer c.Close()
+		um.serve(c)
 	}
 	ready.report(nil)
 	connected()

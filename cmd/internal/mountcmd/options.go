@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lwiofs/lwiofs/cmd/internal/cli"
 	"github.com/lwiofs/lwiofs/fs"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/transport"
@@ -28,10 +30,17 @@ type Options struct {
 
 	Username, Domain string
 	password         string // from the credentials file or LWIO_PASSWORD, never argv
-	Credentials      string
+	// passwordFromEnv: password came from LWIO_PASSWORD, which the mount
+	// warns about (any process of the user can read another's
+	// environment) and hands to a re-executed process over a pipe
+	// (secret.go).
+	passwordFromEnv bool
+	Credentials     string
 
 	ReadOnly     bool
+	NoExec       bool   // -o noexec: programs on the mount may not be executed
 	Seal         bool   // require sealing of the session channel (-o seal)
+	NoLeases     bool   // ask the server for no leases (-o noleases)
 	Provider     string // auto, verbs, softrdma, none
 	Completion   string // auto, interrupt, polling
 	AttrTimeout  time.Duration
@@ -51,6 +60,7 @@ type Options struct {
 	// ReconnectWait bounds how long a file operation waits for a lost
 	// server to come back (0: fs.DefaultWaitTimeout).
 	ReconnectWait time.Duration
+	userOptions
 
 	providersOnce sync.Once
 	providers     []transport.Provider
@@ -99,11 +109,14 @@ func parseSource(s string) (host string, port int, share string, err error) {
 }
 
 // ignoredOptions are mount(8) and mount.fuse3 options that mean nothing
-// here (mount.fuse3 adds "dev,suid"; fstab lines carry the others).
+// here (fstab lines carry them). The mount is always nosuid and nodev:
+// mount.fuse3 adds "dev,suid" to every mount it runs, so those two cannot
+// say that the user asked for them, and a set-user-ID program or a device
+// node on a network share must not act on this host.
 var ignoredOptions = map[string]bool{
 	"rw": true, "defaults": true, "auto": true, "noauto": true, "user": true, "nouser": true,
-	"users": true, "owner": true, "group": true, "_netdev": true, "nofail": true, "exec": true,
-	"noexec": true, "suid": true, "nosuid": true, "dev": true, "nodev": true, "async": true,
+	"users": true, "owner": true, "group": true, "_netdev": true, "nofail": true,
+	"suid": true, "nosuid": true, "dev": true, "nodev": true, "async": true,
 	"atime": true, "noatime": true, "relatime": true, "strictatime": true, "diratime": true,
 	"nodiratime": true, "lazytime": true, "nolazytime": true, "loud": true, "silent": true,
 }
@@ -130,6 +143,12 @@ func (o *Options) applyOption(opt string) error {
 		return errors.New("password= is not accepted on the command line (it would show in ps): use credentials=FILE or LWIO_PASSWORD")
 	case "ro":
 		o.ReadOnly = true
+	case "noleases":
+		o.NoLeases = true
+	case "noexec":
+		o.NoExec = true
+	case "exec":
+		o.NoExec = false
 	case "seal":
 		if hasVal {
 			return fmt.Errorf("option seal takes no value (%q)", opt)
@@ -207,6 +226,8 @@ func (o *Options) applyOption(opt string) error {
 		o.LogLevel = val
 	case "log_format":
 		o.LogFormat = val
+	case "uid", "gid", "idmap", "default_permissions", "multiuser", "credentials_dir", "guest_credentials", "idle_timeout":
+		return o.applyUserOption(key, val, hasVal)
 	default:
 		if ignoredOptions[key] && !hasVal || strings.HasPrefix(key, "x-") || key == "comment" {
 			return nil
@@ -265,7 +286,7 @@ func parseArgs(args []string) (*Options, error) {
 		return nil, err
 	}
 	o.Mountpoint = pos[1]
-	return o, nil
+	return o, o.checkUserOptions()
 }
 
 func (o *Options) applyOptions(s string) error {
@@ -284,14 +305,22 @@ func (o *Options) applyOptions(s string) error {
 // (the mount.cifs format); blank lines and # comments are skipped.
 type credentials struct{ username, password, domain string }
 
-func readCredentials(path string) (credentials, error) {
-	var c credentials
+func readCredentialsFile(path string) (credentials, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return c, fmt.Errorf("credentials file: %w", err)
+		return credentials{}, fmt.Errorf("credentials file: %w", err)
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	if err := cli.CheckPrivate(path, "a password"); err != nil {
+		return credentials{}, fmt.Errorf("credentials file %w", err)
+	}
+	return readCredentials(f, path)
+}
+
+// readCredentials reads the lines of credentials file path from r.
+func readCredentials(r io.Reader, path string) (credentials, error) {
+	var c credentials
+	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -315,12 +344,22 @@ func readCredentials(path string) (credentials, error) {
 	return c, sc.Err()
 }
 
+// splitDomain splits a user "DOMAIN\name" or "name@DOMAIN" when no domain
+// is given.
+func splitDomain(user, domain *string) {
+	if d, u, ok := strings.Cut(*user, `\`); ok && *domain == "" {
+		*domain, *user = d, u
+	} else if u, d, ok := strings.Cut(*user, "@"); ok && *domain == "" {
+		*domain, *user = d, u
+	}
+}
+
 // resolveCredentials fills in user, domain and password: a credentials
 // file first (a user named with -o username= wins over the file's), then
 // LWIO_PASSWORD; a user "DOMAIN\name" or "name@DOMAIN" is split.
 func (o *Options) resolveCredentials(getenv func(string) string) error {
 	if o.Credentials != "" {
-		c, err := readCredentials(o.Credentials)
+		c, err := readCredentialsFile(o.Credentials)
 		if err != nil {
 			return err
 		}
@@ -333,13 +372,10 @@ func (o *Options) resolveCredentials(getenv func(string) string) error {
 		o.password = c.password
 	}
 	if o.password == "" {
-		o.password = getenv("LWIO_PASSWORD")
+		o.password = getenv(passwordEnv)
+		o.passwordFromEnv = o.password != ""
 	}
-	if d, u, ok := strings.Cut(o.Username, `\`); ok && o.Domain == "" {
-		o.Domain, o.Username = d, u
-	} else if u, d, ok := strings.Cut(o.Username, "@"); ok && o.Domain == "" {
-		o.Domain, o.Username = d, u
-	}
+	splitDomain(&o.Username, &o.Domain)
 	if o.Username == "" {
 		return errors.New("no user name: give -o username=NAME or a credentials file with username=")
 	}
@@ -355,11 +391,16 @@ func (o *Options) fsOptions() fs.Options {
 		AttrTimeout:  o.AttrTimeout,
 		EntryTimeout: o.EntryTimeout,
 		ReadOnly:     o.ReadOnly,
+		NoLeases:     o.NoLeases,
+		NoExec:       o.NoExec,
 		AllowOther:   o.AllowOther,
 		Debug:        o.Debug,
-		FsName:       o.Source(),
-		ReadAhead:    o.ReadAheadKB * 1024,
-		WriteBehind:  o.WriteBehind,
+		// Without default_permissions the server decides, as the account
+		// each caller acts as (docs/usage.md, "Who owns what").
+		DefaultPermissions: o.DefaultPermissions,
+		FsName:             o.Source(),
+		ReadAhead:          o.ReadAheadKB * 1024,
+		WriteBehind:        o.WriteBehind,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,6 +129,34 @@ func TestResolveCredentials(t *testing.T) {
 	os.WriteFile(cred, []byte("user name\n"), 0o600)
 	if err := (&Options{Credentials: cred}).resolveCredentials(env("pw")); err == nil {
 		t.Errorf("malformed credentials file accepted")
+	}
+	if o := (&Options{Username: "bob"}); o.resolveCredentials(env("pw")) != nil || !o.passwordFromEnv {
+		t.Errorf("a password from LWIO_PASSWORD is not marked as such")
+	}
+	// A credentials file others can read is refused, naming it and the fix.
+	os.WriteFile(cred, []byte("username=alice\npassword=pw\n"), 0o600)
+	os.Chmod(cred, 0o644)
+	err := (&Options{Credentials: cred}).resolveCredentials(env(""))
+	if err == nil || !strings.Contains(err.Error(), cred) || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a 0644 credentials file: %v, want a refusal naming it and chmod 600", err)
+	}
+}
+
+// The mount is nosuid and nodev whatever mount.fuse3 passes, and noexec
+// when asked.
+func TestMountFlags(t *testing.T) {
+	for _, tc := range []struct {
+		opts   string
+		noexec bool
+	}{{"dev,suid,exec", false}, {"noexec", true}, {"noexec,exec", false}} {
+		o, err := parseArgs([]string{"//h/s", "/mnt", "-o", tc.opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mo := o.fsOptions().MountOptions().MountOptions.Options
+		if !slices.Contains(mo, "nosuid") || !slices.Contains(mo, "nodev") || slices.Contains(mo, "noexec") != tc.noexec {
+			t.Errorf("-o %s: mount options %v, want nosuid,nodev and noexec=%v", tc.opts, mo, tc.noexec)
+		}
 	}
 }
 

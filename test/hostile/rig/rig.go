@@ -94,7 +94,12 @@ func Start(t testing.TB, o Options) *Server {
 	sc := o.Session
 	sc.ServerName = "rig"
 	sc.Users = map[string][16]byte{User: smbauth.NTHash(Password)}
-	sc.Shares = []share.Config{{Name: Share, Path: s.Dir}}
+	// The rig's user acts as the server's own account (root, run as root):
+	// hostile tests are about the wire, not identity.
+	sc.Shares = []share.Config{{Name: Share, Path: s.Dir, AllowRoot: true}}
+	if sc.Accounts.Guest == "" {
+		sc.Accounts.Guest = "root"
+	}
 	if sc.Logger == nil {
 		sc.Logger = Logger("session")
 	}

@@ -167,3 +167,44 @@ func TestWriteBehindFailureAtClose(t *testing.T) {
 		t.Fatalf("write errors %v, close %v; want ENOSPC from one of them", werr, cerr)
 	}
 }
+
+// TestBreakWaitsForPostedWrites: a Write lease's break is acknowledged
+// only once the writer's posted writes (write-behind over LWIO,
+// writeasync.go) are on the server. Another mount that looks the file up
+// and reads it while it is still open for writing recalls the lease, and
+// then reads every byte the writer's write(2)s returned for — not a file
+// short of the writes still in flight.
+func TestBreakWaitsForPostedWrites(t *testing.T) {
+	_, a, b, _, _, ra, _ := leaseRoots(t, Options{})
+	f, err := os.OpenFile(filepath.Join(a, "big"), os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := bytes.Repeat([]byte("abcdefgh"), (1<<20)/8)
+	const chunks = 8
+	for i := range chunks {
+		if _, err := f.WriteAt(chunk, int64(i)<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch := ra.EmbeddedInode().GetChild("big")
+	if ch == nil {
+		t.Fatal("mount a does not know the file it created")
+	}
+	if !ch.Operations().(*Node).holdsWrite() {
+		t.Fatal("mount a holds no Write lease on the file it created and has open")
+	}
+	got, err := os.ReadFile(filepath.Join(b, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != chunks<<20 {
+		t.Fatalf("b reads %d bytes while a has %d written, want all (the break waits for a's posted writes)", len(got), chunks<<20)
+	}
+	for i := range chunks {
+		if !bytes.Equal(got[i<<20:(i+1)<<20], chunk) {
+			t.Fatalf("b reads wrong bytes in MiB %d", i)
+		}
+	}
+}

@@ -1,0 +1,269 @@
+package share
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Per-user identity: every disk operation of a Tree runs with its
+// account's fsuid, fsgid and supplementary groups, so that the kernel's
+// own permission checks decide what the user may do and new files are
+// owned by the user — what Samba's become_user does, per thread.
+//
+// Linux keeps credentials per thread, but Go's syscall.Setfsuid,
+// Setgroups and friends change every thread of the process (they go
+// through AllThreadsSyscall, as glibc's do through its setxid signal).
+// So each operation locks its goroutine to its OS thread
+// (runtime.LockOSThread), changes that thread's credentials with raw
+// system calls (SYS_SETGROUPS, SYS_SETFSGID, SYS_SETFSUID, capset), runs,
+// and restores the server's own credentials before unlocking. While the
+// thread is locked the Go runtime runs nothing else on it and creates new
+// threads from a clean template thread, never by cloning this one, so no
+// other goroutine ever runs with a user's credentials.
+//
+// Changing the fsuid from 0 to another uid drops the thread's effective
+// filesystem capabilities (CAP_CHOWN, CAP_DAC_OVERRIDE,
+// CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID, CAP_MKNOD, …): that is what
+// makes the kernel's checks apply. Any other capability that could change
+// what a file operation may do (CAP_SYS_RESOURCE, which overrides quotas
+// and reserved blocks; CAP_SYS_ADMIN, which exceeds file-max and writes
+// trusted.* attributes; …) is cleared from the effective set too, with
+// capset(2), which also acts on the calling thread only; the permitted set
+// is kept so that the server can take them back. The systemd unit's
+// bounding set leaves none of those (only CAP_SETUID and CAP_SETGID, which
+// a file operation does not use, and CAP_LEASE), so there the two capset
+// calls are skipped. An account whose uid is 0 (a share with allow_root)
+// keeps the server's capabilities: it acts as root.
+//
+// Each credential change costs a few microseconds (the kernel copies the
+// credentials and frees the old ones after an RCU grace period); an
+// operation makes three to enter and three to leave, fewer when the
+// account shares the server's gid or groups, none for the server's own
+// account (BenchmarkRun, docs/security.md).
+//
+// If the server's credentials cannot be restored — which cannot happen
+// with the permitted set kept, but is checked — the thread is never
+// unlocked: the Go runtime then ends the thread with its goroutine
+// rather than reuse it.
+
+// cred is an account's credentials, prepared for the raw system calls.
+// nil means "the server's own": nothing to change.
+type cred struct {
+	uid, gid uint32
+	groups   []uint32 // gid_t is 32 bits on every Linux ABI Go supports
+	// Which changes enter makes: the ones the account differs from the
+	// server in.
+	setGroups, setGid, dropCaps bool
+}
+
+// selfCred is the server's own credentials, read once: what every thread
+// returns to after acting for a user.
+type selfCred struct {
+	uid, gid uint32
+	groups   []uint32
+	caps     [2]unix.CapUserData
+	// perUser: the process may change a thread's credentials
+	// (CAP_SETUID and CAP_SETGID effective).
+	perUser bool
+	// extraCaps: effective capabilities beyond those a thread loses with
+	// its fsuid and those no file operation uses (keptCaps), which a
+	// user's thread must drop with capset.
+	extraCaps bool
+}
+
+// fsCaps are the capabilities the kernel clears from a thread's effective
+// set when its fsuid leaves 0 (CAP_FS_SET in linux/capability.h), and
+// keptCaps those a user's thread may keep because no file operation of
+// the share consults them: CAP_SETUID and CAP_SETGID (the thread's own
+// way back) and CAP_LEASE (leases are taken by the server, never for a
+// user).
+const (
+	fsCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH |
+		1<<unix.CAP_FOWNER | 1<<unix.CAP_FSETID | 1<<unix.CAP_LINUX_IMMUTABLE | 1<<unix.CAP_MKNOD
+	fsCapsHigh = 1 << (unix.CAP_MAC_OVERRIDE - 32)
+	keptCaps   = 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID | 1<<unix.CAP_LEASE
+)
+
+var (
+	self       = readSelf()
+	dropCaps   [2]unix.CapUserData // self's permitted and inheritable sets, no effective
+	capsHeader = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+
+	// restoreFailures counts threads left locked because the server's
+	// credentials could not be put back (RestoreFailures).
+	restoreFailures atomic.Int64
+)
+
+func readSelf() *selfCred {
+	s := &selfCred{uid: uint32(unix.Geteuid()), gid: uint32(unix.Getegid())}
+	if gs, err := unix.Getgroups(); err == nil {
+		for _, g := range gs {
+			s.groups = append(s.groups, uint32(g))
+		}
+	}
+	hdr := capsHeader
+	if err := unix.Capget(&hdr, &s.caps[0]); err == nil {
+		const need = 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID
+		s.perUser = s.caps[0].Effective&need == need
+		s.extraCaps = s.caps[0].Effective&^(fsCaps|keptCaps) != 0 || s.caps[1].Effective&^fsCapsHigh != 0
+	}
+	dropCaps = s.caps
+	dropCaps[0].Effective, dropCaps[1].Effective = 0, 0
+	return s
+}
+
+// PerUser reports whether this process can act as each user (it has
+// CAP_SETUID and CAP_SETGID, as root does). Without it every Tree acts
+// with the server's own credentials, whoever logged on.
+func PerUser() bool { return self.perUser }
+
+// RestoreFailures is how many threads could not be given back the
+// server's credentials after acting for a user and were retired with
+// their goroutine. Anything but 0 is a bug worth a log line.
+func RestoreFailures() int64 { return restoreFailures.Load() }
+
+// newCred prepares a's credentials; nil when the process cannot act per
+// user, or a is the server's own identity.
+func newCred(a Account) *cred {
+	if !self.perUser {
+		return nil
+	}
+	c := &cred{uid: a.Uid, gid: a.Gid, groups: append([]uint32(nil), a.Groups...)}
+	if len(c.groups) > maxGroups {
+		c.groups = c.groups[:maxGroups]
+	}
+	c.setGroups = !slices.Equal(c.groups, self.groups)
+	c.setGid = c.gid != self.gid
+	c.dropCaps = c.uid != 0 && self.extraCaps
+	if c.uid == self.uid && !c.setGid && !c.setGroups {
+		return nil // the server's own credentials: nothing to change
+	}
+	return c
+}
+
+// maxGroups is the kernel's NGROUPS_MAX.
+const maxGroups = 65536
+
+// run runs fn with c's credentials on a locked thread (nil c: as the
+// server), and gives the thread back with the server's credentials.
+func (c *cred) run(fn func() error) (err error) {
+	if c == nil {
+		return fn()
+	}
+	runtime.LockOSThread()
+	if err := c.enter(); err != nil {
+		if self.restore(nil) == nil {
+			runtime.UnlockOSThread()
+		} else {
+			restoreFailures.Add(1)
+		}
+		return err
+	}
+	defer func() {
+		if rerr := self.restore(c); rerr != nil {
+			// Never unlocked: the runtime ends the thread with its
+			// goroutine instead of running anything else on it.
+			restoreFailures.Add(1)
+			if err == nil {
+				err = rerr
+			}
+			return
+		}
+		runtime.UnlockOSThread()
+	}()
+	return fn()
+}
+
+// errCred is what a failed credential change returns; the client sees
+// ACCESS_DENIED (it maps through EACCES).
+type errCred struct {
+	call  string
+	errno unix.Errno
+}
+
+func (e *errCred) Error() string {
+	return fmt.Sprintf("share: %s on this thread: %v", e.call, e.errno)
+}
+
+func (e *errCred) Unwrap() error { return unix.EACCES }
+
+// enter switches the calling (locked) thread to c: groups and fsgid
+// first, while the thread still has CAP_SETGID; then fsuid, which drops
+// the filesystem capabilities; then the rest of the effective set.
+func (c *cred) enter() error {
+	if c.setGroups {
+		if err := setgroups(c.groups); err != nil {
+			return err
+		}
+	}
+	if c.setGid {
+		if err := setfsid(sysSetfsgid, "setfsgid", c.gid); err != nil {
+			return err
+		}
+	}
+	if err := setfsid(sysSetfsuid, "setfsuid", c.uid); err != nil {
+		return err
+	}
+	if c.dropCaps {
+		hdr := capsHeader
+		if err := unix.Capset(&hdr, &dropCaps[0]); err != nil {
+			return &errCred{"capset", err.(unix.Errno)}
+		}
+	}
+	return nil
+}
+
+// restore gives the calling thread the server's credentials back after c:
+// the capabilities first (setgroups needs CAP_SETGID), then fsuid, fsgid
+// and groups — what c changed. A failed enter restores everything. The
+// fs ids are not read back here, unlike in enter: the kernel always lets
+// a thread set its fsuid and fsgid to its own effective ids, so these
+// calls cannot fail (and a thread left with a user's ids would only have
+// less privilege); capset and setgroups report their errors.
+func (s *selfCred) restore(c *cred) error {
+	all := c == nil
+	if all || c.dropCaps {
+		hdr := capsHeader
+		if err := unix.Capset(&hdr, &s.caps[0]); err != nil {
+			return &errCred{"capset", err.(unix.Errno)}
+		}
+	}
+	unix.RawSyscall(sysSetfsuid, uintptr(s.uid), 0, 0)
+	if all || c.setGid {
+		unix.RawSyscall(sysSetfsgid, uintptr(s.gid), 0, 0)
+	}
+	if all || c.setGroups {
+		return setgroups(s.groups)
+	}
+	return nil
+}
+
+// setfsid sets the thread's fsuid or fsgid with the raw system call and
+// checks that it took: setfsuid(2) reports no error, only the previous
+// value, so the id is read back with an invalid argument (-1), which
+// changes nothing and returns the current one.
+func setfsid(nr uintptr, name string, id uint32) error {
+	unix.RawSyscall(nr, uintptr(id), 0, 0)
+	if cur, _, _ := unix.RawSyscall(nr, ^uintptr(0), 0, 0); uint32(cur) != id {
+		return &errCred{name, unix.EPERM}
+	}
+	return nil
+}
+
+// setgroups sets the calling thread's supplementary groups with the raw
+// system call (glibc's setgroups, and Go's, change every thread).
+func setgroups(gs []uint32) error {
+	var p unsafe.Pointer
+	if len(gs) > 0 {
+		p = unsafe.Pointer(&gs[0])
+	}
+	if _, _, e := unix.RawSyscall(sysSetgroups, uintptr(len(gs)), uintptr(p), 0); e != 0 {
+		return &errCred{"setgroups", e}
+	}
+	return nil
+}
