@@ -188,7 +188,10 @@ var (
 
 func (r *Reconnector) Lock(ctx context.Context, vh session.Handle, lk session.Lock, wait bool) error {
 	taking := lk.Type != session.Unlock
-	undo := r.noteOwner(vh, lk.Owner, taking)
+	undo := func() {}
+	if taking { // an unlock forgets the owner only once all is unlocked (below)
+		undo = r.noteOwner(vh, lk.Owner, true)
+	}
 	err := r.withHandle(ctx, vh, func(s *Session, real session.Handle) error {
 		l, ok := s.Tree.(Locker)
 		if !ok {

@@ -80,3 +80,29 @@ func TestRestartReopensByIdentity(t *testing.T) {
 		t.Errorf("a lock through the new open: %v", err)
 	}
 }
+
+// TestRestartLosesLocksLeftByPartialUnlock: a descriptor that unlocked part
+// of what it locked still holds the rest, so when the server restarts and
+// loses it, the descriptor's I/O fails with EIO as for any lost lock.
+func TestRestartLosesLocksLeftByPartialUnlock(t *testing.T) {
+	share, mnt, srv := reconnectMount(t, 20*time.Second, nil)
+	if err := os.WriteFile(filepath.Join(share, "f"), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(mnt, "f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := ofd(f, unix.F_WRLCK, 0, 10, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ofd(f, unix.F_UNLCK, 0, 5, false); err != nil { // bytes 5..9 stay locked
+		t.Fatal(err)
+	}
+	srv.Close()
+	serve(t, share, srv.SessionAddr(), srv.Listeners()[0].Addr, nil)
+	if _, err := f.ReadAt(make([]byte, 10), 0); !errors.Is(err, syscall.EIO) {
+		t.Errorf("read through a descriptor whose remaining lock was lost: %v, want EIO", err)
+	}
+}

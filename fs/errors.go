@@ -43,8 +43,12 @@ func isPlainEIO(err error) bool {
 	return errors.As(err, &en) && en == syscall.EIO
 }
 
-// isEOF reports whether err is only the end of the file.
-func isEOF(err error) bool { return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) }
+// isEOF reports whether err is only the end of the file — not a lost
+// connection, whose error wraps the io.EOF its reader got when the server
+// closed it: a read on it must be replayed, never answered as empty.
+func isEOF(err error) bool {
+	return !protocol.IsConnectionLost(err) && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
+}
 
 // nsTimeout bounds one namespace operation on the session channel.
 const nsTimeout = 60 * time.Second

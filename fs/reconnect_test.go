@@ -3,6 +3,8 @@ package fs
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/fileserver"
 	"github.com/lwiofs/lwiofs/protocol/session"
@@ -149,3 +152,55 @@ func TestRenameFollowsOpenFiles(t *testing.T) {
 type renameOK struct{ *dirTree }
 
 func (renameOK) Rename(context.Context, string, string, uint32) error { return nil }
+
+// TestReadOnLostSessionReplayed: a read sent on a session whose connection
+// the server has just closed (a restart the mount has not noticed yet)
+// fails with the session channel's lost-connection error, which wraps
+// io.EOF. The read is replayed on the next session; it never comes back
+// empty, as if the file ended.
+func TestReadOnLostSessionReplayed(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("same file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int32
+	dial := func(context.Context) (*Session, error) {
+		var tree interface {
+			Tree
+			HandleIO
+		} = newDirTree(dir)
+		if dials.Add(1) == 1 {
+			tree = closedReads{tree.(*dirTree)}
+		}
+		return &Session{Tree: tree, Data: SessionDataPath(tree), Done: make(chan struct{})}, nil
+	}
+	ctx := context.Background()
+	r, err := NewReconnector(ctx, dial, 5*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	vh, _, err := r.Open(ctx, "f", os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	df, err := r.Attach(ctx, vh, os.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := df.ReadBuf(ctx, make([]byte, 64), 0)
+	if err != nil || b == nil || string(b.Bytes()) != "same file" {
+		t.Fatalf("read on a session lost under it: %v %v, want the file's data from the next session", b, err)
+	}
+	if dials.Load() != 2 {
+		t.Errorf("%d dials, want 2 (the read replayed on a new session)", dials.Load())
+	}
+}
+
+// closedReads is a session tree whose connection the server has closed:
+// reads fail as the session client's do then.
+type closedReads struct{ *dirTree }
+
+func (closedReads) ReadAt(context.Context, session.Handle, []byte, int64) (int, error) {
+	return 0, &protocol.ConnectionError{Conn: "session test", Err: fmt.Errorf("%w: %w", session.ErrClosed, io.EOF)}
+}

@@ -2,7 +2,6 @@ package share
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"unsafe"
@@ -18,13 +17,24 @@ import (
 // Linux keeps credentials per thread, but Go's syscall.Setfsuid,
 // Setgroups and friends change every thread of the process (they go
 // through AllThreadsSyscall, as glibc's do through its setxid signal).
-// So each operation locks its goroutine to its OS thread
-// (runtime.LockOSThread), changes that thread's credentials with raw
-// system calls (SYS_SETGROUPS, SYS_SETFSGID, SYS_SETFSUID, capset), runs,
-// and restores the server's own credentials before unlocking. While the
-// thread is locked the Go runtime runs nothing else on it and creates new
-// threads from a clean template thread, never by cloning this one, so no
-// other goroutine ever runs with a user's credentials.
+// So each operation runs on an OS thread of its own (an identity thread:
+// a goroutine locked to its thread with runtime.LockOSThread and never
+// unlocked), which changes that thread's credentials with raw system
+// calls (SYS_SETGROUPS, SYS_SETFSGID, SYS_SETFSUID, capset). The Go runtime
+// runs nothing else on a locked thread and creates new threads from a
+// clean template thread, never by cloning a locked one, so no other
+// goroutine ever runs with a user's credentials.
+//
+// An identity thread is never given back to the scheduler, even with the
+// server's credentials restored: the kernel replaces a thread's credential
+// structure at every change, and some interfaces refuse a thread whose
+// credentials are not the very structure a file was opened with, however
+// equal — the RDMA verbs device's write(2) (ib_safe_file_access), through
+// which Soft-RoCE posts every work request, answers EACCES. A goroutine
+// that had acted for a user and then posted an RDMA WRITE from the same
+// thread failed that way in the Soft-RoCE guest. The identity threads keep
+// the credentials of the last account they served, so a run of one user's
+// operations makes no credential change at all.
 //
 // Changing the fsuid from 0 to another uid drops the thread's effective
 // filesystem capabilities (CAP_CHOWN, CAP_DAC_OVERRIDE,
@@ -46,10 +56,9 @@ import (
 // account shares the server's gid or groups, none for the server's own
 // account (BenchmarkRun, docs/security.md).
 //
-// If the server's credentials cannot be restored — which cannot happen
-// with the permitted set kept, but is checked — the thread is never
-// unlocked: the Go runtime then ends the thread with its goroutine
-// rather than reuse it.
+// If an identity thread cannot change its credentials back — which cannot
+// happen with the permitted set kept, but is checked — it ends with its
+// goroutine, locked, and the runtime ends the thread with it.
 
 // cred is an account's credentials, prepared for the raw system calls.
 // nil means "the server's own": nothing to change.
@@ -149,34 +158,14 @@ func newCred(a Account) *cred {
 // maxGroups is the kernel's NGROUPS_MAX.
 const maxGroups = 65536
 
-// run runs fn with c's credentials on a locked thread (nil c: as the
-// server), and gives the thread back with the server's credentials.
-func (c *cred) run(fn func() error) (err error) {
+// run runs fn with c's credentials (nil c: as the server, on the calling
+// goroutine) on one of the identity threads (identity_threads_linux.go)
+// and returns what fn returns.
+func (c *cred) run(fn func() error) error {
 	if c == nil {
 		return fn()
 	}
-	runtime.LockOSThread()
-	if err := c.enter(); err != nil {
-		if self.restore(nil) == nil {
-			runtime.UnlockOSThread()
-		} else {
-			restoreFailures.Add(1)
-		}
-		return err
-	}
-	defer func() {
-		if rerr := self.restore(c); rerr != nil {
-			// Never unlocked: the runtime ends the thread with its
-			// goroutine instead of running anything else on it.
-			restoreFailures.Add(1)
-			if err == nil {
-				err = rerr
-			}
-			return
-		}
-		runtime.UnlockOSThread()
-	}()
-	return fn()
+	return runAs(c, fn)
 }
 
 // errCred is what a failed credential change returns; the client sees

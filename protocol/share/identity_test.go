@@ -539,3 +539,78 @@ func BenchmarkGetAttr(b *testing.B) {
 		})
 	}
 }
+
+// TestRunLeavesCallerThread: an operation for a user never changes the
+// credentials of the thread that asked for it — while it runs, that
+// thread still has the server's fsuid, and afterwards the caller's thread
+// is not one that ever acted for a user. A thread whose credentials were
+// changed and changed back is refused by the RDMA verbs device's write(2)
+// (Soft-RoCE's post path: EACCES), so the engine's threads must never be
+// one (identity_linux.go).
+func TestRunLeavesCallerThread(t *testing.T) {
+	needPerUser(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	caller := unix.Gettid()
+	status := fmt.Sprintf("/proc/self/task/%d/status", caller)
+	fsuidOf := func(path string) (uint32, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, _ := strings.Cut(line, ":"); k == "Uid" {
+				f := strings.Fields(v)
+				n, err := strconv.ParseUint(f[len(f)-1], 10, 32)
+				return uint32(n), err
+			}
+		}
+		return 0, fmt.Errorf("%s: no Uid line", path)
+	}
+	before, err := fsuidOf(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		acct := acctA
+		if i%2 == 1 {
+			acct = acctB
+		}
+		var during uint32
+		var ran int
+		err := newCred(acct).run(func() error {
+			ran = unix.Gettid()
+			var err error
+			during, err = fsuidOf(status)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran == caller || during != before {
+			t.Fatalf("operation %d ran on thread %d (caller %d); the caller's fsuid during it %d, want %d",
+				i, ran, caller, during, before)
+		}
+	}
+	if n := RestoreFailures(); n != 0 {
+		t.Errorf("RestoreFailures = %d", n)
+	}
+}
+
+// TestRunPanicReachesCaller: a panic in an operation is raised again on
+// the caller's goroutine, and the identity thread goes on serving.
+func TestRunPanicReachesCaller(t *testing.T) {
+	needPerUser(t)
+	c := newCred(acctA)
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v, want boom", v)
+			}
+		}()
+		c.run(func() error { panic("boom") })
+	}()
+	if err := c.run(func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,148 @@
+package share
+
+import (
+	"runtime"
+	"sync"
+)
+
+// Identity threads (see identity_linux.go for why an operation for a user
+// runs on a thread that runs nothing else, ever): a pool of goroutines,
+// each locked to its OS thread for life, that take one operation at a
+// time. The pool grows with the operations in flight (a disk that does not
+// answer holds one thread per stuck operation, as a plain goroutine
+// would); at most maxIdleThreads wait for work, the others end after
+// their operation, and the runtime ends their threads with them.
+//
+// An idle thread keeps the credentials of the account it served last;
+// runAs prefers a thread already in c's credentials, so a user's steady
+// stream of operations costs a hand-off between two threads and no
+// credential change.
+
+// maxIdleThreads bounds the identity threads kept waiting for work.
+var maxIdleThreads = 4 + 2*runtime.GOMAXPROCS(0)
+
+// identityThread is one locked thread. cur is the credentials it has now
+// (nil: the server's own).
+type identityThread struct {
+	work chan identityJob
+	cur  *cred
+}
+
+// identityJob is one operation and where its result goes. A panic in fn
+// is carried back and raised again on the caller's goroutine, where it
+// would have happened before.
+type identityJob struct {
+	c    *cred
+	fn   func() error
+	done chan identityResult
+}
+
+type identityResult struct {
+	err      error
+	panicked bool
+	value    any
+}
+
+var identityThreads struct {
+	sync.Mutex
+	idle []*identityThread // most recently idle last
+}
+
+var doneChans = sync.Pool{New: func() any { return make(chan identityResult, 1) }}
+
+// runAs runs fn on an identity thread in c's credentials and waits for it.
+func runAs(c *cred, fn func() error) error {
+	done := doneChans.Get().(chan identityResult)
+	takeThread(c).work <- identityJob{c: c, fn: fn, done: done}
+	r := <-done
+	doneChans.Put(done)
+	if r.panicked {
+		panic(r.value)
+	}
+	return r.err
+}
+
+// takeThread is an idle identity thread, one already in c's credentials
+// if there is one, else the most recently idle, else a new one.
+func takeThread(c *cred) *identityThread {
+	p := &identityThreads
+	p.Lock()
+	n := len(p.idle)
+	if n > 0 {
+		i := n - 1
+		for j := n - 1; j >= 0; j-- {
+			if p.idle[j].cur == c {
+				i = j
+				break
+			}
+		}
+		t := p.idle[i]
+		p.idle = append(p.idle[:i], p.idle[i+1:]...)
+		p.Unlock()
+		return t
+	}
+	p.Unlock()
+	t := &identityThread{work: make(chan identityJob, 1)}
+	go t.loop()
+	return t
+}
+
+// giveBack puts t among the idle threads; false when enough are idle
+// already and t should end.
+func giveBack(t *identityThread) bool {
+	p := &identityThreads
+	p.Lock()
+	defer p.Unlock()
+	if len(p.idle) >= maxIdleThreads {
+		return false
+	}
+	p.idle = append(p.idle, t)
+	return true
+}
+
+// loop serves jobs on a thread locked for life: it returns (and the thread
+// ends) when it is not needed among the idle threads or its credentials
+// could not be changed back.
+func (t *identityThread) loop() {
+	runtime.LockOSThread() // never unlocked: see identity_linux.go
+	for j := range t.work {
+		r, ok := t.serve(j)
+		if !ok {
+			restoreFailures.Add(1)
+		}
+		if ok && !giveBack(t) {
+			ok = false
+		}
+		j.done <- r // after giveBack: the caller's next operation may find t idle
+		if !ok {
+			return
+		}
+	}
+}
+
+// serve switches the thread to j's credentials (from whatever it had) and
+// runs j.fn. ok is false when the thread's credentials are no longer
+// known: it must end.
+func (t *identityThread) serve(j identityJob) (r identityResult, ok bool) {
+	if t.cur != j.c {
+		if t.cur != nil {
+			if err := self.restore(t.cur); err != nil {
+				return identityResult{err: err}, false
+			}
+			t.cur = nil
+		}
+		if err := j.c.enter(); err != nil {
+			if rerr := self.restore(nil); rerr != nil {
+				return identityResult{err: err}, false
+			}
+			return identityResult{err: err}, true
+		}
+		t.cur = j.c
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			r = identityResult{panicked: true, value: v}
+		}
+	}()
+	return identityResult{err: j.fn()}, true
+}
