@@ -11,7 +11,6 @@ import (
 	"context"
 	"io"
 
-	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
@@ -90,11 +89,13 @@ type DataFile interface {
 	Close(ctx context.Context) error
 }
 
-// Buffer is data a DataFile read: the LWIO engine's type, which the
-// session path's heapBuf satisfies too. Release returns its memory to the
+// Buffer is data a DataFile read. Release returns its memory to the
 // engine's pool (a no-op for ordinary memory); Bytes must not be used
 // after.
-type Buffer = client.Buffer
+type Buffer interface {
+	Bytes() []byte
+	Release()
+}
 
 // heapBuf is a Buffer in ordinary memory.
 type heapBuf []byte

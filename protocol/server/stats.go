@@ -78,17 +78,10 @@ type Stats struct {
 	Sessions    int
 	// CreditsGranted is the credits granted over the live connections,
 	// CreditsInUse those held by requests the server has not completed;
-	// CreditBudget is the server-wide budget in credits (budget.go:
-	// Config.MaxBufferMemory over a receive buffer's size). Granted may
-	// pass the budget while new connections' minimal grants overdraw it.
+	// CreditBudget is the server-wide budget (Config.CreditBudget).
 	CreditsGranted int
 	CreditsInUse   int
 	CreditBudget   int
-	// BufferMemory is the budget in bytes (Config.MaxBufferMemory);
-	// RecvBufferBytes the receive buffers registered now, posted or spare
-	// — the memory the budget bounds.
-	BufferMemory    int64
-	RecvBufferBytes int64
 	// AuthRefused counts AUTH requests refused (bad key, signature,
 	// session or budget).
 	AuthRefused uint64
@@ -105,8 +98,7 @@ func (s *Server) Stats() Stats {
 		},
 		RDMABytes:    s.ctr.rdma.Snapshot(),
 		Connections:  map[string]int{},
-		CreditBudget: s.budget.Total(),
-		BufferMemory: s.cfg.MaxBufferMemory,
+		CreditBudget: s.cfg.CreditBudget,
 		AuthRefused:  s.ctr.authRefused.Load(),
 	}
 	s.mu.Lock()
@@ -119,15 +111,7 @@ func (s *Server) Stats() Stats {
 	for _, c := range conns {
 		st.Connections[c.tc.Provider()]++
 		c.mu.Lock()
-		var g *protocol.CreditGrant
-		if c.state == stateOpen {
-			g = c.grant
-		}
-		for _, rb := range c.recv {
-			if rb.region != nil {
-				st.RecvBufferBytes += int64(len(rb.region.Bytes()))
-			}
-		}
+		g := c.grant
 		c.mu.Unlock()
 		if g != nil {
 			st.CreditsGranted += g.Granted()

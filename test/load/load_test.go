@@ -256,12 +256,12 @@ func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
 			}
 		case 4: // zero-copy READ into a pooled registered buffer
 			n = min(n, c.cl.MaxRead())
-			var buf client.Buffer
+			var buf *client.Buf
 			if call(kind, n, func(ctx context.Context) error {
 				var err error
-				buf, err = c.f.ReadBuf(ctx, make([]byte, n), base+int64(off))
-				if err == nil && len(buf.Bytes()) != n {
-					err = fmt.Errorf("short ReadBuf %d of %d", len(buf.Bytes()), n)
+				buf, err = c.f.ReadBuf(ctx, base+int64(off), n)
+				if err == nil && buf.Len() != n {
+					err = fmt.Errorf("short ReadBuf %d of %d", buf.Len(), n)
 				}
 				return err
 			}) {
@@ -270,9 +270,7 @@ func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
 					st.err("client %d job %d: ReadBuf of %d at %d differs", c.idx, j, n, base+int64(off))
 				}
 			}
-			if buf != nil {
-				buf.Release()
-			}
+			buf.Release()
 		}
 	}
 }
