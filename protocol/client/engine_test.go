@@ -262,13 +262,9 @@ func TestCancelAndCloseInFlight(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			go read()
 		}
-		waitCond(t, func() bool {
-			n := 0
-			for _, c := range cl.conns {
-				n += c.credits.Used()
-			}
-			return n >= 4
-		})
+		// The three are queued on the server (a credit taken on the
+		// client is not yet a request there).
+		waitCond(t, func() bool { return e.srv.Stats().CreditsInUse >= 4 })
 		if err := f.Cancel(ctx); err != nil {
 			t.Fatal(err)
 		}
