@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -84,10 +85,7 @@ func servedToTwoUsers(t *testing.T, dir, extra string) (s *Server, a, b localAcc
 
 func ownerOnDisk(t *testing.T, p string) (uint32, uint32) {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Lstat(t, p)
 	return st.Uid, st.Gid
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 )
 
@@ -121,10 +122,7 @@ func connectAs(t *testing.T, dir string, acct Account, c Config) *Tree {
 
 func owner(t *testing.T, path string) (uint32, uint32) {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Lstat(t, path)
 	return st.Uid, st.Gid
 }
 
