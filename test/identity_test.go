@@ -178,9 +178,7 @@ func TestEveryUserActsAsThemselves(t *testing.T) {
 		acct localAccount
 	}{{ma, a}, {mb, b}} {
 		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for i := range files {
 					data := []byte(m.acct.name)
 					if i%2 == 1 {
@@ -192,7 +190,7 @@ func TestEveryUserActsAsThemselves(t *testing.T) {
 						return
 					}
 				}
-			}()
+			})
 		}
 	}
 	wg.Wait()

@@ -212,9 +212,7 @@ func TestSQLiteTwoMounts(t *testing.T) {
 				who string
 				m   *Mount
 			}{{"a", a}, {"b", b}} {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					var sql strings.Builder
 					sql.WriteString(".timeout 60000\n")
 					for i := range rows {
@@ -222,7 +220,7 @@ func TestSQLiteTwoMounts(t *testing.T) {
 							w.who, i, strings.Repeat("p", 100+i%300), i/2, w.who)
 					}
 					runSQL(t, w.m.Dir, filepath.Join(w.m.Dir, db), sql.String())
-				}()
+				})
 			}
 			wg.Wait()
 			for _, m := range []*Mount{a, b} {

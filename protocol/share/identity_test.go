@@ -409,9 +409,7 @@ func TestIdentityStress(t *testing.T) {
 	var watched atomic.Int64
 	// Watchers: plain goroutines that never take an identity.
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -426,14 +424,12 @@ func TestIdentityStress(t *testing.T) {
 				watched.Add(1)
 				runtime.Gosched()
 			}
-		}()
+		})
 	}
 	var creators sync.WaitGroup
 	for acct, tr := range trees {
 		for w := range workers {
-			creators.Add(1)
-			go func() {
-				defer creators.Done()
+			creators.Go(func() {
 				for i := range files {
 					name := fmt.Sprintf("%s-%d-%d", acct.Name, w, i)
 					f, _, err := tr.Open(name, os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o644)
@@ -452,7 +448,7 @@ func TestIdentityStress(t *testing.T) {
 						return
 					}
 				}
-			}()
+			})
 		}
 	}
 	creators.Wait()
