@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/fileserver"
 	"github.com/lwiofs/lwiofs/protocol/server"
@@ -245,10 +246,7 @@ func TestCpInterrupted(t *testing.T) {
 // statOf is a file's size and 512-byte blocks.
 func statOf(t *testing.T, p string) (size, blocks int64) {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(p, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Stat(t, p)
 	return st.Size, st.Blocks
 }
 

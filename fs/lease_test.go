@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
@@ -108,13 +109,7 @@ func leaseRoots(t *testing.T, opts Options) (dir string, a, b string, ca, cb *co
 // is well under it; the minute-long timeouts without them are far over.
 func soon(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not seen within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, what, d, cond)
 }
 
 func mode(p string) os.FileMode {

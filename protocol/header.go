@@ -159,10 +159,7 @@ func (s *IOStatusBlock) Append(b []byte) []byte { return appendPut(b, IOStatusBl
 
 // DecodeIOStatusBlock decodes exactly IOStatusBlockSize bytes.
 func DecodeIOStatusBlock(b []byte) (IOStatusBlock, error) {
-	if err := exact("IO_STATUS_BLOCK", IOStatusBlockSize, len(b)); err != nil {
-		return IOStatusBlock{}, err
-	}
-	return getIOStatusBlock(b), nil
+	return decodeExact("IO_STATUS_BLOCK", IOStatusBlockSize, b, getIOStatusBlock)
 }
 
 func getIOStatusBlock(b []byte) IOStatusBlock {
@@ -195,13 +192,14 @@ func (r *StatusResponse) Append(b []byte) []byte { return appendPut(b, StatusRes
 
 // DecodeStatusResponse decodes exactly StatusResponseSize bytes.
 func DecodeStatusResponse(b []byte) (StatusResponse, error) {
-	if err := exact("STATUS_RESPONSE", StatusResponseSize, len(b)); err != nil {
-		return StatusResponse{}, err
-	}
+	return decodeExact("STATUS_RESPONSE", StatusResponseSize, b, getStatusResponse)
+}
+
+func getStatusResponse(b []byte) StatusResponse {
 	return StatusResponse{
 		Cookie: binary.LittleEndian.Uint64(b[0:]),
 		Ios:    getIOStatusBlock(b[8:]),
-	}, nil
+	}
 }
 
 // RDMARegion is LWIO_RDMA_REGION (FIG. 16A): DataVa u64 @0, DataMh u32 @8,
@@ -227,10 +225,7 @@ func (r *RDMARegion) Append(b []byte) []byte { return appendPut(b, RDMARegionSiz
 
 // DecodeRDMARegion decodes exactly RDMARegionSize bytes.
 func DecodeRDMARegion(b []byte) (RDMARegion, error) {
-	if err := exact("RDMA_REGION", RDMARegionSize, len(b)); err != nil {
-		return RDMARegion{}, err
-	}
-	return getRegion(b), nil
+	return decodeExact("RDMA_REGION", RDMARegionSize, b, getRegion)
 }
 
 func getRegion(b []byte) RDMARegion {
@@ -241,7 +236,6 @@ func getRegion(b []byte) RDMARegion {
 	}
 }
 
-// grow extends b by n bytes, reallocating only when cap is short.
 // appendPut appends size bytes to b, filled by put (a fixed-size
 // structure's Put), and returns the extended slice.
 func appendPut(b []byte, size int, put func([]byte)) []byte {
@@ -251,6 +245,17 @@ func appendPut(b []byte, size int, put func([]byte)) []byte {
 	return b
 }
 
+// decodeExact decodes a fixed-size structure msg of exactly size bytes with
+// get, refusing short input and trailing bytes.
+func decodeExact[T any](msg string, size int, b []byte, get func([]byte) T) (T, error) {
+	if err := exact(msg, size, len(b)); err != nil {
+		var zero T
+		return zero, err
+	}
+	return get(b), nil
+}
+
+// grow extends b by n bytes, reallocating only when cap is short.
 func grow(b []byte, n int) []byte {
 	if cap(b)-len(b) >= n {
 		return b[:len(b)+n]

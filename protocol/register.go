@@ -36,10 +36,7 @@ func (p *FidParams) Append(b []byte) []byte { return appendPut(b, FidParamsSize,
 
 // DecodeFidParams decodes exactly FidParamsSize bytes.
 func DecodeFidParams(b []byte) (FidParams, error) {
-	if err := exact("FID_PARAMS", FidParamsSize, len(b)); err != nil {
-		return FidParams{}, err
-	}
-	return getFidParams(b), nil
+	return decodeExact("FID_PARAMS", FidParamsSize, b, getFidParams)
 }
 
 func getFidParams(b []byte) FidParams {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // localUser is a local account a test made with useradd: a person using a
@@ -77,7 +79,7 @@ func newLocalUser(t *testing.T) *localUser {
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 	lu := &localUser{name: name, uid: uint32(uid), gid: uint32(gid), password: "pw-" + name}
-	lu.home = filepath.Join(openDir(t), "home-"+name)
+	lu.home = filepath.Join(testutil.PublicDir(t, "lwiofs-users-"), "home-"+name)
 	if err := os.Mkdir(lu.home, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -85,21 +87,6 @@ func newLocalUser(t *testing.T) *localUser {
 		t.Fatal(err)
 	}
 	return lu
-}
-
-// openDir is a fresh directory every local user can reach (t.TempDir()'s
-// are not: their parent is 0700), removed when the test ends.
-func openDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "lwiofs-users-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
 }
 
 // reachable makes the mountpoint or directory dir, made under a
@@ -190,7 +177,7 @@ func testBinaryFor(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(openDir(t), "e2e.test")
+	dst := filepath.Join(testutil.PublicDir(t, "lwiofs-users-"), "e2e.test")
 	if err := copyFile(dst, self); err != nil || os.Chmod(dst, 0o755) != nil {
 		t.Fatalf("a copy of the test binary others may run: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -84,10 +85,7 @@ func servedToTwoUsers(t *testing.T, dir, extra string) (s *Server, a, b localAcc
 
 func ownerOnDisk(t *testing.T, p string) (uint32, uint32) {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Lstat(t, p)
 	return st.Uid, st.Gid
 }
 
@@ -180,9 +178,7 @@ func TestEveryUserActsAsThemselves(t *testing.T) {
 		acct localAccount
 	}{{ma, a}, {mb, b}} {
 		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for i := range files {
 					data := []byte(m.acct.name)
 					if i%2 == 1 {
@@ -194,7 +190,7 @@ func TestEveryUserActsAsThemselves(t *testing.T) {
 						return
 					}
 				}
-			}()
+			})
 		}
 	}
 	wg.Wait()

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // tapProxy relays TCP connections to a server and records every byte in
@@ -34,31 +36,15 @@ func startTapProxy(t *testing.T, server string) *tapProxy {
 // softrdma proxy starts before the server whose port it relays to.
 func startTapProxyFunc(t *testing.T, server func() string) *tapProxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tapProxy{Addr: l.Addr().String()}
+	p := &tapProxy{}
 	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			cc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			sc, err := net.Dial("tcp", server())
-			if err != nil {
-				cc.Close()
-				continue
-			}
-			wg.Add(2)
-			go func() { defer wg.Done(); p.pump(sc, cc, &p.c2s) }()
-			go func() { defer wg.Done(); p.pump(cc, sc, &p.s2c) }()
-		}
-	}()
+	// Registered first, so it runs after the relay has stopped accepting.
+	t.Cleanup(wg.Wait)
+	p.Addr = testutil.RelayFunc(t, server, func(cc, sc net.Conn) {
+		wg.Add(2)
+		go func() { defer wg.Done(); p.pump(sc, cc, &p.c2s) }()
+		go func() { defer wg.Done(); p.pump(cc, sc, &p.s2c) }()
+	})
 	return p
 }
 

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // Issue 15: one share, two mounts (as two client hosts would have them),
@@ -119,17 +121,6 @@ func flockTry(file string) bool {
 	return exec.Command("flock", "-n", "-x", file, "true").Run() == nil
 }
 
-func eventuallyTrue(t *testing.T, d time.Duration, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestLocksTwoMounts: flock and fcntl locks held through one mount, or by
 // a local process on the server host, hold against the other mount; they
 // go when the holding process exits, when a blocked waiter is interrupted
@@ -145,13 +136,13 @@ func TestLocksTwoMounts(t *testing.T) {
 
 	// Held through A, by a process that then exits.
 	holder := holdFlock(t, fa)
-	eventuallyTrue(t, 10*time.Second, "A's holder taking the lock", func() bool { return !flockTry(fb) })
+	testutil.Eventually(t, "A's holder taking the lock", 10*time.Second, func() bool { return !flockTry(fb) })
 	if flockTry(filepath.Join(a.Backing, "db")) {
 		t.Error("a local process on the server host got a lock A holds")
 	}
 	holder.Process.Kill()
 	holder.Wait()
-	eventuallyTrue(t, 10*time.Second, "the lock going with its holder's exit", func() bool { return flockTry(fb) })
+	testutil.Eventually(t, "the lock going with its holder's exit", 10*time.Second, func() bool { return flockTry(fb) })
 
 	// Held by a local process: B's blocking flock waits until it lets go.
 	local := holdFlock(t, filepath.Join(a.Backing, "db"))
@@ -174,7 +165,7 @@ func TestLocksTwoMounts(t *testing.T) {
 	// Ctrl-C of a blocked waiter: it ends at once, and the lock is not
 	// taken behind its back when the holder lets go.
 	holder = holdFlock(t, fa)
-	eventuallyTrue(t, 10*time.Second, "A's holder taking the lock", func() bool { return !flockTry(fb) })
+	testutil.Eventually(t, "A's holder taking the lock", 10*time.Second, func() bool { return !flockTry(fb) })
 	blocked := exec.Command("flock", "-x", fb, "sleep", "600")
 	if err := blocked.Start(); err != nil {
 		t.Fatal(err)
@@ -184,7 +175,7 @@ func TestLocksTwoMounts(t *testing.T) {
 	within(t, 10*time.Second, "a blocked flock after Ctrl-C", func() error { blocked.Wait(); return nil })
 	holder.Process.Kill()
 	holder.Wait()
-	eventuallyTrue(t, 10*time.Second, "the lock free after its holder left and the waiter was interrupted", func() bool { return flockTry(fb) })
+	testutil.Eventually(t, "the lock free after its holder left and the waiter was interrupted", 10*time.Second, func() bool { return flockTry(fb) })
 
 	// The holder's mount dies (SIGKILL): the server keeps its open and
 	// lock for the durable timeout (2 s here), then lets go.
@@ -200,7 +191,7 @@ func TestLocksTwoMounts(t *testing.T) {
 		t.Fatal("B got a lock A holds")
 	}
 	a.kill(t)
-	eventuallyTrue(t, 20*time.Second, "the lock of a dead mount's session going", func() bool { return flockTry(fb) })
+	testutil.Eventually(t, "the lock of a dead mount's session going", 20*time.Second, func() bool { return flockTry(fb) })
 }
 
 // TestSQLiteTwoMounts: sqlite used from two mounts at once, in rollback
@@ -221,9 +212,7 @@ func TestSQLiteTwoMounts(t *testing.T) {
 				who string
 				m   *Mount
 			}{{"a", a}, {"b", b}} {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					var sql strings.Builder
 					sql.WriteString(".timeout 60000\n")
 					for i := range rows {
@@ -231,7 +220,7 @@ func TestSQLiteTwoMounts(t *testing.T) {
 							w.who, i, strings.Repeat("p", 100+i%300), i/2, w.who)
 					}
 					runSQL(t, w.m.Dir, filepath.Join(w.m.Dir, db), sql.String())
-				}()
+				})
 			}
 			wg.Wait()
 			for _, m := range []*Mount{a, b} {

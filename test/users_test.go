@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // sharedMount is a server whose share belongs to account acct, mounted
@@ -80,7 +82,7 @@ func TestAllowOther(t *testing.T) {
 	u := newLocalUser(t)    // a local user of the mount, not the one who mounted it
 	_, m := sharedMount(t, acct)
 
-	work := openDir(t)
+	work := testutil.PublicDir(t, "lwiofs-users-")
 	src, tarball := testTree(t, work)
 	repo := filepath.Join(work, "repo")
 	runCmd(t, work, gitEnv(t), "git", "init", "-q", "-b", "main", repo)
@@ -266,7 +268,7 @@ func TestMultiUser(t *testing.T) {
 	if err := os.Chmod(share, 0o1777); err != nil {
 		t.Fatal(err)
 	}
-	creds := openDir(t)
+	creds := testutil.PublicDir(t, "lwiofs-users-")
 	credentialsFile(t, filepath.Join(creds, a.name), a, a, 0o600)
 	credentialsFile(t, filepath.Join(creds, b.name), b, b, 0o600)
 	credentialsFile(t, filepath.Join(creds, c.name), c, c, 0o644) // readable by others: refused
@@ -315,7 +317,7 @@ test "$(stat -c %%u %s.txt)" = %d
 	}
 
 	// lwio login: d adds their own credentials to the running mount.
-	lwio := filepath.Join(openDir(t), "lwio")
+	lwio := filepath.Join(testutil.PublicDir(t, "lwiofs-users-"), "lwio")
 	if err := copyFile(lwio, binaries.mount); err != nil || os.Chmod(lwio, 0o755) != nil {
 		t.Fatalf("a copy of lwio-mount others may run: %v", err)
 	}

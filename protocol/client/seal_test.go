@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
@@ -165,40 +166,23 @@ func TestSealedSessionUnsealableProvider(t *testing.T) {
 // byte offset at (0: never).
 func flipProxy(t *testing.T, target string, at int) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			a, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", target)
-			if err != nil {
-				a.Close()
-				return
-			}
-			go func() { io.Copy(a, b); a.Close() }()
-			go func() {
-				defer b.Close()
-				buf := make([]byte, 32<<10)
-				for off := 0; ; {
-					n, err := a.Read(buf)
-					if at > off && at <= off+n {
-						buf[at-1-off] ^= 0x04
-					}
-					off += n
-					if _, werr := b.Write(buf[:n]); werr != nil || err != nil {
-						return
-					}
+	return testutil.Relay(t, target, func(a, b net.Conn) {
+		go func() { io.Copy(a, b); a.Close() }()
+		go func() {
+			defer b.Close()
+			buf := make([]byte, 32<<10)
+			for off := 0; ; {
+				n, err := a.Read(buf)
+				if at > off && at <= off+n {
+					buf[at-1-off] ^= 0x04
 				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
+				off += n
+				if _, werr := b.Write(buf[:n]); werr != nil || err != nil {
+					return
+				}
+			}
+		}()
+	})
 }
 
 // TestSealedTamperedConnection: one bit flipped in a sealed data

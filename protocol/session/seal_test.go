@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
@@ -310,28 +311,12 @@ type wireProxy struct {
 }
 
 func newWireProxy(t *testing.T, server string) *wireProxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &wireProxy{addr: l.Addr().String()}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			cc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			sc, err := net.Dial("tcp", server)
-			if err != nil {
-				cc.Close()
-				return
-			}
-			t.Cleanup(func() { cc.Close(); sc.Close() })
-			go p.pump(cc, sc, &p.c2s, nil)
-			go p.pump(sc, cc, &p.s2c, p.mutate)
-		}
-	}()
+	p := &wireProxy{}
+	p.addr = testutil.Relay(t, server, func(cc, sc net.Conn) {
+		t.Cleanup(func() { cc.Close(); sc.Close() })
+		go p.pump(cc, sc, &p.c2s, nil)
+		go p.pump(sc, cc, &p.s2c, p.mutate)
+	})
 	return p
 }
 

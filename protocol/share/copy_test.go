@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 )
@@ -118,10 +119,7 @@ func TestCopyByHand(t *testing.T) {
 // statOf is the size and 512-byte blocks of a file on the export.
 func statOf(t *testing.T, p string) (size, blocks int64) {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(p, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Stat(t, p)
 	return st.Size, st.Blocks
 }
 

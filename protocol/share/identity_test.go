@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 )
 
@@ -121,10 +122,7 @@ func connectAs(t *testing.T, dir string, acct Account, c Config) *Tree {
 
 func owner(t *testing.T, path string) (uint32, uint32) {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Lstat(t, path)
 	return st.Uid, st.Gid
 }
 
@@ -411,9 +409,7 @@ func TestIdentityStress(t *testing.T) {
 	var watched atomic.Int64
 	// Watchers: plain goroutines that never take an identity.
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -428,14 +424,12 @@ func TestIdentityStress(t *testing.T) {
 				watched.Add(1)
 				runtime.Gosched()
 			}
-		}()
+		})
 	}
 	var creators sync.WaitGroup
 	for acct, tr := range trees {
 		for w := range workers {
-			creators.Add(1)
-			go func() {
-				defer creators.Done()
+			creators.Go(func() {
 				for i := range files {
 					name := fmt.Sprintf("%s-%d-%d", acct.Name, w, i)
 					f, _, err := tr.Open(name, os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o644)
@@ -454,7 +448,7 @@ func TestIdentityStress(t *testing.T) {
 						return
 					}
 				}
-			}()
+			})
 		}
 	}
 	creators.Wait()

@@ -256,9 +256,7 @@ func TestSlowLorisDropped(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for _, h := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_, ok := waitEOF(h.nc, limit+10*time.Second)
 			held := time.Since(h.opened)
 			h.nc.Close()
@@ -268,7 +266,7 @@ func TestSlowLorisDropped(t *testing.T) {
 				dropped[h.kind]++
 			}
 			longest[h.kind] = max(longest[h.kind], held)
-		}()
+		})
 	}
 	wg.Wait()
 	for k, kind := range slowKinds {
@@ -348,9 +346,7 @@ func TestConnectionFlood(t *testing.T) {
 	var checks, checkFails atomic.Int64
 	var checkErr atomic.Value
 	var checkWG sync.WaitGroup
-	checkWG.Add(1)
-	go func() {
-		defer checkWG.Done()
+	checkWG.Go(func() {
 		for {
 			select {
 			case <-stopCheck:
@@ -363,14 +359,12 @@ func TestConnectionFlood(t *testing.T) {
 			}
 			checks.Add(1)
 		}
-	}()
+	})
 	start := time.Now()
 	deadline := start.Add(limit)
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for time.Now().Before(deadline) {
 				i := next.Add(1) - 1
 				if i >= int64(total) {
@@ -395,7 +389,7 @@ func TestConnectionFlood(t *testing.T) {
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -659,9 +653,7 @@ func TestLogonFlood(t *testing.T) {
 	var answered, waiting atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for time.Now().Before(window) {
 				waiting.Add(1)
 				_, err := wrongPasswordFrom(attacker, s.SessionAddr, time.Until(window)+100*time.Millisecond)
@@ -670,7 +662,7 @@ func TestLogonFlood(t *testing.T) {
 					answered.Add(1)
 				}
 			}
-		}()
+		})
 	}
 	time.Sleep(2 * time.Second)
 	start := time.Now()
@@ -723,16 +715,14 @@ func TestIdleConnectionsBeforeLogon(t *testing.T) {
 	var refusedN atomic.Int64
 	var wg sync.WaitGroup
 	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			c.SetReadDeadline(time.Now().Add(3 * time.Second))
 			_, err := c.Read(make([]byte, 1))
 			var ne net.Error
 			if !(errors.As(err, &ne) && ne.Timeout()) {
 				refusedN.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	kept := int64(len(conns)) - refusedN.Load()

@@ -503,13 +503,11 @@ func concurrent8(t *testing.T, e *Env) {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(pairs))
 	for i, p := range pairs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := e.pingPong(t, p.cli, p.srv, byte(i+1), 50); err != nil {
 				errs <- err
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

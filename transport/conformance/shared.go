@@ -338,15 +338,13 @@ func srqShared(t *testing.T, e *Env) {
 	const each = 4
 	var wg sync.WaitGroup
 	for k := range clis {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := 0; i < each; i++ {
 				if err := clis[k].Post(transport.SendWR{ID: uint64(100 + i), Op: transport.OpSend, SGL: []transport.Segment{{Region: srcs[k], Length: 8}}}); err != nil {
 					t.Error(err)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	seen := map[uint64]bool{}

@@ -1,13 +1,13 @@
 package soft
 
 import (
-	"context"
 	"errors"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 )
 
 func TestParseFaults(t *testing.T) {
@@ -90,20 +90,7 @@ func postRecvs(t *testing.T, c transport.Conn, n int) {
 // drain collects completions until the CQ closes.
 func drain(t *testing.T, c transport.Conn) []transport.Completion {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var all []transport.Completion
-	buf := make([]transport.Completion, 16)
-	for {
-		n, err := c.CQ().Wait(ctx, buf)
-		all = append(all, buf[:n]...)
-		if errors.Is(err, transport.ErrClosed) {
-			return all
-		}
-		if err != nil {
-			t.Fatalf("draining: %v after %d completions", err, len(all))
-		}
-	}
+	return conformance.Drain(t, c, 10*time.Second)
 }
 
 func countStatus(cs []transport.Completion, st transport.Status) int {

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/conformance"
 )
@@ -54,11 +55,10 @@ func TestConformanceSealed(t *testing.T) {
 // tapProxy forwards one TCP connection between a dialer and target,
 // records both directions, and lets a test alter the client's bytes.
 type tapProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	c2s    []byte
-	s2c    []byte
+	addr string
+	mu   sync.Mutex
+	c2s  []byte
+	s2c  []byte
 	// alter, when set, may change the client's bytes (at stream offset
 	// off) before they are forwarded; it returns what to forward.
 	alter func(off int, b []byte) []byte
@@ -66,30 +66,12 @@ type tapProxy struct {
 
 func newTapProxy(t testing.TB, target string) *tapProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tapProxy{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close() })
-	go p.serve()
-	return p
-}
-
-func (p *tapProxy) serve() {
-	for {
-		a, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		b, err := net.Dial("tcp", p.target)
-		if err != nil {
-			a.Close()
-			return
-		}
+	p := &tapProxy{}
+	p.addr = testutil.Relay(t, target, func(a, b net.Conn) {
 		go p.pipe(a, b, true)
 		go p.pipe(b, a, false)
-	}
+	})
+	return p
 }
 
 func (p *tapProxy) pipe(from, to net.Conn, c2s bool) {
@@ -140,7 +122,7 @@ func proxiedPair(t *testing.T, log ...logrus.FieldLogger) (cli, srv transport.Co
 	}
 	cli, srv = pairVia(t, New(opts), New(sopts), transport.Config{}, func(addr string) string {
 		p = newTapProxy(t, addr)
-		return p.ln.Addr().String()
+		return p.addr
 	})
 	return cli, srv, p
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 )
 
 // waitN waits until c's completion queue has given n completions and
@@ -154,18 +155,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Close()
-	var got []transport.Completion
-	buf := make([]transport.Completion, 8)
-	for {
-		n, err := srv.CQ().Wait(ctx, buf)
-		got = append(got, buf[:n]...)
-		if errors.Is(err, transport.ErrClosed) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	got := conformance.Drain(t, srv, 30*time.Second)
 	for _, c := range got {
 		if c.Status != transport.StatusFlushed {
 			t.Errorf("after Close: %+v, want flushed", c)

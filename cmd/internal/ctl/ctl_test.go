@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 const nobody = 65534
@@ -37,18 +39,11 @@ func quiet() logrus.FieldLogger {
 	return l
 }
 
-// publicDir is a directory other users can reach (t.TempDir's are 0700).
+// publicDir is a socket directory in one other users can reach
+// (t.TempDir's are 0700).
 func publicDir(t *testing.T) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "lwio-ctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(d, "run")
+	return filepath.Join(testutil.PublicDir(t, "lwio-ctl"), "run")
 }
 
 func echoServer(t *testing.T, dir string, allowOther bool) *Server {
