@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,19 +36,24 @@ import (
 // as the mapper is here.
 
 // mapperEnv, when set, makes the test binary a mapper of the files named by
-// its arguments instead of running tests.
+// its arguments, opened with the flags it holds, instead of running tests.
 const mapperEnv = "LWIOFS_TEST_MAPPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(mapperEnv) != "" {
-		os.Exit(runMapper(os.Stdin, os.Stdout, os.Args[1:]))
+	if v := os.Getenv(mapperEnv); v != "" {
+		flags, err := strconv.Atoi(v)
+		if err != nil {
+			fmt.Println("error:", mapperEnv, err)
+			os.Exit(2)
+		}
+		os.Exit(runMapper(os.Stdin, os.Stdout, flags, os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
 
-// runMapper opens each file read-write, maps its first page shared, and
-// then does what each line of in says, answering each on out with "ok",
-// "ok BYTE" or "error: ...":
+// runMapper opens each file with flags (read-write), maps its first page
+// shared, and then does what each line of in says, answering each on out
+// with "ok", "ok BYTE" or "error: ...":
 //
 //	lock I OFF    an OFD write lock of the byte at OFF on file I
 //	unlock I OFF  its release
@@ -55,11 +61,11 @@ func TestMain(m *testing.M) {
 //	get I OFF     loads the byte at OFF in file I's mapping
 //
 // At the end of in it unmaps and closes the files and returns the exit code.
-func runMapper(in io.Reader, out io.Writer, paths []string) int {
+func runMapper(in io.Reader, out io.Writer, flags int, paths []string) int {
 	var maps [][]byte
 	var files []*os.File
 	for _, p := range paths {
-		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		f, err := os.OpenFile(p, flags, 0)
 		if err != nil {
 			fmt.Fprintln(out, "error:", err)
 			return 1
@@ -132,18 +138,27 @@ type mapper struct {
 	in     io.WriteCloser
 	out    *bufio.Scanner
 	stderr *os.File
+	pid    atomic.Int32 // once started, for the watchdog
 }
 
-// startMapper starts a mapper of paths; it ends with the test (the
+// startMapper starts a mapper of paths, opened with flags, under a watchdog
+// over mounts (the mounts the paths are on); it ends with the test (the
 // mappings written back, the files closed).
-func startMapper(t *testing.T, paths ...string) *mapper {
+func startMapper(t *testing.T, flags int, mounts []string, paths ...string) *mapper {
 	t.Helper()
+	m := &mapper{t: t}
+	watchdog(t, func() []int {
+		if pid := m.pid.Load(); pid != 0 {
+			return []int{int(pid)}
+		}
+		return nil
+	}, mounts...)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &mapper{t: t, cmd: exec.Command(self, paths...)}
-	m.cmd.Env = append(os.Environ(), mapperEnv+"=1")
+	m.cmd = exec.Command(self, paths...)
+	m.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", mapperEnv, flags))
 	if m.stderr, err = os.Create(filepath.Join(t.TempDir(), "mapper.stderr")); err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +176,7 @@ func startMapper(t *testing.T, paths ...string) *mapper {
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	m.pid.Store(int32(m.cmd.Process.Pid))
 	t.Cleanup(func() {
 		m.in.Close()
 		for m.out.Scan() { // a failed munmap or close
@@ -199,9 +215,6 @@ func (m *mapper) errors() []byte {
 	b, _ := os.ReadFile(m.stderr.Name())
 	return b
 }
-
-// pid is the mapper's process ID.
-func (m *mapper) pid() int { return m.cmd.Process.Pid }
 
 // hangLimit is how long a test that moves a few pages may take before
 // watchdog calls it hung: minutes where it takes a second, even on a

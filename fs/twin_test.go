@@ -39,15 +39,8 @@ func TestSharedMappingTwoMounts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(share, "shm"), make([]byte, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var m *mapper
-	watchdog(t, func() []int {
-		if m == nil {
-			return nil
-		}
-		return []int{m.pid()}
-	}, a, b)
 	// File 0 through mount a, file 1 through mount b, both mapped.
-	m = startMapper(t, filepath.Join(a, "shm"), filepath.Join(b, "shm"))
+	m := startMapper(t, os.O_RDWR, []string{a, b}, filepath.Join(a, "shm"), filepath.Join(b, "shm"))
 	for round := byte(1); round <= 3; round++ {
 		// Each takes its own lock (bytes past the data, as sqlite's).
 		m.do("lock 0 8192")
