@@ -158,7 +158,9 @@ func startMapper(t *testing.T, flags int, mounts []string, paths ...string) *map
 		t.Fatal(err)
 	}
 	m.cmd = exec.Command(self, paths...)
-	m.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", mapperEnv, flags))
+	m.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", mapperEnv, flags),
+		// A -race binary sleeps a second in exit otherwise.
+		"GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	if m.stderr, err = os.Create(filepath.Join(t.TempDir(), "mapper.stderr")); err != nil {
 		t.Fatal(err)
 	}
