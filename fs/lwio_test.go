@@ -113,6 +113,10 @@ func mountOn(t *testing.T, tree Tree, dp DataPath) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if _, ok := aborted.Load(mnt); ok { // by a watchdog: the test has failed
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+			return
+		}
 		if err := srv.Unmount(); err != nil {
 			t.Errorf("unmount: %v", err)
 		}

@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 func TestChanged(t *testing.T) {
@@ -34,34 +32,23 @@ func TestChanged(t *testing.T) {
 // WAL index: the header under the write lock, a reader's mark under its
 // lock, on one page). Both changes reach the server: neither mount's
 // write-back of the page puts back its stale copy of the other's bytes.
+// The program mapping the file is a process of its own, as sqlite would be
+// (mapper_test.go: why it must be).
 func TestSharedMappingTwoMounts(t *testing.T) {
 	share, a, b, _, _ := twoMounts(t)
-	fa, fb := sharedFile(t, share, a, b, "shm", make([]byte, 4096))
-	mapOf := func(f *os.File) []byte {
-		m, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Munmap(m) })
-		return m
+	if err := os.WriteFile(filepath.Join(share, "shm"), make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	ma, mb := mapOf(fa), mapOf(fb)
+	// File 0 through mount a, file 1 through mount b, both mapped.
+	m := startMapper(t, os.O_RDWR, []string{a, b}, filepath.Join(a, "shm"), filepath.Join(b, "shm"))
 	for round := byte(1); round <= 3; round++ {
 		// Each takes its own lock (bytes past the data, as sqlite's).
-		if err := ofd(fa, unix.F_WRLCK, 8192, 1, false); err != nil {
-			t.Fatal(err)
-		}
-		if err := ofd(fb, unix.F_WRLCK, 8193, 1, false); err != nil {
-			t.Fatal(err)
-		}
-		ma[0] = 'A' + round // the page is cached on both mounts now
-		mb[100] = 'a' + round
-		if err := ofd(fa, unix.F_UNLCK, 8192, 1, false); err != nil {
-			t.Fatal(err)
-		}
-		if err := ofd(fb, unix.F_UNLCK, 8193, 1, false); err != nil {
-			t.Fatal(err)
-		}
+		m.do("lock 0 8192")
+		m.do("lock 1 8193")
+		m.do("set 0 0 %d", 'A'+round) // the page is cached on both mounts now
+		m.do("set 1 100 %d", 'a'+round)
+		m.do("unlock 0 8192")
+		m.do("unlock 1 8193")
 		got, err := os.ReadFile(filepath.Join(share, "shm"))
 		if err != nil {
 			t.Fatal(err)
