@@ -300,3 +300,50 @@ func creditsWaitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not reached")
 }
+
+// ChargeN takes its credits all at once, in FIFO order with single
+// charges, and fails rather than wait for more than the account holds.
+func TestCreditsChargeN(t *testing.T) {
+	c := NewCredits(4)
+	ctx := context.Background()
+	if err := c.ChargeN(ctx, 5); !errors.Is(err, ErrTooFewCredits) {
+		t.Fatalf("ChargeN(5) of 4 credits: %v", err)
+	}
+	if err := c.ChargeN(ctx, 3); err != nil || c.Used() != 3 {
+		t.Fatalf("ChargeN(3): %v, used %d", err, c.Used())
+	}
+	got := make(chan string, 2)
+	go func() {
+		if err := c.ChargeN(ctx, 3); err == nil {
+			got <- "three"
+		}
+	}()
+	creditsWaitFor(t, func() bool { return c.Pending() == 4 }) // 3 used + 1 waiter
+	go func() {
+		if err := c.Charge(ctx); err == nil {
+			got <- "one"
+		}
+	}()
+	creditsWaitFor(t, func() bool { return c.Pending() == 5 })
+	// One credit is free, but the 3-credit waiter is first: nobody goes.
+	select {
+	case s := <-got:
+		t.Fatalf("%s charged out of order", s)
+	case <-time.After(20 * time.Millisecond):
+	}
+	c.ReleaseN(3) // both fit now: three, then one
+	if a, b := <-got, <-got; a+b != "threeone" && a+b != "onethree" || c.Used() != 4 {
+		t.Fatalf("got %s, %s with %d used; want both, 4 used", a, b, c.Used())
+	}
+	// A waiter for more than is left after a retirement fails.
+	c2 := NewCredits(3)
+	c2.ChargeN(ctx, 3)
+	failed := make(chan error, 1)
+	go func() { failed <- c2.ChargeN(ctx, 3) }()
+	creditsWaitFor(t, func() bool { return c2.Pending() == 4 })
+	c2.Retire()
+	c2.ReleaseN(2)
+	if err := <-failed; !errors.Is(err, ErrTooFewCredits) {
+		t.Fatalf("waiter for 3 of 2 credits: %v", err)
+	}
+}
