@@ -165,7 +165,11 @@ func (c *Credits) ReleaseN(n int) {
 }
 
 // Retire gives up a charged credit for good: the server completed a credit
-// message with LWIO_NOTIFY_CREDIT (FIG. 11C).
+// message with LWIO_NOTIFY_CREDIT (FIG. 11C). A waiter now asking for more
+// than the account holds fails with ErrTooFewCredits at once: no release
+// may follow to fail it (the credits charged last can be the credit
+// messages retiring them), and left queued it would hold up every charge
+// behind it for good.
 func (c *Credits) Retire() {
 	c.mu.Lock()
 	if c.used <= 0 || c.limit <= 0 {
@@ -174,6 +178,7 @@ func (c *Credits) Retire() {
 	}
 	c.used--
 	c.limit--
+	c.handLocked()
 	c.mu.Unlock()
 }
 

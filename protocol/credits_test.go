@@ -347,3 +347,48 @@ func TestCreditsChargeN(t *testing.T) {
 		t.Fatalf("waiter for 3 of 2 credits: %v", err)
 	}
 }
+
+// A retirement that leaves fewer credits than a waiter asks for fails it
+// at once, even when no release follows: the last credits charged may be
+// the credit messages that retire them (the client's answer to a negative
+// delta), and a waiter left queued then blocks every charge behind it for
+// good (the make bench hang of 40f0bd7).
+func TestCreditsRetireFailsWaiterAtOnce(t *testing.T) {
+	c := NewCredits(8)
+	ctx := context.Background()
+	if err := c.ChargeN(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	waiter := make(chan error, 1)
+	go func() { waiter <- c.ChargeN(ctx, 8) }()
+	creditsWaitFor(t, func() bool { return c.Pending() == 9 })
+	behind := make(chan error, 1)
+	go func() { behind <- c.Charge(ctx) }()
+	creditsWaitFor(t, func() bool { return c.Pending() == 10 })
+	// The credit message retiring one credit is charged ahead of the
+	// waiters when the write completes, and completes with NOTIFY_CREDIT.
+	urgent := make(chan error, 1)
+	go func() { urgent <- c.ChargeUrgent(ctx) }()
+	creditsWaitFor(t, func() bool { return c.Pending() == 11 })
+	c.ReleaseN(8)
+	if err := <-urgent; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waiter:
+		t.Fatalf("waiter for 8 credits ended before the retirement: %v", err)
+	default:
+	}
+	c.Retire()
+	// 7 credits are left: the 8-credit waiter can never be served, the
+	// one behind it must be.
+	if err := <-waiter; !errors.Is(err, ErrTooFewCredits) {
+		t.Fatalf("waiter for 8 of 7 credits: %v, want ErrTooFewCredits", err)
+	}
+	if err := <-behind; err != nil {
+		t.Fatalf("single charge behind it: %v", err)
+	}
+	if c.Limit() != 7 || c.Used() != 1 {
+		t.Fatalf("limit %d used %d, want 7 1", c.Limit(), c.Used())
+	}
+}
