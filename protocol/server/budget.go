@@ -19,7 +19,8 @@ import (
 //   - a connection whose client keeps every credit busy grows (doubling, as
 //     far as the budget allows: policy in control.go);
 //   - every balanceEvery, connections that carried no request for
-//     idleSweeps sweeps give back everything above MinCredits, and while
+//     idleSweeps sweeps and have none outstanding give back everything
+//     above MinCredits, and while
 //     the budget is overdrawn or a connection wanted more than it could
 //     get, those above their fair share (the budget over the connections,
 //     at least MinCredits) give back the surplus — by negative credit
@@ -125,8 +126,8 @@ func (s *Server) balance() {
 	}
 }
 
-// rebalance is the balancer's look at one connection: idle for idleSweeps
-// ticks, it keeps MinCredits; with the budget short, its fair share.
+// rebalance is the balancer's look at one connection: it takes back what
+// the connection does not keep.
 func (c *conn) rebalance(tick, short bool, fair int) {
 	if !c.answered.Load() {
 		return
@@ -134,24 +135,32 @@ func (c *conn) rebalance(tick, short bool, fair int) {
 	if int(c.s.recvBufs.Load()) > c.s.budget.Total() {
 		c.dropSpares()
 	}
-	n := c.requests.Load()
-	if tick {
-		if n == c.seenRequests {
-			c.idleSweeps++
-		} else {
-			c.seenRequests, c.idleSweeps = n, 0
-		}
-	}
 	g := c.grant.Granted()
-	keep := g
-	if c.idleSweeps >= idleSweeps {
-		keep = c.s.cfg.MinCredits
-	} else if short {
-		keep = fair
-	}
-	if keep < g && !c.grant.Open() {
+	if keep := c.keep(tick, short, fair, g); keep < g && !c.grant.Open() {
 		c.startDelta(-(g - keep))
 	}
+}
+
+// keep is how many of its g credits the connection keeps: MinCredits when
+// idle for idleSweeps ticks, its fair share while the budget is short,
+// else all. A connection that carried a request since the balancer last
+// looked, on a tick or a poke, or has requests outstanding, is busy: its
+// idle count starts again (else one busy again, or waiting on slow I/O,
+// lost everything above MinCredits at the next poke).
+func (c *conn) keep(tick, short bool, fair, g int) int {
+	switch n := c.requests.Load(); {
+	case n != c.seenRequests || c.grant.Outstanding() > 0:
+		c.seenRequests, c.idleSweeps = n, 0
+	case tick:
+		c.idleSweeps++
+	}
+	switch {
+	case c.idleSweeps >= idleSweeps:
+		return c.s.cfg.MinCredits
+	case short:
+		return fair
+	}
+	return g
 }
 
 // dropSpares frees the connection's spare receive buffers: the server's
