@@ -81,7 +81,8 @@ func (cc *connCounters) init(ctr *Counters, provider string) {
 // request sent.
 func (c *conn) count(op protocol.Opcode, polling bool, payload int, r result, err error, start time.Time) {
 	d := time.Since(start)
-	ok := err == nil && r.st == protocol.StatusSuccess
+	// NOTIFY_CREDIT completing a retiring CREDIT is its success (FIG. 11C).
+	ok := err == nil && (r.st == protocol.StatusSuccess || op == protocol.OpCredit && r.st == protocol.NotifyCredit)
 	var file, moved uint64
 	if ok && op.IsIO() {
 		file = uint64(r.info)
