@@ -37,7 +37,7 @@ mount -t tmpfs -o mode=0755,size=3g lwiofs-memory "$work/export"
 port=$((20000 + RANDOM % 20000))
 export LWIO_PASSWORD=memory-password
 "$bin/lwio-server" -share s="$work/export" -listen 127.0.0.1:$port -soft 127.0.0.1:$((port + 1)) \
-	-user memory -log-level warn -metrics 127.0.0.1:$((port + 2)) >"$work/out/server.log" 2>&1 &
+	-user memory -account root -allow-root -log-level warn -metrics 127.0.0.1:$((port + 2)) >"$work/out/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 rss() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$server_pid/status"; }

@@ -15,23 +15,62 @@
 #   stall: 200 runs (100 interrupt, 100 polling): 0 stalls, 0 failed
 # and exits 1 if any run stalled or failed.
 #
-#   BENCH_BIN=bin RUNS=200 WATCHDOG=60 bench/stall.sh
+# SECOND=MODE adds a second mount of the same server (completion=MODE:
+# auto, interrupt or polling) writing all along: 1 MiB O_DIRECT io_uring
+# writes at queue depth 16, 5 s fio runs back to back, each under the same
+# watchdog, so the server's memory budget takes credits back from one
+# mount and grants them to the other while the runs go on (make bench's
+# hang of 40f0bd7 was on a server serving other mounts). Its runs' stalls
+# and failures count too, and the last line adds
+#   …; second mount (polling): 41 runs, 0 stalls, 0 failed
+#
+#   BENCH_BIN=bin RUNS=200 WATCHDOG=60 SECOND=polling bench/stall.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-runs=${1:-${RUNS:-200}} bin=${BENCH_BIN:-bin} watchdog=${WATCHDOG:-60}
+runs=${1:-${RUNS:-200}} bin=${BENCH_BIN:-bin} watchdog=${WATCHDOG:-60} second=${SECOND:-}
+case $second in '' | auto | interrupt | polling) ;; *) echo "stall: SECOND=$second: want auto, interrupt or polling" >&2; exit 1 ;; esac
 [ "$(id -u)" = 0 ] || { echo "stall: run as root (a tmpfs export, FUSE mounts, drop_caches)" >&2; exit 1; }
 command -v fio >/dev/null || { echo "stall: fio is not installed" >&2; exit 1; }
 work=$(mktemp -d /var/tmp/lwiofs-stall-XXXXXX)
 out=${STALL_OUT:-$work/out}
-mkdir -p "$work/export" "$work/mnt" "$out"
-server_pid= mount_pid=
+mkdir -p "$work/export" "$work/mnt" "$work/mnt2" "$out"
+server_pid= mount_pid= second_pid= second_loop=
 stop_mount() {
 	[ -n "$mount_pid" ] && kill -TERM "$mount_pid" 2>/dev/null && wait "$mount_pid" 2>/dev/null
 	grep -q " $work/mnt " /proc/self/mountinfo && umount -l "$work/mnt"
 	mount_pid=
 }
+# The second mount and its writer loop (SECOND): each fio run's exit
+# status goes to second.rc.
+start_second() {
+	[ -n "$second" ] || return 0
+	"$bin/lwio-mount" //127.0.0.1:$port/s "$work/mnt2" -o "username=stall,completion=$second" >>"$out/mount2-$second.log" 2>&1 &
+	second_pid=$!
+	for _ in $(seq 100); do grep -q " $work/mnt2 " /proc/self/mountinfo && break; sleep 0.1; done
+	(
+		f=
+		trap '[ -n "$f" ] && kill -TERM "$f" 2>/dev/null; exit 0' TERM
+		for ((n = 0; ; n++)); do
+			timeout -k 5 "$watchdog" fio --name=second --directory="$work/mnt2" --filename=g --size=64m \
+				--rw=write --bs=1m --ioengine=io_uring --iodepth=16 --direct=1 --time_based --runtime=5 \
+				--output="$out/second-$n.txt" >/dev/null 2>&1 &
+			f=$!
+			wait "$f"
+			echo "$n $?" >>"$out/second.rc"
+			f=
+		done
+	) &
+	second_loop=$!
+}
+stop_second() {
+	[ -n "$second_loop" ] && kill -TERM "$second_loop" 2>/dev/null && wait "$second_loop" 2>/dev/null
+	[ -n "$second_pid" ] && kill -TERM "$second_pid" 2>/dev/null && wait "$second_pid" 2>/dev/null
+	grep -q " $work/mnt2 " /proc/self/mountinfo && umount -l "$work/mnt2"
+	second_loop= second_pid=
+}
 cleanup() {
 	stop_mount
+	stop_second
 	[ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
 	grep -q " $work/export " /proc/self/mountinfo && umount -l "$work/export"
 	[ "$keep" = 1 ] || rm -rf "$work"
@@ -42,7 +81,7 @@ mount -t tmpfs -o mode=0755 lwiofs-stall "$work/export"
 port=$((20000 + RANDOM % 20000))
 export LWIO_PASSWORD=stall-password
 "$bin/lwio-server" -share s="$work/export" -listen 127.0.0.1:$port -soft 127.0.0.1:$((port + 1)) \
-	-user stall -log-level warn >"$out/server.log" 2>&1 &
+	-user stall -account root -allow-root -log-level warn >"$out/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 start_mount() {
@@ -53,6 +92,7 @@ start_mount() {
 	cat "$out/mount-$1.log" >&2
 	exit 1
 }
+start_second
 directs=(1 0)
 engines=(psync io_uring libaio)
 rws=(read write randread randwrite randrw)
@@ -84,22 +124,38 @@ for ((i = 0; i < runs; i++)); do
 		stalls=$((stalls + 1)) keep=1
 		echo "stall: STALL in $name (no end within ${watchdog}s); goroutines in $out/*.log" >&2
 		for p in $(pgrep -x fio); do echo "== fio $p"; cat /proc/"$p"/stack 2>/dev/null; done >"$out/stall-$i-fio-stacks.txt"
-		kill -QUIT "$mount_pid" "$server_pid" 2>/dev/null
+		[ -n "$second_loop" ] && kill -TERM "$second_loop" 2>/dev/null && wait "$second_loop" 2>/dev/null
+		kill -QUIT "$mount_pid" "$server_pid" $second_pid 2>/dev/null
 		sleep 1
-		# SIGQUIT ended both: a fresh server and mount for the rest.
-		mount_pid= server_pid=
+		# SIGQUIT ended them: a fresh server and mounts for the rest.
+		mount_pid= server_pid= second_pid= second_loop=
 		grep -q " $work/mnt " /proc/self/mountinfo && umount -l "$work/mnt"
+		grep -q " $work/mnt2 " /proc/self/mountinfo && umount -l "$work/mnt2"
 		"$bin/lwio-server" -share s="$work/export" -listen 127.0.0.1:$port -soft 127.0.0.1:$((port + 1)) \
-			-user stall -log-level warn >>"$out/server.log" 2>&1 &
+			-user stall -account root -allow-root -log-level warn >>"$out/server.log" 2>&1 &
 		server_pid=$!
 		for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 		start_mount "$mode"
+		start_second
 	elif [ "$rc" != 0 ]; then
 		failed=$((failed + 1)) keep=1
 		echo "stall: FAILED $name (fio exit $rc): $(grep -m1 -i 'err' "$out/fio-$i.txt")" >&2
 	fi
 done
+also=
+if [ -n "$second" ]; then
+	stop_second
+	s_runs=0 s_stalls=0 s_failed=0
+	if [ -f "$out/second.rc" ]; then
+		# A run cut short by stop_second (exit 143) is neither.
+		read -r s_runs s_stalls s_failed < <(awk '$2 != 143 { r++ } $2 == 124 || $2 == 137 { s++ }
+			$2 != 0 && $2 != 124 && $2 != 137 && $2 != 143 { f++ } END { print r + 0, s + 0, f + 0 }' "$out/second.rc")
+	fi
+	[ "$s_stalls" = 0 ] && [ "$s_failed" = 0 ] || keep=1
+	stalls=$((stalls + s_stalls)) failed=$((failed + s_failed))
+	also="; second mount ($second): $s_runs runs, $s_stalls stalls, $s_failed failed"
+fi
 kept=
 [ "$keep" = 1 ] && kept=" (logs kept in $out)"
-echo "stall: $runs runs ($n_int interrupt, $n_poll polling): $stalls stalls, $failed failed$kept"
+echo "stall: $runs runs ($n_int interrupt, $n_poll polling): $stalls stalls, $failed failed$also$kept"
 [ "$stalls" = 0 ] && [ "$failed" = 0 ]
