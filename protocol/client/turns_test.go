@@ -55,6 +55,18 @@ func watchdog(t *testing.T, what string, limit time.Duration, done <-chan struct
 	}
 }
 
+// oneConnFile is a client of a new session with one connection asking
+// for credits (growing to max) in mode, and a registered file of size
+// zero bytes.
+func oneConnFile(t *testing.T, e *env, mode Mode, credits, max, size int) (*Client, *File) {
+	s := e.session()
+	cfg := s.config(mode)
+	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, credits, max
+	cl := s.client(t, cfg)
+	key, _ := s.file(t, "f", make([]byte, size))
+	return cl, s.register(t, cl, key, 0)
+}
+
 // Turns of queue-depth-16 1 MiB writes (8-fragment writes, 8 credits each)
 // on one connection keep going while the server's budget takes credits
 // back and grants them again: a second client arriving halves the first's
@@ -65,12 +77,7 @@ func watchdog(t *testing.T, what string, limit time.Duration, done <-chan struct
 func TestTurnsOfDeepWritesKeepGoing(t *testing.T) {
 	const turns, per = 6, 4
 	e := newEnv(t, server.Config{CreditBudget: 12, Credits: 12, MaxCredits: 24, MinCredits: 2})
-	sa := e.session()
-	cfg := sa.config(Interrupt)
-	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, 12, 24
-	a := sa.client(t, cfg)
-	keyA, _ := sa.file(t, "a", make([]byte, 16<<20))
-	fa := sa.register(t, a, keyA, 0)
+	a, fa := oneConnFile(t, e, Interrupt, 12, 24, 16<<20)
 	for turn := 0; turn < turns; turn++ {
 		done := make(chan struct{})
 		var errA, errB error
@@ -122,5 +129,45 @@ func TestTurnsOfDeepWritesKeepGoing(t *testing.T) {
 	t.Logf("after %d turns: A %+v; CREDIT %+v; budget %+v", turns, a.Conns(), cr, e.srv.Budget())
 	if cr.Count == 0 || cr.Errors != 0 {
 		t.Fatalf("CREDIT requests: %d, %d failed; want some, none failed", cr.Count, cr.Errors)
+	}
+}
+
+// More writes posted by WriteAsync than the connection's credits cover,
+// none waited for yet (fs's write-behind keeps 8 in flight per file, 8
+// credits each for 1 MiB), in every completion mode: each post must get
+// its credits back from the earlier writes' answers. A polling-mode write
+// released its credits only when its Wait polled the status block, so the
+// fourth post of a 24-credit connection waited for credits only its
+// poster's later Waits would free (make bench's buffered 1 MiB write hang
+// on the lwio-polling mount at 66b418e).
+func TestWriteAsyncBeyondCreditsInEachMode(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, server.Config{Credits: 24, MaxCredits: 24})
+			_, f := oneConnFile(t, e, mode, 24, 24, 8<<20)
+			p := randBytes(1 << 20)
+			var pws []*PendingWrite
+			done := make(chan struct{})
+			var err error
+			go func() {
+				defer close(done)
+				for i := 0; i < 8; i++ {
+					var pw *PendingWrite
+					if pw, err = f.WriteAsync(context.Background(), p, int64(i)<<20); err != nil {
+						return
+					}
+					pws = append(pws, pw)
+				}
+			}()
+			watchdog(t, "8 posted 1 MiB writes on 24 credits", time.Minute, done)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, pw := range pws {
+				if n, err := pw.Wait(context.Background()); err != nil || n != len(p) {
+					t.Fatalf("write %d: %d bytes, %v", i, n, err)
+				}
+			}
+		})
 	}
 }

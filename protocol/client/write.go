@@ -312,7 +312,9 @@ type PendingWrite struct {
 // (buffered sequential writes), each holding its credits and a slot until
 // its answer comes. A write that one request cannot carry (longer than
 // MaxWrite, or than the connection's credits cover) is written at once
-// (WriteAt) and its PendingWrite is done already.
+// (WriteAt) and its PendingWrite is done already. It completes in
+// interrupt mode whatever the file's: its credits come back with the
+// server's answer, not with Wait.
 func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWrite, error) {
 	if len(p) == 0 || len(p) > f.cl.MaxWrite() {
 		n, err := f.WriteAt(ctx, p, off)
@@ -327,6 +329,12 @@ func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWri
 		n, err := f.WriteAt(ctx, p, off)
 		return &PendingWrite{n: n, err: err}, nil
 	}
+	// Completed by the server's answer whatever the file's mode: a
+	// polling-mode write would keep its credits until its Wait polled
+	// the status block, and a writer posting more than the credits cover
+	// before it waits (fs's write-behind: 8 writes of 8 credits) would
+	// wait for good for credits only its own later Waits free.
+	sl.mode = Interrupt
 	dst, seg, err := c.writeArea(sl, len(p))
 	if err != nil {
 		return nil, err
