@@ -110,7 +110,7 @@ for ((i = 0; i < runs; i++)); do
 	depth=16
 	[ "$engine" = psync ] && depth=1
 	verify=
-	case $rw in write | randwrite) verify="--verify=crc32c --do_verify=1" ;; esac
+	case $rw in write | randwrite) verify="--verify=crc32c --do_verify=1 --verify_state_save=0" ;; esac
 	name="run $i: $mode direct=$direct $engine qd$depth $rw bs=$bs"
 	# libaio is only asynchronous with O_DIRECT; buffered it still runs.
 	timeout -k 5 "$watchdog" fio --name=stall --directory="$work/mnt" --filename=f$((i % 4)) --size=64m \
