@@ -11,6 +11,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
@@ -89,13 +90,11 @@ type DataFile interface {
 	Close(ctx context.Context) error
 }
 
-// Buffer is data a DataFile read. Release returns its memory to the
+// Buffer is data a DataFile read: the LWIO engine's type, which the
+// session path's heapBuf satisfies too. Release returns its memory to the
 // engine's pool (a no-op for ordinary memory); Bytes must not be used
 // after.
-type Buffer interface {
-	Bytes() []byte
-	Release()
-}
+type Buffer = client.Buffer
 
 // heapBuf is a Buffer in ordinary memory.
 type heapBuf []byte

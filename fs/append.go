@@ -33,6 +33,10 @@ type Appender interface {
 // CAP_DIRECT_IO_ALLOW_MMAP.)
 const appendDirect = fuse.FOPEN_DIRECT_IO
 
+// appendInlineMax is the largest append sent over the session channel,
+// whose answer says where the data ended (the LWIO completion does not).
+const appendInlineMax = 128 << 10
+
 // appendAt is the offset a DataFile's WriteAt appends at (LWIO WRITE at
 // FILE_WRITE_TO_END_OF_FILE, or the session channel's append).
 const appendAt = -1
@@ -50,7 +54,7 @@ func (f *fileHandle) append(ctx context.Context, buf []byte, kpos int64) (uint32
 	end := int64(-1)
 	var n int
 	var err error
-	if ap, ok := f.node.fs.tree.(Appender); ok && len(buf) <= InlineWriteMax && f.flags&syscall.O_DIRECT == 0 {
+	if ap, ok := f.node.fs.tree.(Appender); ok && len(buf) <= appendInlineMax && f.flags&syscall.O_DIRECT == 0 {
 		n, err = f.run(ctx, func(ctx context.Context) (int, error) {
 			k, e, err := ap.Append(ctx, f.h, buf)
 			end = e

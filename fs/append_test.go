@@ -71,8 +71,8 @@ func TestAppendTwoMounts(t *testing.T) {
 func TestAppendConcurrent(t *testing.T) {
 	share, a, b, _, _ := twoMounts(t)
 	big := func(who string, i int) []byte {
-		// Past InlineWriteMax: an LWIO WRITE at FILE_WRITE_TO_END_OF_FILE.
-		rec := bytes.Repeat([]byte(fmt.Sprintf("%s big %03d|", who, i)), InlineWriteMax/12)
+		// Past appendInlineMax: an LWIO WRITE at FILE_WRITE_TO_END_OF_FILE.
+		rec := bytes.Repeat([]byte(fmt.Sprintf("%s big %03d|", who, i)), appendInlineMax/12)
 		return append(rec, '\n')
 	}
 	var group sync.WaitGroup

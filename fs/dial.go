@@ -37,6 +37,9 @@ type DialConfig struct {
 	// Conns is how many RDMA connections to open; 0 is the client's
 	// default.
 	Conns int
+	// PoolMemory bounds the LWIO client's idle registered buffers
+	// (client.Config.PoolMemory; 0 its default).
+	PoolMemory int
 	// Logger receives the data path's events; nil is quiet.
 	Logger logrus.FieldLogger
 	// Stats, when not nil, receive the LWIO client's counters and the
@@ -93,6 +96,9 @@ func Dial(ctx context.Context, cfg DialConfig) (*Session, error) {
 		return s, nil
 	}
 	s.Data = lwioDataPath(tree, cl, s.Data, log.WithField("component", "fs"))
+	// The LWIO connections are authenticated: every open from now on
+	// registers its file and answers the Fid (no REGISTER round trip).
+	tree.RegisterOnOpen(true)
 	s.LWIO = cl
 	done := make(chan struct{})
 	go func() {
@@ -142,6 +148,7 @@ func dialLWIO(ctx context.Context, cfg DialConfig, c *session.Client, tree *sess
 		Cipher:      cph,
 		Completion:  cfg.Completion,
 		Connections: cfg.Conns,
+		PoolMemory:  cfg.PoolMemory,
 		Logger:      log.WithField("component", "lwio"),
 	})
 	if err != nil {

@@ -45,6 +45,7 @@ func (n *Node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 func (d *dirHandle) load(ctx context.Context) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	d.node.fs.wb.barrier() // the listing carries attributes (sizes)
 	p := d.node.path()
 	ents, leases, g, leased, err := d.node.listLeased(ctx, p)
 	if !leased {

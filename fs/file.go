@@ -24,16 +24,18 @@ const releaseTimeout = 30 * time.Second
 // sessionOpenFlags are the open(2) flags passed on to the server. O_APPEND
 // is left out on purpose: each O_APPEND write asks the server to append
 // (append.go), and a server file opened O_APPEND would append positional
-// writes too (a shared mapping's writeback through that handle). O_DIRECT is the client's business (the kernel page cache here),
-// not the server disk's.
+// writes too (a shared mapping's writeback through that handle). O_DIRECT
+// is not an open flag on the wire: the Tree turns it into the LWIO
+// registration's FILE_NO_INTERMEDIATE_BUFFERING.
 const sessionOpenFlags = syscall.O_ACCMODE | syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC |
-	syscall.O_NOFOLLOW | syscall.O_SYNC | syscall.O_DSYNC
+	syscall.O_NOFOLLOW | syscall.O_SYNC | syscall.O_DSYNC | syscall.O_DIRECT
 
 // fileHandle is one open file: a session handle and the data file attached
-// to it (an LWIO Fid, or the session fallback). The data file is attached
-// on the first read or write, not at open: an open that moves no data —
-// touch, chmod through a descriptor, an O_CREAT that only makes the file —
-// then costs no resume key, REGISTER or LWIO CLOSE.
+// to it (an LWIO Fid, or the session fallback). The open itself registers
+// the file with LWIO and answers its Fid (session.Tree.RegisterOnOpen), so
+// attaching on the first read or write costs no round trip; only a handle
+// the server could not register that way pays a resume key and a REGISTER
+// then.
 type fileHandle struct {
 	node  *Node
 	h     session.Handle
@@ -44,9 +46,9 @@ type fileHandle struct {
 	attachMu sync.Mutex
 	released atomic.Bool
 	locked   atomic.Bool // a lock was taken through it (lock.go)
-	// inlined counts the bytes written over the session channel before
-	// the data path was attached (see inlineWrite).
-	inlined atomic.Int64
+	// heldBack counts the bytes a Write lease held back of this handle's
+	// writes (writebehind.go).
+	heldBack atomic.Int64
 }
 
 type dataBox struct{ DataFile }
@@ -68,6 +70,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.fs.wb.barrier() // the open's attributes decide close-to-open
 	p := n.path()
 	g := n.dropAttr()
 	h, a, got, err := n.openTree(ctx, p, int(flags), int(flags)&sessionOpenFlags, 0)
@@ -189,6 +192,7 @@ func (f *fileHandle) dirty() {
 }
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	f.node.fs.wb.barrier() // the bytes of every write answered so far
 	if !f.node.holdsRead() {
 		f.node.dropAttr() // the server may move the atime (a Read lease covers all else)
 	}
@@ -212,47 +216,23 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	return &bufResult{b}, 0
 }
 
-// InlineWriteMax is how many bytes a file handle writes over the session
-// channel (its WRITE command, on the open handle) before it attaches the
-// LWIO data path. Attaching costs a resume key and a REGISTER before the
-// first write and an LWIO CLOSE at release — three round trips — which for
-// a small file (tar -x, a compiler's output, an editor's save) cost more
-// than its data. A handle that writes more than this, or writes with
-// O_DIRECT, attaches and moves the rest over LWIO; both paths write
-// through to the same server file before the kernel is answered.
-const InlineWriteMax = 128 << 10
-
-// inlineWrite reports whether a write of n bytes goes over the session
-// channel: nothing attached yet, and the handle's inline budget holds it.
-func (f *fileHandle) inlineWrite(n int) (HandleIO, bool) {
-	if f.data.Load() != nil || f.flags&syscall.O_DIRECT != 0 || f.node.fs.opts.NoInlineWrites {
-		return nil, false
-	}
-	hio, ok := f.node.fs.tree.(HandleIO)
-	if !ok {
-		return nil, false
-	}
-	if f.inlined.Add(int64(n)) > InlineWriteMax {
-		return nil, false
-	}
-	return hio, true
-}
-
 func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32, errno syscall.Errno) {
 	switch x := f.node.fs.writeKind(ctx); {
-	case x.appending:
-		// What a Write lease held back goes first: the server places
-		// the append after it.
-		if err := f.node.flushDeferred(ctx, false); err != nil {
+	case x.appending, x.writeback:
+		// Behind the writes in flight (writeasync.go) and what a Write
+		// lease held back (writebehind.go): an append lands after them,
+		// and a diff is taken against what they wrote.
+		if err := f.node.flushAll(ctx); err != nil {
 			return 0, f.errno("write", err)
 		}
-		return f.append(ctx, buf, off)
-	case x.writeback:
+		if x.appending {
+			return f.append(ctx, buf, off)
+		}
 		return f.writeBack(ctx, buf, off) // twin.go
 	}
 	defer func() {
 		if errno == 0 {
-			f.node.fs.open.wrote(f.node, buf, off) // the server has these bytes now, or holds them back in order
+			f.node.fs.open.wrote(f.node, buf, off) // the server has (or is sent) these bytes now, or they are held back in order
 		}
 	}()
 	if done, errno := f.deferWrite(ctx, buf, off); done {
@@ -260,16 +240,15 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32
 	}
 	f.dirty()
 	defer f.dirty() // and attributes fetched during the write predate it
-	if hio, ok := f.inlineWrite(len(buf)); ok {
-		n, err := f.run(ctx, func(ctx context.Context) (int, error) { return hio.WriteAt(ctx, f.h, buf, off) })
-		if err != nil {
-			return uint32(n), f.errno("write", err)
-		}
-		return uint32(n), 0
-	}
 	data, err := f.dataFile(ctx)
 	if err != nil {
 		return 0, f.errno("register", err)
+	}
+	if aw, ok := f.writeBehind(data, len(buf)); ok {
+		if err := f.node.queue().post(ctx, aw, buf, off); err != nil {
+			return 0, f.errno("write", err)
+		}
+		return uint32(len(buf)), 0
 	}
 	vec := f.flags&syscall.O_DIRECT != 0 && len(buf) > pageSize && len(buf)%pageSize == 0
 	n, err := f.run(ctx, func(ctx context.Context) (int, error) {
@@ -376,14 +355,14 @@ func (f *fileHandle) cancel() {
 	}()
 }
 
-// Flush is close(2). Writes are write-through (each WRITE completes on the
-// server before the kernel is answered) but for what a Write lease held
-// back, which goes now: the file is consistent on the server for the next
-// open anywhere, and close(2) reports a failure. Then the closing
+// Flush is close(2): the file's writes still in flight (writeasync.go),
+// then what a Write lease held back (writebehind.go), land on the server
+// before it returns, so the file is consistent there for the next open
+// anywhere, and a failure among them is close's error. Then the closing
 // process's locks on the file go (lock.go).
 func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	f.closing() // a chmod after close(2) must not wait for the release
-	errno := f.errno("flush", f.node.flushDeferred(ctx, false))
+	errno := f.errno("flush", f.node.flushAll(ctx))
 	if e := f.releaseLocks(ctx); errno == 0 {
 		errno = e
 	}
@@ -420,8 +399,9 @@ func (f *fileHandle) release() {
 	defer f.node.fs.open.closed(f.node, f.flags)
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := f.node.flushDeferred(ctx, false); err != nil {
-		f.log.WithField("op", "release").WithError(err).Warn("fs: held-back writes at release")
+	if err := f.node.flushAll(ctx); err != nil {
+		// Reported by Flush already unless the last close raced it.
+		f.log.WithField("op", "release").WithError(err).Warn("fs: a posted or held-back write failed")
 	}
 	if f.keepHandle() {
 		return
@@ -452,8 +432,12 @@ func (f *fileHandle) errno(op string, err error) syscall.Errno {
 
 // bufResult hands the kernel an engine's registered buffer without a copy
 // and gives the buffer back once go-fuse has written it to /dev/fuse.
+// Slices makes go-fuse write it with one writev, after which it calls
+// Done; without it go-fuse would try splicing first, or (splice disabled)
+// call Done before writing the bytes out.
 type bufResult struct{ b Buffer }
 
 func (r *bufResult) Bytes(buf []byte) ([]byte, fuse.Status) { return r.b.Bytes(), fuse.OK }
+func (r *bufResult) Slices() ([][]byte, fuse.Status)        { return [][]byte{r.b.Bytes()}, fuse.OK }
 func (r *bufResult) Size() int                              { return len(r.b.Bytes()) }
 func (r *bufResult) Done()                                  { r.b.Release() }

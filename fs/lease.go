@@ -255,6 +255,12 @@ func (lc *leaseCtl) onBreak(b session.LeaseBreak) LeaseState {
 	}
 	lc.mu.Unlock()
 	for i, n := range ns {
+		if b.Ino != 0 {
+			// The break lets another client see the file: this
+			// mount's posted writes reach the server first
+			// (writeasync.go). (Ino 0 is the lost session's.)
+			n.drainWrites()
+		}
 		n.afterChange(chs[i], false)
 	}
 	lc.log.WithFields(logrus.Fields{"ino": b.Ino, "from": b.Current, "to": b.New, "names": len(b.Names)}).Debug("lease break")

@@ -12,14 +12,19 @@ import (
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
-// ResumeKeyer is the session channel's resume-key request (*session.Tree):
-// FSCTL_SRV_REQUEST_RESUME_KEY on an open handle (seed FIG. 2, 3).
+// ResumeKeyer is what the LWIO data path needs of the session channel
+// (*session.Tree): the Fid an OPEN registered the handle as, else the
+// resume-key request (FSCTL_SRV_REQUEST_RESUME_KEY, seed FIG. 2, 3) to
+// REGISTER it by.
 type ResumeKeyer interface {
+	Fid(h session.Handle) (session.OpenFid, bool)
 	RequestResumeKey(ctx context.Context, h session.Handle) (protocol.ResumeKeyResponse, error)
 }
 
-// lwioPath is the LWIO data path: open = session open (done by the node)
-// + resume key + REGISTER → Fid (seed FIG. 7A/B).
+// lwioPath is the LWIO data path: the session open (done by the node)
+// registers the file and answers its Fid; a handle opened without one
+// (the server could not) gets it by resume key + REGISTER (seed FIG.
+// 7A/B) on first use.
 type lwioPath struct {
 	keys     ResumeKeyer
 	cl       *client.Client
@@ -54,6 +59,9 @@ func (p *lwioPath) Attach(ctx context.Context, h session.Handle, flags int) (Dat
 }
 
 func (p *lwioPath) register(ctx context.Context, h session.Handle, flags int) (DataFile, error) {
+	if of, ok := p.keys.Fid(h); ok {
+		return p.cl.Attach(of.Fid, of.FlagsAndAttributes), nil
+	}
 	rk, err := p.keys.RequestResumeKey(ctx, h)
 	if err != nil {
 		return nil, err
@@ -67,27 +75,8 @@ func (p *lwioPath) register(ctx context.Context, h session.Handle, flags int) (D
 	if err != nil {
 		return nil, err
 	}
-	return lwioFile{File: f, maxRead: p.cl.MaxRead()}, nil
+	return f, nil
 }
 
-// lwioFile is a registered file: *client.File has every DataFile method
-// but ReadBuf as fs declares it — the client's returns its own *client.Buf
-// and serves at most one READ (MaxRead bytes) — so this is where a
-// longer read goes through ReadAt into dest instead.
-type lwioFile struct {
-	*client.File
-	maxRead int
-}
-
-var _ DataFile = lwioFile{}
-
-func (f lwioFile) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
-	if len(dest) > f.maxRead {
-		return readInto(ctx, f, dest, off)
-	}
-	b, err := f.File.ReadBuf(ctx, off, len(dest))
-	if b == nil {
-		return nil, err // not a typed nil in the interface
-	}
-	return b, err
-}
+// A registered file is a data file as it is.
+var _ DataFile = (*client.File)(nil)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -29,6 +30,17 @@ import (
 // registered, when not nil, counts the files the engine registers.
 func serve(t *testing.T, dir, sessAddr, lwAddr string, registered *atomic.Int32) *fileserver.Server {
 	t.Helper()
+	var wrap func(share.File) share.File
+	if registered != nil {
+		wrap = func(f share.File) share.File { registered.Add(1); return f }
+	}
+	return serveWrapped(t, dir, sessAddr, lwAddr, wrap)
+}
+
+// serveWrapped is serve with wrap applied to every file the engine
+// registers (nil: none).
+func serveWrapped(t *testing.T, dir, sessAddr, lwAddr string, wrap func(share.File) share.File) *fileserver.Server {
+	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
 	cfg := fileserver.Config{
@@ -45,9 +57,7 @@ func serve(t *testing.T, dir, sessAddr, lwAddr string, registered *atomic.Int32)
 		SessionAddr: sessAddr,
 		Listeners:   []fileserver.Listener{{Provider: soft.New(soft.Options{}), Addr: lwAddr}},
 	}
-	if registered != nil {
-		cfg.WrapFile = func(f share.File) share.File { registered.Add(1); return f }
-	}
+	cfg.WrapFile = wrap
 	srv, err := fileserver.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +89,13 @@ func dialer(addr string, mode client.Mode) Dialer {
 // server registered.
 func lwioMount(t *testing.T, dir string, mode client.Mode) (mnt string, registered *atomic.Int32, dp DataPath) {
 	t.Helper()
+	return lwioMountWith(t, dir, mode, Options{})
+}
+
+// lwioMountWith is lwioMount with the mount's options (timeouts and logger
+// filled in as mountOn's).
+func lwioMountWith(t *testing.T, dir string, mode client.Mode, opts Options) (mnt string, registered *atomic.Int32, dp DataPath) {
+	t.Helper()
 	needFUSE(t)
 	registered = &atomic.Int32{}
 	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", registered)
@@ -89,7 +106,7 @@ func lwioMount(t *testing.T, dir string, mode client.Mode) (mnt string, register
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	mnt = mountOn(t, s.Tree, s.Data)
+	mnt = mountWith(t, s.Tree, s.Data, opts)
 	return mnt, registered, s.Data
 }
 
@@ -105,10 +122,17 @@ func needFUSE(t *testing.T) {
 
 func mountOn(t *testing.T, tree Tree, dp DataPath) string {
 	t.Helper()
+	return mountWith(t, tree, dp, Options{})
+}
+
+// mountWith is mountOn with opts, its timeouts and logger filled in.
+func mountWith(t *testing.T, tree Tree, dp DataPath, opts Options) string {
+	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
 	mnt := t.TempDir()
-	srv, err := Mount(mnt, tree, dp, Options{AttrTimeout: time.Second, EntryTimeout: time.Second, Logger: log})
+	opts.AttrTimeout, opts.EntryTimeout, opts.Logger = time.Second, time.Second, log
+	srv, err := Mount(mnt, tree, dp, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,6 +216,65 @@ func TestLWIOSmoke(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A file's writes go over LWIO from the first byte, and the Fid comes with
+// the open (issue 16 item 3): a small file created, written and closed
+// through the mount costs no resume key and no REGISTER, and its bytes
+// travel as an LWIO WRITE. A handle the server could not register at open
+// (no LWIO connection then) still registers by resume key on first use.
+// Without leases: under a Write lease the first writes of a new file are
+// held back and go in the BATCH at close instead (TestSmallFileUnderWriteLease).
+func TestSmallFileWritesOverLWIO(t *testing.T) {
+	share := t.TempDir()
+	mnt, registered, dp := lwioMountWith(t, share, client.Interrupt, Options{NoLeases: true})
+	cl := dp.(*lwioPath).cl
+	requests := func() (n uint64) {
+		for _, ci := range cl.Conns() {
+			n += ci.Requests
+		}
+		return n
+	}
+	before, reqs := cl.Stats(), requests()
+	for i := range 10 {
+		p := filepath.Join(mnt, fmt.Sprintf("small%d", i))
+		if err := os.WriteFile(p, []byte(fmt.Sprint("content ", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(share, fmt.Sprintf("small%d", i))); string(got) != fmt.Sprint("content ", i) {
+			t.Fatalf("server disk has %q", got)
+		}
+	}
+	after := cl.Stats()
+	if n := after.Registered - before.Registered; n != 0 {
+		t.Errorf("%d REGISTER round trips for 10 small files, want 0 (the Fid comes with the open)", n)
+	}
+	if n := after.Attached - before.Attached; n < 10 {
+		t.Errorf("%d Fids from OPEN for 10 written files, want 10", n)
+	}
+	if n := requests() - reqs; n < 10 {
+		t.Errorf("%d LWIO requests for 10 small writes, want at least 10 (every write over LWIO)", n)
+	}
+	if registered.Load() < 10 {
+		t.Errorf("the server registered %d files, want 10", registered.Load())
+	}
+
+	t.Run("by resume key", func(t *testing.T) {
+		// A handle opened before the data path came up has no Fid.
+		tree := dp.(*lwioPath).keys.(*session.Tree)
+		tree.RegisterOnOpen(false)
+		defer tree.RegisterOnOpen(true)
+		before := cl.Stats()
+		if err := os.WriteFile(filepath.Join(mnt, "late"), []byte("late"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(share, "late")); string(got) != "late" {
+			t.Fatalf("server disk has %q", got)
+		}
+		if n := cl.Stats().Registered - before.Registered; n != 1 {
+			t.Errorf("%d REGISTERs for a file opened without a Fid, want 1", n)
+		}
+	})
 }
 
 // alignedBuf returns n bytes aligned for O_DIRECT.

@@ -3,11 +3,14 @@ package fs
 import (
 	"fmt"
 	"log"
+	"os"
+	"strconv"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of the caching options, as cmd/lwio-mount applies them.
@@ -55,9 +58,19 @@ type Options struct {
 	// MaxBackground bounds asynchronous requests the kernel keeps in
 	// flight (readahead, O_DIRECT with ASYNC_DIO); 0 means MaxBackground.
 	MaxBackground int
-	// NoInlineWrites sends every write over the data path: no file
-	// writes its first InlineWriteMax bytes over the session channel.
-	NoInlineWrites bool
+	// WriteBehind is how many writes of one file a buffered writer keeps
+	// in flight: a WRITE is answered once posted, and close, fsync and
+	// anything reading from the server wait for them (writebehind.go). 0
+	// means DefaultWriteBehind; negative writes through (every WRITE
+	// answered once the server has it).
+	WriteBehind int
+	// ReadAhead is the mount's readahead window in bytes: buffered
+	// sequential reads reach the daemon as requests this large (up to
+	// MaxWrite). The kernel offers FUSE only its default (128 KiB) at
+	// INIT, so Mount raises it afterwards through the mount's
+	// backing-device setting; 0 means MaxReadAhead, negative leaves the
+	// kernel's default.
+	ReadAhead int
 	// NoLeases asks the server for no leases: only the attribute and
 	// entry timeouts cache (lease.go).
 	NoLeases bool
@@ -82,16 +95,28 @@ func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 // A tree that grants leases (a SessionLeaser) is asked for them unless
 // opts.NoLeases.
 func NewRoot(tree Tree, data DataPath, opts Options) *Node {
-	fs := &filesystem{tree: tree, data: data, opts: opts, log: opts.logger()}
+	fs := &filesystem{tree: tree, data: data, opts: opts, log: opts.logger(), wb: newAsyncWrites(opts.writeBehind())}
 	if sl, ok := tree.(SessionLeaser); ok && !opts.NoLeases {
 		fs.lease = newLeaseCtl(fs, sl)
 	}
 	return &Node{fs: fs}
 }
 
+func (o Options) writeBehind() int {
+	switch {
+	case o.WriteBehind == 0:
+		return DefaultWriteBehind
+	case o.WriteBehind < 0:
+		return 0
+	}
+	return o.WriteBehind
+}
+
 // MountOptions returns the go-fuse options of a mount: timeouts, and the
-// settings that make the kernel send large and parallel requests
-// (DESIGN.md, "What the field has learned").
+// settings that make the kernel send large and parallel requests. Without
+// CAP_ASYNC_DIO, O_DIRECT I/O at queue depth 16 reaches the daemon one
+// request at a time; MaxBackground bounds how many asynchronous requests
+// the kernel keeps in flight (its default, 12, is below a qd16 job).
 func (o Options) MountOptions() *gofs.Options {
 	attr, entry := o.AttrTimeout, o.EntryTimeout
 	var negative time.Duration // no negative caching: a file created elsewhere shows up at once
@@ -111,10 +136,19 @@ func (o Options) MountOptions() *gofs.Options {
 		MaxWrite:      MaxWrite,
 		MaxReadAhead:  MaxReadAhead,
 		MaxBackground: bg,
+		// Read replies are engine buffers handed over as slices
+		// (bufResult.Slices) or plain memory, never file descriptors:
+		// go-fuse's splice path would only grow a pipe, copy the header
+		// into it and give up (logging "trySplice: … max pipe size" for
+		// every 1 MiB reply) before writing the reply as a plain writev.
+		DisableSplice: true,
 		// ASYNC_DIO: O_DIRECT at queue depth N arrives as N parallel
 		// requests, which is what makes credits matter. PARALLEL_DIROPS is
-		// in go-fuse's defaults. WRITEBACK_CACHE is not asked for: it would
-		// hold writes in the client past close(2), breaking close-to-open.
+		// in go-fuse's defaults. WRITEBACK_CACHE is not asked for: with it
+		// the kernel keeps its own size and mtime of a cached file and
+		// ignores the server's, so another client's changes would not show
+		// (a lease could allow it); buffered writes keep several requests in
+		// flight by write-behind in this daemon instead (writebehind.go).
 		// DIRECT_IO_ALLOW_MMAP: files opened O_APPEND are direct I/O
 		// (append.go) and may still be mapped shared.
 		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_DIRECT_IO_ALLOW_MMAP,
@@ -194,5 +228,33 @@ func mountRoot(mountpoint string, root *Node, opts Options) (*fuse.Server, error
 	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
+	if ra := opts.readAhead(); ra > 0 {
+		if err := setReadAhead(mountpoint, ra); err != nil {
+			root.fs.log.WithError(err).WithField("readahead", ra).Info("fs: readahead stays at the kernel's default")
+		}
+	}
 	return srv, nil
+}
+
+func (o Options) readAhead() int {
+	switch {
+	case o.ReadAhead == 0:
+		return MaxReadAhead
+	case o.ReadAhead < 0:
+		return 0
+	}
+	return min(o.ReadAhead, MaxWrite)
+}
+
+// setReadAhead sets the readahead of the mount at mountpoint to n bytes:
+// the read_ahead_kb of its backing device (/sys/class/bdi/MAJ:MIN), which
+// the kernel caps a FUSE mount's at INIT to its own default. It needs
+// root, as mounting directly does.
+func setReadAhead(mountpoint string, n int) error {
+	var st unix.Stat_t
+	if err := unix.Stat(mountpoint, &st); err != nil {
+		return err
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(p, []byte(strconv.Itoa(n/1024)), 0)
 }

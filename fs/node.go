@@ -21,6 +21,7 @@ type filesystem struct {
 	data DataPath
 	opts Options
 	log  logrus.FieldLogger
+	wb   *asyncWrites // buffered writes in flight (writeasync.go)
 	// seq orders this mount's changes and the leases' breaks: each bumps
 	// it, and what a reply carried is remembered only if nothing the
 	// reply may predate happened since its request began (rememberAt).
@@ -49,6 +50,9 @@ type Node struct {
 	freshValid bool
 	freshGen   uint64 // fs.seq at the last change this mount made or break it heard
 	ls         nodeLease
+	// wbq is the file's writes in flight (writeasync.go), made on the
+	// first write posted.
+	wbq *wbQueue
 	// tmp is the open handle of an O_TMPFILE node until it is named
 	// (tmpfile.go).
 	tmp atomic.Pointer[fileHandle]
@@ -189,6 +193,7 @@ func (n *Node) newChild(ctx context.Context, name string, a session.Attr, out *f
 }
 
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	n.fs.wb.barrier() // the attributes of every write answered so far
 	if n.fs.lease.on() {
 		return n.lookupLeased(ctx, name, out)
 	}
@@ -204,6 +209,7 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 }
 
 func (n *Node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fs.wb.barrier() // a size from before a write already answered would shrink the file
 	if errno, ok := n.getattrLeased(ctx, out); ok {
 		return errno
 	}
@@ -274,6 +280,7 @@ func setTime(in *fuse.SetAttrIn, set, now uint32, get func() (time.Time, bool), 
 func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.fs.wb.barrier() // a truncate must land after the writes before it
 	p := n.path()
 	var h session.Handle
 	if fh, ok := f.(*fileHandle); ok {
@@ -434,7 +441,7 @@ func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) sysca
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	if err := n.flushDeferred(ctx, false); err != nil {
+	if err := n.flushAll(ctx); err != nil {
 		return n.errno("fsync", p, err)
 	}
 	if fh, ok := f.(*fileHandle); ok {

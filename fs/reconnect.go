@@ -653,6 +653,59 @@ func (f *reFile) WriteV(ctx context.Context, pages [][]byte, off int64) (int, er
 	return f.io(ctx, func(df DataFile) (int, error) { return df.WriteV(ctx, pages, off) })
 }
 
+// WriteAsync posts a write on the current generation's file. A write the
+// connection lost before its answer is sent again, on the next session,
+// by Wait (a write at an explicit offset is safe to repeat). A data file
+// that cannot post (the session channel) writes at once.
+func (f *reFile) WriteAsync(ctx context.Context, p []byte, off int64) (PendingWrite, error) {
+	var pw *client.PendingWrite
+	var gen uint64
+	n, err := f.io(ctx, func(df DataFile) (int, error) {
+		cf, ok := df.(interface {
+			WriteAsync(context.Context, []byte, int64) (*client.PendingWrite, error)
+		})
+		if !ok {
+			return df.WriteAt(ctx, p, off)
+		}
+		f.mu.Lock()
+		gen = f.gen
+		f.mu.Unlock()
+		var err error
+		pw, err = cf.WriteAsync(ctx, p, off)
+		return 0, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if pw == nil {
+		return doneWrite(n), nil
+	}
+	return &rePending{f: f, pw: pw, gen: gen, off: off}, nil
+}
+
+// doneWrite is a write already done.
+type doneWrite int
+
+func (n doneWrite) Wait(context.Context) (int, error) { return int(n), nil }
+
+// rePending is a posted write that outlives its connection: on a lost
+// connection its bytes are written again through the Reconnector.
+type rePending struct {
+	f   *reFile
+	pw  *client.PendingWrite
+	gen uint64
+	off int64
+}
+
+func (p *rePending) Wait(ctx context.Context) (int, error) {
+	n, err := p.pw.Wait(ctx)
+	if err == nil || !protocol.IsConnectionLost(err) || p.pw.Data() == nil {
+		return n, err
+	}
+	p.f.r.lost(p.gen)
+	return p.f.WriteAt(ctx, p.pw.Data(), p.off)
+}
+
 func (f *reFile) ReadBuf(ctx context.Context, dest []byte, off int64) (b Buffer, err error) {
 	_, err = f.io(ctx, func(df DataFile) (int, error) {
 		b, err = df.ReadBuf(ctx, dest, off)

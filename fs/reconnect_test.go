@@ -49,8 +49,8 @@ func TestReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	// Past the inline-write budget, so that the file registers over LWIO.
-	if _, err := f.WriteAt(bytes.Repeat([]byte("x"), InlineWriteMax+1), 100); err != nil {
+	// Every write goes over LWIO: the file is registered (by its open).
+	if _, err := f.WriteAt(bytes.Repeat([]byte("x"), 4096), 100); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.WriteAt([]byte("before "), 0); err != nil {

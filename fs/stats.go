@@ -11,7 +11,7 @@ import (
 // Stats are a mount's own counters, kept across reconnects: the LWIO
 // client engine's (every Client a Dial makes counts into LWIO), the file
 // data carried by the session channel instead (the fallback data path, and
-// the first InlineWriteMax bytes a handle writes), and the reconnects. A
+// small appends), and the reconnects. A
 // mount makes one and hands it to DialConfig.Stats and
 // Reconnector.CountInto; `lwio stat` reads it.
 type Stats struct {

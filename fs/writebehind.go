@@ -24,8 +24,15 @@ import (
 // NFS reports write errors. Another client's open or stat recalls Write
 // first: this mount sends what it held back before the server lets that
 // client see the file, so nobody else ever sees it stale. Only the first
-// InlineWriteMax bytes of a handle are held back (what it would have sent
-// over the session channel anyway), never appends, O_DIRECT or O_SYNC.
+// leaseHoldMax bytes of a handle are held back, and only before its LWIO
+// data path is attached; never appends, O_DIRECT or O_SYNC. Writes posted
+// over LWIO (writeasync.go) are waited for before a BATCH goes, so the
+// held-back writes land after them.
+
+// leaseHoldMax is how many bytes of a handle's first writes a Write lease
+// may hold back (what a small file's writer sends: tar -x, a compiler's
+// output, an editor's save).
+const leaseHoldMax = 128 << 10
 
 // wbMaxAge bounds how long a change is held back.
 const wbMaxAge = time.Second
@@ -81,7 +88,7 @@ func (n *Node) holding() bool {
 func (f *fileHandle) mayDefer() bool {
 	return f.node.fs.lease != nil && f.flags&syscall.O_ACCMODE != syscall.O_RDONLY &&
 		f.flags&(syscall.O_APPEND|syscall.O_DIRECT|syscall.O_SYNC|syscall.O_DSYNC) == 0 &&
-		f.data.Load() == nil && !f.node.fs.opts.NoInlineWrites
+		f.data.Load() == nil
 }
 
 // deferWrite holds a write back when it may; otherwise it sends what the
@@ -94,9 +101,9 @@ func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (don
 	}
 	n.mu.Lock()
 	if n.ls.state&LeaseWrite != 0 && f.mayDefer() && n.freshValid && n.ls.wb.err == nil &&
-		n.ls.wb.bytes+len(buf) <= InlineWriteMax && len(n.ls.wb.ops) < maxDeferredOps &&
-		f.inlined.Load()+int64(len(buf)) <= InlineWriteMax {
-		f.inlined.Add(int64(len(buf)))
+		n.ls.wb.bytes+len(buf) <= leaseHoldMax && len(n.ls.wb.ops) < maxDeferredOps &&
+		f.heldBack.Load()+int64(len(buf)) <= leaseHoldMax {
+		f.heldBack.Add(int64(len(buf)))
 		n.hold(session.BatchOp{Command: session.CmdWrite, Handle: f.h, Offset: uint64(off), Data: append([]byte(nil), buf...)})
 		a := n.fresh
 		if end := uint64(off) + uint64(len(buf)); end > a.Size {
@@ -204,6 +211,7 @@ func (n *Node) flushDeferred(ctx context.Context, background bool) error {
 	if lc == nil {
 		return nil
 	}
+	n.drainWrites() // the writes posted over LWIO land first (writeasync.go)
 	n.ls.wb.flushMu.Lock()
 	defer n.ls.wb.flushMu.Unlock()
 	n.mu.Lock()

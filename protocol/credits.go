@@ -40,33 +40,51 @@ type Credits struct {
 }
 
 type creditWaiter struct {
-	ch   chan error // buffered 1; receives nil when handed a credit
-	done bool       // handed a credit or an error (under mu)
+	ch   chan error // buffered 1; receives nil when handed its credits
+	n    int        // credits wanted
+	done bool       // handed its credits or an error (under mu)
 }
+
+// ErrTooFewCredits is returned by ChargeN when the account holds fewer
+// credits than asked for, so that waiting could never end: the caller
+// sends less per request (a fragmented write in fewer fragments).
+var ErrTooFewCredits = errors.New("lwio: more credits asked for than held")
 
 // NewCredits returns an account holding n credits, none in use.
 func NewCredits(n int) *Credits { return &Credits{limit: n} }
 
 // Charge takes one credit for a request, waiting in FIFO order until one is
 // free. It fails when ctx ends or the account is closed.
-func (c *Credits) Charge(ctx context.Context) error { return c.charge(ctx, false) }
+func (c *Credits) Charge(ctx context.Context) error { return c.charge(ctx, 1, false) }
+
+// ChargeN takes n credits at once, for a request that uses n receive
+// buffers (a fragmented write), waiting in FIFO order until all are free:
+// taking them one by one could leave two such requests each holding part
+// of what it needs. It fails with ErrTooFewCredits when more than the
+// account's credits are asked for (or, while waiting, once a retirement
+// leaves too few).
+func (c *Credits) ChargeN(ctx context.Context, n int) error { return c.charge(ctx, n, false) }
 
 // ChargeUrgent is Charge ahead of every waiting request: credit messages that
 // answer the server must not queue behind the I/O they are making room for.
-func (c *Credits) ChargeUrgent(ctx context.Context) error { return c.charge(ctx, true) }
+func (c *Credits) ChargeUrgent(ctx context.Context) error { return c.charge(ctx, 1, true) }
 
-func (c *Credits) charge(ctx context.Context, urgent bool) error {
+func (c *Credits) charge(ctx context.Context, n int, urgent bool) error {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		return c.err
 	}
-	if c.used < c.limit && (urgent || len(c.waiters) == 0) {
-		c.used++
+	if n > 1 && n > c.limit {
+		c.mu.Unlock()
+		return ErrTooFewCredits
+	}
+	if c.used+n <= c.limit && (urgent || len(c.waiters) == 0) {
+		c.used += n
 		c.mu.Unlock()
 		return nil
 	}
-	w := &creditWaiter{ch: make(chan error, 1)}
+	w := &creditWaiter{ch: make(chan error, 1), n: n}
 	if urgent {
 		c.waiters = append([]*creditWaiter{w}, c.waiters...)
 	} else {
@@ -79,10 +97,10 @@ func (c *Credits) charge(ctx context.Context, urgent bool) error {
 	case <-ctx.Done():
 		c.mu.Lock()
 		if w.done {
-			// Handed a credit (or an error) while ctx ended: give it back.
+			// Handed its credits (or an error) while ctx ended: give them back.
 			c.mu.Unlock()
 			if err := <-w.ch; err == nil {
-				c.Release()
+				c.ReleaseN(n)
 			}
 			return ctx.Err()
 		}
@@ -108,32 +126,50 @@ func (c *Credits) TryCharge() bool {
 	return true
 }
 
-// handLocked gives free credits to waiters in order.
+// handLocked gives free credits to waiters in order; a waiter asking for
+// more than the account now holds fails (ErrTooFewCredits).
 func (c *Credits) handLocked() {
-	for len(c.waiters) > 0 && c.used < c.limit {
+	for len(c.waiters) > 0 {
 		w := c.waiters[0]
+		if w.n > 1 && w.n > c.limit {
+			c.waiters[0] = nil
+			c.waiters = c.waiters[1:]
+			w.done = true
+			w.ch <- ErrTooFewCredits
+			continue
+		}
+		if c.used+w.n > c.limit {
+			return
+		}
 		c.waiters[0] = nil
 		c.waiters = c.waiters[1:]
-		c.used++
+		c.used += w.n
 		w.done = true
 		w.ch <- nil
 	}
 }
 
 // Release returns a charged credit: its request completed.
-func (c *Credits) Release() {
+func (c *Credits) Release() { c.ReleaseN(1) }
+
+// ReleaseN returns n charged credits: a request that took them completed.
+func (c *Credits) ReleaseN(n int) {
 	c.mu.Lock()
-	if c.used <= 0 {
+	if c.used < n || n <= 0 {
 		c.mu.Unlock()
 		panic("protocol: Credits.Release without Charge")
 	}
-	c.used--
+	c.used -= n
 	c.handLocked()
 	c.mu.Unlock()
 }
 
 // Retire gives up a charged credit for good: the server completed a credit
-// message with LWIO_NOTIFY_CREDIT (FIG. 11C).
+// message with LWIO_NOTIFY_CREDIT (FIG. 11C). A waiter now asking for more
+// than the account holds fails with ErrTooFewCredits at once: no release
+// may follow to fail it (the credits charged last can be the credit
+// messages retiring them), and left queued it would hold up every charge
+// behind it for good.
 func (c *Credits) Retire() {
 	c.mu.Lock()
 	if c.used <= 0 || c.limit <= 0 {
@@ -142,6 +178,7 @@ func (c *Credits) Retire() {
 	}
 	c.used--
 	c.limit--
+	c.handLocked()
 	c.mu.Unlock()
 }
 
@@ -393,6 +430,18 @@ func (p *CreditPool) Take(n int) int {
 	p.used += n
 	return n
 }
+
+// Force takes n credits whatever is left, overdrawing the budget: a new
+// connection's minimal grant (the server then takes credits back from
+// others).
+func (p *CreditPool) Force(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.used += n
+}
+
+// Total is the budget.
+func (p *CreditPool) Total() int { return p.total }
 
 // Give returns n credits to the budget.
 func (p *CreditPool) Give(n int) {

@@ -300,3 +300,95 @@ func creditsWaitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not reached")
 }
+
+// ChargeN takes its credits all at once, in FIFO order with single
+// charges, and fails rather than wait for more than the account holds.
+func TestCreditsChargeN(t *testing.T) {
+	c := NewCredits(4)
+	ctx := context.Background()
+	if err := c.ChargeN(ctx, 5); !errors.Is(err, ErrTooFewCredits) {
+		t.Fatalf("ChargeN(5) of 4 credits: %v", err)
+	}
+	if err := c.ChargeN(ctx, 3); err != nil || c.Used() != 3 {
+		t.Fatalf("ChargeN(3): %v, used %d", err, c.Used())
+	}
+	got := make(chan string, 2)
+	go func() {
+		if err := c.ChargeN(ctx, 3); err == nil {
+			got <- "three"
+		}
+	}()
+	creditsWaitFor(t, func() bool { return c.Pending() == 4 }) // 3 used + 1 waiter
+	go func() {
+		if err := c.Charge(ctx); err == nil {
+			got <- "one"
+		}
+	}()
+	creditsWaitFor(t, func() bool { return c.Pending() == 5 })
+	// One credit is free, but the 3-credit waiter is first: nobody goes.
+	select {
+	case s := <-got:
+		t.Fatalf("%s charged out of order", s)
+	case <-time.After(20 * time.Millisecond):
+	}
+	c.ReleaseN(3) // both fit now: three, then one
+	if a, b := <-got, <-got; a+b != "threeone" && a+b != "onethree" || c.Used() != 4 {
+		t.Fatalf("got %s, %s with %d used; want both, 4 used", a, b, c.Used())
+	}
+	// A waiter for more than is left after a retirement fails.
+	c2 := NewCredits(3)
+	c2.ChargeN(ctx, 3)
+	failed := make(chan error, 1)
+	go func() { failed <- c2.ChargeN(ctx, 3) }()
+	creditsWaitFor(t, func() bool { return c2.Pending() == 4 })
+	c2.Retire()
+	c2.ReleaseN(2)
+	if err := <-failed; !errors.Is(err, ErrTooFewCredits) {
+		t.Fatalf("waiter for 3 of 2 credits: %v", err)
+	}
+}
+
+// A retirement that leaves fewer credits than a waiter asks for fails it
+// at once, even when no release follows: the last credits charged may be
+// the credit messages that retire them (the client's answer to a negative
+// delta), and a waiter left queued then blocks every charge behind it for
+// good (the make bench hang of 40f0bd7).
+func TestCreditsRetireFailsWaiterAtOnce(t *testing.T) {
+	c := NewCredits(8)
+	ctx := context.Background()
+	if err := c.ChargeN(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	waiter := make(chan error, 1)
+	go func() { waiter <- c.ChargeN(ctx, 8) }()
+	creditsWaitFor(t, func() bool { return c.Pending() == 9 })
+	behind := make(chan error, 1)
+	go func() { behind <- c.Charge(ctx) }()
+	creditsWaitFor(t, func() bool { return c.Pending() == 10 })
+	// The credit message retiring one credit is charged ahead of the
+	// waiters when the write completes, and completes with NOTIFY_CREDIT.
+	urgent := make(chan error, 1)
+	go func() { urgent <- c.ChargeUrgent(ctx) }()
+	creditsWaitFor(t, func() bool { return c.Pending() == 11 })
+	c.ReleaseN(8)
+	if err := <-urgent; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waiter:
+		t.Fatalf("waiter for 8 credits ended before the retirement: %v", err)
+	default:
+	}
+	c.Retire()
+	// 7 credits are left: the 8-credit waiter can never be served, the
+	// one behind it must be.
+	if err := <-waiter; !errors.Is(err, ErrTooFewCredits) {
+		t.Fatalf("waiter for 8 of 7 credits: %v, want ErrTooFewCredits", err)
+	}
+	if err := <-behind; err != nil {
+		t.Fatalf("single charge behind it: %v", err)
+	}
+	if c.Limit() != 7 || c.Used() != 1 {
+		t.Fatalf("limit %d used %d, want 7 1", c.Limit(), c.Used())
+	}
+}

@@ -89,6 +89,17 @@ func TestGoldenRequests(t *testing.T) {
 		{"VEC_WRITE 17C", appendOf(NewCollapsedVecWriteRequest(7, 0x1000, 40, page16, 1, PollingMode(0x55, 0x66))), `
 			28000000 03 20 01 ff 0700 0000 00000000 0010000000000000 ` + z(8) + ` 0300 1000
 			66000000 5500000000000000 ` + strings.Repeat("ab", 16)},
+		{"WRITE fragmented", appendOf(fragmentOf(NewWriteRequest(0x0102, 0x200, []byte("hello!"), 3, InterruptMode(0x11, 0x0807060504030201)))), `
+			06000000 01 90 03 ff 0201 0000 00000000 | Length 6 (the whole write), WRITE, INTERRUPT|FRAGMENTED
+			0002000000000000 ` + z(8+4) + ` 11000000 | Offset, DataVa, DataMh, ImmediateCookie
+			0102030405060708 | Cookie
+			68656c | the first 3 bytes`},
+		{"FRAGMENT", appendOf(continuationOf(NewWriteRequest(0x0102, 0x200, []byte("hello!"), 3, InterruptMode(0x11, 0x0807060504030201)))), `
+			03000000 0a 80 03 ff 0201 0000 00000000 | Length 3, FRAGMENT, INTERRUPT
+			0302000000000000 | Offset 0x200 + 3
+			` + z(8+4) + ` 11000000 | DataVa, DataMh, ImmediateCookie as the first
+			0102030405060708 | Cookie as the first
+			6c6f21 | the other 3 bytes`},
 		{"CLOSE 12A", headerBytes(NewCloseRequest(0x0a0b, 4, 0x0102030405060708)), `
 			30000000 04 80 04 00 0b0a 0000 00000000 ` + z(24) + ` 0807060504030201`},
 		{"CANCEL 13A", headerBytes(NewCancelRequest(0x0a0b, 4, 0x0102030405060708)), `

@@ -124,7 +124,7 @@ func TestOpcodeString(t *testing.T) {
 	if OpInterrupt.String() != "INTERRUPT" || OpVecWrite.String() != "VEC_WRITE" || Opcode(0xfe).String() != "OPCODE(0xfe)" {
 		t.Fatal(OpInterrupt, OpVecWrite, Opcode(0xfe))
 	}
-	if Opcode(10).Valid() || !OpInterrupt.Valid() {
+	if Opcode(11).Valid() || !OpInterrupt.Valid() || !OpFragment.Valid() || OpFragment.String() != "FRAGMENT" {
 		t.Fatal("Valid")
 	}
 }

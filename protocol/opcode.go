@@ -21,9 +21,13 @@ const (
 	OpRegister  Opcode = 0x7 // LWIO_OPCODE_REGISTER, FIG. 7A
 	OpCredit    Opcode = 0x8 // LWIO_OPCODE_CREDIT, FIG. 11B
 	OpInterrupt Opcode = 0x9 // LWIO_OPCODE_INTERRUPT, FIG. 9A
+	// OpFragment continues a fragmented WRITE or VEC_WRITE (not in the
+	// seed: our equivalent of SMB Direct's data transfer message
+	// sequences, seed 004; docs/wire.md, "Fragmented writes").
+	OpFragment Opcode = 0xA
 
 	// NumOpcodes is one more than the highest opcode.
-	NumOpcodes = 10
+	NumOpcodes = 11
 )
 
 var opcodeNames = [NumOpcodes]string{
@@ -37,6 +41,7 @@ var opcodeNames = [NumOpcodes]string{
 	OpRegister:  "REGISTER",
 	OpCredit:    "CREDIT",
 	OpInterrupt: "INTERRUPT",
+	OpFragment:  "FRAGMENT",
 }
 
 // String returns the opcode's seed name without the LWIO_OPCODE_ prefix,
@@ -48,7 +53,7 @@ func (o Opcode) String() string {
 	return fmt.Sprintf("OPCODE(0x%02x)", uint8(o))
 }
 
-// Valid reports whether o is one of the ten LWIO opcodes.
+// Valid reports whether o is one of the ten LWIO opcodes or FRAGMENT.
 func (o Opcode) Valid() bool { return int(o) < NumOpcodes }
 
 // IsIO reports whether o moves file data: READ, WRITE, VEC_READ or
@@ -69,6 +74,11 @@ const (
 	// the header and is written to every page of the range (FIG. 17B,
 	// LWIO_HDR_FLAG_COLLAPSE_IO).
 	FlagCollapse uint8 = 0x20
+	// FlagFragmented marks the first message of a fragmented WRITE or
+	// VEC_WRITE: Length counts the whole write, and the rest of the data
+	// follows in FRAGMENT messages (docs/wire.md, "Fragmented writes";
+	// not in the seed).
+	FlagFragmented uint8 = 0x10
 )
 
 // MarkerIO is the Marker byte of READ and WRITE requests (FIG. 14A, 15A).

@@ -7,6 +7,7 @@ package protocol
 //	OpRegister              Register
 //	OpVecRead               Regions (aliases the decoded buffer)
 //	OpWrite, OpVecWrite     Data (aliases the decoded buffer)
+//	OpFragment              Data (aliases the decoded buffer)
 //	others                  Header alone
 //
 // Regions and Data are not copied: they stay valid only as long as the
@@ -20,23 +21,27 @@ type Request struct {
 	Data     []byte
 }
 
-// knownFlags are the header flag bits the seed defines.
-const knownFlags = FlagInterrupt | FlagControl | FlagCollapse
+// knownFlags are the header flag bits the seed defines, and FRAGMENTED.
+const knownFlags = FlagInterrupt | FlagControl | FlagCollapse | FlagFragmented
 
 // DecodeRequest decodes and validates one whole client message; b is exactly
 // the bytes received. It never panics and allocates nothing for READ,
 // WRITE, VEC_READ and VEC_WRITE. Every error is a *FieldError, which ends
 // the connection (IsProtocolError). What it checks:
 //
-//   - the opcode is one of the ten and Flags has only the seed's bits,
-//     FlagCollapse only on VEC_WRITE;
+//   - the opcode is one of the ten or FRAGMENT and Flags has only the
+//     seed's bits and FRAGMENTED, FlagCollapse only on VEC_WRITE,
+//     FlagFragmented only on WRITE and non-collapsed VEC_WRITE, and a
+//     FRAGMENT no flag but INTERRUPT;
 //   - Length against the bytes: READ and VEC_READ, bytes to read (the
 //     message is the header, plus regions for VEC_READ); WRITE and
-//     non-collapsed VEC_WRITE, the data after the header; collapsed
-//     VEC_WRITE, the range written, with min(Length, PageSize) data bytes;
-//     AUTH and REGISTER, the whole message; CLOSE, CANCEL, CREDIT and
-//     INTERRUPT, HeaderSize;
-//   - Marker is 0xFF on READ, WRITE, VEC_READ and VEC_WRITE;
+//     non-collapsed VEC_WRITE, the data after the header, or with
+//     FRAGMENTED the whole write, more than its first fragment carries;
+//     collapsed VEC_WRITE, the range written, with min(Length, PageSize)
+//     data bytes; FRAGMENT, its data (at least one byte); AUTH and
+//     REGISTER, the whole message; CLOSE, CANCEL, CREDIT and INTERRUPT,
+//     HeaderSize;
+//   - Marker is 0xFF on READ, WRITE, VEC_READ, VEC_WRITE and FRAGMENT;
 //   - Offset WriteToEndOfFile (an append) only on WRITE;
 //   - the parameter blocks and region lists as their own decoders do.
 //
@@ -59,8 +64,12 @@ func DecodeRequest(b []byte) (Request, error) {
 	if h.Flags&FlagCollapse != 0 && h.Opcode != OpVecWrite {
 		return r, fieldErr(msg, "Flags", "COLLAPSE_IO on a %s request", msg)
 	}
+	frag := h.Flags&FlagFragmented != 0
+	if frag && (h.Opcode != OpWrite && h.Opcode != OpVecWrite || h.Flags&FlagCollapse != 0) {
+		return r, fieldErr(msg, "Flags", "FRAGMENTED on a %s request", msg)
+	}
 	body := b[HeaderSize:]
-	if h.Opcode.IsIO() && h.Marker != MarkerIO {
+	if (h.Opcode.IsIO() || h.Opcode == OpFragment) && h.Marker != MarkerIO {
 		return r, fieldErr(msg, "Marker", "0x%02x, want 0x%02x", h.Marker, MarkerIO)
 	}
 	if h.Offset == WriteToEndOfFile && h.Opcode.IsIO() && h.Opcode != OpWrite {
@@ -76,17 +85,26 @@ func DecodeRequest(b []byte) (Request, error) {
 			return r, err
 		}
 		r.Regions = RegionList(body)
-	case OpWrite:
-		if uint64(len(body)) != uint64(h.Length) {
-			return r, fieldErr(msg, "Length", "%d, but %d data bytes follow the header", h.Length, len(body))
-		}
-		r.Data = body
-	case OpVecWrite:
-		if h.Flags&FlagCollapse != 0 {
+	case OpWrite, OpVecWrite:
+		switch {
+		case h.Flags&FlagCollapse != 0:
 			if err := checkCollapsed(&h, len(body)); err != nil {
 				return r, err
 			}
-		} else if uint64(len(body)) != uint64(h.Length) {
+		case frag:
+			// The first fragment: some of the data, not all of it.
+			if len(body) == 0 || uint64(len(body)) >= uint64(h.Length) {
+				return r, fieldErr(msg, "Length", "fragmented write of %d bytes with %d in its first fragment", h.Length, len(body))
+			}
+		case uint64(len(body)) != uint64(h.Length):
+			return r, fieldErr(msg, "Length", "%d, but %d data bytes follow the header", h.Length, len(body))
+		}
+		r.Data = body
+	case OpFragment:
+		if h.Flags&^FlagInterrupt != 0 {
+			return r, fieldErr(msg, "Flags", "0x%02x on a FRAGMENT", h.Flags)
+		}
+		if len(body) == 0 || uint64(len(body)) != uint64(h.Length) {
 			return r, fieldErr(msg, "Length", "%d, but %d data bytes follow the header", h.Length, len(body))
 		}
 		r.Data = body
@@ -123,7 +141,7 @@ func (r *Request) Size() int {
 		n += FidParamsSize
 	case OpVecRead:
 		n += len(r.Regions) - len(r.Regions)%RDMARegionSize
-	case OpWrite, OpVecWrite:
+	case OpWrite, OpVecWrite, OpFragment:
 		n += len(r.Data)
 	}
 	return n
@@ -140,7 +158,7 @@ func (r *Request) Append(b []byte) []byte {
 		b = r.Register.Append(b)
 	case OpVecRead:
 		b = append(b, r.Regions[:len(r.Regions)-len(r.Regions)%RDMARegionSize]...)
-	case OpWrite, OpVecWrite:
+	case OpWrite, OpVecWrite, OpFragment:
 		b = append(b, r.Data...)
 	}
 	return b

@@ -104,6 +104,10 @@ func requestCases() []struct {
 		{"VEC_WRITE 17B", NewCollapsedVecWriteRequest(5, 4096, 3*4096+512, bytes.Repeat([]byte{0xee}, 4096), 6, InterruptMode(0x77, 0xb3))},
 		{"VEC_WRITE 17C", NewCollapsedVecWriteRequest(5, 4096, 3*4096+512, bytes.Repeat([]byte{0xee}, 4096), 6, PollingMode(0x7f00aaaa0000, 0x88))},
 		{"VEC_WRITE 17B short", NewCollapsedVecWriteRequest(5, 4096, 1000, bytes.Repeat([]byte{0xee}, 4096), 6, InterruptMode(0x77, 0xb3))},
+		{"WRITE fragmented", fragmentOf(NewWriteRequest(5, 4096, data, 6, InterruptMode(0x77, 0xb4)))},
+		{"VEC_WRITE fragmented polling", fragmentOf(NewVecWriteRequest(5, 4096, data, 1024, 6, PollingMode(0x7f00aaaa0000, 0x88)))},
+		{"FRAGMENT", continuationOf(NewWriteRequest(5, 4096, data, 6, InterruptMode(0x77, 0xb5)))},
+		{"FRAGMENT polling", continuationOf(NewWriteRequest(5, 4096, data, 6, PollingMode(0x7f00aaaa0000, 0x88)))},
 	} {
 		r := w.r
 		r.Header = fill(r.Header)
@@ -356,4 +360,15 @@ func TestSignature(t *testing.T) {
 	if full := m.Sum(nil); !bytes.Equal(p.Signature[:], full[:16]) {
 		t.Fatalf("signature %x, want HMAC-SHA256 prefix %x", p.Signature, full[:16])
 	}
+}
+
+// fragmentOf is the first fragment of w: half its data.
+func fragmentOf(w WriteRequest) WriteRequest { return w.Fragment(len(w.Data) / 2) }
+
+// continuationOf is the FRAGMENT carrying the second half of w's data.
+func continuationOf(w WriteRequest) WriteRequest {
+	f := w.Fragment(len(w.Data) / 2)
+	done := len(f.Data)
+	h := NewFragmentHeader(&f.Header, w.Header.Offset+uint64(done), uint32(len(w.Data)-done), w.Header.Credits)
+	return WriteRequest{Header: h, Data: w.Data[done:]}
 }

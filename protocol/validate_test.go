@@ -85,6 +85,11 @@ func TestDecodeRequestRejects(t *testing.T) {
 	opts := HeaderSize + AuthParamsFixedSize // first option
 	reg := appendOf(NewRegisterRequest(testFidParams(), 1, 1))
 	closeMsg := headerBytes(NewCloseRequest(1, 1, 1))
+	w := NewWriteRequest(1, 0, []byte("0123456789"), 1, InterruptMode(1, 1))
+	f := w.Fragment(4)
+	fragFirst := appendOf(f)
+	fh := NewFragmentHeader(&f.Header, 4, 6, 1)
+	frag := (&WriteRequest{Header: fh, Data: []byte("456789")}).Append(nil)
 
 	for _, c := range []struct {
 		name       string
@@ -93,7 +98,7 @@ func TestDecodeRequestRejects(t *testing.T) {
 	}{
 		{"short header", read[:HeaderSize-1], "HEADER", "Header"},
 		{"empty", nil, "HEADER", "Header"},
-		{"unknown opcode", edit(read, setByte(4, 0x0a)), "REQUEST", "Opcode"},
+		{"unknown opcode", edit(read, setByte(4, 0x0b)), "REQUEST", "Opcode"},
 		{"opcode 0xfe", edit(read, setByte(4, 0xfe)), "REQUEST", "Opcode"},
 		{"unknown flag", edit(read, setByte(5, 0x81)), "READ", "Flags"},
 		{"collapse on WRITE", edit(write, setByte(5, 0xa0)), "WRITE", "Flags"},
@@ -141,6 +146,14 @@ func TestDecodeRequestRejects(t *testing.T) {
 		{"CLOSE Length 0", edit(closeMsg, put32(0, 0)), "CLOSE", "Length"},
 		{"CLOSE trailing", edit(closeMsg, extra(0)), "CLOSE", "Length"},
 		{"INTERRUPT trailing", edit(headerBytes(NewInterruptRequest(1, 1)), extra(0)), "INTERRUPT", "Length"},
+		{"FRAGMENTED on READ", edit(read, setByte(5, 0x90)), "READ", "Flags"},
+		{"FRAGMENTED on collapse", edit(coll, setByte(5, 0xb0)), "VEC_WRITE", "Flags"},
+		{"FRAGMENTED with all its data", edit(write, setByte(5, 0x90)), "WRITE", "Length"},
+		{"FRAGMENTED with no data", edit(fragFirst, cut(4)), "WRITE", "Length"},
+		{"FRAGMENT Length", edit(frag, put32(0, 5)), "FRAGMENT", "Length"},
+		{"FRAGMENT empty", edit(frag, func(b []byte) []byte { b = b[:HeaderSize]; binary.LittleEndian.PutUint32(b, 0); return b }), "FRAGMENT", "Length"},
+		{"FRAGMENT flags", edit(frag, setByte(5, 0xa0)), "FRAGMENT", "Flags"},
+		{"FRAGMENT marker", edit(frag, setByte(7, 0)), "FRAGMENT", "Marker"},
 		{"READ at end of file", edit(read, toEOF), "READ", "Offset"},
 		{"VEC_READ at end of file", edit(vecr, toEOF), "VEC_READ", "Offset"},
 		{"VEC_WRITE at end of file", edit(vecw, toEOF), "VEC_WRITE", "Offset"},

@@ -74,6 +74,48 @@ func NewCollapsedVecWriteRequest(fid uint16, offset uint64, length uint32, page 
 	return WriteRequest{Header: h, Data: page}
 }
 
+// Fragment makes the first fragment of r, a WRITE or non-collapsed
+// VEC_WRITE too long for one of the receiver's buffers: the header with
+// FlagFragmented (Length still the whole write) and the first first bytes
+// of the data; the rest goes in FRAGMENT messages (NewFragmentHeader).
+func (r *WriteRequest) Fragment(first int) WriteRequest {
+	f := *r
+	f.Header.Flags |= FlagFragmented
+	f.Data = r.Data[:first]
+	return f
+}
+
+// Fragmented reports whether r is the first fragment of a write.
+func (r *WriteRequest) Fragmented() bool { return r.Header.Flags&FlagFragmented != 0 }
+
+// NewFragmentHeader is the header of a FRAGMENT that carries n more bytes
+// of the fragmented write whose first header is first, at file offset
+// offset (docs/wire.md, "Fragmented writes"): Opcode FRAGMENT, Length n,
+// Marker 0xFF, the write's Fid, its INTERRUPT flag and the same completion
+// fields (ImmediateCookie and Cookie, or IosMh and IosVa), so that the
+// receiver can tell it belongs to that write. The data follows the header.
+func NewFragmentHeader(first *Header, offset uint64, n uint32, credits uint8) Header {
+	return Header{
+		Length:  n,
+		Opcode:  OpFragment,
+		Flags:   first.Flags & FlagInterrupt,
+		Credits: credits,
+		Marker:  MarkerIO,
+		Fid:     first.Fid,
+		Offset:  offset,
+		IosMh:   first.IosMh,
+		IosVa:   first.IosVa,
+	}
+}
+
+// Continues reports whether h, a FRAGMENT, continues the write whose first
+// header is first and of which done bytes have arrived: same Fid, mode and
+// completion fields, and the Offset where the data so far ends.
+func (h *Header) Continues(first *Header, done uint32) bool {
+	return h.Opcode == OpFragment && h.Fid == first.Fid && h.Flags == first.Flags&FlagInterrupt &&
+		h.IosMh == first.IosMh && h.IosVa == first.IosVa && h.Offset == first.Offset+uint64(done)
+}
+
 // Collapsed reports whether r is a collapsed vectored write.
 func (r *WriteRequest) Collapsed() bool { return r.Header.Flags&FlagCollapse != 0 }
 

@@ -84,7 +84,10 @@ func TestStat(t *testing.T) {
 	needFUSE(t)
 	metrics := freeAddr(t)
 	s := startServer(t, ServerConfig{Args: []string{"-metrics", metrics}})
-	m := mountShare(t, s, MountConfig{Completion: "auto"})
+	// Without leases: under a Write lease a small new file's first bytes
+	// are held back and go in the BATCH at close, over the session
+	// channel (test/lease_test.go), which the figures below rule out.
+	m := mountShare(t, s, MountConfig{Completion: "auto", Options: []string{"noleases"}})
 
 	st := lwioStat(t, m.Dir)
 	if st.DataPath != "lwio/softrdma" || st.Completion != "auto" || len(st.Connections) == 0 || st.Interrupts == nil {
@@ -99,7 +102,7 @@ func TestStat(t *testing.T) {
 	const n = 4 << 20
 	directIO(t, filepath.Join(m.Dir, "big"), n)
 	small := pattern(8, 10000)
-	mustWrite(t, filepath.Join(m.Dir, "small"), small) // buffered, under InlineWriteMax
+	mustWrite(t, filepath.Join(m.Dir, "small"), small) // buffered: over LWIO too (registered at OPEN)
 
 	st2 := lwioStat(t, m.Dir)
 	r, w := st2.Ops["READ"], st2.Ops["WRITE"]
@@ -112,8 +115,8 @@ func TestStat(t *testing.T) {
 	if st2.Bytes.RDMA < 2*n || st2.Bytes.Providers["softrdma"] != st2.Bytes.RDMA {
 		t.Errorf("bytes %+v: want ≥ %d by RDMA, all on softrdma", st2.Bytes, 2*n)
 	}
-	if st2.Bytes.SessionWritten < uint64(len(small)) || st2.Bytes.Session > uint64(len(small))+n/8 {
-		t.Errorf("session bytes %+v: want the small file's %d written over the session channel, and not the O_DIRECT data", st2.Bytes, len(small))
+	if st2.Bytes.SessionWritten != 0 || st2.Bytes.Session > n/8 {
+		t.Errorf("session bytes %+v: want no file data written over the session channel (the small file's %d bytes go over LWIO), and not the O_DIRECT data", st2.Bytes, len(small))
 	}
 	var sum uint64
 	for _, c := range st2.Connections {

@@ -18,6 +18,20 @@ type BufferPool struct {
 	mu      sync.Mutex
 	free    [][]Region // by class, up to the class of max
 	dropped bool
+	// keep bounds the bytes of free regions the pool holds (0: no bound;
+	// SetKeep); kept is what it holds now.
+	keep, kept int
+}
+
+// SetKeep bounds the memory the pool keeps registered while no request
+// holds it to n bytes (0: unbounded): a region Put beyond that is
+// deregistered, and a Get of a class that has none free first gives back
+// free regions of other classes that would not fit. Regions in use are
+// not counted — the caller's credits bound those.
+func (p *BufferPool) SetKeep(n int) {
+	p.mu.Lock()
+	p.keep = n
+	p.mu.Unlock()
 }
 
 // NewBufferPool returns a pool of regions of dom registered with access.
@@ -48,11 +62,27 @@ func (p *BufferPool) Get(n int) (Region, error) {
 		if l := len(p.free[c]); l > 0 {
 			r := p.free[c][l-1]
 			p.free[c] = p.free[c][:l-1]
+			p.kept -= len(r.Bytes())
 			p.mu.Unlock()
 			return r, nil
 		}
 	}
+	var trim []Region
+	if p.keep > 0 {
+		// Another class's free regions make room for this one's.
+		for i := len(p.free) - 1; i >= 0 && p.kept+1<<(c+minPoolShift) > p.keep; i-- {
+			for len(p.free[i]) > 0 && p.kept+1<<(c+minPoolShift) > p.keep {
+				r := p.free[i][len(p.free[i])-1]
+				p.free[i] = p.free[i][:len(p.free[i])-1]
+				p.kept -= len(r.Bytes())
+				trim = append(trim, r)
+			}
+		}
+	}
 	p.mu.Unlock()
+	for _, r := range trim {
+		r.Deregister()
+	}
 	r, err := p.dom.Alloc(1<<(c+minPoolShift), p.access)
 	if err != nil {
 		return nil, err
@@ -71,8 +101,9 @@ func (p *BufferPool) Get(n int) (Region, error) {
 func (p *BufferPool) Put(r Region) {
 	c := poolClass(len(r.Bytes()))
 	p.mu.Lock()
-	if !p.dropped && c < len(p.free) {
+	if !p.dropped && c < len(p.free) && (p.keep == 0 || p.kept+len(r.Bytes()) <= p.keep) {
 		p.free[c] = append(p.free[c], r)
+		p.kept += len(r.Bytes())
 		p.mu.Unlock()
 		return
 	}
@@ -90,6 +121,7 @@ func (p *BufferPool) Drop() {
 		all = append(all, p.free[i]...)
 		p.free[i] = nil
 	}
+	p.kept = 0
 	p.dropped = true
 	p.mu.Unlock()
 	for _, r := range all {

@@ -154,3 +154,51 @@ func TestBufferPoolConcurrent(t *testing.T) {
 		t.Fatalf("%d regions live after Drop with none out", live)
 	}
 }
+
+// SetKeep bounds what the pool keeps while nothing is out: regions put
+// back beyond it go, and a class that runs dry makes room by freeing other
+// classes' idle regions.
+func TestBufferPoolKeep(t *testing.T) {
+	d := &countingDomain{}
+	p := NewBufferPool(d, AccessLocal, 1<<20)
+	p.SetKeep(2 << 20)
+	var out []Region
+	for i := 0; i < 8; i++ {
+		r, err := p.Get(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	for _, r := range out {
+		p.Put(r)
+	}
+	if _, live := d.counts(); live != 2 {
+		t.Errorf("8 MiB put back with a 2 MiB bound: %d regions kept, want 2", live)
+	}
+	// A 64 KiB class with none free: a 1 MiB region goes to make room.
+	r, err := p.Get(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, live := d.counts(); live != 2 {
+		t.Errorf("after a 64 KiB Get: %d regions live, want 2 (one 1 MiB freed for it)", live)
+	}
+	p.Put(r)
+	if _, live := d.counts(); live != 2 {
+		t.Errorf("64 KiB put back: %d live, want 2 (1 MiB + 64 KiB within 2 MiB)", live)
+	}
+	// Unbounded, everything stays.
+	p.SetKeep(0)
+	out = out[:0]
+	for i := 0; i < 4; i++ {
+		r, _ := p.Get(1 << 20)
+		out = append(out, r)
+	}
+	for _, r := range out {
+		p.Put(r)
+	}
+	if _, live := d.counts(); live != 5 {
+		t.Errorf("unbounded: %d live, want 5", live)
+	}
+}

@@ -3,7 +3,7 @@
 // (1 MiB requests, CAP_ASYNC_DIO, MaxBackground 64, 1s attribute and entry
 // timeouts) and kernel FUSE passthrough disabled, so every read and write
 // goes through this process. It is the ceiling for any userspace FUSE
-// daemon on this machine (DESIGN.md, "What the field has learned").
+// daemon on this machine (docs/bench.md, "What is measured").
 //
 //	nullfs [-debug] [-max-background N] DIR MOUNTPOINT
 //

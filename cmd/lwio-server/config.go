@@ -37,9 +37,9 @@ import (
 //	metrics = "127.0.0.1:9450"        # Prometheus /metrics; default none
 //	[limits]
 //	credits_per_connection = 64
-//	credit_budget = 4096              # all connections together
+//	max_buffer_memory = 33554432      # receive buffers of all connections together, bytes
 //	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
-//	max_recv_buffer = 1052672         # largest client message: a 1 MiB WRITE + header
+//	max_recv_buffer = 131120          # a receive buffer: 128 KiB of WRITE data + header
 //	workers = 0                       # disk I/O goroutines; 0 = engine default
 //	max_open_files = 0                # handles of all users; 0 = 3/4 of RLIMIT_NOFILE
 //	max_open_files_per_user = 16384
@@ -105,10 +105,15 @@ type ListenConfig struct {
 // LimitsConfig is [limits]; zero fields leave the defaults.
 type LimitsConfig struct {
 	CreditsPerConnection int `toml:"credits_per_connection"`
-	CreditBudget         int `toml:"credit_budget"`
-	MaxRDMAWindow        int `toml:"max_rdma_window"`
-	MaxRecvBuffer        int `toml:"max_recv_buffer"`
-	Workers              int `toml:"workers"`
+	// MaxBufferMemory is the server's receive memory in bytes, which the
+	// credits of all connections are granted against (issue 20).
+	MaxBufferMemory int64 `toml:"max_buffer_memory"`
+	// CreditBudget is the same budget in credits (older configurations);
+	// it wins over MaxBufferMemory when both are set.
+	CreditBudget  int `toml:"credit_budget"`
+	MaxRDMAWindow int `toml:"max_rdma_window"`
+	MaxRecvBuffer int `toml:"max_recv_buffer"`
+	Workers       int `toml:"workers"`
 	// LeaseBreakTimeout bounds, in seconds, how long a change waits for
 	// a client to acknowledge a lease break (0: the share's default).
 	LeaseBreakTimeout float64 `toml:"lease_break_timeout"`
@@ -312,7 +317,7 @@ func (c *Config) validate() error {
 		}
 	}
 	l := c.Limits
-	if l.CreditsPerConnection < 0 || l.CreditBudget < 0 || l.MaxRDMAWindow < 0 || l.MaxRecvBuffer < 0 || l.Workers < 0 ||
+	if l.CreditsPerConnection < 0 || l.CreditBudget < 0 || l.MaxBufferMemory < 0 || l.MaxRDMAWindow < 0 || l.MaxRecvBuffer < 0 || l.Workers < 0 ||
 		l.MaxOpenFiles < 0 || l.MaxOpenFilesPerUser < 0 || l.MaxPendingConnections < 0 || l.MaxPendingPerAddress < 0 ||
 		l.LogonDelayMax < 0 || l.IdleTimeout < -1 || l.LeaseBreakTimeout < 0 {
 		return errors.New("limits: values must not be negative (idle_timeout: -1 for never)")

@@ -52,7 +52,7 @@ verbs = ["10.0.0.1:5002"]
 metrics = "127.0.0.1:9450"
 [limits]
 credits_per_connection = 16
-credit_budget = 256
+max_buffer_memory = 33554432
 workers = 8
 [shares.data]
 path = "`+dir+`"
@@ -68,7 +68,7 @@ nt_hash = "`+hash+`"
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.ServerName != "fs1" || c.Log.Format != "json" || c.Limits.CreditsPerConnection != 16 ||
+	if c.ServerName != "fs1" || c.Log.Format != "json" || c.Limits.CreditsPerConnection != 16 || c.Limits.MaxBufferMemory != 32<<20 ||
 		!c.Shares["data"].ReadOnly || c.Shares["data"].Users[0] != "alice" || c.Listen.Verbs[0] != "10.0.0.1:5002" || c.Listen.Metrics != "127.0.0.1:9450" {
 		t.Errorf("decoded %+v", c)
 	}

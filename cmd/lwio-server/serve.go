@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ func serve(c *Config, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
+	limitMemory(srv.Engine().Budget(), log)
 	logStart(c, log, srv)
 
 	sig := make(chan os.Signal, 2)
@@ -102,6 +104,7 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			Logger:            log.WithField("component", "lwio"),
 			Credits:           c.Limits.CreditsPerConnection,
 			MaxCredits:        c.Limits.CreditsPerConnection,
+			MaxBufferMemory:   c.Limits.MaxBufferMemory,
 			CreditBudget:      c.Limits.CreditBudget,
 			MaxRdmaWindowSize: c.Limits.MaxRDMAWindow,
 			MaxRecvBufferSize: c.Limits.MaxRecvBuffer,
@@ -195,6 +198,30 @@ func logStart(c *Config, log *logrus.Logger, srv *fileserver.Server) {
 	if len(srv.Listeners()) == 0 {
 		log.Warn("no RDMA provider enabled: clients fall back to file data over the session channel")
 	}
+}
+
+// memoryOverhead is what lwio-server needs besides its receive buffers
+// (the Go runtime, the session channel, sockets, metrics), for the soft
+// memory limit.
+const memoryOverhead = 24 << 20
+
+// limitMemory sets the Go runtime's soft memory limit from the receive
+// memory budget, unless GOMEMLIMIT is set. The budget bounds the live
+// receive buffers, but buffers given back are garbage until a collection,
+// and with the default GC target the heap grows to twice its live size
+// before one; the runtime keeps what it grew to. With the limit the
+// collector runs, and returns memory to the OS, as the heap nears it, so
+// resident memory follows the budget (bench/memory.sh measures it). The
+// limit is the budget, its possible overdraft (a quarter) and
+// memoryOverhead.
+func limitMemory(b server.BudgetInfo, log logrus.FieldLogger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	budget := int64(b.Credits) * int64(b.BufferSize)
+	limit := budget + budget/4 + memoryOverhead
+	debug.SetMemoryLimit(limit)
+	log.WithField("limit_mib", limit>>20).Debug("Go soft memory limit from max_buffer_memory")
 }
 
 // logAccounts says, once at start, who the users act as: for each user

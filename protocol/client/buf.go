@@ -1,27 +1,57 @@
 package client
 
-import "github.com/lwiofs/lwiofs/transport"
+import (
+	"sync"
 
-// Buf is a pooled registered buffer holding the result of ReadBuf. Reply
-// from Bytes and call Release exactly once when done; the memory is reused.
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// Buffer is data a read returned (File.ReadBuf). Release gives its memory
+// back to the engine's pool — a no-op for ordinary memory — and Bytes must
+// not be used after. fs's DataFile returns the same type, so a registered
+// file is a data file as it is.
+type Buffer interface {
+	Bytes() []byte
+	Release()
+}
+
+// Buf is a pooled registered buffer holding the result of ReadBuf, or the
+// caller's own memory when the read landed there. Reply from Bytes and call
+// Release exactly once when done; the memory is reused.
 type Buf struct {
 	r    transport.Region
-	n    int
+	b    []byte
 	pool *transport.BufferPool
 }
 
+var _ Buffer = (*Buf)(nil)
+
 // Bytes is the data read.
-func (b *Buf) Bytes() []byte { return b.r.Bytes()[:b.n] }
+func (b *Buf) Bytes() []byte { return b.b }
 
 // Len is len(Bytes()).
-func (b *Buf) Len() int { return b.n }
+func (b *Buf) Len() int { return len(b.b) }
 
-// Release returns the buffer to its pool. Bytes must not be used after.
+// Release returns the buffer to its pool. Bytes must not be used after,
+// nor the Buf itself: it is reused.
 func (b *Buf) Release() {
-	if b == nil || b.pool == nil {
+	if b == nil {
 		return
 	}
-	p := b.pool
-	b.pool = nil
-	p.Put(b.r)
+	if p := b.pool; p != nil {
+		p.Put(b.r)
+	}
+	*b = Buf{}
+	bufs.Put(b)
+}
+
+// bufs recycles Bufs, so that a read allocates nothing once warm.
+var bufs = sync.Pool{New: func() any { return new(Buf) }}
+
+// newBuf returns a Buf of b, in region r of pool (nil for the caller's own
+// memory).
+func newBuf(b []byte, r transport.Region, pool *transport.BufferPool) *Buf {
+	x := bufs.Get().(*Buf)
+	x.b, x.r, x.pool = b, r, pool
+	return x
 }

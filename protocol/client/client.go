@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,8 +58,8 @@ func (m Mode) String() string {
 
 // Defaults for the zero values of Config.
 const (
-	DefaultConnections     = 2
 	DefaultCredits         = 32
+	DefaultPoolMemory      = 32 << 20
 	DefaultMaxCredits      = 64
 	DefaultSpinTime        = 20 * time.Microsecond
 	DefaultBounceThreshold = 1024
@@ -89,8 +90,8 @@ type Config struct {
 	ClientName string
 	// Completion is the mode every request uses (zero = Interrupt).
 	Completion Mode
-	// Connections is the number of RDMA connections, spread over the
-	// common providers' instances (0 = DefaultConnections).
+	// Connections is the number of RDMA connections, each with its own
+	// completion queue (0 = DefaultConnections(): one per CPU).
 	Connections int
 	// Credits is the number of credits asked for at AUTH per connection
 	// (0 = DefaultCredits).
@@ -104,6 +105,11 @@ type Config struct {
 	// BounceThreshold: reads of at most this many bytes land in a slot's
 	// pre-registered bounce buffer and are copied (0 = DefaultBounceThreshold).
 	BounceThreshold int
+	// PoolMemory bounds the registered data buffers the client keeps
+	// between requests, over all its connections (issue 20; 0 =
+	// DefaultPoolMemory, negative: unbounded). Buffers of requests in
+	// flight are not counted: the credits bound those.
+	PoolMemory int
 	// MaxIO is the largest read this client accepts in one RDMA transfer,
 	// announced as its MaxRdmaWindowSize (0 = DefaultMaxIO).
 	MaxIO int
@@ -130,8 +136,11 @@ func (c Config) withDefaults() Config {
 			*v = d
 		}
 	}
-	def(&c.Connections, DefaultConnections)
+	def(&c.Connections, DefaultConnections())
 	def(&c.Credits, DefaultCredits)
+	if c.PoolMemory == 0 {
+		c.PoolMemory = DefaultPoolMemory
+	}
 	def(&c.MaxCredits, DefaultMaxCredits)
 	if c.MaxCredits < c.Credits {
 		c.MaxCredits = c.Credits
@@ -160,6 +169,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// DefaultConnections is one connection per CPU (seed 003: a completion
+// queue per processor, each completion handled where it was issued), at
+// least 2 and at most maxDefaultConnections.
+func DefaultConnections() int { return min(max(runtime.NumCPU(), 2), maxDefaultConnections) }
+
+// maxDefaultConnections caps the default on large hosts: each connection
+// holds credits, and so receive buffers, on the server.
+const maxDefaultConnections = 16
+
 // ErrClosed is returned by calls on a closed Client or File.
 var ErrClosed = errors.New("lwio client: closed")
 
@@ -169,7 +187,6 @@ type Client struct {
 	cfg   Config
 	log   logrus.FieldLogger
 	conns []*conn
-	next  atomic.Uint32
 
 	closeOnce sync.Once
 	done      chan struct{} // closed when every connection is dead
@@ -224,61 +241,55 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lwio client: negotiate: %w", err)
 	}
-	type target struct {
-		p    transport.Provider
-		addr string
-	}
-	var targets []target
-	for _, pi := range resp.Providers {
-		p := byName[pi.Name]
-		if p == nil {
-			continue
-		}
-		for _, in := range pi.Instances {
-			addr, err := in.Addr()
-			if err != nil {
-				continue
-			}
-			targets = append(targets, target{p, addr})
-		}
-	}
+	targets := preferred(resp.Providers, cfg.Providers, byName)
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("lwio client: no common provider with %q", resp.SrvName)
 	}
 
-	// FIG. 5: connect and authenticate, spreading over the instances.
-	// A negotiate Key authenticates one connection only (the server refuses
-	// it a second time, so a captured AUTH cannot be replayed), so every
-	// connection after the first asks the pipe for a Key of its own.
+	// FIG. 5: connect and authenticate. Every connection goes to the
+	// first common provider in our order of preference (its instances in
+	// turn): a mount that can use verbs must not carry half its I/O over
+	// softrdma. A connection that fails there tries the next target, so a
+	// provider that is down costs one failed dial per connection, not the
+	// data path. A negotiate Key authenticates one connection only (the
+	// server refuses it a second time, so a captured AUTH cannot be
+	// replayed), so every connection after the first asks the pipe for a
+	// Key of its own.
 	var firstErr error
 	authKey, keyUsed := resp.Key, false
-	for i := 0; len(cl.conns) < cfg.Connections && i < cfg.Connections+len(targets); i++ {
-		t := targets[i%len(targets)]
-		if keyUsed {
-			more, err := cfg.Negotiate(ctx, protocol.NewNegotiateRequest(cfg.ClientName, key, offer))
-			if err != nil {
-				if firstErr == nil {
-					firstErr = fmt.Errorf("lwio client: negotiate: %w", err)
+	nfirst := targets[0].group
+conns:
+	for len(cl.conns) < cfg.Connections {
+		k := len(cl.conns)
+		for try := 0; try < len(targets); try++ {
+			t := targets[(k%nfirst+try)%len(targets)]
+			if keyUsed {
+				more, err := cfg.Negotiate(ctx, protocol.NewNegotiateRequest(cfg.ClientName, key, offer))
+				if err != nil {
+					if firstErr == nil {
+						firstErr = fmt.Errorf("lwio client: negotiate: %w", err)
+					}
+					break conns
 				}
-				break
+				authKey = more.Key
 			}
-			authKey = more.Key
-		}
-		keyUsed = true
-		cctx, cancel := context.WithTimeout(ctx, cfg.AuthTimeout)
-		c, err := dial(cctx, cl, len(cl.conns), t.p, t.addr, authKey)
-		cancel()
-		if err != nil {
+			keyUsed = true
+			cctx, cancel := context.WithTimeout(ctx, cfg.AuthTimeout)
+			c, err := dial(cctx, cl, k, t.p, t.addr, authKey)
+			cancel()
+			if err == nil {
+				cl.conns = append(cl.conns, c)
+				continue conns
+			}
 			log.WithFields(logrus.Fields{"provider": t.p.Name(), "addr": t.addr}).WithError(err).Warn("lwio: connection failed")
 			if firstErr == nil {
 				firstErr = err
 			}
 			if errors.Is(err, errAuth) {
-				break // the server said no; another instance will too
+				break conns // the server said no; another instance will too
 			}
-			continue
 		}
-		cl.conns = append(cl.conns, c)
+		break // no target took this connection
 	}
 	if len(cl.conns) == 0 {
 		return nil, firstErr
@@ -292,6 +303,42 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		log.WithFields(logrus.Fields{"provider": c.tc.Provider(), "remote": c.tc.RemoteAddr(), "credits": c.credits.Limit(), "mode": cfg.Completion}).Info("lwio: connected")
 	}
 	return cl, nil
+}
+
+// target is one place a connection can be dialled: a provider and one of
+// its instances at the server. group is how many targets of that provider
+// there are (the instances a connection index is spread over).
+type target struct {
+	p     transport.Provider
+	addr  string
+	group int
+}
+
+// preferred lists where connections go: the instances of every provider
+// both ends have, grouped by provider in the client's order of preference
+// (Config.Providers), each provider's instances in the server's order.
+func preferred(offered []transport.ProviderInfo, mine []transport.Provider, byName map[string]transport.Provider) []target {
+	var out []target
+	for _, p := range mine {
+		if byName[p.Name()] != p {
+			continue // unavailable, or a duplicate name
+		}
+		start := len(out)
+		for _, pi := range offered {
+			if pi.Name != p.Name() {
+				continue
+			}
+			for _, in := range pi.Instances {
+				if addr, err := in.Addr(); err == nil {
+					out = append(out, target{p: p, addr: addr})
+				}
+			}
+		}
+		for i := start; i < len(out); i++ {
+			out[i].group = len(out) - start
+		}
+	}
+	return out
 }
 
 // Conns describes the client's connections.
@@ -349,14 +396,23 @@ func (cl *Client) Close() error {
 	return nil
 }
 
-// pick returns the live connection with the fewest requests pending.
+// pick returns the live connection with the most credits free. Ties go to
+// the connection of the CPU the caller runs on (seed 003: per-processor
+// queues; the requester reaps its own completion, so it is handled on
+// that connection's queue by the thread that issued it), so requests from
+// several CPUs spread over the connections, and a lone requester keeps to
+// one connection, where the provider's acknowledgement of each answer
+// rides on the next request.
 func (cl *Client) pick() (*conn, error) {
 	n := len(cl.conns)
-	start := int(cl.next.Add(1)) % n
+	home := 0
+	if n > 1 {
+		home = currentCPU() % n
+	}
 	var best *conn
 	bestLoad := 0
 	for i := 0; i < n; i++ {
-		c := cl.conns[(start+i)%n]
+		c := cl.conns[(home+i)%n]
 		if !c.alive() {
 			continue
 		}

@@ -47,6 +47,12 @@ const (
 	maxSpinners = 2
 	// authID is the work request ID of the AUTH send.
 	authID = 1 << 62
+	// fragID marks the SENDs of a fragmented write before its last (whose
+	// ID is the slot's): their completions only count as owed ones.
+	fragID = 1 << 61
+	// maxFragments is the most messages one write is sent in: their
+	// headers live in the slot's send area.
+	maxFragments = sendAreaSize / protocol.HeaderSize
 )
 
 // errAuth marks a connection the server, or the client's check of the
@@ -121,6 +127,10 @@ type slot struct {
 	// requester each hold one; the slot is free when all three let go.
 	refs    atomic.Int32
 	buf     transport.Region      // data buffer, back to the pool with the slot
+	data    transport.Segment     // a large write's data segment (in buf)
+	ncred   int                   // credits the request took (a fragmented write: one per message)
+	fwrs    []transport.SendWR    // a fragmented write's SENDs, kept for the next
+	fsegs   []transport.Segment   // and their gather lists
 	regions []protocol.RDMARegion // a VEC_READ's list, kept for the next
 	kind    slotKind
 	reqLen  uint32
@@ -146,6 +156,7 @@ type conn struct {
 	maxWrite   int
 	maxRegions int
 	serverPage int
+	fragData   int // data bytes one of the server's receive buffers holds
 
 	slots  [maxSlots]atomic.Pointer[slot]
 	nslots atomic.Int32
@@ -155,6 +166,7 @@ type conn struct {
 	recvMu     sync.Mutex
 	recvFree   []int
 	recvExcess int
+	recvWRs    [1]transport.RecvWR // postRecv's list, under recvMu
 
 	// The reaper role (see reap.go): whoever holds reaping polls the CQ
 	// and dispatches every completion in it. expect counts the CQ events
@@ -307,6 +319,7 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	sent := false
 	var wcs [8]transport.Completion
 	answered := false // the server answered, then went away (a refusal does)
+	var early []transport.Completion
 	for (resp == nil || !sent) && !answered {
 		n, err := tc.CQ().Wait(ctx, wcs[:])
 		if err != nil {
@@ -333,6 +346,11 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 				}
 				resp = &r
 				c.recvDone(wc.ID)
+			case wc.Op == transport.OpRecv && !wc.HasImm:
+				// A delta credit can follow the response before our
+				// AUTH send's completion: handled once the credits are
+				// set up, below.
+				early = append(early, wc)
 			default:
 				return nil, fmt.Errorf("%w: unexpected %v completion during AUTH", errAuth, wc.Op)
 			}
@@ -379,12 +397,22 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	c.recvMu.Unlock()
 	c.credits = protocol.NewCredits(granted)
 	c.maxRead = min(int(sp.MaxRdmaWindowSize), cfg.MaxIO)
-	c.maxWrite = min(int(sp.MaxRecvBufferSize)-protocol.HeaderSize, cfg.MaxIO)
+	// A write longer than one of the server's receive buffers goes
+	// fragmented (write.go), a message per buffer, up to the server's
+	// largest transfer and the headers the slot's send area holds.
+	c.fragData = protocol.FragmentData(int(sp.MaxRecvBufferSize))
+	c.maxWrite = min(cfg.MaxIO, int(sp.MaxRdmaWindowSize), maxFragments*c.fragData)
 	// A VEC_READ's region list must fit the server's receive buffer too.
-	c.maxRegions = max(min(maxVecRegions, c.maxWrite/protocol.RDMARegionSize), 1)
+	c.maxRegions = max(min(maxVecRegions, c.fragData/protocol.RDMARegionSize), 1)
 	c.serverPage = int(sp.PageSize)
 	c.spinScore.Store(4)
 	c.pool = transport.NewBufferPool(dom, transport.AccessLocal|transport.AccessRemoteWrite, max(c.maxRead, c.maxWrite))
+	if cfg.PoolMemory > 0 {
+		c.pool.SetKeep(max(cfg.PoolMemory/cfg.Connections, c.maxRead, c.maxWrite))
+	}
+	for i := range early {
+		c.onRecv(&early[i])
+	}
 	ok = true
 	return c, nil
 }
@@ -412,11 +440,20 @@ func (c *conn) addRecv(n int) error {
 	c.recvFree = c.recvFree[:len(c.recvFree)-n]
 	c.recvMu.Unlock()
 	for i := len(ids) - 1; i >= 0; i-- {
-		if err := c.tc.PostRecv(c.recvWR(ids[i])); err != nil {
+		if err := c.postRecv(ids[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// postRecv posts receive id from a reused one-element list: a variadic
+// call through the interface would allocate its slice every time.
+func (c *conn) postRecv(id int) error {
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	c.recvWRs[0] = c.recvWR(id)
+	return c.tc.PostRecv(c.recvWRs[:]...)
 }
 
 // recvDone reposts a consumed receive, or parks it when more are posted
@@ -430,7 +467,7 @@ func (c *conn) recvDone(id uint64) {
 		return
 	}
 	c.recvMu.Unlock()
-	if err := c.tc.PostRecv(c.recvWR(int(id))); err != nil {
+	if err := c.postRecv(int(id)); err != nil {
 		c.die(fmt.Errorf("repost receive: %w", err))
 	}
 }
@@ -488,7 +525,7 @@ func (c *conn) complete(sl *slot, res result) {
 		c.recvExcess++ // one receive fewer from now on
 		c.recvMu.Unlock()
 	} else {
-		c.credits.Release()
+		c.credits.ReleaseN(sl.ncred)
 	}
 	if sl.kind == kindIO {
 		c.rang() // not polling: onRecv refuses a completion for a polling request
@@ -557,6 +594,7 @@ func (c *conn) sendCredit(v int32, kind slotKind) bool {
 		c.credits.Release()
 		return false
 	}
+	sl.ncred = 1
 	h := protocol.NewCreditRequest(v, c.hint(), c.prepare(sl, kind).Cookie)
 	_, err = c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
 	return err == nil
@@ -666,10 +704,17 @@ func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Se
 		sl.segs[1] = *data
 		sgl = sl.segs[:2]
 	}
+	sl.wr[0] = transport.SendWR{ID: uint64(sl.idx), Op: transport.OpSend, SGL: sgl}
+	return c.postChain(sl, sl.wr[:])
+}
+
+// postChain posts sl's request as the SENDs wrs (one, or a fragmented
+// write's messages in a row: a chain, so nothing of the connection's
+// comes between them); the last carries the slot's completion ID.
+func (c *conn) postChain(sl *slot, wrs []transport.SendWR) error {
 	sl.refs.Store(3)
 	sl.state.Store(slotWaiting)
-	sl.wr[0] = transport.SendWR{ID: uint64(sl.idx), Op: transport.OpSend, SGL: sgl}
-	owed := int32(1) // the SEND's completion
+	owed := int32(len(wrs)) // the SENDs' completions
 	if !sl.polling {
 		owed++ // and the answer
 	}
@@ -681,14 +726,14 @@ func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Se
 	if sl.kind == kindIO && sl.polling != c.lastPolled.Load() {
 		c.lastPolled.Store(sl.polling)
 	}
-	if err := c.tc.Post(sl.wr[:]...); err != nil {
+	if err := c.tc.Post(wrs...); err != nil {
 		c.expect.Add(-owed)
 		if bell {
 			c.auto.doorbells.Add(-1)
 		}
 		sl.state.Store(slotIdle)
 		sl.refs.Store(0)
-		c.credits.Release()
+		c.credits.ReleaseN(sl.ncred)
 		c.freeSlot(sl)
 		if !c.alive() {
 			return c.connErr()

@@ -26,7 +26,7 @@ import (
 type authority struct {
 	mu       sync.Mutex
 	sessions map[[16]byte]testSession
-	files    map[uint64]map[protocol.ResumeKey]server.File
+	files    map[uint64]map[protocol.ResumeKey]share.File
 	nextKey  uint64
 	cipher   smbauth.Cipher // sessions keyed from now on are sealed with it
 }
@@ -49,7 +49,7 @@ func (a *authority) DataCipher(id uint64) smbauth.Cipher {
 }
 
 func newAuthority() *authority {
-	return &authority{sessions: map[[16]byte]testSession{}, files: map[uint64]map[protocol.ResumeKey]server.File{}}
+	return &authority{sessions: map[[16]byte]testSession{}, files: map[uint64]map[protocol.ResumeKey]share.File{}}
 }
 
 func (a *authority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
@@ -59,7 +59,7 @@ func (a *authority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
 	return s.id, s.key, ok
 }
 
-func (a *authority) OpenByResumeKey(id uint64, key [24]byte) (server.File, error) {
+func (a *authority) OpenByResumeKey(id uint64, key [24]byte) (share.File, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f, ok := a.files[id][key]
@@ -79,7 +79,7 @@ func (a *authority) negotiateKey(id uint64, signingKey []byte) [16]byte {
 	return k
 }
 
-func (a *authority) addFile(id uint64, f server.File) protocol.ResumeKey {
+func (a *authority) addFile(id uint64, f share.File) protocol.ResumeKey {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.nextKey++
@@ -87,7 +87,7 @@ func (a *authority) addFile(id uint64, f server.File) protocol.ResumeKey {
 	binary.LittleEndian.PutUint64(k[:], a.nextKey)
 	rand.Read(k[8:])
 	if a.files[id] == nil {
-		a.files[id] = map[protocol.ResumeKey]server.File{}
+		a.files[id] = map[protocol.ResumeKey]share.File{}
 	}
 	a.files[id][k] = f
 	return k
@@ -271,13 +271,13 @@ func ctxT(t testing.TB) context.Context {
 
 // gatedFile blocks reads and writes until its gate opens.
 type gatedFile struct {
-	server.File
+	share.File
 	gate    chan struct{}
 	once    sync.Once
 	entered chan struct{}
 }
 
-func newGated(f server.File) *gatedFile {
+func newGated(f share.File) *gatedFile {
 	return &gatedFile{File: f, gate: make(chan struct{}), entered: make(chan struct{}, 1024)}
 }
 

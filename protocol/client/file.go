@@ -15,6 +15,7 @@ type File struct {
 	cl     *Client
 	fid    uint16
 	flags  uint32
+	byOpen bool          // registered by the session's OPEN: it closes with the handle
 	mode   atomic.Uint32 // Mode
 	closed atomic.Bool
 }
@@ -48,7 +49,19 @@ func (cl *Client) Register(ctx context.Context, key protocol.ResumeKey, flagsAnd
 	}
 	f := &File{cl: cl, fid: uint16(r.info), flags: flagsAndAttributes}
 	f.mode.Store(uint32(cl.cfg.Completion))
+	cl.ctr.registered.Add(1)
 	return f, nil
+}
+
+// Attach returns the File of a Fid the session channel's OPEN registered
+// (session.Tree.RegisterOnOpen): the same as Register's, without the
+// REGISTER round trip. flagsAndAttributes are those the open asked for.
+// Its Close sends nothing: the server closes the Fid with the handle.
+func (cl *Client) Attach(fid uint16, flagsAndAttributes uint32) *File {
+	f := &File{cl: cl, fid: fid, flags: flagsAndAttributes, byOpen: true}
+	f.mode.Store(uint32(cl.cfg.Completion))
+	cl.ctr.attached.Add(1)
+	return f
 }
 
 // begin picks a connection, charges a credit and takes a slot.
@@ -57,18 +70,26 @@ func (cl *Client) begin(ctx context.Context) (*conn, *slot, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := c.credits.Charge(ctx); err != nil {
+	sl, err := c.beginN(ctx, 1)
+	return c, sl, err
+}
+
+// beginN charges n credits on c (all at once: ChargeN) and takes a slot
+// that will give them back.
+func (c *conn) beginN(ctx context.Context, n int) (*slot, error) {
+	if err := c.credits.ChargeN(ctx, n); err != nil {
 		if c.alive() {
-			return nil, nil, err
+			return nil, err
 		}
-		return nil, nil, c.connErr()
+		return nil, c.connErr()
 	}
 	sl, err := c.getSlot(ctx)
 	if err != nil {
-		c.credits.Release()
-		return nil, nil, err
+		c.credits.ReleaseN(n)
+		return nil, err
 	}
-	return c, sl, nil
+	sl.ncred = n
+	return sl, nil
 }
 
 func (f *File) begin(ctx context.Context) (*conn, *slot, error) {
@@ -88,10 +109,15 @@ func (f *File) begin(ctx context.Context) (*conn, *slot, error) {
 func (f *File) SetCompletion(m Mode) { f.mode.Store(uint32(m)) }
 
 // Close closes the Fid on the server (FIG. 12A/B): later requests on it
-// fail. It does not close the file on the session channel.
+// fail. It does not close the file on the session channel. A File from
+// Attach only stops being usable here: its Fid goes when the session
+// handle it was opened with closes, with no message of its own.
 func (f *File) Close(ctx context.Context) error {
 	if f.closed.Swap(true) {
 		return ErrClosed
+	}
+	if f.byOpen {
+		return nil
 	}
 	return f.control(ctx, protocol.NewCloseRequest)
 }

@@ -151,7 +151,7 @@ func (c *conn) reapUntilWoken(ctx context.Context, sl *slot, wake chan struct{})
 
 func (c *conn) polled(sl *slot, r result) result {
 	sl.state.Store(slotDone)
-	c.credits.Release()
+	c.credits.ReleaseN(sl.ncred)
 	sl.unref() // the completion's reference
 	c.reapNow()
 	return r
@@ -179,6 +179,7 @@ func (c *conn) requestInterrupt() bool {
 		c.intrMu.Unlock()
 		return false
 	}
+	sl.ncred = 1
 	h := protocol.NewInterruptRequest(c.hint(), c.prepare(sl, kindInterrupt).Cookie)
 	c.cl.ctr.interrupts.Add(1)
 	if err := c.post(sl, &h, protocol.HeaderSize, nil); err != nil {

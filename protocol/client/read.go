@@ -119,19 +119,31 @@ func (c *conn) copyIn(sl *slot, dst, src []byte) {
 	}
 }
 
-// abort gives back a slot and credit taken for a request never posted.
+// abort gives back a slot and credits taken for a request never posted.
 func (c *conn) abort(sl *slot) {
-	c.credits.Release()
+	c.credits.ReleaseN(sl.ncred)
 	c.freeSlot(sl)
 }
 
-// ReadBuf reads up to n bytes at off (n ≤ MaxRead) straight into a pooled
-// registered buffer and returns it without a copy: reply from Bytes, then
-// Release it. Bytes is shorter than n at end of file; at or past end of
-// file ReadBuf returns nil and io.EOF.
-func (f *File) ReadBuf(ctx context.Context, off int64, n int) (*Buf, error) {
-	if n <= 0 || n > f.cl.MaxRead() {
-		return nil, fmt.Errorf("lwio read: ReadBuf of %d bytes (max %d)", n, f.cl.MaxRead())
+// ReadBuf reads len(dest) bytes at off and returns them without a copy
+// where it can: a read of at most MaxRead bytes lands in a pooled
+// registered buffer, handed over as it is (the FUSE reply is written from
+// it); a longer one is split into READs landing in dest, and one of at
+// most BounceThreshold bytes lands in the slot's bounce buffer and is
+// copied to dest (cheaper than a pooled buffer for so few bytes). Reply
+// from Bytes, then Release. Bytes is shorter than dest at end of file; at
+// or past end of file ReadBuf returns nil and io.EOF.
+func (f *File) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
+	n := len(dest)
+	if n == 0 || n > f.cl.MaxRead() || n <= f.cl.cfg.BounceThreshold {
+		got, err := f.ReadAt(ctx, dest, off)
+		if got == 0 && (err == nil || err == io.EOF) {
+			return nil, io.EOF
+		}
+		if err == io.EOF {
+			err = nil
+		}
+		return newBuf(dest[:got], nil, nil), err
 	}
 	c, sl, err := f.begin(ctx)
 	if err != nil {
@@ -153,10 +165,10 @@ func (f *File) ReadBuf(ctx context.Context, off int64, n int) (*Buf, error) {
 			return nil, err
 		}
 		copyRemote(nb.Bytes()[:got], dst.Bytes()[:got])
-		return &Buf{r: nb, n: got, pool: c.pool}, nil
+		return newBuf(nb.Bytes()[:got], nb, c.pool), nil
 	}
 	sl.buf = nil // the caller's now
-	return &Buf{r: dst.Region, n: got, pool: c.pool}, nil
+	return newBuf(dst.Region.Bytes()[:got], dst.Region, c.pool), nil
 }
 
 // ReadV reads into pages, which are consecutive PageSize pieces of the

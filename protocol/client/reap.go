@@ -57,6 +57,10 @@ func (c *conn) dispatch(wcs []transport.Completion) {
 			if wc.ID == authID {
 				continue
 			}
+			if wc.ID&fragID != 0 {
+				c.expect.Add(-1) // a fragment's SEND; the last one frees the slot
+				continue
+			}
 			if sl := c.slotAt(int(wc.ID)); sl != nil {
 				c.expect.Add(-1)
 				sl.unref()

@@ -20,6 +20,8 @@ type Counters struct {
 	modes      stats.ByName // I/O completions by mode
 	interrupts atomic.Int64
 	collapsed  atomic.Int64
+	registered atomic.Int64
+	attached   atomic.Int64
 }
 
 // Stats are a client's counters at one moment.
@@ -38,6 +40,9 @@ type Stats struct {
 	// Interrupts is the number of INTERRUPT requests sent by polling waits
 	// that outlasted SpinTime (FIG. 9A).
 	Interrupts int64
+	// Registered is the number of files registered by REGISTER (FIG. 7A),
+	// Attached the number whose Fid came with the session's OPEN (Attach).
+	Registered, Attached int64
 }
 
 // Snapshot returns the counters.
@@ -45,6 +50,7 @@ func (ctr *Counters) Snapshot() Stats {
 	return Stats{
 		Ops: ctr.ops.Snapshot(), RDMABytes: ctr.rdma.Snapshot(), Completions: ctr.modes.Snapshot(),
 		Collapsed: ctr.collapsed.Load(), Interrupts: ctr.interrupts.Load(),
+		Registered: ctr.registered.Load(), Attached: ctr.attached.Load(),
 	}
 }
 
@@ -75,7 +81,8 @@ func (cc *connCounters) init(ctr *Counters, provider string) {
 // request sent.
 func (c *conn) count(op protocol.Opcode, polling bool, payload int, r result, err error, start time.Time) {
 	d := time.Since(start)
-	ok := err == nil && r.st == protocol.StatusSuccess
+	// NOTIFY_CREDIT completing a retiring CREDIT is its success (FIG. 11C).
+	ok := err == nil && (r.st == protocol.StatusSuccess || op == protocol.OpCredit && r.st == protocol.NotifyCredit)
 	var file, moved uint64
 	if ok && op.IsIO() {
 		file = uint64(r.info)

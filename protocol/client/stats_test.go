@@ -3,6 +3,7 @@ package client
 import (
 	"testing"
 
+	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -87,7 +88,11 @@ func TestStatsCount(t *testing.T) {
 	if ss.RDMABytes[soft.Name] != want+10 {
 		t.Errorf("server RDMA bytes %v, want %d", ss.RDMABytes, want+10)
 	}
-	if ss.Connections[soft.Name] != 2*DefaultConnections || ss.Sessions != 1 || ss.CreditsGranted < 2*DefaultConnections || ss.CreditBudget != server.DefaultCreditBudget {
-		t.Errorf("server connections %v sessions %d credits %d/%d", ss.Connections, ss.Sessions, ss.CreditsGranted, ss.CreditBudget)
+	if ss.Connections[soft.Name] != 2*DefaultConnections() || ss.Sessions != 1 || ss.CreditsGranted < 2*DefaultConnections() ||
+		ss.CreditBudget != int(server.DefaultMaxBufferMemory)/(server.DefaultMaxRecvBufferSize+4096-protocol.HeaderSize) || ss.BufferMemory != server.DefaultMaxBufferMemory {
+		t.Errorf("server connections %v sessions %d credits %d/%d memory %d", ss.Connections, ss.Sessions, ss.CreditsGranted, ss.CreditBudget, ss.BufferMemory)
+	}
+	if want := int64(ss.CreditsGranted) * (server.DefaultMaxRecvBufferSize + 4096 - protocol.HeaderSize); ss.RecvBufferBytes < want || ss.RecvBufferBytes > want+int64(ss.CreditBudget)*(server.DefaultMaxRecvBufferSize+4096-protocol.HeaderSize) {
+		t.Errorf("server receive buffers %d bytes for %d credits granted", ss.RecvBufferBytes, ss.CreditsGranted)
 	}
 }

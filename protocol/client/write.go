@@ -3,8 +3,10 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
@@ -17,17 +19,16 @@ import (
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	total := 0
 	for total < len(p) || len(p) == 0 {
-		n := min(len(p)-total, f.cl.MaxWrite())
 		at := off + int64(total)
 		if off < 0 {
 			at = -1 // uint64: WriteToEndOfFile
 		}
-		got, err := f.writeChunk(ctx, p[total:total+n], at)
+		got, sent, err := f.writeChunk(ctx, p[total:total+min(len(p)-total, f.cl.MaxWrite())], at)
 		total += got
 		if err != nil {
 			return total, err
 		}
-		if got < n {
+		if got < sent {
 			return total, io.ErrShortWrite
 		}
 		if len(p) == 0 {
@@ -37,19 +38,53 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return total, nil
 }
 
-// writeChunk is one WRITE (FIG. 15A–D).
-func (f *File) writeChunk(ctx context.Context, p []byte, off int64) (int, error) {
-	c, sl, err := f.begin(ctx)
+// writeChunk is one WRITE (FIG. 15A–D) of p or, when the connection's
+// credits do not cover p's messages, of as much of p as they do. It
+// returns the bytes the server wrote and the bytes sent.
+func (f *File) writeChunk(ctx context.Context, p []byte, off int64) (got, sent int, err error) {
+	c, sl, n, err := f.beginWrite(ctx, len(p))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	dst, seg, err := c.writeArea(sl, len(p))
+	dst, seg, err := c.writeArea(sl, n)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	copy(dst, p)
 	req := protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO))
-	return c.sendWrite(ctx, sl, &req, seg)
+	got, err = c.sendWrite(ctx, sl, &req, seg)
+	return got, n, err
+}
+
+// beginWrite picks a connection for a write of up to n data bytes and
+// takes its slot and credits: one per message, for a write longer than a
+// receive buffer of the server's goes fragmented (docs/wire.md,
+// "Fragmented writes"). When the connection holds fewer credits than n
+// needs, the write is cut to what they cover; it returns the bytes the
+// request carries.
+func (f *File) beginWrite(ctx context.Context, n int) (*conn, *slot, int, error) {
+	if f.closed.Load() {
+		return nil, nil, 0, ErrClosed
+	}
+	c, err := f.cl.pick()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	for {
+		k := protocol.Fragments(n, c.fragData+protocol.HeaderSize)
+		sl, err := c.beginN(ctx, k)
+		if errors.Is(err, protocol.ErrTooFewCredits) {
+			// A smaller grant than this write's messages: send what
+			// the grant covers (at least one buffer's worth).
+			n = min(n, max(c.credits.Limit(), 1)*c.fragData)
+			continue
+		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		sl.mode = Mode(f.mode.Load())
+		return c, sl, n, nil
+	}
 }
 
 // writeArea returns where n bytes of write data go (FIG. 15A: the data
@@ -57,7 +92,7 @@ func (f *File) writeChunk(ctx context.Context, p []byte, off int64) (int, error)
 // area when they fit, else a pooled registered buffer sent as the SEND's
 // second segment, seg. On error the slot and credit are given back.
 func (c *conn) writeArea(sl *slot, n int) (dst []byte, seg *transport.Segment, err error) {
-	if n <= inlineWrite {
+	if n <= inlineWrite && sl.ncred <= 1 {
 		return sl.send.Bytes()[protocol.HeaderSize : protocol.HeaderSize+n], nil, nil
 	}
 	buf, err := c.pool.Get(n)
@@ -66,21 +101,84 @@ func (c *conn) writeArea(sl *slot, n int) (dst []byte, seg *transport.Segment, e
 		return nil, nil, err
 	}
 	sl.buf = buf
-	return buf.Bytes()[:n], &transport.Segment{Region: buf, Length: n}, nil
+	sl.data = transport.Segment{Region: buf, Length: n}
+	return buf.Bytes()[:n], &sl.data, nil
 }
 
 // sendWrite posts a WRITE or VEC_WRITE whose data writeArea placed and
 // returns the bytes the server wrote.
 func (c *conn) sendWrite(ctx context.Context, sl *slot, req *protocol.WriteRequest, seg *transport.Segment) (int, error) {
-	hdrLen := protocol.HeaderSize
-	if seg == nil {
-		hdrLen += len(req.Data)
+	start, polling := time.Now(), sl.polling
+	if err := c.postWrite(sl, req, seg); err != nil {
+		return 0, err
 	}
-	r, err := c.roundTrip(ctx, sl, &req.Header, hdrLen, seg)
+	r, err := c.wait(ctx, sl)
+	c.count(req.Header.Opcode, polling, writePayload(req, seg), r, err, start)
 	if err != nil {
 		return 0, err
 	}
 	sl.unref()
+	return writeCount(r, req)
+}
+
+// writePayload is the write data a request sends (a collapsed VEC_WRITE,
+// one page): what the counters call RDMA bytes.
+func writePayload(req *protocol.WriteRequest, seg *transport.Segment) int {
+	if seg != nil {
+		return seg.Length
+	}
+	return len(req.Data)
+}
+
+// postWrite posts a WRITE or VEC_WRITE: one SEND (header, then the data
+// behind it or as a second segment), or, when sl took a credit per
+// message, the fragmented write's messages in one chain.
+func (c *conn) postWrite(sl *slot, req *protocol.WriteRequest, seg *transport.Segment) error {
+	if sl.ncred > 1 {
+		return c.postFragmented(sl, req, *seg)
+	}
+	hdrLen := protocol.HeaderSize
+	if seg == nil {
+		hdrLen += len(req.Data)
+	}
+	return c.post(sl, &req.Header, hdrLen, seg)
+}
+
+// postFragmented posts req, whose data is data, as a fragmented write
+// (docs/wire.md, "Fragmented writes"): its header with FRAGMENTED and a
+// receive buffer's worth of data, then a FRAGMENT per buffer, their
+// headers side by side in the slot's send area, every message a header
+// segment and a piece of data, all in one chain. The slot took a credit
+// per message.
+func (c *conn) postFragmented(sl *slot, req *protocol.WriteRequest, data transport.Segment) error {
+	k := sl.ncred
+	if cap(sl.fwrs) < k {
+		sl.fwrs = make([]transport.SendWR, maxFragments)
+		sl.fsegs = make([]transport.Segment, 2*maxFragments)
+	}
+	first := req.Fragment(c.fragData)
+	send := sl.send.Bytes()
+	first.Header.Put(send)
+	wrs := sl.fwrs[:k]
+	for i, done := 0, 0; i < k; i++ {
+		n := min(c.fragData, len(req.Data)-done)
+		if i > 0 {
+			h := protocol.NewFragmentHeader(&first.Header, req.Header.Offset+uint64(done), uint32(n), req.Header.Credits)
+			h.Put(send[i*protocol.HeaderSize:])
+		}
+		sgl := sl.fsegs[2*i : 2*i+2 : 2*i+2]
+		sgl[0] = transport.Segment{Region: sl.send, Offset: i * protocol.HeaderSize, Length: protocol.HeaderSize}
+		sgl[1] = transport.Segment{Region: data.Region, Offset: data.Offset + done, Length: n}
+		wrs[i] = transport.SendWR{ID: fragID | uint64(sl.idx), Op: transport.OpSend, SGL: sgl}
+		done += n
+	}
+	wrs[k-1].ID = uint64(sl.idx)
+	return c.postChain(sl, wrs)
+}
+
+// writeCount checks a WRITE or VEC_WRITE completion: its status, and no
+// more bytes written than sent.
+func writeCount(r result, req *protocol.WriteRequest) (int, error) {
 	if r.st != protocol.StatusSuccess {
 		return 0, r.st
 	}
@@ -103,22 +201,27 @@ func (f *File) WriteV(ctx context.Context, pages [][]byte, off int64) (int, erro
 	if err != nil || total == 0 {
 		return 0, err
 	}
-	if len(pages) > 1 && len(pages) <= 0xFFFF && min(ps, total) <= f.cl.MaxWrite() && f.canCollapse(ps) && samePages(pages) {
+	if len(pages) > 1 && len(pages) <= 0xFFFF && min(ps, total) <= min(f.cl.MaxWrite(), f.cl.conns[0].fragData) && f.canCollapse(ps) && samePages(pages) {
 		return f.collapsed(ctx, pages[0], total, off)
 	}
-	if ps > f.cl.MaxWrite() {
-		// A page does not fit one SEND: plain writes, split to fit.
+	if ps > f.cl.MaxWrite() || ps > f.cl.conns[0].fragData {
+		// A page does not fit one request, or one message of a
+		// fragmented one: plain writes, split to fit.
 		return eachPage(ctx, pages, off, f.WriteAt)
 	}
 	per := f.cl.MaxWrite() / ps
 	done := 0
-	for i := 0; i < len(pages); i += per {
+	for i := 0; i < len(pages); {
 		group := pages[i:min(i+per, len(pages))]
-		got, err := f.gatherWrite(ctx, group, ps, off+int64(done))
+		got, sent, err := f.gatherWrite(ctx, group, ps, off+int64(done))
 		done += got
 		if err != nil {
 			return done, err
 		}
+		if got < sent {
+			return done, io.ErrShortWrite
+		}
+		i += (sent + ps - 1) / ps
 	}
 	return done, nil
 }
@@ -162,20 +265,111 @@ func (f *File) collapsed(ctx context.Context, page []byte, total int, off int64)
 	return c.sendWrite(ctx, sl, &req, seg)
 }
 
-func (f *File) gatherWrite(ctx context.Context, pages [][]byte, ps int, off int64) (int, error) {
-	n := pagesLen(pages)
-	c, sl, err := f.begin(ctx)
+// gatherWrite is one VEC_WRITE of the pages (all but the last ps bytes),
+// or of the whole pages at their front the connection's credits cover. It
+// returns the bytes written and sent.
+func (f *File) gatherWrite(ctx context.Context, pages [][]byte, ps int, off int64) (got, sent int, err error) {
+	c, sl, n, err := f.beginWrite(ctx, pagesLen(pages))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
+	}
+	if n < pagesLen(pages) {
+		pages = pages[:max(n/ps, 1)]
+		n = pagesLen(pages)
 	}
 	dst, seg, err := c.writeArea(sl, n)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	w := dst
 	for _, pg := range pages {
 		w = w[copy(w, pg):]
 	}
 	req := protocol.NewVecWriteRequest(f.fid, uint64(off), dst, uint16(ps), c.hint(), c.prepare(sl, kindIO))
-	return c.sendWrite(ctx, sl, &req, seg)
+	got, err = c.sendWrite(ctx, sl, &req, seg)
+	return got, n, err
 }
+
+// PendingWrite is a WRITE posted by WriteAsync whose answer has not been
+// waited for. Wait exactly once.
+type PendingWrite struct {
+	c    *conn
+	sl   *slot // nil: done already (n, err)
+	req  protocol.WriteRequest
+	data []byte // a copy of the bytes, kept when the connection died
+	n    int
+	err  error
+	// For the counters (stats.go): when it was posted, in which mode,
+	// with how many bytes.
+	start   time.Time
+	polling bool
+	payload int
+}
+
+// WriteAsync copies p into registered memory, posts it as one WRITE at off
+// and returns without waiting for the server: p may be reused at once.
+// Wait gives the outcome. A writer keeps several WRITEs in flight this way
+// (buffered sequential writes), each holding its credits and a slot until
+// its answer comes. A write that one request cannot carry (longer than
+// MaxWrite, or than the connection's credits cover) is written at once
+// (WriteAt) and its PendingWrite is done already. It completes in
+// interrupt mode whatever the file's: its credits come back with the
+// server's answer, not with Wait.
+func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWrite, error) {
+	if len(p) == 0 || len(p) > f.cl.MaxWrite() {
+		n, err := f.WriteAt(ctx, p, off)
+		return &PendingWrite{n: n, err: err}, nil
+	}
+	c, sl, n, err := f.beginWrite(ctx, len(p))
+	if err != nil {
+		return nil, err
+	}
+	if n < len(p) {
+		c.abort(sl)
+		n, err := f.WriteAt(ctx, p, off)
+		return &PendingWrite{n: n, err: err}, nil
+	}
+	// Completed by the server's answer whatever the file's mode: a
+	// polling-mode write would keep its credits until its Wait polled
+	// the status block, and a writer posting more than the credits cover
+	// before it waits (fs's write-behind: 8 writes of 8 credits) would
+	// wait for good for credits only its own later Waits free.
+	sl.mode = Interrupt
+	dst, seg, err := c.writeArea(sl, len(p))
+	if err != nil {
+		return nil, err
+	}
+	copy(dst, p)
+	w := &PendingWrite{c: c, sl: sl, start: time.Now(), polling: sl.polling, payload: len(p)}
+	w.req = protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO))
+	if err := c.postWrite(sl, &w.req, seg); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Wait waits for the WRITE's answer and returns the bytes the server
+// wrote. When the connection was lost first (protocol.IsConnectionLost),
+// Data has the bytes, to write again elsewhere.
+func (w *PendingWrite) Wait(ctx context.Context) (int, error) {
+	c, sl := w.c, w.sl
+	if sl == nil {
+		return w.n, w.err
+	}
+	r, err := c.wait(ctx, sl)
+	c.count(w.req.Header.Opcode, w.polling, w.payload, r, err, w.start)
+	if err != nil {
+		if !c.alive() {
+			// The slot's memory stays the slot's: the bytes are read
+			// from it once, for the caller to send again.
+			w.data = append([]byte(nil), w.req.Data...)
+		}
+		return 0, err
+	}
+	sl.unref()
+	return writeCount(r, &w.req)
+}
+
+// Data is a copy of the bytes of a write whose Wait found the connection
+// lost, else nil.
+func (w *PendingWrite) Data() []byte { return w.data }

@@ -113,6 +113,9 @@ func Start(cfg Config) (*Server, error) {
 		s.abort()
 		return nil, fmt.Errorf("LWIO engine: %w", err)
 	}
+	// OPEN registers files with the engine when the client asks, so the
+	// data path has its Fid with the open's answer.
+	s.sess.SetRegistrar(registrar{s.engine, cfg.WrapFile})
 	for _, l := range cfg.Listeners {
 		if err := s.listen(l); err != nil {
 			s.abort()
@@ -332,3 +335,21 @@ func (w wrapping) OpenByResumeKey(id uint64, key [24]byte) (share.File, error) {
 	}
 	return w.wrap(f), nil
 }
+
+// registrar is the session server's way into the engine's Fid tables: the
+// file a session OPEN registers (wrapped like those REGISTER finds, when
+// a test wraps them), owned by that open.
+type registrar struct {
+	engine *server.Server
+	wrap   func(share.File) share.File
+}
+
+func (r registrar) RegisterOpen(id uint64, f share.File, flags uint32) (uint16, bool) {
+	wf := f
+	if r.wrap != nil && r.engine.HasSession(id) {
+		wf = r.wrap(f)
+	}
+	return r.engine.RegisterFile(id, wf, flags, f)
+}
+
+func (r registrar) CloseOpen(id uint64, fid uint16, f share.File) { r.engine.CloseFile(id, fid, f) }

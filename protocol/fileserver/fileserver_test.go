@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +71,106 @@ func TestStart(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", srv.SessionAddr()); err == nil {
 		t.Error("session listener still open after Close")
+	}
+}
+
+// OPEN registers the file with the engine when asked (issue 16): the Fid
+// comes with the answer and serves LWIO I/O, closing the handle closes the
+// Fid, a directory or a session without LWIO connections gets none, and
+// a Fid is its session's alone.
+func TestRegisterOnOpen(t *testing.T) {
+	dir := t.TempDir()
+	var registered atomic.Int32
+	srv, err := Start(Config{
+		Session: session.ServerConfig{
+			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
+		},
+		SessionAddr: "127.0.0.1:0",
+		Listeners:   []Listener{{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"}},
+		WrapFile:    func(f share.File) share.File { registered.Add(1); return f },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dial := func() (*session.Client, *session.Tree) {
+		c, err := session.Dial(ctx, srv.SessionAddr(), session.ClientConfig{User: "u", Password: "pw", KeepAlive: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		tr, err := c.TreeConnect(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.RegisterOnOpen(true)
+		return c, tr
+	}
+	c, tr := dial()
+	// No LWIO connection yet: nothing to register with.
+	h, _, err := tr.Open(ctx, "early", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tr.Fid(h); ok {
+		t.Error("an open before any LWIO connection answered a Fid")
+	}
+	cl, err := client.New(ctx, client.Config{
+		Providers: []transport.Provider{soft.New(soft.Options{})},
+		Negotiate: tr.Negotiate, SessionID: c.SessionID(), SigningKey: c.SessionKey(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	h, _, err = tr.Open(ctx, "f", os.O_RDWR|os.O_CREATE|syscall.O_DIRECT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	of, ok := tr.Fid(h)
+	if !ok || of.Fid == 0 || of.FlagsAndAttributes != protocol.FileNoIntermediateBuffering {
+		t.Fatalf("OPEN answered %+v, %v; want a Fid, unbuffered (O_DIRECT)", of, ok)
+	}
+	f := cl.Attach(of.Fid, of.FlagsAndAttributes)
+	if n, err := f.WriteAt(ctx, []byte("hello"), 0); err != nil || n != 5 {
+		t.Fatalf("WRITE on the open's Fid: %d %v", n, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "f")); string(b) != "hello" {
+		t.Errorf("disk holds %q", b)
+	}
+	if registered.Load() != 1 {
+		t.Errorf("WrapFile saw %d registrations, want 1", registered.Load())
+	}
+	if d, _, err := tr.Open(ctx, "", os.O_RDONLY, 0); err != nil {
+		t.Fatal(err)
+	} else if _, ok := tr.Fid(d); ok {
+		t.Error("a directory's open answered a Fid")
+	}
+
+	// Another session cannot use the Fid.
+	c2, tr2 := dial()
+	cl2, err := client.New(ctx, client.Config{
+		Providers: []transport.Provider{soft.New(soft.Options{})},
+		Negotiate: tr2.Negotiate, SessionID: c2.SessionID(), SigningKey: c2.SessionKey(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl2.Close()
+	if _, err := cl2.Attach(of.Fid, 0).ReadAt(ctx, make([]byte, 5), 0); !errors.Is(err, protocol.StatusInvalidHandle) {
+		t.Errorf("another session's READ on the Fid: %v, want STATUS_INVALID_HANDLE", err)
+	}
+
+	// Closing the handle closes the Fid.
+	if err := tr.CloseHandle(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(ctx, make([]byte, 5), 0); !errors.Is(err, protocol.StatusInvalidHandle) {
+		t.Errorf("READ on the Fid after the handle closed: %v, want STATUS_INVALID_HANDLE", err)
 	}
 }
 

@@ -114,11 +114,13 @@ var (
 	descInUse      = prometheus.NewDesc("lwio_credits_in_use", "Credits held by requests not yet completed.", nil, nil)
 	descBudget     = prometheus.NewDesc("lwio_credit_budget", "The server-wide credit budget.", nil, nil)
 	descAuthRefuse = prometheus.NewDesc("lwio_auth_refused_total", "LWIO AUTH requests refused.", nil, nil)
+	descBufMemory  = prometheus.NewDesc("lwio_buffer_memory_bytes", "The receive-memory budget credits are granted against (max_buffer_memory).", nil, nil)
+	descRecvBytes  = prometheus.NewDesc("lwio_recv_buffer_bytes", "Receive buffers registered now, posted or spare.", nil, nil)
 )
 
 func (e *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descRDMASess, descRequests, descErrors, descBytes, descLatency,
-		descRDMABytes, descComplete, descGranted, descInUse, descBudget, descAuthRefuse} {
+		descRDMABytes, descComplete, descGranted, descInUse, descBudget, descAuthRefuse, descBufMemory, descRecvBytes} {
 		ch <- d
 	}
 }
@@ -164,6 +166,8 @@ func (e *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descInUse, float64(st.CreditsInUse))
 	gauge(descBudget, float64(st.CreditBudget))
 	counter(descAuthRefuse, st.AuthRefused)
+	gauge(descBufMemory, float64(st.BufferMemory))
+	gauge(descRecvBytes, float64(st.RecvBufferBytes))
 }
 
 // serveMetrics listens on addr and serves /metrics until Close.

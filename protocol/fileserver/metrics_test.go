@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -132,7 +134,8 @@ func TestMetricsScrape(t *testing.T) {
 		{"lwio_completions_total", []string{"mode=immediate"}, 5},
 		{"lwio_completions_total", []string{"mode=status"}, 3},
 		{"lwio_completions_total", []string{"mode=polling"}, 0},
-		{"lwio_credit_budget", nil, 1024},
+		{"lwio_credit_budget", nil, float64(server.DefaultMaxBufferMemory / (server.DefaultMaxRecvBufferSize + 4096 - protocol.HeaderSize))},
+		{"lwio_buffer_memory_bytes", nil, server.DefaultMaxBufferMemory},
 		{"lwio_auth_refused_total", nil, 0},
 	}
 	for _, w := range want {

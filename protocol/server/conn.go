@@ -58,17 +58,26 @@ type conn struct {
 	state      connState
 	err        error // why the connection ended
 	sess       *session
-	peerPage   int        // client's PageSize
-	recv       []*recvBuf // by RecvWR.ID
-	spare      []*recvBuf // buffers parked after credits were retired
-	recvExcess int        // receives to park rather than repost
-	budget     int        // credits taken from the server-wide budget
-	ioInflight int        // READ/WRITE/VEC requests not yet completed
-	intr       *slot      // the pending INTERRUPT (FIG. 9A), at most one
-	lowHints   int        // consecutive requests with a low Credits hint (reaper only)
-	endAfter   int        // slot index+1 whose completion ends the connection (AUTH refused)
-	reqs       sync.WaitGroup
-	idle       chan struct{} // closing: signalled when nothing is outstanding
+	peerPage   int               // client's PageSize
+	recv       []*recvBuf        // by RecvWR.ID
+	spare      []*recvBuf        // buffers parked after credits were retired
+	recvExcess int               // receives to park rather than repost
+	budget     int               // credits taken from the server-wide budget
+	ioInflight int               // READ/WRITE/VEC requests not yet completed
+	intr       *slot             // the pending INTERRUPT (FIG. 9A), at most one
+	asm        protocol.Assembly // the fragmented write being received (reaper only)
+	asmSlot    *slot             // its slot (reaper only)
+
+	// requests counts the requests received; the balancer (budget.go)
+	// compares it between sweeps to find idle connections.
+	requests     atomic.Uint64
+	answered     atomic.Bool // the AUTH response is posted (control.go)
+	seenRequests uint64      // balancer only
+	idleSweeps   int         // balancer only
+	lowHints     int         // consecutive requests with a low Credits hint (reaper only)
+	endAfter     int         // slot index+1 whose completion ends the connection (AUTH refused)
+	reqs         sync.WaitGroup
+	idle         chan struct{} // closing: signalled when nothing is outstanding
 
 	// The reaper role (see reap): hand is epoch<<1 | 1 while the reaper
 	// runs a request inline; stall hands the role to a new goroutine if
@@ -83,10 +92,21 @@ type conn struct {
 	rdma *atomic.Uint64 // the provider's RDMA bytes (stats.go)
 }
 
+// recvBuf is one posted receive: seg is where in its region the message
+// lands (recvPad bytes in, so that data after a 48-byte header starts on
+// a page).
 type recvBuf struct {
 	id     uint64
 	region transport.Region
+	seg    transport.Segment
 }
+
+// wr is the receive work request that posts b.
+func (b *recvBuf) wr() transport.RecvWR { return transport.RecvWR{ID: b.id, Buf: b.seg} }
+
+// recvPad is where a receive starts in its region: the header then ends,
+// and a WRITE's or FRAGMENT's data starts, on a page boundary.
+const recvPad = 4096 - protocol.HeaderSize
 
 func newConn(s *Server, tc transport.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -107,7 +127,7 @@ func newConn(s *Server, tc transport.Conn) *conn {
 	c.stall = time.AfterFunc(time.Hour, c.takeOver)
 	c.stall.Stop()
 	c.sq.init(tc.Limits().SendQueueDepth)
-	c.slots.init(tc.Domain())
+	c.slots.init(c, tc.Domain())
 	c.slots.data = c.data
 	return c
 }
@@ -119,7 +139,7 @@ func (c *conn) info() ConnInfo {
 	if c.sess != nil {
 		ci.SessionID = c.sess.id
 	}
-	if c.grant != nil {
+	if c.state == stateOpen && c.grant != nil {
 		ci.Credits = c.grant.Granted()
 	}
 	return ci
@@ -152,11 +172,11 @@ func (c *conn) postAuthRecv() error {
 	if err != nil {
 		return err
 	}
-	rb := &recvBuf{id: 0, region: r}
+	rb := &recvBuf{id: 0, region: r, seg: transport.Whole(r)}
 	c.mu.Lock()
 	c.recv = append(c.recv, rb)
 	c.mu.Unlock()
-	return c.tc.PostRecv(transport.RecvWR{ID: rb.id, Buf: transport.Whole(r)})
+	return c.tc.PostRecv(rb.wr())
 }
 
 // fail ends the connection with err (logged once). Every outstanding work
@@ -238,8 +258,7 @@ func (c *conn) reap() {
 // role moves to a new goroutine.
 const stallAfter = 100 * time.Microsecond
 
-// inlineMax is the largest request run inline when others are in flight
-// on the connection (alone, any size is).
+// inlineMax is the largest request run inline on the reaper.
 const inlineMax = 128 << 10
 
 // runInline runs an I/O request on the reaper; false if the role was
@@ -301,6 +320,12 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		return
 	}
 	c.mu.Lock()
+	if c.err != nil {
+		// The connection failed earlier in this batch (a broken rule):
+		// nothing after it is served.
+		c.mu.Unlock()
+		return
+	}
 	if int(wc.ID) >= len(c.recv) {
 		c.mu.Unlock()
 		c.fail(fmt.Errorf("receive completion with unknown id %d", wc.ID))
@@ -309,7 +334,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 	rb := c.recv[wc.ID]
 	state := c.state
 	c.mu.Unlock()
-	msg := rb.region.Bytes()[:wc.Len]
+	msg := rb.seg.Bytes()[:wc.Len]
 	if wc.HasImm {
 		c.fail(errors.New("protocol violation: RDMA WRITE WITH IMMEDIATE from a client"))
 		return
@@ -327,15 +352,13 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		c.fail(err)
 		return
 	}
-	sl, err := c.slots.get()
-	if err != nil {
-		c.fail(err)
+	c.requests.Add(1)
+	// A fragmented write (fragment.go) is dispatched once its last
+	// FRAGMENT is in; every message takes its credit above.
+	sl, ok := c.assemble(&req, rb)
+	if !ok {
 		return
 	}
-	sl.req = req
-	sl.recv = rb
-	sl.inline = false
-	sl.start = time.Now() // for the latency count (stats.go)
 	h := &sl.req.Header
 	switch h.Opcode {
 	case protocol.OpRead, protocol.OpVecRead, protocol.OpWrite, protocol.OpVecWrite:
@@ -345,7 +368,6 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		}
 		c.mu.Lock()
 		c.ioInflight++
-		inflight := c.ioInflight
 		closing := c.state == stateClosing
 		c.mu.Unlock()
 		c.policy(h.Credits)
@@ -358,10 +380,12 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 			return
 		}
 		// The last request of the batch runs inline when a disk worker is
-		// free at once, and it is alone on the connection or small. Not
-		// in polling mode: measured slower there (the client spins, and
-		// its INTERRUPT must not wait behind the reaper's disk work).
-		if last && h.Flags&protocol.FlagInterrupt != 0 && (inflight == 1 || int(h.Length) <= inlineMax) && h.Opcode != protocol.OpVecRead {
+		// free at once and it is small. Not in polling mode: measured
+		// slower there (the client spins, and its INTERRUPT must not wait
+		// behind the reaper's disk work). Not a large one: copying 1 MiB
+		// outlasts stallAfter, and the stall timer's takeover (a new
+		// goroutine each time) costs more than the hand-off saved.
+		if last && h.Flags&protocol.FlagInterrupt != 0 && int(h.Length) <= inlineMax && h.Opcode != protocol.OpVecRead {
 			select {
 			case c.s.workers <- struct{}{}:
 				sl.inline = true
@@ -370,7 +394,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 			default:
 			}
 		}
-		go c.execIO(sl, false)
+		c.s.runIO(sl)
 	case protocol.OpCredit, protocol.OpInterrupt:
 		// Their order matters (−N … −1; which INTERRUPT is held), so they
 		// are decided here, in arrival order; only the answer is posted
@@ -393,17 +417,43 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 	}
 	sl.recv = nil
 	sl.req.Data, sl.req.Regions = nil, nil // they alias rb
+	c.releaseFragments(sl)
+	c.giveBack(sl, rb, retire)
+}
+
+// giveBack reposts a consumed receive buffer, or, when credits were retired
+// (or retire: this message retired one), keeps it as a spare or frees it.
+func (c *conn) giveBack(sl *slot, rb *recvBuf, retire bool) {
 	c.mu.Lock()
 	if retire || c.recvExcess > 0 {
 		if !retire {
 			c.recvExcess--
 		}
-		c.spare = append(c.spare, rb)
+		// A few spares, while the server's buffers are within the
+		// budget; the memory of other credits given back goes
+		// (budget.go). The entry stays for its id; addRecv reuses it.
+		if len(c.spare) < c.s.cfg.MinCredits && int(c.s.recvBufs.Load()) <= c.s.budget.Total() {
+			c.spare = append(c.spare, rb)
+			c.mu.Unlock()
+			return
+		}
+		r := rb.region
+		rb.region, rb.seg = nil, transport.Segment{} // nothing keeps the memory
 		c.mu.Unlock()
+		r.Deregister()
+		c.s.recvBufs.Add(-1)
 		return
 	}
 	c.mu.Unlock()
-	if err := c.tc.PostRecv(transport.RecvWR{ID: rb.id, Buf: transport.Whole(rb.region)}); err != nil {
+	// A reused one-element list: a variadic call through the interface
+	// would allocate its slice per request.
+	c.repost(sl, rb)
+}
+
+// repost posts rb again from the slot's one-element list (no allocation).
+func (c *conn) repost(sl *slot, rb *recvBuf) {
+	sl.rwr[0] = rb.wr()
+	if err := c.tc.PostRecv(sl.rwr[:]...); err != nil {
 		c.fail(fmt.Errorf("repost receive: %w", err))
 	}
 }
@@ -425,16 +475,27 @@ func (c *conn) addRecv(n int) error {
 		}
 		c.mu.Unlock()
 		if rb == nil {
-			r, err := c.tc.Domain().Alloc(c.s.cfg.MaxRecvBufferSize, transport.AccessLocal)
+			r, err := c.tc.Domain().Alloc(recvPad+c.s.cfg.MaxRecvBufferSize, transport.AccessLocal)
 			if err != nil {
 				return err
 			}
+			c.s.recvBufs.Add(1)
+			seg := transport.Segment{Region: r, Offset: recvPad, Length: c.s.cfg.MaxRecvBufferSize}
 			c.mu.Lock()
-			rb = &recvBuf{id: uint64(len(c.recv)), region: r}
-			c.recv = append(c.recv, rb)
+			for _, old := range c.recv { // an entry whose buffer went
+				if old.region == nil && old.id != 0 {
+					rb = old
+					break
+				}
+			}
+			if rb == nil {
+				rb = &recvBuf{id: uint64(len(c.recv))}
+				c.recv = append(c.recv, rb)
+			}
+			rb.region, rb.seg = r, seg
 			c.mu.Unlock()
 		}
-		if err := c.tc.PostRecv(transport.RecvWR{ID: rb.id, Buf: transport.Whole(rb.region)}); err != nil {
+		if err := c.tc.PostRecv(rb.wr()); err != nil {
 			return err
 		}
 	}
@@ -543,7 +604,9 @@ func (c *conn) complete(sl *slot, wrs []transport.SendWR, st protocol.Status, in
 	case retire:
 		c.grant.CompleteRetire()
 	default:
-		c.grant.Complete()
+		for range max(sl.msgs, 1) { // a fragmented write took a credit per message
+			c.grant.Complete()
+		}
 	}
 	c.count(sl, wrs, st, info) // stats.go
 	var intr *slot
@@ -637,8 +700,16 @@ func (c *conn) teardown() {
 		c.s.detach(sess)
 	}
 	c.s.budget.Give(budget)
+	if c.grant != nil {
+		c.s.authed.Add(-1)
+	}
 	for _, rb := range recv {
-		rb.region.Deregister()
+		if rb.region != nil {
+			rb.region.Deregister()
+			if rb.id != 0 { // not the AUTH buffer
+				c.s.recvBufs.Add(-1)
+			}
+		}
 	}
 	c.stall.Stop()
 	c.slots.drop()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 )
@@ -40,6 +41,9 @@ func (c *conn) auth(req *protocol.Request, derr error, n int) {
 		c.log.WithField("reason", why).Warn("lwio: authentication refused")
 	}
 	c.complete(sl, wrs, st, info)
+	// The AUTH response is queued: a delta credit from the balancer may
+	// follow it now, never overtake it.
+	c.answered.Store(st == protocol.StatusSuccess)
 }
 
 // authenticate checks an AUTH (FIG. 6A) and, if it passes, sets the
@@ -82,9 +86,9 @@ func (c *conn) authenticate(sl *slot, derr error) ([]transport.SendWR, protocol.
 	if want <= 0 || want > c.s.cfg.Credits {
 		want = c.s.cfg.Credits
 	}
-	granted := c.s.budget.Take(want)
+	granted := c.s.takeForAuth(want)
 	if granted == 0 {
-		return nil, protocol.StatusInsufficientResources, 0, "server credit budget exhausted"
+		return nil, protocol.StatusInsufficientResources, 0, "server buffer memory exhausted"
 	}
 	c.mu.Lock()
 	c.budget = granted
@@ -116,6 +120,7 @@ func (c *conn) authenticate(sl *slot, derr error) ([]transport.SendWR, protocol.
 	sp.Sign(key)
 	enc := sp.Append(sl.resp.Bytes()[authParamsOff:authParamsOff])
 	c.grant = protocol.NewCreditGrant(granted)
+	c.s.authed.Add(1)
 	sess := c.s.attach(id, key)
 	c.mu.Lock()
 	c.sess = sess
@@ -153,10 +158,7 @@ func (c *conn) control(sl *slot) (protocol.Status, uint32) {
 		if e == nil {
 			return protocol.StatusInvalidHandle, 0
 		}
-		e.mu.Lock()
-		e.closed = true
-		e.mu.Unlock()
-		e.cancel()
+		e.close()
 		return protocol.StatusSuccess, 0
 	case protocol.OpCancel:
 		// FIG. 13A/B: queued requests complete with STATUS_CANCELLED.
@@ -179,8 +181,8 @@ func (c *conn) register(sl *slot) (protocol.Status, uint32) {
 	}
 	f, err := c.s.cfg.Authority.OpenByResumeKey(c.sess.id, [24]byte(fp.ResumeKey))
 	if err != nil {
-		st := statusOf(err)
-		if st == protocol.StatusIOError {
+		st := ntstatus.FromError(err)
+		if st == protocol.StatusUnsuccessful {
 			st = protocol.StatusInvalidHandle
 		}
 		return st, 0
@@ -256,8 +258,10 @@ func (c *conn) policy(hint uint8) {
 	switch {
 	case int(hint) >= g && g < cfg.MaxCredits:
 		c.lowHints = 0
-		if !c.grant.Open() {
-			c.startDelta(min(g, cfg.MaxCredits-g))
+		// While the budget is contended, no one grows past a fair share.
+		k := min(g, cfg.MaxCredits-g, c.s.growthCap()-g)
+		if k > 0 && !c.grant.Open() && !c.startDelta(k) && c.s.budget.Free() <= 0 {
+			c.s.short() // the balancer evens out the others
 		}
 	case g > cfg.Credits && int(hint)*4 < g:
 		c.lowHints++

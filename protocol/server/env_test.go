@@ -25,7 +25,7 @@ import (
 type testAuthority struct {
 	mu       sync.Mutex
 	sessions map[[16]byte]testSession
-	files    map[uint64]map[protocol.ResumeKey]File
+	files    map[uint64]map[protocol.ResumeKey]share.File
 	next     uint64
 }
 
@@ -53,7 +53,7 @@ func (a *testAuthority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
 	return s.id, s.key, ok
 }
 
-func (a *testAuthority) OpenByResumeKey(id uint64, key [24]byte) (File, error) {
+func (a *testAuthority) OpenByResumeKey(id uint64, key [24]byte) (share.File, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f, ok := a.files[id][key]
@@ -66,13 +66,13 @@ func (a *testAuthority) OpenByResumeKey(id uint64, key [24]byte) (File, error) {
 // gatedFile blocks reads and writes while its gate is closed, so a test
 // can hold requests executing or queued.
 type gatedFile struct {
-	File
+	share.File
 	mu      sync.Mutex
 	gate    chan struct{}
 	entered chan struct{}
 }
 
-func newGated(f File) *gatedFile {
+func newGated(f share.File) *gatedFile {
 	return &gatedFile{File: f, gate: make(chan struct{}), entered: make(chan struct{}, 64)}
 }
 
@@ -117,7 +117,7 @@ type env struct {
 
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), auth: &testAuthority{sessions: map[[16]byte]testSession{}, files: map[uint64]map[protocol.ResumeKey]File{}}}
+	e := &env{t: t, dir: t.TempDir(), auth: &testAuthority{sessions: map[[16]byte]testSession{}, files: map[uint64]map[protocol.ResumeKey]share.File{}}}
 	cfg.Authority = e.auth
 	if os.Getenv("LWIO_TEST_LOG") != "" {
 		l := logrus.New()
@@ -174,7 +174,7 @@ func (e *env) file(id uint64, name string, content []byte) (protocol.ResumeKey, 
 	return e.addFile(id, osFile{f}), f
 }
 
-func (e *env) addFile(id uint64, f File) protocol.ResumeKey {
+func (e *env) addFile(id uint64, f share.File) protocol.ResumeKey {
 	e.auth.mu.Lock()
 	defer e.auth.mu.Unlock()
 	e.auth.next++
@@ -182,7 +182,7 @@ func (e *env) addFile(id uint64, f File) protocol.ResumeKey {
 	binary.LittleEndian.PutUint64(k[:], e.auth.next)
 	rand.Read(k[8:])
 	if e.auth.files[id] == nil {
-		e.auth.files[id] = map[protocol.ResumeKey]File{}
+		e.auth.files[id] = map[protocol.ResumeKey]share.File{}
 	}
 	e.auth.files[id][k] = f
 	return k

@@ -3,11 +3,11 @@ package server
 import (
 	"errors"
 	"io"
-	"io/fs"
+	"slices"
 	"sync"
-	"syscall"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -113,7 +113,7 @@ func (c *conn) readFile(sl *slot, fe *fidEntry, n int) (transport.Region, int, p
 	got, err := fe.file.ReadAt(buf.Bytes()[:n], int64(sl.req.Header.Offset))
 	if got == 0 {
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, 0, statusOf(err)
+			return nil, 0, ntstatus.FromError(err)
 		}
 		return nil, 0, protocol.StatusEndOfFile
 	}
@@ -166,12 +166,25 @@ func (c *conn) write(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Statu
 		// An O_APPEND write: the file places it at its end (DecodeRequest
 		// allows the offset on WRITE alone). The completion carries the
 		// count only; the client learns the new size by asking.
-		got, _, err := fe.file.Append(sl.req.Data)
-		return nil, statusOrSuccess(err), uint32(got)
+		// A fragmented append is joined first (a copy: appends are one
+		// atomic write, and rare past one receive buffer).
+		data := sl.req.Data
+		if len(sl.fragData) > 0 {
+			data = slices.Concat(sl.fragData...)
+		}
+		got, _, err := fe.file.Append(data)
+		return nil, ntstatus.FromError(err), uint32(got)
 	}
 	// A write the share's read-only rule forbids fails in WriteAt.
-	got, err := fe.file.WriteAt(sl.req.Data, int64(sl.req.Header.Offset))
-	return nil, statusOrSuccess(err), uint32(got)
+	off := int64(sl.req.Header.Offset)
+	var got int
+	var err error
+	if len(sl.fragData) > 0 {
+		got, err = writeFragments(fe.file, sl.fragData, off)
+	} else {
+		got, err = fe.file.WriteAt(sl.req.Data, off)
+	}
+	return nil, ntstatus.FromError(err), uint32(got)
 }
 
 // vecWrite serves VEC_WRITE (FIG. 17A–C). With COLLAPSE one page of data
@@ -203,15 +216,7 @@ func (c *conn) vecWrite(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.St
 		written += got
 	}
 	putScratch(scratch)
-	return nil, statusOrSuccess(err), uint32(written)
-}
-
-// statusOrSuccess is SUCCESS for a nil error, else statusOf(err).
-func statusOrSuccess(err error) protocol.Status {
-	if err == nil {
-		return protocol.StatusSuccess
-	}
-	return statusOf(err)
+	return nil, ntstatus.FromError(err), uint32(written)
 }
 
 func pageSizesCompatible(a, b int) bool {
@@ -244,27 +249,3 @@ func getScratch(n int) []byte {
 }
 
 func putScratch(b []byte) { scratchPool.Put(&b) }
-
-// statusOf maps a file error to the NTSTATUS a client sees.
-func statusOf(err error) protocol.Status {
-	var st protocol.Status
-	switch {
-	case errors.As(err, &st):
-		return st
-	case errors.Is(err, io.EOF):
-		return protocol.StatusEndOfFile
-	case errors.Is(err, fs.ErrPermission):
-		return protocol.StatusAccessDenied
-	case errors.Is(err, fs.ErrClosed):
-		return protocol.StatusFileClosed
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return protocol.StatusDiskFull
-	case errors.Is(err, syscall.EFBIG):
-		return protocol.StatusFileTooLarge
-	case errors.Is(err, syscall.EINVAL):
-		return protocol.StatusInvalidParameter
-	case errors.Is(err, syscall.EROFS):
-		return protocol.StatusMediaWriteProtected
-	}
-	return protocol.StatusIOError
-}

@@ -40,23 +40,19 @@ type Authority interface {
 	DataCipher(sessionID uint64) smbauth.Cipher
 }
 
-// File is share.File, the one open-file interface (protocol/share): the
-// engine reads and writes registered files through it, and the share
-// refuses writes its read-only rule forbids. The name stays for this
-// package's tests.
-type File = share.File
-
 // Defaults for the zero values of Config.
 const (
 	DefaultAuthTimeout       = 5 * time.Second
 	DefaultCredits           = 32
 	DefaultMaxCredits        = 64
-	DefaultCreditBudget      = 1024
 	DefaultMaxRdmaWindowSize = 1 << 20
-	DefaultMaxRecvBufferSize = 1<<20 + 4096
+	DefaultMaxRecvBufferSize = 128<<10 + protocol.HeaderSize
 	DefaultWorkers           = 64
 	DefaultPageSize          = 4096
 	DefaultShutdownTimeout   = 5 * time.Second
+	// DefaultSendQueueDepth is each connection's send queue
+	// (Transport.SendQueueDepth's zero value).
+	DefaultSendQueueDepth = 1024
 )
 
 // Config configures a Server. The zero value of every field but Authority
@@ -76,16 +72,28 @@ type Config struct {
 	// delta-credit transactions (0 = DefaultMaxCredits; < Credits means
 	// Credits).
 	MaxCredits int
-	// CreditBudget is the server-wide number of credits all connections
-	// share (0 = DefaultCreditBudget). Each credit is a posted receive of
-	// MaxRecvBufferSize bytes, so this bounds the server's receive memory.
+	// MaxBufferMemory is the server's receive memory in bytes: every
+	// credit is a posted receive buffer (MaxRecvBufferSize, plus 4 KiB
+	// that page-aligns write data), and all connections' credits together
+	// stay within this, rebalanced as clients come and go (budget.go; 0 =
+	// DefaultMaxBufferMemory, 32 MiB: 248 credits).
+	MaxBufferMemory int64
+	// CreditBudget, when set, is the budget in credits instead of
+	// MaxBufferMemory's (tests).
 	CreditBudget int
+	// MinCredits is the grant a new connection always gets, even with the
+	// budget spent (the others then give credits back), and what an idle
+	// one keeps (0 = DefaultMinCredits; at most Credits).
+	MinCredits int
 	// MaxRdmaWindowSize is the most bytes one READ moves and the largest
 	// VEC_READ (0 = DefaultMaxRdmaWindowSize).
 	MaxRdmaWindowSize int
 	// MaxRecvBufferSize is the size of each posted receive: the largest
 	// message a client may send, header included; a longer one ends the
-	// connection (0 = DefaultMaxRecvBufferSize, a 1 MiB write in one SEND).
+	// connection. A longer write comes fragmented (docs/wire.md,
+	// "Fragmented writes"), a buffer's worth per message, up to
+	// MaxRdmaWindowSize (0 = DefaultMaxRecvBufferSize: the header and
+	// 128 KiB of data, so a 1 MiB write is 8 messages).
 	MaxRecvBufferSize int
 	// Workers is the number of disk operations run at once server-wide;
 	// requests beyond it queue, and CANCEL completes queued ones
@@ -97,7 +105,8 @@ type Config struct {
 	// send rather than RDMA WRITE WITH IMMEDIATE on the last segment.
 	NoImmediate bool
 	// Transport shapes accepted connections (zero fields: SendQueueDepth
-	// 1024, RecvQueueDepth MaxCredits+8, provider defaults otherwise).
+	// DefaultSendQueueDepth, RecvQueueDepth MaxCredits+8, provider
+	// defaults otherwise).
 	Transport transport.Config
 	// ShutdownTimeout bounds how long Close waits for in-flight requests
 	// (0 = DefaultShutdownTimeout).
@@ -119,9 +128,16 @@ func (c Config) withDefaults() Config {
 	if c.MaxCredits < c.Credits {
 		c.MaxCredits = c.Credits
 	}
-	def(&c.CreditBudget, DefaultCreditBudget)
 	def(&c.MaxRdmaWindowSize, DefaultMaxRdmaWindowSize)
 	def(&c.MaxRecvBufferSize, DefaultMaxRecvBufferSize)
+	if c.MaxBufferMemory <= 0 {
+		c.MaxBufferMemory = DefaultMaxBufferMemory
+	}
+	if c.CreditBudget <= 0 {
+		c.CreditBudget = max(int(c.MaxBufferMemory/int64(c.bufferBytes())), 1)
+	}
+	def(&c.MinCredits, DefaultMinCredits)
+	c.MinCredits = min(c.MinCredits, c.Credits)
 	def(&c.Workers, DefaultWorkers)
 	def(&c.PageSize, DefaultPageSize)
 	if c.AuthTimeout <= 0 {
@@ -130,7 +146,7 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	c.Transport.SendQueueDepth = cmp.Or(c.Transport.SendQueueDepth, 1024)
+	c.Transport.SendQueueDepth = cmp.Or(c.Transport.SendQueueDepth, DefaultSendQueueDepth)
 	c.Transport.RecvQueueDepth = cmp.Or(c.Transport.RecvQueueDepth, c.MaxCredits+8)
 	if c.Transport.MaxMessageSize != 0 && c.Transport.MaxMessageSize < c.MaxRdmaWindowSize {
 		c.MaxRdmaWindowSize = c.Transport.MaxMessageSize
@@ -159,7 +175,20 @@ type Server struct {
 	listeners map[transport.Listener]struct{}
 	wg        sync.WaitGroup // Serve loops and connections
 	nextConn  atomic.Uint64
-	ctr       counters // stats.go
+
+	ctr counters // stats.go
+
+	// The memory budget's balancer (budget.go): contended is when growth
+	// stops being capped at the fair share (unix ns), poke wakes the
+	// balancer, authed counts authenticated connections.
+	contended atomic.Int64
+	poke      chan struct{}
+	authed    atomic.Int32
+	recvBufs  atomic.Int64 // receive buffers registered, posted or spare (conn.go)
+
+	runq      chan *slot    // to an idle request goroutine (run.go)
+	quit      chan struct{} // closed by Close: request goroutines exit
+	closeOnce sync.Once
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -183,7 +212,7 @@ func New(cfg Config) (*Server, error) {
 		l.Out = io.Discard
 		log = l
 	}
-	return &Server{
+	s := &Server{
 		cfg:       cfg,
 		log:       log,
 		budget:    protocol.NewCreditPool(cfg.CreditBudget),
@@ -193,7 +222,12 @@ func New(cfg Config) (*Server, error) {
 		sweepKeys: 64,
 		conns:     make(map[*conn]struct{}),
 		listeners: make(map[transport.Listener]struct{}),
-	}, nil
+		runq:      make(chan *slot),
+		quit:      make(chan struct{}),
+		poke:      make(chan struct{}, 1),
+	}
+	go s.balance()
+	return s, nil
 }
 
 // TransportConfig is the connection shape listeners should be made with.
@@ -285,6 +319,7 @@ func (s *Server) Close() error {
 	}
 	wg.Wait()
 	s.wg.Wait()
+	s.closeOnce.Do(func() { close(s.quit) })
 	return nil
 }
 
@@ -345,8 +380,9 @@ type session struct {
 // fidEntry is one registered file.
 type fidEntry struct {
 	fid      uint16
-	file     File
+	file     share.File
 	flags    uint32
+	owner    any // RegisterFile's owner: CloseFile closes only its own
 	mu       sync.Mutex
 	closed   bool
 	cancelCh chan struct{} // closed by CANCEL and CLOSE, then replaced
@@ -359,6 +395,15 @@ func (f *fidEntry) cancelled() <-chan struct{} {
 	return f.cancelCh
 }
 
+// close marks the Fid closed (later requests find it so) and fails its
+// queued requests; executing ones finish.
+func (f *fidEntry) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.cancel()
+}
+
 // cancel fails the requests queued on the Fid now.
 func (f *fidEntry) cancel() {
 	f.mu.Lock()
@@ -367,13 +412,56 @@ func (f *fidEntry) cancel() {
 	f.mu.Unlock()
 }
 
+// RegisterFile registers f on session sessionID with flagsAndAttributes,
+// as REGISTER by resume key does (FIG. 7A/B), for the session channel's
+// OPEN (session.Registrar, wired by fileserver): the client then has its
+// Fid with the open's answer. owner names the open for CloseFile. ok is
+// false when the session has no authenticated LWIO connection or its Fid
+// table is full.
+func (s *Server) RegisterFile(sessionID uint64, f share.File, flagsAndAttributes uint32, owner any) (uint16, bool) {
+	s.mu.Lock()
+	ss := s.sessions[sessionID]
+	s.mu.Unlock()
+	if ss == nil {
+		return 0, false
+	}
+	return ss.registerOwned(f, flagsAndAttributes, owner)
+}
+
+// HasSession reports whether session sessionID has an authenticated LWIO
+// connection, so that RegisterFile can succeed.
+func (s *Server) HasSession(sessionID uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[sessionID] != nil
+}
+
+// CloseFile closes fid on session sessionID, as LWIO CLOSE does (FIG.
+// 12A/B), if RegisterFile registered it for owner: the open it belonged
+// to closed. A Fid closed and reused since is left alone.
+func (s *Server) CloseFile(sessionID uint64, fid uint16, owner any) {
+	s.mu.Lock()
+	ss := s.sessions[sessionID]
+	s.mu.Unlock()
+	if ss == nil {
+		return
+	}
+	if e := ss.unregisterIf(fid, func(e *fidEntry) bool { return e.owner != nil && e.owner == owner }); e != nil {
+		e.close()
+	}
+}
+
 // maxFids is the number of Fids a session can hold (Fid is 16 bits, 0 unused).
 const maxFids = 0xFFFF
 
-func (ss *session) register(file File, flags uint32) (uint16, bool) {
+func (ss *session) register(file share.File, flags uint32) (uint16, bool) {
+	return ss.registerOwned(file, flags, nil)
+}
+
+func (ss *session) registerOwned(file share.File, flags uint32, owner any) (uint16, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	e := &fidEntry{file: file, flags: flags, cancelCh: make(chan struct{})}
+	e := &fidEntry{file: file, flags: flags, owner: owner, cancelCh: make(chan struct{})}
 	if n := len(ss.free); n > 0 {
 		e.fid = ss.free[n-1]
 		ss.free = ss.free[:n-1]
@@ -391,6 +479,11 @@ func (ss *session) register(file File, flags uint32) (uint16, bool) {
 func (ss *session) lookup(fid uint16) *fidEntry {
 	ss.mu.RLock()
 	defer ss.mu.RUnlock()
+	return ss.entry(fid)
+}
+
+// entry is fid's entry or nil; under ss.mu.
+func (ss *session) entry(fid uint16) *fidEntry {
 	if fid == 0 || int(fid) > len(ss.fids) {
 		return nil
 	}
@@ -399,12 +492,18 @@ func (ss *session) lookup(fid uint16) *fidEntry {
 
 // unregister recycles fid; it returns the entry or nil.
 func (ss *session) unregister(fid uint16) *fidEntry {
+	return ss.unregisterIf(fid, func(*fidEntry) bool { return true })
+}
+
+// unregisterIf recycles fid if its entry passes ok; it returns the entry
+// or nil.
+func (ss *session) unregisterIf(fid uint16, ok func(*fidEntry) bool) *fidEntry {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if fid == 0 || int(fid) > len(ss.fids) || ss.fids[fid-1] == nil {
+	e := ss.entry(fid)
+	if e == nil || !ok(e) {
 		return nil
 	}
-	e := ss.fids[fid-1]
 	ss.fids[fid-1] = nil
 	ss.free = append(ss.free, fid)
 	return e

@@ -17,8 +17,10 @@ const respSize = 128
 // work request of its completion chain completes. Slots are reused: their
 // registered response area and slices stay.
 type slot struct {
+	c    *conn
 	idx  int
 	resp transport.Region
+	rwr  [1]transport.RecvWR // releaseRecv's list
 
 	// req is the decoded message; its Data and Regions alias recv's
 	// buffer and are cleared when it is released (releaseRecv).
@@ -33,7 +35,13 @@ type slot struct {
 	segs    []transport.Segment
 	tail    [1]transport.Segment // the completing STATUS_RESPONSE or status block
 	inline  bool                 // runs on the reaper: its posts must not wait
-	start   time.Time            // arrival, for the latency count
+	// A fragmented write (fragment.go): the receive buffers of its
+	// FRAGMENTs (recv holds the first), the data of every message in
+	// order, and how many messages — credits — it took.
+	frags    []*recvBuf
+	fragData [][]byte
+	msgs     int
+	start    time.Time // arrival, for the latency count
 }
 
 // sgl returns a one-entry gather list backed by the slot (no allocation).
@@ -54,6 +62,7 @@ func (sl *slot) ensureSegs(n int) {
 
 // slotTable owns a connection's slots.
 type slotTable struct {
+	c       *conn
 	dom     transport.Domain
 	data    *transport.BufferPool
 	mu      sync.Mutex
@@ -63,7 +72,7 @@ type slotTable struct {
 	dropped bool
 }
 
-func (t *slotTable) init(dom transport.Domain) { t.dom = dom }
+func (t *slotTable) init(c *conn, dom transport.Domain) { t.c, t.dom = c, dom }
 
 // get returns a free slot, registering a new one while the table grows
 // (under the lock: that happens only until the connection is warm).
@@ -82,7 +91,7 @@ func (t *slotTable) get() (*slot, error) {
 		if err != nil {
 			return nil, err
 		}
-		sl = &slot{idx: len(t.all), resp: r}
+		sl = &slot{c: t.c, idx: len(t.all), resp: r}
 		t.all = append(t.all, sl)
 	}
 	t.used++
@@ -97,7 +106,7 @@ func (t *slotTable) put(idx int) {
 	}
 	sl := t.all[idx]
 	t.putData(sl)
-	sl.fid, sl.cancel, sl.recv, sl.authn = nil, nil, nil, false
+	sl.fid, sl.cancel, sl.recv, sl.authn, sl.msgs = nil, nil, nil, false, 0
 	sl.req = protocol.Request{}
 	sl.regions = sl.regions[:0]
 	for i := range sl.wrs {

@@ -78,10 +78,17 @@ type Stats struct {
 	Sessions    int
 	// CreditsGranted is the credits granted over the live connections,
 	// CreditsInUse those held by requests the server has not completed;
-	// CreditBudget is the server-wide budget (Config.CreditBudget).
+	// CreditBudget is the server-wide budget in credits (budget.go:
+	// Config.MaxBufferMemory over a receive buffer's size). Granted may
+	// pass the budget while new connections' minimal grants overdraw it.
 	CreditsGranted int
 	CreditsInUse   int
 	CreditBudget   int
+	// BufferMemory is the budget in bytes (Config.MaxBufferMemory);
+	// RecvBufferBytes the receive buffers registered now, posted or spare
+	// — the memory the budget bounds.
+	BufferMemory    int64
+	RecvBufferBytes int64
 	// AuthRefused counts AUTH requests refused (bad key, signature,
 	// session or budget).
 	AuthRefused uint64
@@ -98,7 +105,8 @@ func (s *Server) Stats() Stats {
 		},
 		RDMABytes:    s.ctr.rdma.Snapshot(),
 		Connections:  map[string]int{},
-		CreditBudget: s.cfg.CreditBudget,
+		CreditBudget: s.budget.Total(),
+		BufferMemory: s.cfg.MaxBufferMemory,
 		AuthRefused:  s.ctr.authRefused.Load(),
 	}
 	s.mu.Lock()
@@ -111,7 +119,15 @@ func (s *Server) Stats() Stats {
 	for _, c := range conns {
 		st.Connections[c.tc.Provider()]++
 		c.mu.Lock()
-		g := c.grant
+		var g *protocol.CreditGrant
+		if c.state == stateOpen {
+			g = c.grant
+		}
+		for _, rb := range c.recv {
+			if rb.region != nil {
+				st.RecvBufferBytes += int64(len(rb.region.Bytes()))
+			}
+		}
 		c.mu.Unlock()
 		if g != nil {
 			st.CreditsGranted += g.Granted()

@@ -51,7 +51,7 @@ func TestServerSideGolden(t *testing.T) {
 		{&seekReq{Handle: 7, Offset: 5 << 30, Whence: 3}, "0700000000000000" + "0000004001000000" + "03000000"},
 		{&offsetMsg{Offset: 5 << 30}, "0000004001000000"},
 		// TMPFILE's request is OPEN's: directory, Flags O_RDWR|O_EXCL, Mode 0600,
-		// DurableID (none).
+		// DurableID (none); no lease or registration fields.
 		{&openReq{Path: "d", Flags: 0x82, Mode: 0o600}, "0100" + "64" + "82000000" + "80010000" + string(bytes.Repeat([]byte("00"), 16))},
 		{&linkHandleReq{Handle: 7, Path: "d/n"}, "0700000000000000" + "0300" + "642f6e" + "00000000"},
 	} {

@@ -69,10 +69,10 @@ func (m *reopenResp) code(c coder) { handle(c, &m.Handle); codeAttr(c, &m.Attr);
 // NewDurableID), and also returns the file's sealed identity (nil when the
 // server issues none), which Reopen needs after a server restart. Sending
 // the same id again — after the connection broke before the answer came —
-// returns the open the first request made.
+// returns the open the first request made. As Open, it asks for the LWIO
+// registration when RegisterOnOpen is on.
 func (t *Tree) OpenDurable(ctx context.Context, path string, flags int, mode uint32, id DurableID) (Handle, Attr, []byte, error) {
-	var r openResp
-	err := t.call(ctx, CmdOpen, &openReq{Path: path, Flags: uint32(flags), Mode: mode, DurableID: id}, &r)
+	r, err := t.open(ctx, openReq{Path: path, Flags: uint32(flags), Mode: mode, DurableID: id})
 	return r.Handle, r.Attr, r.FileID, err
 }
 

@@ -150,8 +150,10 @@ var samples = []message{
 	&readDirReq{Path: "d", After: "x", MaxBytes: 100},
 	&readDirResp{More: true, Entries: []DirEntry{{Name: "a", Attr: fullAttr}, {Name: "b", Attr: fullAttr}}},
 	&mkdirReq{Path: "d", Mode: 0o700},
-	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, DurableID: DurableID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
-	&openResp{Handle: 7, Attr: fullAttr, FileID: []byte("id")},
+	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, DurableID: DurableID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, Register: true, FidFlags: 8},
+	&openResp{Handle: 7, Attr: fullAttr, FileID: []byte("id"), Registered: true, Fid: 3},
+	&openReq{Path: "f", Flags: 0o102, Mode: 0o600, leaseTail: leaseTail{true, 7}, Register: true, FidFlags: 8},
+	&openResp{Handle: 7, Attr: fullAttr, FileID: []byte("id"), leaseTail: leaseTail{true, 7}, Registered: true, Fid: 3},
 	&handleMsg{Handle: 7},
 	&readReq{Handle: 7, Offset: 1 << 40, Length: 4096},
 	&dataMsg{Data: []byte("data")},
@@ -186,17 +188,40 @@ var samples = []message{
 	&batchResp{Results: []batchResult{{Status: 0xC0000008, Body: []byte{1}}}},
 }
 
-// withoutTail is m with its trailing lease fields left out, or nil when it
-// has none: that shorter body decodes too (an older peer's).
-func withoutTail(m message) message {
-	v := reflect.New(reflect.TypeOf(m).Elem())
-	v.Elem().Set(reflect.ValueOf(m).Elem())
-	l, ok := v.Interface().(interface{ tail() *leaseTail })
-	if !ok || !l.tail().Leased {
-		return nil
+// shorterForms are the lengths of m's body without its optional trailing
+// fields, which decode too (an older peer's): without the lease fields
+// (and OPEN's registration after them), and without OPEN's registration
+// alone.
+func shorterForms(m message) map[int]bool {
+	cp := func() message {
+		v := reflect.New(reflect.TypeOf(m).Elem())
+		v.Elem().Set(reflect.ValueOf(m).Elem())
+		return v.Interface().(message)
 	}
-	l.tail().Leased = false
-	return v.Interface().(message)
+	noReg := func(c message) bool {
+		switch x := c.(type) {
+		case *openReq:
+			had := x.Register
+			x.Register = false
+			return had
+		case *openResp:
+			had := x.Registered
+			x.Registered = false
+			return had
+		}
+		return false
+	}
+	out := map[int]bool{}
+	if c := cp(); noReg(c) {
+		out[len(marshal(c))] = true
+	}
+	c := cp()
+	noReg(c)
+	if l, ok := c.(interface{ tail() *leaseTail }); ok && l.tail().Leased {
+		l.tail().Leased = false
+		out[len(marshal(c))] = true
+	}
+	return out
 }
 
 func TestBodyRoundTrip(t *testing.T) {
@@ -211,13 +236,10 @@ func TestBodyRoundTrip(t *testing.T) {
 			t.Errorf("%T round trip:\n got %+v\nwant %+v", m, got, m)
 		}
 		// Every strict prefix is refused — but the body without its lease
-		// fields — and so is a trailing byte.
-		base := -1
-		if short := withoutTail(m); short != nil {
-			base = len(marshal(short))
-		}
+		// fields (or OPEN's registration) — and so is a trailing byte.
+		shorter := shorterForms(m)
 		for n := range len(b) {
-			if n == base {
+			if shorter[n] {
 				continue
 			}
 			if err := unmarshal(b[:n], reflect.New(reflect.TypeOf(m).Elem()).Interface().(message)); err == nil {
@@ -259,12 +281,17 @@ func TestBodyGolden(t *testing.T) {
 	}{
 		// WRITE response: Count u32, End u64.
 		{&writeResp{Count: 2, End: 0x10}, "02000000" + "1000000000000000"},
-		// OPEN request: path, Flags u32, Mode u32, DurableID [16].
-		{&openReq{Path: "f", Flags: 0x241, Mode: 0o644, DurableID: DurableID{0: 0xaa, 15: 0xbb}},
-			"0100" + "66" + "41020000" + "a4010000" + "aa0000000000000000000000000000bb"},
-		// OPEN response: Handle u64, Attr (84 bytes), FileID blob.
-		{&openResp{Handle: 3, FileID: []byte{0xf1}},
-			"0300000000000000" + strings.Repeat("00", 84) + "01000000" + "f1"},
+		// OPEN request: path, Flags u32, Mode u32, DurableID [16], then
+		// the lease fields (Want u32; 0: none) and the registration's
+		// FidFlags u32.
+		{&openReq{Path: "f", Flags: 0x241, Mode: 0o644, DurableID: DurableID{0: 0xaa, 15: 0xbb}, Register: true, FidFlags: 8},
+			"0100" + "66" + "41020000" + "a4010000" + "aa0000000000000000000000000000bb" + "00000000" + "08000000"},
+		{&openReq{Path: "f", Flags: 0x241, Mode: 0o644, DurableID: DurableID{0: 0xaa, 15: 0xbb}, leaseTail: leaseTail{true, 7}, Register: true, FidFlags: 8},
+			"0100" + "66" + "41020000" + "a4010000" + "aa0000000000000000000000000000bb" + "07000000" + "08000000"},
+		// OPEN response: Handle u64, Attr (84 bytes), FileID blob, Lease
+		// u32, Fid u32.
+		{&openResp{Handle: 3, FileID: []byte{0xf1}, Registered: true, Fid: 0x0305},
+			"0300000000000000" + strings.Repeat("00", 84) + "01000000" + "f1" + "00000000" + "05030000"},
 		// LOCK / GETLK request: Handle, Owner, Start, End u64; Type, Flags u32.
 		{&lockReq{Handle: 1, Owner: 0x0102030405060708, Start: 0x10, End: 0x7fffffffffffffff, Type: 1, Flags: 3},
 			"0100000000000000" + "0807060504030201" + "1000000000000000" + "ffffffffffffff7f" + "01000000" + "03000000"},

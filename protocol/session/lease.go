@@ -146,8 +146,7 @@ func (t *Tree) OpenLease(ctx context.Context, path string, flags int, mode uint3
 // replay of it (the same id) is answered with the first open and no lease:
 // a lease granted then went with the session that asked.
 func (t *Tree) OpenDurableLease(ctx context.Context, path string, flags int, mode uint32, id DurableID, want LeaseState) (Handle, Attr, []byte, LeaseState, error) {
-	var r openResp
-	err := t.call(ctx, CmdOpen, &openReq{Path: path, Flags: uint32(flags), Mode: mode, DurableID: id, leaseTail: leaseTail{true, uint32(want)}}, &r)
+	r, err := t.open(ctx, openReq{Path: path, Flags: uint32(flags), Mode: mode, DurableID: id, leaseTail: leaseTail{true, uint32(want)}})
 	return r.Handle, r.Attr, r.FileID, LeaseState(r.Lease), err
 }
 
@@ -338,7 +337,7 @@ func (ss *serverSession) endLeases() {
 
 // openLease is OPEN with a lease: a new open (durable when r asks) and the
 // lease granted with it. A replayed durable OPEN never gets here (open).
-func (s *Server) openLease(ss *serverSession, tr *share.Tree, r *openReq) (message, error) {
+func (s *Server) openLease(ss *serverSession, tr *share.Tree, r *openReq) (*openResp, error) {
 	var got LeaseState
 	resp, err := s.newOpen(ss, r.DurableID, func() (*share.OpenFile, Attr, error) {
 		f, a, g, err := tr.OpenLease(r.Path, int(r.Flags), r.Mode, LeaseState(r.Lease))

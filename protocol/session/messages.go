@@ -164,13 +164,21 @@ func (m *mkdirResp) code(c coder) { codeAttr(c, &m.Attr); m.leaseTail.code(c) }
 // ignored. A non-zero DurableID, chosen by the client, asks for a durable
 // handle (durable.go): it names the open in a later REOPEN, and an OPEN
 // that repeats an id the server knows is a replay, answered with that open.
-// A lease request (Want) may follow (lease.go).
+// A lease request (Want) may follow (lease.go), and after it the LWIO
+// registration: FidFlags present asks the server to register the opened
+// file with the session's LWIO engine as REGISTER would (FIG. 7A), with
+// FidFlags as its FlagsAndAttributes, and to return the Fid, so the data
+// path needs no resume key and no REGISTER round trip (issue 16). A
+// request with the registration carries the lease fields too (Want 0: no
+// lease), so every shorter body stays what it was.
 type openReq struct {
 	Path      string
 	Flags     uint32
 	Mode      uint32
 	DurableID DurableID
 	leaseTail
+	Register bool
+	FidFlags uint32
 }
 
 func (m *openReq) code(c coder) {
@@ -178,24 +186,35 @@ func (m *openReq) code(c coder) {
 	c.u32(&m.Flags)
 	c.u32(&m.Mode)
 	c.guid((*[16]byte)(&m.DurableID))
-	m.leaseTail.code(c)
+	m.Leased = m.Leased || m.Register // (encoding; decoding starts with Register false)
+	if m.leaseTail.code(c) && c.tail(&m.Register) {
+		c.u32(&m.FidFlags)
+	}
 }
 
 // openResp: FileID is the sealed identity of the file for a reopen after a
 // server restart (empty: none; durable.go). The lease granted follows when
-// the request asked for one.
+// the request asked for one, and after it the Fid the open was registered
+// as when it was (openReq's Register; not when not asked, no LWIO
+// connection of the session, the Fid table full) — with a Lease of 0 if
+// no lease was asked.
 type openResp struct {
 	Handle Handle
 	Attr   Attr
 	FileID []byte
 	leaseTail
+	Registered bool
+	Fid        uint32
 }
 
 func (m *openResp) code(c coder) {
 	handle(c, &m.Handle)
 	codeAttr(c, &m.Attr)
 	c.blob(&m.FileID)
-	m.leaseTail.code(c)
+	m.Leased = m.Leased || m.Registered
+	if m.leaseTail.code(c) && c.tail(&m.Registered) {
+		c.u32(&m.Fid)
+	}
 }
 
 type handleMsg struct{ Handle Handle }

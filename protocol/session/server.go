@@ -150,6 +150,7 @@ type Server struct {
 	resumeKeys map[[24]byte]*openFile
 	durables   map[DurableID]*openFile // durable opens, live or parked (server_durable.go)
 	connWG     sync.WaitGroup
+	registrar  Registrar // set before Serve (SetRegistrar)
 
 	lockTab *share.LockTable // every session's lock waits, by file
 
@@ -492,6 +493,7 @@ func (s *Server) closeOpen(of *openFile) error {
 	if of.closed.Swap(true) {
 		return nil
 	}
+	s.closeFid(of)
 	s.mu.Lock()
 	if of.resumeKey != nil {
 		delete(s.resumeKeys, *of.resumeKey)

@@ -70,15 +70,25 @@ func (s *Server) open(ss *serverSession, tr *share.Tree, r *openReq) (message, e
 			if err != nil {
 				return nil, err
 			}
-			return &openResp{Handle: hd, Attr: a, FileID: of.file.FileID()}, nil
+			resp := &openResp{Handle: hd, Attr: a, FileID: of.file.FileID()}
+			s.registerIfAsked(ss, r, resp)
+			return resp, nil
 		}
 	}
-	if r.Leased {
-		return s.openLease(ss, tr, r)
+	var resp *openResp
+	var err error
+	if r.Leased && r.Lease != 0 { // (Want 0: lease fields sent for the registration after them)
+		resp, err = s.openLease(ss, tr, r)
+	} else {
+		resp, err = s.newOpen(ss, r.DurableID, func() (*share.OpenFile, Attr, error) {
+			return tr.Open(r.Path, int(r.Flags), r.Mode)
+		})
 	}
-	return s.newOpen(ss, r.DurableID, func() (*share.OpenFile, Attr, error) {
-		return tr.Open(r.Path, int(r.Flags), r.Mode)
-	})
+	if err != nil {
+		return nil, err
+	}
+	s.registerIfAsked(ss, r, resp)
+	return resp, nil
 }
 
 // reopen serves REOPEN: the durable open itself while the server keeps it
@@ -142,6 +152,7 @@ func (s *Server) claim(ss *serverSession, tr *share.Tree, id DurableID) (*openFi
 			}
 		}
 		old.mu.Unlock()
+		s.closeFidIn(old, of) // the Fid was the old session's
 	}
 	return of, nil
 }

@@ -68,6 +68,7 @@ type openFile struct {
 	parked    *time.Timer // set while kept after its connection ended; guarded by Server.mu
 	resumeKey *[24]byte   // guarded by Server.mu
 	closed    atomic.Bool
+	fid       atomic.Uint32 // the LWIO Fid OPEN registered it as (register.go), or 0
 }
 
 // addHandle registers an open on the session and returns its handle, or

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/lwiofs/lwiofs/protocol"
 )
@@ -21,6 +24,10 @@ type Tree struct {
 	leases   bool // the share grants leases (lease.go)
 	account  Account
 	shared   bool // treeFlagSharedAccount
+
+	registerOnOpen atomic.Bool
+	fidMu          sync.Mutex
+	fids           map[Handle]OpenFid // handles OPEN registered with LWIO
 }
 
 // TreeConnect connects to share (a name, or \\server\share). An unknown
@@ -127,15 +134,63 @@ func (t *Tree) Rmdir(ctx context.Context, path string) error {
 // Open opens (with O_CREAT, creates) path with open(2) flags and mode and
 // returns a handle and the file's attributes. A final symlink is followed,
 // confined to the share, unless flags has O_NOFOLLOW. Only regular files
-// and directories can be opened.
+// and directories can be opened. O_DIRECT is not sent as an open flag: it
+// only marks the LWIO registration unbuffered (RegisterOnOpen).
 func (t *Tree) Open(ctx context.Context, path string, flags int, mode uint32) (Handle, Attr, error) {
-	var r openResp
-	err := t.call(ctx, CmdOpen, &openReq{Path: path, Flags: uint32(flags), Mode: mode}, &r)
+	r, err := t.open(ctx, openReq{Path: path, Flags: uint32(flags), Mode: mode})
 	return r.Handle, r.Attr, err
 }
 
-// CloseHandle closes a handle; its resume key dies with it.
+// open sends OPEN req (Flags still with O_DIRECT), asking for the LWIO
+// registration when RegisterOnOpen is on and keeping the Fid answered.
+func (t *Tree) open(ctx context.Context, req openReq) (openResp, error) {
+	direct := req.Flags&syscall.O_DIRECT != 0
+	req.Flags &^= syscall.O_DIRECT
+	if t.registerOnOpen.Load() {
+		req.Register = true
+		if direct {
+			req.FidFlags = protocol.FileNoIntermediateBuffering
+		}
+	}
+	var r openResp
+	err := t.call(ctx, CmdOpen, &req, &r)
+	if err == nil && r.Fid != 0 && r.Fid <= 0xFFFF {
+		t.fidMu.Lock()
+		if t.fids == nil {
+			t.fids = map[Handle]OpenFid{}
+		}
+		t.fids[r.Handle] = OpenFid{Fid: uint16(r.Fid), FlagsAndAttributes: req.FidFlags}
+		t.fidMu.Unlock()
+	}
+	return r, err
+}
+
+// OpenFid is an LWIO registration made by OPEN (RegisterOnOpen).
+type OpenFid struct {
+	Fid                uint16
+	FlagsAndAttributes uint32
+}
+
+// RegisterOnOpen makes every later Open ask the server to register the
+// file with the session's LWIO engine (an LWIO connection of this session
+// must be authenticated) and keep the Fid it answers for Fid.
+func (t *Tree) RegisterOnOpen(on bool) { t.registerOnOpen.Store(on) }
+
+// Fid returns the LWIO Fid the server registered handle h as when it was
+// opened, if it did. The Fid is the session's until the handle closes.
+func (t *Tree) Fid(h Handle) (OpenFid, bool) {
+	t.fidMu.Lock()
+	defer t.fidMu.Unlock()
+	f, ok := t.fids[h]
+	return f, ok
+}
+
+// CloseHandle closes a handle; its resume key and the Fid OPEN registered
+// it as die with it.
 func (t *Tree) CloseHandle(ctx context.Context, h Handle) error {
+	t.fidMu.Lock()
+	delete(t.fids, h)
+	t.fidMu.Unlock()
 	return t.call(ctx, CmdClose, &handleMsg{Handle: h}, &empty{})
 }
 

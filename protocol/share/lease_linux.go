@@ -93,7 +93,7 @@ type BreakSender func(LeaseBreak)
 // DefaultLeaseBreakTimeout is how long a change waits for a holder's
 // acknowledgement before it revokes every lease of that holder and goes on.
 // A client only has to tell its kernel to drop caches (and send data it
-// held back, at most fs.InlineWriteMax) before it acknowledges: that takes
+// held back, at most 128 KiB, fs.leaseHoldMax) before it acknowledges: that takes
 // milliseconds, so this bounds what a hung or vanished client costs the
 // others. SMB waits 35 s, for clients that flush whole write-back caches.
 const DefaultLeaseBreakTimeout = 5 * time.Second

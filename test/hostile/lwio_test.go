@@ -14,7 +14,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
-	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/test/hostile/rig"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
@@ -452,7 +452,7 @@ func TestOversizeWrite(t *testing.T) {
 
 // gate holds reads and writes of wrapped files until it opens.
 type gate struct {
-	server.File
+	share.File
 	open    chan struct{}
 	entered chan struct{}
 }
@@ -479,7 +479,7 @@ func TestBeyondCredits(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(open) }) }
 	t.Cleanup(release)
-	s.WrapFiles(func(f server.File) server.File { return &gate{File: f, open: open, entered: entered} })
+	s.WrapFiles(func(f share.File) share.File { return &gate{File: f, open: open, entered: entered} })
 	rk := ls.file(t, "held", make([]byte, 4096))
 	p := dialPeer(t, s)
 	credits := p.auth(ls, 3)
@@ -546,7 +546,9 @@ func TestNoRemoteWritableServerMemory(t *testing.T) {
 	receives := 0
 	for _, r := range regions {
 		total += int64(r.Len)
-		if r.Len == testMaxRecv {
+		// A receive is posted 4096−48 bytes into its region (so that
+		// write data lands page-aligned).
+		if r.Len == testMaxRecv+4096-protocol.HeaderSize {
 			receives++
 		}
 	}

@@ -502,7 +502,8 @@ func TestSessionNonReader(t *testing.T) {
 		t.Fatalf("TREE_CONNECT: %v", f.Status)
 	}
 	tree := binary.LittleEndian.Uint32(f.Body)
-	// path, Flags, Mode, DurableID (none).
+	// OPEN: path, Flags, Mode, DurableID (none); no lease or
+	// registration fields.
 	open := append(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(str16("big"), uint32(os.O_RDONLY)), 0), make([]byte, 16)...)
 	f = r.call(session.CmdOpen, tree, open)
 	if f.Status != protocol.StatusSuccess || len(f.Body) < 8 {

@@ -104,7 +104,7 @@ func TestWireRulesEndConnection(t *testing.T) {
 		{"a second AUTH with a bad Magic", "AUTH_PARAMS.Magic", func(p *peer, fid uint16) []byte {
 			return set(p.authMsg(authParams(ls.key, 1), 9), protocol.HeaderSize, 'X')
 		}},
-		{"opcode 0x0A", "REQUEST.Opcode", func(p *peer, fid uint16) []byte { return set(read(p, fid), 4, 0x0a) }},
+		{"opcode 0x0B", "REQUEST.Opcode", func(p *peer, fid uint16) []byte { return set(read(p, fid), 4, 0x0b) }},
 	}
 	for _, c := range cases {
 		p := dialPeer(t, s)

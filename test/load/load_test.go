@@ -256,12 +256,12 @@ func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
 			}
 		case 4: // zero-copy READ into a pooled registered buffer
 			n = min(n, c.cl.MaxRead())
-			var buf *client.Buf
+			var buf client.Buffer
 			if call(kind, n, func(ctx context.Context) error {
 				var err error
-				buf, err = c.f.ReadBuf(ctx, base+int64(off), n)
-				if err == nil && buf.Len() != n {
-					err = fmt.Errorf("short ReadBuf %d of %d", buf.Len(), n)
+				buf, err = c.f.ReadBuf(ctx, make([]byte, n), base+int64(off))
+				if err == nil && len(buf.Bytes()) != n {
+					err = fmt.Errorf("short ReadBuf %d of %d", len(buf.Bytes()), n)
 				}
 				return err
 			}) {
@@ -270,7 +270,9 @@ func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
 					st.err("client %d job %d: ReadBuf of %d at %d differs", c.idx, j, n, base+int64(off))
 				}
 			}
-			buf.Release()
+			if buf != nil {
+				buf.Release()
+			}
 		}
 	}
 }

@@ -16,9 +16,12 @@
 #   3b. what a user sees: lwio stat on A names rxe0 port 1 for its
 #      connections and shows the port's hw_counters; lwio devices lists
 #      rxe0 (port state, GIDs) as used by A.
-#   4. mount B, a second client: lwio-mount provider=verbs,
-#      completion=polling; the POSIX suite's data and namespace checks run
-#      on it (posix.test -test.run TestPOSIXAt).
+#   4. mount B, a second client: lwio-mount provider=auto,
+#      completion=polling, with the server offering verbs and softrdma:
+#      every connection must be on verbs (data_path=lwio/verbs and the
+#      server's count below; auto once spread them over both); the POSIX
+#      suite's data and namespace checks run on it (posix.test -test.run
+#      TestPOSIXAt).
 #   5. both mounts end on SIGTERM (exit 0, unmounted); the server must have
 #      seen their connections, all on verbs.
 #   6. control: on mount C, provider=softrdma, the byte check must fail.
@@ -111,8 +114,8 @@ delta() { echo $(($(field "$1" <<<"$3") - $(field "$1" <<<"$2"))); }
 #   tcp        more than MOVED/TCPDIV of the mount's file data crossed TCP
 #   hw         the RDMA device cannot have carried MOVED (its packets)
 #   ip         the IP stack carried more than MOVED/TCPDIV, file data or not
-#              (the session channel's requests, and the first
-#              InlineWriteMax bytes of a buffered writer, count here)
+#              (the session channel's requests and small appends
+#              count here)
 rdma_verdict() {
 	local before=$1 after=$2 moved=$3 div=$4 provs rdma tcp hwb ipb
 	provs=$(field providers <<<"$after")
@@ -314,7 +317,7 @@ tar_roundtrip() {
 	local mnt=$work/a src=$work/src back=$work/back t0 before after moved
 	# Small under TCG, where every FUSE request costs milliseconds: some
 	# of the guest's own files (symlinks, two modules larger than
-	# InlineWriteMax, whose writes go over LWIO too) and the cases tar must
+	# 128 KiB, in several LWIO writes) and the cases tar must
 	# get right besides (empty file, hard link, dangling symlink, long name,
 	# odd modes, another owner, an old mtime).
 	local tree=(etc/alternatives etc/default etc/apt
@@ -436,7 +439,7 @@ echo "e2e: tar phase $(since "$t0") s"
 check_visibility a
 
 t0=$(now)
-if start_mount b provider=verbs,completion=polling; then
+if start_mount b provider=auto,completion=polling; then
 	b_conns=$(datapath_stat "$work/b" "$out/mount-b.log" | field connections)
 	posix_subset
 	stop_mount b

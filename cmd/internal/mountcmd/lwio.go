@@ -47,6 +47,7 @@ func dialConfig(o *Options, log *logrus.Logger) fs.DialConfig {
 		RequireRDMA: o.Provider != "auto",
 		Completion:  mode,
 		Conns:       o.Conns,
+		PoolMemory:  o.PoolMiB << 20,
 		Logger:      log,
 		Stats:       o.stats,
 	}

@@ -150,7 +150,10 @@ options (comma separated, mount(8) style):
   credentials_dir=DIR  multiuser: one credentials file per local user name (0600)
   guest_credentials=FILE  multiuser: for local users without credentials
   idle_timeout=SEC   multiuser: close a user's idle session (default 600)
-  conns=N            RDMA connections to open
+  conns=N            RDMA connections to open (default: one per CPU, 2–16)
+  readahead=KIB      readahead window (default 1024; 0 keeps the kernel's 128)
+  writebehind=N      buffered writes of a file in flight (default 8; 0 writes through)
+  pool_memory=MIB    registered data buffers kept between requests (default 32; 0: unbounded)
   reconnect_timeout=SEC  how long file operations wait for a lost server (default 30)
   debug              log every FUSE request
   bg | fg            return once mounted | stay in the foreground (default: fg,

@@ -48,6 +48,9 @@ type Options struct {
 	AllowOther   bool
 	Debug        bool
 	Conns        int // RDMA connections; 0 = engine default
+	ReadAheadKB  int // readahead window in KiB; 0 = fs default (1 MiB), -1 = the kernel's
+	WriteBehind  int // writes of a file in flight; 0 = fs default, -1 = write through
+	PoolMiB      int // idle registered buffers kept, MiB; 0 = engine default, -1 = unbounded
 	// Background: true returns once mounted (mount helper behaviour),
 	// false stays in the foreground; nil decides by how we were started.
 	Background *bool
@@ -184,6 +187,33 @@ func (o *Options) applyOption(opt string) error {
 			return fmt.Errorf("option conns=%q: want 1 to 64", val)
 		}
 		o.Conns = n
+	case "readahead":
+		n, cerr := strconv.Atoi(val)
+		if cerr != nil || n < 0 || n > fs.MaxWrite/1024 {
+			return fmt.Errorf("option readahead=%q: want 0 (the kernel's default) to %d KiB", val, fs.MaxWrite/1024)
+		}
+		o.ReadAheadKB = n
+		if n == 0 {
+			o.ReadAheadKB = -1
+		}
+	case "writebehind":
+		n, cerr := strconv.Atoi(val)
+		if cerr != nil || n < 0 || n > 64 {
+			return fmt.Errorf("option writebehind=%q: want 0 (write through) to 64", val)
+		}
+		o.WriteBehind = n
+		if n == 0 {
+			o.WriteBehind = -1
+		}
+	case "pool_memory":
+		n, cerr := strconv.Atoi(val)
+		if cerr != nil || n < 0 || n > 4096 {
+			return fmt.Errorf("option pool_memory=%q: want 0 (unbounded) to 4096 MiB", val)
+		}
+		o.PoolMiB = n
+		if n == 0 {
+			o.PoolMiB = -1
+		}
 	case "bg", "background":
 		t := true
 		o.Background = &t
@@ -369,6 +399,8 @@ func (o *Options) fsOptions() fs.Options {
 		// each caller acts as (docs/usage.md, "Who owns what").
 		DefaultPermissions: o.DefaultPermissions,
 		FsName:             o.Source(),
+		ReadAhead:          o.ReadAheadKB * 1024,
+		WriteBehind:        o.WriteBehind,
 	}
 }
 

@@ -63,7 +63,7 @@ type Server struct {
 	// provider's protection domain.
 	Regions *RegionLog
 
-	wrap atomic.Pointer[func(server.File) server.File]
+	wrap atomic.Pointer[func(share.File) share.File]
 }
 
 // Logger returns a logger for a component: quiet unless LWIO_TEST_LOG is
@@ -127,7 +127,7 @@ func Start(t testing.TB, o Options) *Server {
 
 // WrapFiles makes every file registered from now on go through w (nil
 // stops it).
-func (s *Server) WrapFiles(w func(server.File) server.File) {
+func (s *Server) WrapFiles(w func(share.File) share.File) {
 	if w == nil {
 		s.wrap.Store(nil)
 		return

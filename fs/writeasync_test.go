@@ -1,0 +1,210 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/client"
+	"github.com/lwiofs/lwiofs/protocol/share"
+)
+
+// slowFile is a registered file whose writes take a while on the server,
+// and that counts how many run at once; failAt makes a write at that
+// offset fail with STATUS_DISK_FULL.
+type slowFile struct {
+	share.File
+	delay   time.Duration
+	failAt  int64
+	running atomic.Int32
+	most    atomic.Int32
+}
+
+func (f *slowFile) WriteAt(p []byte, off int64) (int, error) {
+	n := f.running.Add(1)
+	defer f.running.Add(-1)
+	for m := f.most.Load(); n > m && !f.most.CompareAndSwap(m, n); m = f.most.Load() {
+	}
+	if f.delay > 0 {
+		// Random, so that writes in flight together finish in any order.
+		time.Sleep(f.delay/2 + time.Duration(mrand.Int64N(int64(f.delay))))
+	}
+	if f.failAt >= 0 && off == f.failAt {
+		return 0, protocol.StatusDiskFull
+	}
+	return f.File.WriteAt(p, off)
+}
+
+// writeBehindMount mounts a server whose files are slowFiles made by mk.
+func writeBehindMount(t *testing.T, mk func(share.File) *slowFile) (dir, mnt string, files func() []*slowFile) {
+	t.Helper()
+	needFUSE(t)
+	dir = t.TempDir()
+	var mu sync.Mutex
+	var made []*slowFile
+	srv := serveWrapped(t, dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File {
+		sf := mk(f)
+		mu.Lock()
+		made = append(made, sf)
+		mu.Unlock()
+		return sf
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := dialer(srv.SessionAddr(), client.Interrupt)(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return dir, mountOn(t, s.Tree, s.Data), func() []*slowFile {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*slowFile(nil), made...)
+	}
+}
+
+// A buffered sequential writer keeps several WRITEs in flight (the
+// server sees them at once), and close(2) returns only once all of them
+// are on the server's disk: close-to-open holds.
+func TestWriteBehind(t *testing.T) {
+	dir, mnt, files := writeBehindMount(t, func(f share.File) *slowFile {
+		return &slowFile{File: f, delay: 20 * time.Millisecond, failAt: -1}
+	})
+	data := make([]byte, 8<<20)
+	rand.Read(data)
+	f, err := os.Create(filepath.Join(mnt, "seq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(data); off += 1 << 20 {
+		if _, err := f.Write(data[off : off+1<<20]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// No sleep, no sync: close has returned, the disk must hold it all.
+	if got, _ := os.ReadFile(filepath.Join(dir, "seq")); !bytes.Equal(got, data) {
+		t.Fatalf("server disk holds %d bytes after close, want the %d written", len(got), len(data))
+	}
+	most := int32(0)
+	for _, sf := range files() {
+		most = max(most, sf.most.Load())
+	}
+	if most < 2 {
+		t.Errorf("at most %d WRITE ran at once on the server: the writer waited for each", most)
+	}
+
+	t.Run("stat sees the writes", func(t *testing.T) {
+		f, err := os.OpenFile(filepath.Join(mnt, "grow"), os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for i := 0; i < 4; i++ {
+			if _, err := f.Write(data[:1<<20]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Straight from the server, not the kernel's cache.
+		fi, err := os.Stat(filepath.Join(dir, "grow"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(mnt, "grow"), &st); err != nil || st.Size != 4<<20 {
+			t.Fatalf("stat through the mount: %d bytes, %v; want 4 MiB (the server had %d when asked)", st.Size, err, fi.Size())
+		}
+	})
+
+	t.Run("overlapping writes keep their order", func(t *testing.T) {
+		f, err := os.OpenFile(filepath.Join(mnt, "over"), os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := byte(1); i <= 5; i++ {
+			if _, err := f.WriteAt(bytes.Repeat([]byte{i}, 64<<10), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(dir, "over")); !bytes.Equal(got, bytes.Repeat([]byte{5}, 64<<10)) {
+			t.Fatalf("after five writes over one range the server holds %v…, want the last", got[:4])
+		}
+	})
+}
+
+// A write that fails on the server after the kernel was answered fails the
+// file's close(2) (and is reported once).
+func TestWriteBehindFailureAtClose(t *testing.T) {
+	_, mnt, _ := writeBehindMount(t, func(f share.File) *slowFile {
+		return &slowFile{File: f, failAt: 2 << 20}
+	})
+	f, err := os.Create(filepath.Join(mnt, "full"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := make([]byte, 1<<20)
+	var werr error
+	for i := 0; i < 4 && werr == nil; i++ {
+		_, werr = f.Write(block)
+	}
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write errors %v, close %v; want ENOSPC from one of them", werr, cerr)
+	}
+}
+
+// TestBreakWaitsForPostedWrites: a Write lease's break is acknowledged
+// only once the writer's posted writes (write-behind over LWIO,
+// writeasync.go) are on the server. Another mount that looks the file up
+// and reads it while it is still open for writing recalls the lease, and
+// then reads every byte the writer's write(2)s returned for — not a file
+// short of the writes still in flight.
+func TestBreakWaitsForPostedWrites(t *testing.T) {
+	_, a, b, _, _, ra, _ := leaseRoots(t, Options{})
+	f, err := os.OpenFile(filepath.Join(a, "big"), os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := bytes.Repeat([]byte("abcdefgh"), (1<<20)/8)
+	const chunks = 8
+	for i := range chunks {
+		if _, err := f.WriteAt(chunk, int64(i)<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch := ra.EmbeddedInode().GetChild("big")
+	if ch == nil {
+		t.Fatal("mount a does not know the file it created")
+	}
+	if !ch.Operations().(*Node).holdsWrite() {
+		t.Fatal("mount a holds no Write lease on the file it created and has open")
+	}
+	got, err := os.ReadFile(filepath.Join(b, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != chunks<<20 {
+		t.Fatalf("b reads %d bytes while a has %d written, want all (the break waits for a's posted writes)", len(got), chunks<<20)
+	}
+	for i := range chunks {
+		if !bytes.Equal(got[i<<20:(i+1)<<20], chunk) {
+			t.Fatalf("b reads wrong bytes in MiB %d", i)
+		}
+	}
+}

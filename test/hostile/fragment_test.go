@@ -1,0 +1,153 @@
+package hostile
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/test/hostile/rig"
+)
+
+// TestFragmentSequences (issue 20): a write longer than a receive buffer
+// comes fragmented (docs/wire.md, "Fragmented writes"). A well-formed
+// sequence is written; every malformed, overlong or wrongly interleaved
+// one ends its connection at the offending message, logged with the rule,
+// with nothing of it written to the file and nothing written into the
+// peer's memory, while another client is served throughout.
+func TestFragmentSequences(t *testing.T) {
+	const recv = protocol.HeaderSize + 4096 // 4 KiB of data a message
+	logger := logrus.New()
+	logger.Out = io.Discard
+	hook := logtest.NewLocal(logger)
+	s := newServer(t, rig.Options{Engine: server.Config{Logger: logger, MaxRecvBufferSize: recv, MaxRdmaWindowSize: 64 << 10}})
+	v := newVictim(t, s, "victim")
+	ls := newLWIOSession(t, s)
+	content := bytes.Repeat([]byte{7}, 64<<10)
+	rk := ls.file(t, "own", content)
+
+	// seq is a fragmented write of n bytes of b at off, as a client sends
+	// it: the first message and its FRAGMENTs.
+	seq := func(fid uint16, off uint64, n int, b byte, cookie uint64) [][]byte {
+		w := protocol.NewWriteRequest(fid, off, bytes.Repeat([]byte{b}, n), 0, protocol.InterruptMode(uint32(cookie), cookie))
+		first := w.Fragment(4096)
+		msgs := [][]byte{first.Append(nil)}
+		for done := 4096; done < n; done += 4096 {
+			k := min(4096, n-done)
+			h := protocol.NewFragmentHeader(&first.Header, off+uint64(done), uint32(k), 0)
+			msgs = append(msgs, (&protocol.WriteRequest{Header: h, Data: w.Data[done : done+k]}).Append(nil))
+		}
+		return msgs
+	}
+	read := func(p *peer, fid uint16) []byte {
+		h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, 9))
+		return h.Append(nil)
+	}
+
+	t.Run("well formed", func(t *testing.T) {
+		p := dialPeer(t, s)
+		p.auth(ls, 8)
+		_, fid := p.register(ls, rk)
+		if err := p.sendChain(seq(fid, 100, 3*4096+10, 0xee, 5)); err != nil {
+			t.Fatal(err)
+		}
+		if r := p.wantResponse("fragmented WRITE"); r.Cookie != 5 || r.Ios.Status != protocol.StatusSuccess || r.Ios.Information != 3*4096+10 {
+			t.Fatalf("fragmented WRITE answered %+v", r)
+		}
+		disk, _ := os.ReadFile(filepath.Join(s.Dir, "own"))
+		want := append([]byte(nil), content...)
+		copy(want[100:], bytes.Repeat([]byte{0xee}, 3*4096+10))
+		if !bytes.Equal(disk, want) {
+			t.Fatal("the fragmented write is not on disk as sent")
+		}
+		if err := os.WriteFile(filepath.Join(s.Dir, "own"), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	cases := []struct {
+		name string
+		rule string // "" for a credit violation (no wire rule)
+		msgs func(p *peer, fid uint16) [][]byte
+	}{
+		{"a FRAGMENT with no write open", "FRAGMENT.Opcode", func(p *peer, fid uint16) [][]byte { return seq(fid, 0, 3*4096, 1, 9)[1:2] }},
+		{"a first fragment short of a buffer", "WRITE.Length", func(p *peer, fid uint16) [][]byte {
+			w := protocol.NewWriteRequest(fid, 0, make([]byte, 3*4096), 0, protocol.InterruptMode(9, 9))
+			f := w.Fragment(4000)
+			return [][]byte{f.Append(nil)}
+		}},
+		{"overlong: a write past MaxRdmaWindowSize", "WRITE.Length", func(p *peer, fid uint16) [][]byte {
+			return seq(fid, 0, 64<<10+4096, 1, 9)[:1]
+		}},
+		{"a READ between fragments", "FRAGMENT.Opcode", func(p *peer, fid uint16) [][]byte {
+			m := seq(fid, 0, 3*4096, 1, 9)
+			return [][]byte{m[0], m[1], read(p, fid), m[2]}
+		}},
+		{"a second write started inside the first", "FRAGMENT.Opcode", func(p *peer, fid uint16) [][]byte {
+			m := seq(fid, 0, 3*4096, 1, 9)
+			return [][]byte{m[0], seq(fid, 8192, 2*4096, 2, 10)[0]}
+		}},
+		{"another write's FRAGMENT", "FRAGMENT.Offset", func(p *peer, fid uint16) [][]byte {
+			m := seq(fid, 0, 3*4096, 1, 9)
+			return [][]byte{m[0], seq(fid, 0, 3*4096, 2, 10)[1]}
+		}},
+		{"FRAGMENTs out of order", "FRAGMENT.Offset", func(p *peer, fid uint16) [][]byte {
+			m := seq(fid, 0, 3*4096, 1, 9)
+			return [][]byte{m[0], m[2], m[1]}
+		}},
+		{"a middle FRAGMENT short of a buffer", "FRAGMENT.Length", func(p *peer, fid uint16) [][]byte {
+			m := seq(fid, 0, 3*4096, 1, 9)
+			h, _ := protocol.DecodeHeader(m[1])
+			h.Length = 1000
+			return [][]byte{m[0], append(h.Append(nil), make([]byte, 1000)...)}
+		}},
+		{"the last FRAGMENT longer than what is left", "FRAGMENT.Length", func(p *peer, fid uint16) [][]byte {
+			m := seq(fid, 0, 2*4096+100, 1, 9)
+			h, _ := protocol.DecodeHeader(m[2])
+			h.Length = 200
+			return [][]byte{m[0], m[1], append(h.Append(nil), make([]byte, 200)...)}
+		}},
+		{"FRAGMENTED on a READ", "READ.Flags", func(p *peer, fid uint16) [][]byte {
+			b := read(p, fid)
+			b[5] |= protocol.FlagFragmented
+			return [][]byte{b}
+		}},
+		{"more messages than credits", "", func(p *peer, fid uint16) [][]byte { return seq(fid, 0, 5*4096, 1, 9) }},
+	}
+	for _, c := range cases {
+		p := dialPeer(t, s)
+		p.auth(ls, 4)
+		st, fid := p.register(ls, rk)
+		if st != protocol.StatusSuccess {
+			t.Fatalf("%s: REGISTER %v", c.name, st)
+		}
+		hook.Reset()
+		if err := p.sendChain(c.msgs(p, fid)); err != nil {
+			t.Fatal(err)
+		}
+		p.wantClosed(c.name)
+		if !p.untouched(0, peerDataSize) {
+			t.Errorf("%s: the server wrote into the peer's memory", c.name)
+		}
+		if c.rule != "" && !logged(hook, c.rule) {
+			t.Errorf("%s: no log line naming rule %s; got %v", c.name, c.rule, rules(hook))
+		}
+		if disk, err := os.ReadFile(filepath.Join(s.Dir, "own")); err != nil || !bytes.Equal(disk, content) {
+			t.Fatalf("%s: the file changed: a broken sequence was written (%v)", c.name, err)
+		}
+		v.intact(t)
+		if n := s.WaitConns(1, 5*time.Second); n != 1 {
+			t.Fatalf("%s: %d server connections remain, want the victim's 1", c.name, n)
+		}
+		s.Check(t)
+	}
+	figure(t, "a fragmented write served; %d malformed, overlong or interleaved fragment sequences: %d connections ended at the offending message (the rule logged), nothing of them written, another client served after each",
+		len(cases), len(cases))
+}
