@@ -25,9 +25,8 @@ import (
 // closes it.
 func TestStart(t *testing.T) {
 	dir := t.TempDir()
-	var registered atomic.Int32
 	cfg := testConfig(dir, 2)
-	cfg.WrapFile = func(f share.File) share.File { registered.Add(1); return f }
+	registered := countRegistered(&cfg)
 	srv := start(t, cfg)
 	ls := srv.Listeners()
 	if len(ls) != 2 || ls[0].Provider != soft.Name || ls[0].Addr == ls[1].Addr || len(ls[0].Advertised) != 1 {
@@ -66,9 +65,8 @@ func TestStart(t *testing.T) {
 // a Fid is its session's alone.
 func TestRegisterOnOpen(t *testing.T) {
 	dir := t.TempDir()
-	var registered atomic.Int32
 	cfg := testConfig(dir, 1)
-	cfg.WrapFile = func(f share.File) share.File { registered.Add(1); return f }
+	registered := countRegistered(&cfg)
 	srv := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -164,6 +162,13 @@ func testConfig(dir string, n int) Config {
 		cfg.Listeners = append(cfg.Listeners, Listener{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"})
 	}
 	return cfg
+}
+
+// countRegistered has cfg count the files the engine registers.
+func countRegistered(cfg *Config) *atomic.Int32 {
+	var n atomic.Int32
+	cfg.WrapFile = func(f share.File) share.File { n.Add(1); return f }
+	return &n
 }
 
 // start starts a server from cfg; it closes when the test ends.
