@@ -20,11 +20,8 @@ import (
 	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/fileserver"
-	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/protocol/share"
-	"github.com/lwiofs/lwiofs/smbauth"
-	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
 // copyRig is a server of share "s" (dir) and mounts of it through
@@ -48,25 +45,7 @@ func newCopyRig(t *testing.T) *copyRig {
 	t.Helper()
 	needFUSE(t)
 	r := &copyRig{dir: t.TempDir()}
-	log := logrus.New()
-	log.SetLevel(logrus.ErrorLevel)
-	srv, err := fileserver.Start(fileserver.Config{
-		Session: session.ServerConfig{
-			Shares:   []share.Config{{Name: "s", Path: r.dir, AllowRoot: true}},
-			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
-			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
-			Logger:   log,
-		},
-		Engine:      server.Config{Logger: log},
-		SessionAddr: "127.0.0.1:0",
-		Listeners:   []fileserver.Listener{{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"}},
-		WrapFile:    func(f share.File) share.File { return countedFile{f, &r.data} },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	r.srv = srv
+	r.srv = serveWrapped(t, r.dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File { return countedFile{f, &r.data} })
 	return r
 }
 

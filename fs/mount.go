@@ -102,15 +102,19 @@ func NewRoot(tree Tree, data DataPath, opts Options) *Node {
 	return &Node{fs: fs}
 }
 
-func (o Options) writeBehind() int {
+// setting is the value of an Options field whose zero means def and whose
+// negative values turn the feature off (0).
+func setting(v, def int) int {
 	switch {
-	case o.WriteBehind == 0:
-		return DefaultWriteBehind
-	case o.WriteBehind < 0:
+	case v == 0:
+		return def
+	case v < 0:
 		return 0
 	}
-	return o.WriteBehind
+	return v
 }
+
+func (o Options) writeBehind() int { return setting(o.WriteBehind, DefaultWriteBehind) }
 
 // MountOptions returns the go-fuse options of a mount: timeouts, and the
 // settings that make the kernel send large and parallel requests. Without
@@ -236,15 +240,7 @@ func mountRoot(mountpoint string, root *Node, opts Options) (*fuse.Server, error
 	return srv, nil
 }
 
-func (o Options) readAhead() int {
-	switch {
-	case o.ReadAhead == 0:
-		return MaxReadAhead
-	case o.ReadAhead < 0:
-		return 0
-	}
-	return min(o.ReadAhead, MaxWrite)
-}
+func (o Options) readAhead() int { return min(setting(o.ReadAhead, MaxReadAhead), MaxWrite) }
 
 // setReadAhead sets the readahead of the mount at mountpoint to n bytes:
 // the read_ahead_kb of its backing device (/sys/class/bdi/MAJ:MIN), which

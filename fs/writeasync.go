@@ -3,6 +3,8 @@ package fs
 import (
 	"context"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -237,10 +239,7 @@ func (wb *asyncWrites) barrier() {
 		return
 	}
 	wb.mu.Lock()
-	qs := make([]*wbQueue, 0, len(wb.files))
-	for q := range wb.files {
-		qs = append(qs, q)
-	}
+	qs := slices.Collect(maps.Keys(wb.files))
 	wb.mu.Unlock()
 	for _, q := range qs {
 		q.mu.Lock()

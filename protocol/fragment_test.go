@@ -61,6 +61,13 @@ func TestAssembly(t *testing.T) {
 		t.Fatalf("after the sequence: open %v, %d messages, data equal %v", a.Open(), a.Messages(), bytes.Equal(got, data))
 	}
 
+	// started starts a on a fresh good sequence, which it returns.
+	started := func(a *Assembly) []Request {
+		s := good()
+		a.Start(&s[0], recv, 1<<20)
+		return s
+	}
+
 	// Each broken rule is a *FieldError naming the rule.
 	for _, c := range []struct {
 		name       string
@@ -74,27 +81,23 @@ func TestAssembly(t *testing.T) {
 		}, "WRITE", "Length"},
 		{"longer than the largest write", func(a *Assembly) error { s := good(); return a.Start(&s[0], recv, 200) }, "WRITE", "Length"},
 		{"a second first fragment", func(a *Assembly) error {
-			s := good()
-			a.Start(&s[0], recv, 1<<20)
+			s := started(a)
 			return a.Start(&s[0], recv, 1<<20)
 		}, "WRITE", "Flags"},
 		{"another request in between", func(a *Assembly) error {
-			s := good()
-			a.Start(&s[0], recv, 1<<20)
+			started(a)
 			rd, _ := DecodeRequest(headerBytes(NewReadRequest(3, 0, 10, 1, 1, 1, InterruptMode(1, 1))))
 			_, err := a.Next(&rd)
 			return err
 		}, "FRAGMENT", "Opcode"},
 		{"another write's fragment", func(a *Assembly) error {
-			s := good()
-			a.Start(&s[0], recv, 1<<20)
+			started(a)
 			other := fragmentSequence(t, NewWriteRequest(3, 1000, data, 1, InterruptMode(8, 10)), recv)
 			_, err := a.Next(&other[1])
 			return err
 		}, "FRAGMENT", "Offset"},
 		{"out of order", func(a *Assembly) error {
-			s := good()
-			a.Start(&s[0], recv, 1<<20)
+			s := started(a)
 			_, err := a.Next(&s[2])
 			return err
 		}, "FRAGMENT", "Offset"},
@@ -108,8 +111,7 @@ func TestAssembly(t *testing.T) {
 			return err
 		}, "FRAGMENT", "Length"},
 		{"the last fragment too long", func(a *Assembly) error {
-			s := good()
-			a.Start(&s[0], recv, 1<<20)
+			s := started(a)
 			a.Next(&s[1])
 			r := s[2]
 			r.Header.Length++

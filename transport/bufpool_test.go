@@ -133,11 +133,9 @@ func TestBufferPoolConcurrent(t *testing.T) {
 	d := &countingDomain{}
 	p := NewBufferPool(d, AccessLocal, 1<<16)
 	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 500; i++ {
+	for range 8 {
+		wg.Go(func() {
+			for i := range 500 {
 				r, err := p.Get(1 + (i*4099)%(1<<16))
 				if err != nil {
 					t.Error(err)
@@ -146,7 +144,7 @@ func TestBufferPoolConcurrent(t *testing.T) {
 				r.Bytes()[0]++
 				p.Put(r)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	p.Drop()

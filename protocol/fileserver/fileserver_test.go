@@ -25,24 +25,9 @@ import (
 // closes it.
 func TestStart(t *testing.T) {
 	dir := t.TempDir()
-	var registered atomic.Int32
-	srv, err := Start(Config{
-		Session: session.ServerConfig{
-			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
-			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
-			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
-		},
-		SessionAddr: "127.0.0.1:0",
-		Listeners: []Listener{
-			{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"},
-			{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"},
-		},
-		WrapFile: func(f share.File) share.File { registered.Add(1); return f },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	cfg := testConfig(dir, 2)
+	registered := countRegistered(&cfg)
+	srv := start(t, cfg)
 	ls := srv.Listeners()
 	if len(ls) != 2 || ls[0].Provider != soft.Name || ls[0].Addr == ls[1].Addr || len(ls[0].Advertised) != 1 {
 		t.Fatalf("listeners %+v", ls)
@@ -80,33 +65,13 @@ func TestStart(t *testing.T) {
 // a Fid is its session's alone.
 func TestRegisterOnOpen(t *testing.T) {
 	dir := t.TempDir()
-	var registered atomic.Int32
-	srv, err := Start(Config{
-		Session: session.ServerConfig{
-			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
-			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
-			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
-		},
-		SessionAddr: "127.0.0.1:0",
-		Listeners:   []Listener{{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"}},
-		WrapFile:    func(f share.File) share.File { registered.Add(1); return f },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	cfg := testConfig(dir, 1)
+	registered := countRegistered(&cfg)
+	srv := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	dial := func() (*session.Client, *session.Tree) {
-		c, err := session.Dial(ctx, srv.SessionAddr(), session.ClientConfig{User: "u", Password: "pw", KeepAlive: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		tr, err := c.TreeConnect(ctx, "s")
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, tr := dialTree(ctx, t, srv)
 		tr.RegisterOnOpen(true)
 		return c, tr
 	}
@@ -119,14 +84,7 @@ func TestRegisterOnOpen(t *testing.T) {
 	if _, ok := tr.Fid(h); ok {
 		t.Error("an open before any LWIO connection answered a Fid")
 	}
-	cl, err := client.New(ctx, client.Config{
-		Providers: []transport.Provider{soft.New(soft.Options{})},
-		Negotiate: tr.Negotiate, SessionID: c.SessionID(), SigningKey: c.SessionKey(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := lwioClient(ctx, t, c, tr, 0)
 	h, _, err = tr.Open(ctx, "f", os.O_RDWR|os.O_CREATE|syscall.O_DIRECT, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -153,14 +111,7 @@ func TestRegisterOnOpen(t *testing.T) {
 
 	// Another session cannot use the Fid.
 	c2, tr2 := dial()
-	cl2, err := client.New(ctx, client.Config{
-		Providers: []transport.Provider{soft.New(soft.Options{})},
-		Negotiate: tr2.Negotiate, SessionID: c2.SessionID(), SigningKey: c2.SessionKey(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl2.Close()
+	cl2 := lwioClient(ctx, t, c2, tr2, 0)
 	if _, err := cl2.Attach(of.Fid, 0).ReadAt(ctx, make([]byte, 5), 0); !errors.Is(err, protocol.StatusInvalidHandle) {
 		t.Errorf("another session's READ on the Fid: %v, want STATUS_INVALID_HANDLE", err)
 	}
@@ -180,6 +131,61 @@ func TestRegisterOnOpen(t *testing.T) {
 // and the registered file; both close when the test ends.
 func openOverLWIO(ctx context.Context, t *testing.T, srv *Server, conns int) (*session.Tree, *client.File) {
 	t.Helper()
+	c, tr := dialTree(ctx, t, srv)
+	h, _, err := tr.Open(ctx, "f", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk, err := tr.RequestResumeKey(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := lwioClient(ctx, t, c, tr, conns).Register(ctx, rk.Key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, f
+}
+
+// testConfig is a server with one share, s, in dir, that user u with
+// password pw reaches, on a free session port, with n softrdma listeners.
+func testConfig(dir string, n int) Config {
+	cfg := Config{
+		Session: session.ServerConfig{
+			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
+			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
+			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
+		},
+		SessionAddr: "127.0.0.1:0",
+	}
+	for range n {
+		cfg.Listeners = append(cfg.Listeners, Listener{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"})
+	}
+	return cfg
+}
+
+// countRegistered has cfg count the files the engine registers.
+func countRegistered(cfg *Config) *atomic.Int32 {
+	var n atomic.Int32
+	cfg.WrapFile = func(f share.File) share.File { n.Add(1); return f }
+	return &n
+}
+
+// start starts a server from cfg; it closes when the test ends.
+func start(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	srv, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+// dialTree sets up a session on srv as u/pw and connects to share s; the
+// session closes when the test ends.
+func dialTree(ctx context.Context, t *testing.T, srv *Server) (*session.Client, *session.Tree) {
+	t.Helper()
 	c, err := session.Dial(ctx, srv.SessionAddr(), session.ClientConfig{User: "u", Password: "pw", KeepAlive: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -189,14 +195,13 @@ func openOverLWIO(ctx context.Context, t *testing.T, srv *Server, conns int) (*s
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _, err := tr.Open(ctx, "f", os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rk, err := tr.RequestResumeKey(ctx, h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return c, tr
+}
+
+// lwioClient starts the LWIO client of session c, negotiating through tr
+// with conns connections (0: the default); it closes when the test ends.
+func lwioClient(ctx context.Context, t *testing.T, c *session.Client, tr *session.Tree, conns int) *client.Client {
+	t.Helper()
 	cl, err := client.New(ctx, client.Config{
 		Providers: []transport.Provider{soft.New(soft.Options{})},
 		Negotiate: tr.Negotiate, SessionID: c.SessionID(), SigningKey: c.SessionKey(), Connections: conns,
@@ -205,11 +210,7 @@ func openOverLWIO(ctx context.Context, t *testing.T, srv *Server, conns int) (*s
 		t.Fatalf("LWIO client through the advertised listeners: %v", err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	f, err := cl.Register(ctx, rk.Key, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr, f
+	return cl
 }
 
 // TestStartFailsCleanly: a port taken, a bad share: Start fails, and the

@@ -16,9 +16,6 @@ import (
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/session"
-	"github.com/lwiofs/lwiofs/protocol/share"
-	"github.com/lwiofs/lwiofs/smbauth"
-	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
 // scrape GETs /metrics and parses the text exposition.
@@ -76,20 +73,9 @@ next:
 // writes it over LWIO; the counters scraped from /metrics move by exactly
 // that I/O, and every lwiofs metric is named lwio_….
 func TestMetricsScrape(t *testing.T) {
-	srv, err := Start(Config{
-		Session: session.ServerConfig{
-			Shares:   []share.Config{{Name: "s", Path: t.TempDir(), AllowRoot: true}},
-			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
-			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
-		},
-		SessionAddr: "127.0.0.1:0",
-		Listeners:   []Listener{{Provider: soft.New(soft.Options{}), Addr: "127.0.0.1:0"}},
-		MetricsAddr: "127.0.0.1:0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	cfg := testConfig(t.TempDir(), 1)
+	cfg.MetricsAddr = "127.0.0.1:0"
+	srv := start(t, cfg)
 	before := scrape(t, srv.MetricsAddr())
 	if v, ok := value(before, "lwio_connections", "provider=softrdma"); !ok || v != 0 {
 		t.Errorf("before: softrdma connections %v (present %v), want 0", v, ok)
@@ -178,22 +164,12 @@ func TestMetricsScrape(t *testing.T) {
 // throttle held back after them.
 func TestMetricsUsers(t *testing.T) {
 	dir := t.TempDir()
-	srv, err := Start(Config{
-		Session: session.ServerConfig{
-			Shares:   []share.Config{{Name: "s", Path: dir, AllowRoot: true}},
-			Users:    map[string][16]byte{"u": smbauth.NTHash("pw")},
-			Accounts: share.AccountsConfig{Guest: "root"}, // "u" acts as the server (root here)
-			// An attempt after a failure waits up to 1 s: longer than
-			// a dial takes, so each one after the first is held back.
-			LogonDelay: time.Second, LogonDelayMax: time.Second,
-		},
-		SessionAddr: "127.0.0.1:0",
-		MetricsAddr: "127.0.0.1:0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	cfg := testConfig(dir, 0)
+	// An attempt after a failure waits up to 1 s: longer than a dial
+	// takes, so each one after the first is held back.
+	cfg.Session.LogonDelay, cfg.Session.LogonDelayMax = time.Second, time.Second
+	cfg.MetricsAddr = "127.0.0.1:0"
+	srv := start(t, cfg)
 	get := func(name string, labels ...string) float64 {
 		t.Helper()
 		v, ok := value(scrape(t, srv.MetricsAddr()), name, labels...)
@@ -223,15 +199,7 @@ func TestMetricsUsers(t *testing.T) {
 		t.Errorf("lwio_logon_throttle_seconds_total = %v, want > 0", v)
 	}
 
-	c, err := session.Dial(ctx, srv.SessionAddr(), session.ClientConfig{User: "u", Password: "pw", KeepAlive: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tr, err := c.TreeConnect(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tr := dialTree(ctx, t, srv)
 	var hs []session.Handle
 	for i := range 3 {
 		h, _, err := tr.Open(ctx, fmt.Sprintf("f%d", i), os.O_RDWR|os.O_CREATE, 0o644)

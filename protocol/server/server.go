@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -304,10 +306,7 @@ func (s *Server) Close() error {
 	for l := range s.listeners {
 		l.Close()
 	}
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(s.conns))
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range conns {
@@ -327,10 +326,7 @@ func (s *Server) Close() error {
 // to clients it looks like a crash. The server goes on accepting.
 func (s *Server) Abort() {
 	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(s.conns))
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.fail(errors.New("aborted"))

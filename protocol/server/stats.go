@@ -1,6 +1,8 @@
 package server
 
 import (
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -111,10 +113,7 @@ func (s *Server) Stats() Stats {
 	}
 	s.mu.Lock()
 	st.Sessions = len(s.sessions)
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(s.conns))
 	s.mu.Unlock()
 	for _, c := range conns {
 		st.Connections[c.tc.Provider()]++

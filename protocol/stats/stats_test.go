@@ -101,17 +101,15 @@ func TestOpsDoneDoesNotAllocate(t *testing.T) {
 func TestOpsSnapshot(t *testing.T) {
 	var o Ops
 	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 1000; i++ {
+	for range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
 				o.Done(protocol.OpRead, 4096, false, time.Duration(10+i%10)*time.Microsecond)
 				if i%100 == 0 {
 					o.Done(protocol.OpWrite, 0, true, time.Millisecond)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	o.Done(protocol.Opcode(200), 1, false, 0) // unknown: ignored

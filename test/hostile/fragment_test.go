@@ -2,18 +2,12 @@ package hostile
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
-
-	"github.com/sirupsen/logrus"
-	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
-	"github.com/lwiofs/lwiofs/test/hostile/rig"
 )
 
 // TestFragmentSequences (issue 20): a write longer than a receive buffer
@@ -24,14 +18,8 @@ import (
 // peer's memory, while another client is served throughout.
 func TestFragmentSequences(t *testing.T) {
 	const recv = protocol.HeaderSize + 4096 // 4 KiB of data a message
-	logger := logrus.New()
-	logger.Out = io.Discard
-	hook := logtest.NewLocal(logger)
-	s := newServer(t, rig.Options{Engine: server.Config{Logger: logger, MaxRecvBufferSize: recv, MaxRdmaWindowSize: 64 << 10}})
-	v := newVictim(t, s, "victim")
-	ls := newLWIOSession(t, s)
-	content := bytes.Repeat([]byte{7}, 64<<10)
-	rk := ls.file(t, "own", content)
+	e := newRuleEnv(t, server.Config{MaxRecvBufferSize: recv, MaxRdmaWindowSize: 64 << 10})
+	s, ls, rk, content := e.s, e.ls, e.rk, e.content
 
 	// seq is a fragmented write of n bytes of b at off, as a client sends
 	// it: the first message and its FRAGMENTs.
@@ -72,11 +60,7 @@ func TestFragmentSequences(t *testing.T) {
 		}
 	})
 
-	cases := []struct {
-		name string
-		rule string // "" for a credit violation (no wire rule)
-		msgs func(p *peer, fid uint16) [][]byte
-	}{
+	cases := []ruleBreak{
 		{"a FRAGMENT with no write open", "FRAGMENT.Opcode", func(p *peer, fid uint16) [][]byte { return seq(fid, 0, 3*4096, 1, 9)[1:2] }},
 		{"a first fragment short of a buffer", "WRITE.Length", func(p *peer, fid uint16) [][]byte {
 			w := protocol.NewWriteRequest(fid, 0, make([]byte, 3*4096), 0, protocol.InterruptMode(9, 9))
@@ -121,33 +105,7 @@ func TestFragmentSequences(t *testing.T) {
 		}},
 		{"more messages than credits", "", func(p *peer, fid uint16) [][]byte { return seq(fid, 0, 5*4096, 1, 9) }},
 	}
-	for _, c := range cases {
-		p := dialPeer(t, s)
-		p.auth(ls, 4)
-		st, fid := p.register(ls, rk)
-		if st != protocol.StatusSuccess {
-			t.Fatalf("%s: REGISTER %v", c.name, st)
-		}
-		hook.Reset()
-		if err := p.sendChain(c.msgs(p, fid)); err != nil {
-			t.Fatal(err)
-		}
-		p.wantClosed(c.name)
-		if !p.untouched(0, peerDataSize) {
-			t.Errorf("%s: the server wrote into the peer's memory", c.name)
-		}
-		if c.rule != "" && !logged(hook, c.rule) {
-			t.Errorf("%s: no log line naming rule %s; got %v", c.name, c.rule, rules(hook))
-		}
-		if disk, err := os.ReadFile(filepath.Join(s.Dir, "own")); err != nil || !bytes.Equal(disk, content) {
-			t.Fatalf("%s: the file changed: a broken sequence was written (%v)", c.name, err)
-		}
-		v.intact(t)
-		if n := s.WaitConns(1, 5*time.Second); n != 1 {
-			t.Fatalf("%s: %d server connections remain, want the victim's 1", c.name, n)
-		}
-		s.Check(t)
-	}
+	e.wantEnded(t, cases)
 	figure(t, "a fragmented write served; %d malformed, overlong or interleaved fragment sequences: %d connections ended at the offending message (the rule logged), nothing of them written, another client served after each",
 		len(cases), len(cases))
 }

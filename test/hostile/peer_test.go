@@ -270,11 +270,7 @@ func newLWIOSession(t testing.TB, s *rig.Server) *lwioSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ss, err := s.DialSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ss.Close)
+	ss := s.TestSession(ctx, t)
 	var ck [16]byte
 	rand.Read(ck[:])
 	resp, err := ss.Tree.Negotiate(ctx, protocol.NewNegotiateRequest("hostile", ck, []transport.ProviderInfo{{Name: soft.Name}}))

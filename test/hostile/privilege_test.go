@@ -26,12 +26,7 @@ import (
 func TestPrivilegedRequests(t *testing.T) {
 	s := newServer(t, rig.Options{})
 	ctx := ctx10(t)
-	ss, err := s.DialSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	tr := ss.Tree
+	tr := s.TestSession(ctx, t).Tree
 	h, _, err := tr.Open(ctx, "prog", os.O_CREATE|os.O_RDWR, 0o755)
 	if err != nil {
 		t.Fatal(err)

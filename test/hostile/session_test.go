@@ -343,12 +343,7 @@ func pathEscapes(t *testing.T, walk bool) {
 		t.Fatal(err)
 	}
 	ctx := ctx10(t)
-	ss, err := s.DialSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	tr := ss.Tree
+	tr := s.TestSession(ctx, t).Tree
 	rel, err := filepath.Rel(s.Dir, outside)
 	if err != nil {
 		t.Fatal(err)

@@ -24,14 +24,8 @@ import (
 // client. (Before the engine dispatched on protocol.DecodeRequest several of
 // these were served or answered with a status.)
 func TestWireRulesEndConnection(t *testing.T) {
-	logger := logrus.New()
-	logger.Out = io.Discard
-	hook := logtest.NewLocal(logger)
-	s := newServer(t, rig.Options{Engine: server.Config{Logger: logger}})
-	v := newVictim(t, s, "victim")
-	ls := newLWIOSession(t, s)
-	content := bytes.Repeat([]byte{7}, 64<<10)
-	rk := ls.file(t, "own", content)
+	e := newRuleEnv(t, server.Config{})
+	ls, rk := e.ls, e.rk
 
 	set := func(b []byte, off int, v byte) []byte { b[off] = v; return b }
 	put32 := func(b []byte, off int, v uint32) []byte { binary.LittleEndian.PutUint32(b[off:], v); return b }
@@ -106,35 +100,82 @@ func TestWireRulesEndConnection(t *testing.T) {
 		}},
 		{"opcode 0x0B", "REQUEST.Opcode", func(p *peer, fid uint16) []byte { return set(read(p, fid), 4, 0x0b) }},
 	}
-	for _, c := range cases {
-		p := dialPeer(t, s)
-		p.auth(ls, 4)
-		st, fid := p.register(ls, rk)
+	breaks := make([]ruleBreak, len(cases))
+	for i, c := range cases {
+		breaks[i] = ruleBreak{c.name, c.rule, func(p *peer, fid uint16) [][]byte { return [][]byte{c.msg(p, fid)} }}
+	}
+	e.wantEnded(t, breaks)
+	figure(t, "%d messages breaking a wire rule after AUTH: %d connections ended with the rule logged, nothing read or written, another client served after each",
+		len(cases), len(cases))
+}
+
+// ruleEnv is a live server whose engine logs into hook, a victim client
+// served throughout, and an LWIO session owning the file "own" (content),
+// whose resume key is rk: where a peer sends messages that break a wire
+// rule.
+type ruleEnv struct {
+	s       *rig.Server
+	hook    *logtest.Hook
+	v       *victim
+	ls      *lwioSession
+	rk      protocol.ResumeKey
+	content []byte
+}
+
+// newRuleEnv starts a ruleEnv on a server with engine (its Logger set here).
+func newRuleEnv(t *testing.T, engine server.Config) *ruleEnv {
+	logger := logrus.New()
+	logger.Out = io.Discard
+	e := &ruleEnv{hook: logtest.NewLocal(logger), content: bytes.Repeat([]byte{7}, 64<<10)}
+	engine.Logger = logger
+	e.s = newServer(t, rig.Options{Engine: engine})
+	e.v = newVictim(t, e.s, "victim")
+	e.ls = newLWIOSession(t, e.s)
+	e.rk = e.ls.file(t, "own", e.content)
+	return e
+}
+
+// ruleBreak is a message sequence that breaks a rule of docs/wire.md.
+type ruleBreak struct {
+	name string
+	rule string // the FieldError's Msg.Field the log line must name; "" for a credit violation (no wire rule)
+	msgs func(p *peer, fid uint16) [][]byte
+}
+
+// wantEnded sends each break on a new authenticated connection with "own"
+// registered, and checks that the server ended that connection at the
+// offending message — no answer, nothing written into the peer's memory or
+// to the file — logging the rule, while the victim was served and kept its
+// connection.
+func (e *ruleEnv) wantEnded(t *testing.T, breaks []ruleBreak) {
+	t.Helper()
+	for _, c := range breaks {
+		p := dialPeer(t, e.s)
+		p.auth(e.ls, 4)
+		st, fid := p.register(e.ls, e.rk)
 		if st != protocol.StatusSuccess {
 			t.Fatalf("%s: REGISTER %v", c.name, st)
 		}
-		hook.Reset()
-		if err := p.sendMsg(c.msg(p, fid)); err != nil {
+		e.hook.Reset()
+		if err := p.sendChain(c.msgs(p, fid)); err != nil {
 			t.Fatal(err)
 		}
 		p.wantClosed(c.name)
 		if !p.untouched(0, peerDataSize) {
 			t.Errorf("%s: the server wrote into the peer's memory", c.name)
 		}
-		if !logged(hook, c.rule) {
-			t.Errorf("%s: no log line naming rule %s; got %v", c.name, c.rule, rules(hook))
+		if c.rule != "" && !logged(e.hook, c.rule) {
+			t.Errorf("%s: no log line naming rule %s; got %v", c.name, c.rule, rules(e.hook))
 		}
-		if disk, err := os.ReadFile(filepath.Join(s.Dir, "own")); err != nil || !bytes.Equal(disk, content) {
-			t.Fatalf("%s: the peer's own file changed (%v)", c.name, err)
+		if disk, err := os.ReadFile(filepath.Join(e.s.Dir, "own")); err != nil || !bytes.Equal(disk, e.content) {
+			t.Fatalf("%s: the peer's own file changed: something it sent was written (%v)", c.name, err)
 		}
-		v.intact(t)
-		if n := s.WaitConns(1, 5*time.Second); n != 1 {
+		e.v.intact(t)
+		if n := e.s.WaitConns(1, 5*time.Second); n != 1 {
 			t.Fatalf("%s: %d server connections remain, want the victim's 1", c.name, n)
 		}
-		s.Check(t)
+		e.s.Check(t)
 	}
-	figure(t, "%d messages breaking a wire rule after AUTH: %d connections ended with the rule logged, nothing read or written, another client served after each",
-		len(cases), len(cases))
 }
 
 // logged reports whether the engine logged a malformed message naming rule.

@@ -88,11 +88,7 @@ func newLoadClient(t *testing.T, s *rig.Server, idx int, p transport.Provider, m
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ss, err := s.DialSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ss.Close)
+	ss := s.TestSession(ctx, t)
 	name := fmt.Sprintf("load-%d", idx)
 	h, rk, err := ss.OpenKey(ctx, name)
 	if err != nil {

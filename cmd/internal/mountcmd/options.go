@@ -131,6 +131,24 @@ func (o *Options) applyOption(opt string) error {
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
+	// number parses a whole number from lo to hi; want names the range.
+	number := func(lo, hi int, want string) (int, error) {
+		n, err := strconv.Atoi(val)
+		if err != nil || n < lo || n > hi {
+			return 0, fmt.Errorf("option %s=%q: want %s", key, val, want)
+		}
+		return n, nil
+	}
+	// zeroIsOff is number from 0 to hi for an option whose 0 turns the
+	// feature off: the Options field holds that as -1, its own 0 meaning
+	// the default.
+	zeroIsOff := func(hi int, want string) (int, error) {
+		n, err := number(0, hi, want)
+		if err == nil && n == 0 {
+			n = -1
+		}
+		return n, err
+	}
 	var err error
 	switch key {
 	case "credentials", "cred":
@@ -182,38 +200,13 @@ func (o *Options) applyOption(opt string) error {
 	case "debug":
 		o.Debug = true
 	case "conns":
-		n, cerr := strconv.Atoi(val)
-		if cerr != nil || n < 1 || n > 64 {
-			return fmt.Errorf("option conns=%q: want 1 to 64", val)
-		}
-		o.Conns = n
+		o.Conns, err = number(1, 64, "1 to 64")
 	case "readahead":
-		n, cerr := strconv.Atoi(val)
-		if cerr != nil || n < 0 || n > fs.MaxWrite/1024 {
-			return fmt.Errorf("option readahead=%q: want 0 (the kernel's default) to %d KiB", val, fs.MaxWrite/1024)
-		}
-		o.ReadAheadKB = n
-		if n == 0 {
-			o.ReadAheadKB = -1
-		}
+		o.ReadAheadKB, err = zeroIsOff(fs.MaxWrite/1024, fmt.Sprintf("0 (the kernel's default) to %d KiB", fs.MaxWrite/1024))
 	case "writebehind":
-		n, cerr := strconv.Atoi(val)
-		if cerr != nil || n < 0 || n > 64 {
-			return fmt.Errorf("option writebehind=%q: want 0 (write through) to 64", val)
-		}
-		o.WriteBehind = n
-		if n == 0 {
-			o.WriteBehind = -1
-		}
+		o.WriteBehind, err = zeroIsOff(64, "0 (write through) to 64")
 	case "pool_memory":
-		n, cerr := strconv.Atoi(val)
-		if cerr != nil || n < 0 || n > 4096 {
-			return fmt.Errorf("option pool_memory=%q: want 0 (unbounded) to 4096 MiB", val)
-		}
-		o.PoolMiB = n
-		if n == 0 {
-			o.PoolMiB = -1
-		}
+		o.PoolMiB, err = zeroIsOff(4096, "0 (unbounded) to 4096 MiB")
 	case "bg", "background":
 		t := true
 		o.Background = &t

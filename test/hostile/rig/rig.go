@@ -159,6 +159,18 @@ func (s *Server) DialSession(ctx context.Context) (*Session, error) {
 	return &Session{C: c, Tree: tr}, nil
 }
 
+// TestSession is DialSession for a test: it fails t on an error, and the
+// session closes when the test ends.
+func (s *Server) TestSession(ctx context.Context, t testing.TB) *Session {
+	t.Helper()
+	ss, err := s.DialSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ss.Close)
+	return ss
+}
+
 // ClientConfig is the LWIO client configuration for ss; tweak fields
 // before client.New.
 func (ss *Session) ClientConfig(p transport.Provider) client.Config {
