@@ -300,6 +300,16 @@ const cancelTimeout = 5 * time.Second
 // before it is given up.
 const interruptGrace = time.Second
 
+// interruptWatch is how long a request runs before it starts watching for
+// a FUSE INTERRUPT. Watching costs a goroutine: go-fuse's request context
+// is not one of package context's own, so context.AfterFunc must start one
+// to wait on its Done channel, and wake it again at the end — two
+// goroutine switches per 4 KiB read, on a machine whose two CPUs run fio,
+// the mount and the server (docs/bench.md, "Where a 4K read's time
+// goes"). Nearly every request is over long before; an interrupted one
+// still gets at least interruptGrace from the INTERRUPT.
+const interruptWatch = 20 * time.Millisecond
+
 // run runs one data request. The kernel sends a FUSE INTERRUPT whenever the
 // caller has a signal pending — including signals whose handler was
 // installed with SA_RESTART, and Go's preemption signals — and an EINTR
@@ -313,20 +323,23 @@ const interruptGrace = time.Second
 // and writes at an explicit offset are safe to repeat).
 func (f *fileHandle) run(ctx context.Context, op func(context.Context) (int, error)) (int, error) {
 	rctx, abandon := context.WithCancel(context.WithoutCancel(ctx))
-	defer abandon()
+	defer abandon() // last: it also ends a watch started below
 	var interrupted atomic.Bool
-	stop := context.AfterFunc(ctx, func() {
-		t := time.NewTimer(interruptGrace)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			interrupted.Store(true)
-			abandon()
-			f.cancel()
-		case <-rctx.Done(): // finished in time
-		}
+	watch := time.AfterFunc(interruptWatch, func() {
+		stop := context.AfterFunc(ctx, func() {
+			t := time.NewTimer(interruptGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				interrupted.Store(true)
+				abandon()
+				f.cancel()
+			case <-rctx.Done(): // finished in time
+			}
+		})
+		context.AfterFunc(rctx, func() { stop() }) // rctx is package context's: no goroutine until it ends
 	})
-	defer stop()
+	defer watch.Stop()
 	for attempt := 0; ; attempt++ {
 		n, err := op(rctx)
 		if err == nil || isEOF(err) || interrupted.Load() {

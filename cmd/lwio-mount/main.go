@@ -15,5 +15,6 @@ import (
 
 func main() {
 	cli.HandleVersion("lwio-mount", os.Args[1:])
+	cli.TraceFromEnv("lwio-mount")
 	mountcmd.Main("lwio-mount")
 }

@@ -159,6 +159,7 @@ func buildConfig(f *flags) (*Config, error) {
 func main() {
 	args := os.Args[1:]
 	cli.HandleVersion(prog, args)
+	cli.TraceFromEnv(prog)
 	if len(args) > 0 && args[0] == "adduser" {
 		os.Exit(runAddUser(args[1:]))
 	}

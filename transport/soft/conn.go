@@ -118,6 +118,7 @@ type conn struct {
 	ops      atomic.Int64  // operations carried, for Faults
 	dropped  atomic.Bool   // Faults.DropAfterOps tripped: a black hole
 	ackArmed atomic.Bool   // ackTimer is running
+	ackMark  atomic.Uint32 // placed when ackTimer was armed: what it must see acknowledged
 	ackTimer *time.Timer   // the fallback for a deferred acknowledgement
 	running  atomic.Int32  // reader and writer still running
 
@@ -511,7 +512,9 @@ func (c *conn) tripDrop() {
 
 // ackFallback bounds how long an acknowledgement owed for a SEND or WRITE
 // WITH IMMEDIATE waits for traffic to ride on (usually the reply the
-// application posts) or for the application to go idle on its CQ.
+// application posts) or for the application to go idle on its CQ: what
+// was owed when the timer was armed goes within ackFallback, what was
+// placed since within twice that.
 const ackFallback = time.Millisecond
 
 // flushAck sends the acknowledgement owed, if any; the CQ calls it when
@@ -524,11 +527,25 @@ func (c *conn) flushAck() {
 
 func (c *conn) deferAck() {
 	if !c.ackArmed.Swap(true) {
+		c.ackMark.Store(c.placed.Load())
 		c.ackTimer.Reset(ackFallback)
 	}
 }
 
+// ackTimeout is ackTimer's end. If everything owed when it was armed has
+// been acknowledged since (on the answers), what is owed now was placed
+// after that, most likely a moment ago and with its answer on the way:
+// it gets a fallback of its own rather than an ACK frame now. Sending it
+// now would, in a request-response stream (a qd1 read, a second ago one
+// in six round trips), wake the peer for a frame the next request
+// carries anyway.
 func (c *conn) ackTimeout() {
+	sent, placed := c.ackSent.Load(), c.placed.Load()
+	if placed != sent && int32(c.ackMark.Load()-sent) <= 0 {
+		c.ackMark.Store(placed)
+		c.ackTimer.Reset(ackFallback)
+		return
+	}
 	c.ackArmed.Store(false)
 	c.flushAck()
 }
