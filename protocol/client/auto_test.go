@@ -10,7 +10,10 @@ import (
 )
 
 // readLoad runs n 4 KiB random reads of f at queue depth qd.
-func readLoad(t *testing.T, f *File, n, qd int, size int64) {
+func readLoad(t *testing.T, f *File, n, qd int, size int64) { readLoadBS(t, f, n, qd, size, 4096) }
+
+// readLoadBS runs n random reads of bs bytes, bs-aligned, at queue depth qd.
+func readLoadBS(t *testing.T, f *File, n, qd int, size int64, bs int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -19,7 +22,7 @@ func readLoad(t *testing.T, f *File, n, qd int, size int64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := make([]byte, 4096)
+			p := make([]byte, bs)
 			rng := mrand.New(mrand.NewSource(int64(w)))
 			for {
 				mu.Lock()
@@ -29,7 +32,7 @@ func readLoad(t *testing.T, f *File, n, qd int, size int64) {
 				if i >= n {
 					return
 				}
-				if _, err := f.ReadAt(context.Background(), p, rng.Int63n(size/4096)*4096); err != nil {
+				if _, err := f.ReadAt(context.Background(), p, rng.Int63n(size/int64(bs))*int64(bs)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -37,6 +40,17 @@ func readLoad(t *testing.T, f *File, n, qd int, size int64) {
 		}()
 	}
 	wg.Wait()
+}
+
+// autoFile is an Auto-mode client and a registered file of size random
+// bytes.
+func autoFile(t *testing.T, size int) (*Client, *File) {
+	t.Helper()
+	e := newEnv(t, server.Config{})
+	s := e.session()
+	cl := s.client(t, s.config(Auto))
+	key, _ := s.file(t, "f", randBytes(size))
+	return cl, s.register(t, cl, key, 0)
 }
 
 // sumConns adds up the connections' completions by mode.
@@ -54,12 +68,8 @@ func sumConns(cl *Client) (polled, interrupted, switches uint64) {
 // queue depth 16 with INTERRUPT requests for at most 10% of the I/Os, and
 // goes back to interrupts when the load goes; the mode is in Conns.
 func TestAutoSwitches(t *testing.T) {
-	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Auto))
 	const size = 8 << 20
-	key, _ := s.file(t, "f", randBytes(size))
-	f := s.register(t, cl, key, 0)
+	cl, f := autoFile(t, size)
 
 	readLoad(t, f, 300, 1, size)
 	polled, interrupted, _ := sumConns(cl)
@@ -107,5 +117,40 @@ func TestAutoSwitches(t *testing.T) {
 	}
 	if used == 0 {
 		t.Error("no connection carried the last reads")
+	}
+}
+
+// TestAutoLargeInterrupt: in Auto mode I/O requests larger than
+// autoPollMax complete in interrupt mode even on a busy connection (their
+// transfer dwarfs a wakeup, and polling them only costs the CPU that moves
+// the data), and they do not make it busy; small ones beside them still
+// poll.
+func TestAutoLargeInterrupt(t *testing.T) {
+	const size = 8 << 20
+	cl, f := autoFile(t, size)
+
+	const n = 400
+	readLoadBS(t, f, n, 16, size, 2*autoPollMax)
+	polled, interrupted, switches := sumConns(cl)
+	if polled != 0 || interrupted < n || switches != 0 {
+		t.Fatalf("%d-byte reads at depth 16: %d polled, %d interrupt-mode, %d switches; want all interrupt mode, no switch", 2*autoPollMax, polled, interrupted, switches)
+	}
+	for _, ci := range cl.Conns() {
+		if ci.Completion != "auto/interrupt" {
+			t.Errorf("a connection carrying only large reads is in %q", ci.Completion)
+		}
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		readLoadBS(t, f, n, 8, size, 2*autoPollMax)
+	}()
+	readLoad(t, f, 4000, 16, size)
+	wg.Wait()
+	p2, _, _ := sumConns(cl)
+	if p2 == 0 {
+		t.Error("4 KiB reads at depth 16 beside large ones: none polled")
 	}
 }

@@ -595,7 +595,7 @@ func (c *conn) sendCredit(v int32, kind slotKind) bool {
 		return false
 	}
 	sl.ncred = 1
-	h := protocol.NewCreditRequest(v, c.hint(), c.prepare(sl, kind).Cookie)
+	h := protocol.NewCreditRequest(v, c.hint(), c.prepare(sl, kind, 0).Cookie)
 	_, err = c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
 	return err == nil
 }
@@ -667,9 +667,10 @@ func (c *conn) freeSlot(sl *slot) {
 // protocol constructor takes (control requests use its Cookie): polling
 // for an I/O request of a polling file, with the slot's status block armed,
 // else interrupt mode with the cookie in both ImmediateCookie and Cookie.
-func (c *conn) prepare(sl *slot, kind slotKind) protocol.Completion {
+// n is the file data an I/O request moves (Auto decides by it too).
+func (c *conn) prepare(sl *slot, kind slotKind, n int) protocol.Completion {
 	sl.kind = kind
-	sl.polling = kind == kindIO && c.polls(sl.mode)
+	sl.polling = kind == kindIO && c.polls(sl.mode, n)
 	cookie := (sl.cookie.Load()>>16+1)<<16 | uint64(sl.idx)
 	sl.cookie.Store(cookie)
 	if sl.polling {

@@ -34,7 +34,7 @@ func (cl *Client) Register(ctx context.Context, key protocol.ResumeKey, flagsAnd
 	}
 	req := protocol.NewRegisterRequest(protocol.FidParams{
 		ResumeKey: key, SessionID: cl.cfg.SessionID, FlagsAndAttributes: flagsAndAttributes,
-	}, c.hint(), c.prepare(sl, kindControl).Cookie)
+	}, c.hint(), c.prepare(sl, kindControl, 0).Cookie)
 	req.Params.Put(sl.send.Bytes()[protocol.HeaderSize:])
 	r, err := c.roundTrip(ctx, sl, &req.Header, protocol.RegisterRequestSize, nil)
 	if err != nil {
@@ -139,7 +139,7 @@ func (f *File) control(ctx context.Context, build func(fid uint16, credits uint8
 	if err != nil {
 		return err
 	}
-	h := build(f.fid, c.hint(), c.prepare(sl, kindControl).Cookie)
+	h := build(f.fid, c.hint(), c.prepare(sl, kindControl, 0).Cookie)
 	r, err := c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
 	if err != nil {
 		return err

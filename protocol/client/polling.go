@@ -180,7 +180,7 @@ func (c *conn) requestInterrupt() bool {
 		return false
 	}
 	sl.ncred = 1
-	h := protocol.NewInterruptRequest(c.hint(), c.prepare(sl, kindInterrupt).Cookie)
+	h := protocol.NewInterruptRequest(c.hint(), c.prepare(sl, kindInterrupt, 0).Cookie)
 	c.cl.ctr.interrupts.Add(1)
 	if err := c.post(sl, &h, protocol.HeaderSize, nil); err != nil {
 		c.intrMu.Lock()

@@ -79,7 +79,7 @@ func (c *conn) readBuffer(sl *slot, n int) (transport.Segment, error) {
 // a nil error the caller holds sl (and so dst's memory) until sl.unref.
 func (c *conn) read(ctx context.Context, sl *slot, fid uint16, off int64, dst transport.Segment) (int, error) {
 	n := dst.Length
-	h := protocol.NewReadRequest(fid, uint64(off), uint32(n), dst.Region.Addr()+uint64(dst.Offset), dst.Region.Handle(), c.hint(), c.prepare(sl, kindIO))
+	h := protocol.NewReadRequest(fid, uint64(off), uint32(n), dst.Region.Addr()+uint64(dst.Offset), dst.Region.Handle(), c.hint(), c.prepare(sl, kindIO, n))
 	sl.reqLen = uint32(n)
 	r, err := c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
 	if err != nil {
@@ -249,7 +249,7 @@ func (f *File) vecRead(ctx context.Context, pages [][]byte, ps int, off int64) (
 		regions = append(regions, protocol.RDMARegion{DataVa: buf.Addr() + uint64(i*ps), DataMh: buf.Handle(), Length: uint32(l)})
 	}
 	sl.regions = regions
-	req := protocol.NewVecReadRequest(f.fid, uint64(off), uint32(n), uint16(ps), regions, c.hint(), c.prepare(sl, kindIO))
+	req := protocol.NewVecReadRequest(f.fid, uint64(off), uint32(n), uint16(ps), regions, c.hint(), c.prepare(sl, kindIO, n))
 	req.Put(sl.send.Bytes())
 	sl.reqLen = uint32(n)
 	r, err := c.roundTrip(ctx, sl, &req.Header, req.Size(), nil)

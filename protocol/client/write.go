@@ -51,7 +51,7 @@ func (f *File) writeChunk(ctx context.Context, p []byte, off int64) (got, sent i
 		return 0, 0, err
 	}
 	copy(dst, p)
-	req := protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO))
+	req := protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO, n))
 	got, err = c.sendWrite(ctx, sl, &req, seg)
 	return got, n, err
 }
@@ -259,7 +259,7 @@ func (f *File) collapsed(ctx context.Context, page []byte, total int, off int64)
 	if err != nil {
 		return 0, err
 	}
-	req := protocol.NewCollapsedVecWriteRequest(f.fid, uint64(off), uint32(total), page, c.hint(), c.prepare(sl, kindIO))
+	req := protocol.NewCollapsedVecWriteRequest(f.fid, uint64(off), uint32(total), page, c.hint(), c.prepare(sl, kindIO, total))
 	req.Data = dst[:copy(dst, req.Data)]
 	f.cl.ctr.collapsed.Add(1)
 	return c.sendWrite(ctx, sl, &req, seg)
@@ -285,7 +285,7 @@ func (f *File) gatherWrite(ctx context.Context, pages [][]byte, ps int, off int6
 	for _, pg := range pages {
 		w = w[copy(w, pg):]
 	}
-	req := protocol.NewVecWriteRequest(f.fid, uint64(off), dst, uint16(ps), c.hint(), c.prepare(sl, kindIO))
+	req := protocol.NewVecWriteRequest(f.fid, uint64(off), dst, uint16(ps), c.hint(), c.prepare(sl, kindIO, n))
 	got, err = c.sendWrite(ctx, sl, &req, seg)
 	return got, n, err
 }
@@ -340,8 +340,9 @@ func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWri
 		return nil, err
 	}
 	copy(dst, p)
-	w := &PendingWrite{c: c, sl: sl, start: time.Now(), polling: sl.polling, payload: len(p)}
-	w.req = protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO))
+	w := &PendingWrite{c: c, sl: sl, start: time.Now(), payload: len(p)}
+	w.req = protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO, len(p)))
+	w.polling = sl.polling
 	if err := c.postWrite(sl, &w.req, seg); err != nil {
 		return nil, err
 	}
