@@ -362,6 +362,45 @@ func TestTmpfile(t *testing.T) {
 	}
 }
 
+// TestTmpfileOwner: on a mount whose account (root, as the test server
+// acts) shows as 4242:4343, an O_TMPFILE file shows as that user from the
+// open on — fstat before it has a name answers from the attributes the
+// open returned (cached for the hour the mount trusts them) — and still
+// once linked; on the server it is the account's.
+func TestTmpfileOwner(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ids := NewIDMap(IDMapUser, nil, fakeAccounts{}, nil)
+	acct := Account{Name: "root", Uid: 0, Gid: 0, Groups: []uint32{}}
+	ids.Bind(4242, 4343, acct)
+	ids.ActAsForAll(acct)
+	mnt, _, _ := lwioMountWith(t, dir, client.Interrupt, Options{Owners: ids, AttrTimeout: time.Hour, EntryTimeout: time.Hour})
+	fd, err := unix.Open(filepath.Join(mnt, "d"), unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("O_TMPFILE: %v", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != 4242 || st.Gid != 4343 {
+		t.Errorf("the unnamed file shows as %d:%d, want 4242:4343", st.Uid, st.Gid)
+	}
+	name := filepath.Join(mnt, "d", "named")
+	if err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW); err != nil {
+		t.Fatalf("linkat: %v", err)
+	}
+	if st := testutil.Lstat(t, name); st.Uid != 4242 || st.Gid != 4343 {
+		t.Errorf("once linked it shows as %d:%d, want 4242:4343", st.Uid, st.Gid)
+	}
+	if st := testutil.Lstat(t, filepath.Join(dir, "d", "named")); st.Uid != 0 || st.Gid != 0 {
+		t.Errorf("on the server it is %d:%d, want the account's 0:0", st.Uid, st.Gid)
+	}
+}
+
 // TestServerSideInvalidates: after a server-side copy or punch, the mount
 // that did it reads the new bytes, never its cached old ones; another
 // mount sees them at its next open (close-to-open: its mtime moved).

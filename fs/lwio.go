@@ -33,9 +33,13 @@ type lwioPath struct {
 }
 
 // lwioDataPath returns the data path that registers every opened file with
-// the LWIO client engine cl. A file whose registration fails (the RDMA
-// connections are gone, say) uses fallback instead if it is not nil, with
-// a warning; otherwise its open fails.
+// the LWIO client engine cl. A file whose registration the server refuses
+// uses fallback instead if it is not nil, with a warning; otherwise its
+// open fails. A registration whose connection was lost (the session
+// channel's or an LWIO one: protocol.ConnectionError) fails as it is,
+// fallback or not: the session channel is no way around a dead session,
+// and a Reconnector, seeing the lost connection, re-opens the handle on
+// the next session and registers it there.
 func lwioDataPath(keys ResumeKeyer, cl *client.Client, fallback DataPath, log logrus.FieldLogger) DataPath {
 	return &lwioPath{keys: keys, cl: cl, fallback: fallback, log: log}
 }
@@ -52,6 +56,10 @@ func (p *lwioPath) Attach(ctx context.Context, h session.Handle, flags int) (Dat
 		return f, nil
 	}
 	if p.fallback == nil || ctx.Err() != nil {
+		return nil, err
+	}
+	if protocol.IsConnectionLost(err) {
+		p.log.WithError(err).WithField("handle", uint64(h)).Debug("fs: LWIO registration: connection lost")
 		return nil, err
 	}
 	p.log.WithError(err).WithField("handle", uint64(h)).Warn("fs: LWIO registration failed; this file's data goes over the session channel")

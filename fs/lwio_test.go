@@ -125,13 +125,20 @@ func mountOn(t *testing.T, tree Tree, dp DataPath) string {
 	return mountWith(t, tree, dp, Options{})
 }
 
-// mountWith is mountOn with opts, its timeouts and logger filled in.
+// mountWith is mountOn with opts, its logger filled in and its zero
+// timeouts set to a second.
 func mountWith(t *testing.T, tree Tree, dp DataPath, opts Options) string {
 	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
 	mnt := t.TempDir()
-	opts.AttrTimeout, opts.EntryTimeout, opts.Logger = time.Second, time.Second, log
+	if opts.AttrTimeout == 0 {
+		opts.AttrTimeout = time.Second
+	}
+	if opts.EntryTimeout == 0 {
+		opts.EntryTimeout = time.Second
+	}
+	opts.Logger = log
 	srv, err := Mount(mnt, tree, dp, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -160,7 +160,9 @@ func (n *Node) errno(op, path string, err error) syscall.Errno {
 	return translateError(n.fs.log, op, path, err)
 }
 
-// fillAttr copies session attributes into a FUSE attribute.
+// fillAttr copies session attributes into a FUSE attribute, the owner as
+// the server's ids: what the kernel is shown goes through (*Node).fillAttr,
+// which maps the owner through the mount's IDMap (fs/idmap.go).
 func fillAttr(out *fuse.Attr, a session.Attr) {
 	out.Ino = a.Ino
 	out.Mode = a.Mode

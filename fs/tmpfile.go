@@ -35,7 +35,7 @@ func (n *Node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if err != nil {
 		return nil, nil, 0, n.errno("tmpfile", p, err)
 	}
-	fillAttr(&out.Attr, a)
+	n.fillAttr(&out.Attr, a) // the owner as shown here (issue 21)
 	child := n.NewInode(ctx, &Node{fs: n.fs}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: a.Ino})
 	cn := child.Operations().(*Node)
 	fh := cn.newHandle(joinPath(p, "(unnamed)"), h, open)
