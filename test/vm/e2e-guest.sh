@@ -223,6 +223,8 @@ start_mount() {
 	LWIO_PASSWORD=$password "$share/lwio-mount" "//$session/e2e" "$mnt" -o "username=alice,$2" >"$log" 2>&1 &
 	mount_pid[$name]=$!
 	wait_for 60 "lwio-mount $name ($2) mounted" fuse_mounted "$mnt" || { cat "$log"; return 1; }
+	# The mount shows in mountinfo a moment before lwio-mount logs it.
+	wait_for 10 "lwio-mount $name ($2) logged its mount" grep -q 'msg=mounted' "$log" || { cat "$log"; return 1; }
 	local up
 	up=$(grep -o 'msg=mounted.*' "$log" | grep -o 'data_path=[^ ]*')
 	if [ "$up" = "$want" ]; then
