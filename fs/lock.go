@@ -22,9 +22,10 @@ import (
 // lock drops this mount's cached pages of the file (and of the files open
 // beside it: sqlite's journal and WAL live next to the database and are
 // read under the database's or the -shm file's locks), so reads after it go
-// to the server; and releasing one first pushes the file's dirty pages —
-// a shared writable mapping's, the only data this mount does not write
-// through — to the server, so the next holder reads them.
+// to the server; and releasing one first pushes the file's dirty pages (a
+// shared writable mapping's) to the server and waits until every write of
+// the file is there — posted ones (writeasync.go) and a Write lease's
+// held-back ones (writebehind.go) — so the next holder reads them.
 
 // Locker is the session channel's lock calls on an open handle
 // (*session.Tree; the Reconnector forwards them across reconnects).
@@ -101,10 +102,16 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 	defer cancel()
 	req := lockOf(owner, lk, flags)
 	if req.Type == session.Unlock {
-		if err := n.flushDeferred(dctx, false); err != nil { // a Write lease's held-back writes, before the next holder reads
+		// The next holder reads what this one wrote: a shared mapping's
+		// dirty pages go first, as writes, and then every write of the
+		// file must be on the server — posted ones (writeasync.go; the
+		// write-back's own pieces are posted too, and may travel on
+		// another connection than the unlock) and a Write lease's
+		// held-back ones — before the lock goes.
+		n.pushDirty()
+		if err := n.flushAll(dctx); err != nil {
 			return fh.errno("unlock", err)
 		}
-		n.pushDirty()
 		return fh.errno("unlock", l.Lock(dctx, fh.h, req, false))
 	}
 	if !wait {

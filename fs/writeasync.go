@@ -20,10 +20,12 @@ import (
 // keeps several requests in flight instead of one. The rules that keep it
 // invisible:
 //
-//   - close(2) (FLUSH), fsync and the last close (RELEASE) wait until the
-//     file's posted writes are on the server, and report a failure among
-//     them: close-to-open holds — what a close returned from is what the
-//     next open anywhere sees — and so does fsync's promise.
+//   - close(2) (FLUSH), fsync, the last close (RELEASE) and releasing a
+//     lock (lock.go) wait until the file's posted writes are on the
+//     server, and report a failure among them: close-to-open holds — what
+//     a close returned from is what the next open anywhere sees — and so
+//     do fsync's promise and a lock's (the next holder reads what this one
+//     wrote, a shared mapping's write-back included).
 //   - Anything that reads data or attributes from the server (READ,
 //     GETATTR, SETATTR, LOOKUP, a directory listing, OPEN) first waits for
 //     every posted write of the mount, so it never sees a size or bytes
