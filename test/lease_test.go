@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestLeases mounts one share twice, as two client hosts would, with
@@ -15,6 +17,16 @@ import (
 // trusts its cached attributes and names for the minute — the control
 // that shows the test measures the leases (close-to-open shows new data at
 // the next open, and absent names are not cached, leases or not).
+//
+// What the control checks is cached in b's kernel dentries and inodes,
+// which the kernel may reclaim at any moment while unused: an
+// "echo 3 > /proc/sys/vm/drop_caches" (the benchmarks run one before each
+// job) or memory pressure makes b look the names up again, and it then
+// rightly shows the change. So b holds an O_PATH descriptor on each name
+// whose cached view the control checks: it pins the dentry and inode (no
+// OPEN reaches the mount, so no handle or lease changes) and leaves the
+// timeouts alone; with attr_timeout=0 or entry_timeout=0 the control
+// still fails.
 func TestLeases(t *testing.T) {
 	const within = 500 * time.Millisecond
 	timeouts := []string{"attr_timeout=60", "entry_timeout=60"}
@@ -45,6 +57,16 @@ func TestLeases(t *testing.T) {
 				if !leases && cached {
 					t.Errorf("%s: seen at once without leases: the caches under test were not used", what)
 				}
+			}
+			// pin keeps b's dentry and inode of p in its kernel until
+			// the test ends (see above).
+			pin := func(p string) {
+				t.Helper()
+				fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err != nil {
+					t.Fatalf("pin %s: %v", p, err)
+				}
+				t.Cleanup(func() { unix.Close(fd) }) // before the unmount: registered after it
 			}
 			exists := func(p string) bool { _, err := os.Lstat(p); return err == nil }
 			read := func(p string) string { b, _ := os.ReadFile(p); return string(b) }
@@ -82,6 +104,7 @@ func TestLeases(t *testing.T) {
 			// apply to it.
 			time.Sleep(100 * time.Millisecond)
 			read(filepath.Join(b.Dir, "f"))
+			pin(filepath.Join(b.Dir, "f"))
 			perm(filepath.Join(b.Dir, "f")) // b's attributes, fresh
 			if err := os.Chmod(filepath.Join(a.Dir, "f"), 0o600); err != nil {
 				t.Fatal(err)
@@ -89,11 +112,13 @@ func TestLeases(t *testing.T) {
 			seen("chmod", true, func() bool { return perm(filepath.Join(b.Dir, "f")) == 0o600 })
 			mustWrite(t, filepath.Join(a.Dir, "new"), []byte("new"))
 			seen("create", false, func() bool { return read(filepath.Join(b.Dir, "new")) == "new" })
+			pin(filepath.Join(b.Dir, "gone"))
 			exists(filepath.Join(b.Dir, "gone")) // b's entry, fresh
 			if err := os.Remove(filepath.Join(a.Dir, "gone")); err != nil {
 				t.Fatal(err)
 			}
 			seen("unlink", true, func() bool { return !exists(filepath.Join(b.Dir, "gone")) })
+			pin(filepath.Join(b.Dir, "new"))
 			exists(filepath.Join(b.Dir, "new"))
 			if err := os.Rename(filepath.Join(a.Dir, "new"), filepath.Join(a.Dir, "renamed")); err != nil {
 				t.Fatal(err)
