@@ -596,8 +596,11 @@ func (c *conn) sendCredit(v int32, kind slotKind) bool {
 	}
 	sl.ncred = 1
 	h := protocol.NewCreditRequest(v, c.hint(), c.prepare(sl, kind).Cookie)
-	_, err = c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
-	return err == nil
+	if _, err = c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil); err != nil {
+		return false
+	}
+	sl.unref() // the requester's reference: kept, every handshake would hold a slot for good
+	return true
 }
 
 func (c *conn) hint() uint8 { return uint8(min(c.credits.Pending(), 255)) }
