@@ -125,6 +125,7 @@ type slot struct {
 	state  atomicSlotState
 	// refs: the SEND completion, the request's completion and the
 	// requester each hold one; the slot is free when all three let go.
+	// A posted write's requester (WriteAsync) lets go once it is posted.
 	refs    atomic.Int32
 	buf     transport.Region      // data buffer, back to the pool with the slot
 	data    transport.Segment     // a large write's data segment (in buf)
@@ -132,6 +133,11 @@ type slot struct {
 	fwrs    []transport.SendWR    // a fragmented write's SENDs, kept for the next
 	fsegs   []transport.Segment   // and their gather lists
 	regions []protocol.RDMARegion // a VEC_READ's list, kept for the next
+	// pw: a write WriteAsync posted. Its answer goes to pw, and the slot
+	// is free once answered, not once the poster waits: writers keeping
+	// writes in flight on many files would otherwise hold every slot with
+	// writes already answered, and wait for a slot for good.
+	pw      *PendingWrite
 	kind    slotKind
 	reqLen  uint32
 	mode    Mode // wanted by the request (kindIO only)
@@ -197,12 +203,15 @@ type conn struct {
 	err          error
 }
 
-func (c *conn) alive() bool {
+func (c *conn) alive() bool { return !closed(c.dead) }
+
+// closed reports whether ch is closed (nothing is ever sent on it).
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-c.dead:
-		return false
-	default:
+	case <-ch:
 		return true
+	default:
+		return false
 	}
 }
 
@@ -540,6 +549,14 @@ func (c *conn) complete(sl *slot, res result) {
 	for {
 		switch s := sl.state.Load(); s {
 		case slotWaiting:
+			if pw := sl.pw; pw != nil {
+				if !sl.state.CompareAndSwap(slotWaiting, slotFinished) {
+					continue
+				}
+				pw.res = res
+				close(pw.answered) // the poster let go after the post
+				break
+			}
 			if !sl.state.CompareAndSwap(slotWaiting, slotDone) {
 				continue
 			}
@@ -621,6 +638,9 @@ func (c *conn) getSlot(ctx context.Context) (*slot, error) {
 		return sl, nil
 	}
 	c.nslots.Add(-1)
+	// Every slot is taken: the answers that free them (posted writes'
+	// among them) are reaped at once rather than at the next idle look.
+	signal(c.reapKick)
 	select {
 	case sl := <-c.free:
 		return sl, nil
@@ -658,6 +678,7 @@ func (c *conn) freeSlot(sl *slot) {
 		}
 		sl.buf = nil
 	}
+	sl.pw = nil
 	sl.state.Store(slotIdle)
 	select {
 	case c.free <- sl:
