@@ -184,6 +184,11 @@ type conn struct {
 	lastPolled atomic.Bool
 	reapKick   chan struct{}            // one slot: wakes the background reaper
 	wcs        [64]transport.Completion // the role holder's batch
+	// dying: a receive could not be reposted (the transport is closing).
+	// The connection ends once the role holder's batch is dispatched, not
+	// at once: answers in the batch reach their requesters as answers, not
+	// as a lost connection. Only the role holder touches it.
+	dying error
 
 	spinners  atomic.Int32  // polling requests spinning now
 	spinScore atomic.Int32  // > 0 while recent spins mostly succeeded
@@ -355,6 +360,9 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 				}
 				resp = &r
 				c.recvDone(wc.ID)
+				if c.dying != nil {
+					return nil, c.dying
+				}
 			case wc.Op == transport.OpRecv && !wc.HasImm:
 				// A delta credit can follow the response before our
 				// AUTH send's completion: handled once the credits are
@@ -422,6 +430,9 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	for i := range early {
 		c.onRecv(&early[i])
 	}
+	if c.dying != nil {
+		return nil, c.dying
+	}
 	ok = true
 	return c, nil
 }
@@ -466,7 +477,8 @@ func (c *conn) postRecv(id int) error {
 }
 
 // recvDone reposts a consumed receive, or parks it when more are posted
-// than credits+1 (credits were retired).
+// than credits+1 (credits were retired). A failed repost sets dying: the
+// completion it came with is still handed over.
 func (c *conn) recvDone(id uint64) {
 	c.recvMu.Lock()
 	if c.recvExcess > 0 {
@@ -476,8 +488,8 @@ func (c *conn) recvDone(id uint64) {
 		return
 	}
 	c.recvMu.Unlock()
-	if err := c.postRecv(int(id)); err != nil {
-		c.die(fmt.Errorf("repost receive: %w", err))
+	if err := c.postRecv(int(id)); err != nil && c.dying == nil {
+		c.dying = fmt.Errorf("repost receive: %w", err)
 	}
 }
 
@@ -791,6 +803,12 @@ func (c *conn) wait(ctx context.Context, sl *slot) (result, error) {
 		}
 		return <-sl.done, nil
 	case <-c.dead:
-		return result{}, c.connErr()
+		// The answer may have come with the batch that ended it.
+		select {
+		case r := <-sl.done:
+			return r, nil
+		default:
+			return result{}, c.connErr()
+		}
 	}
 }

@@ -70,6 +70,10 @@ func (c *conn) dispatch(wcs []transport.Completion) {
 	if c.auto.sleepers.Load() > 0 {
 		c.pollSleepers(false) // auto.go
 	}
+	if err := c.dying; err != nil {
+		c.dying = nil
+		c.die(err)
+	}
 }
 
 // reapUntilDone is an interrupt-mode requester holding the role: it reaps until sl
