@@ -69,18 +69,23 @@ func serveWrapped(t *testing.T, dir, sessAddr, lwAddr string, wrap func(share.Fi
 // dialer dials share "s" at addr as user "u" with file data over LWIO on
 // softrdma in mode, as lwio-mount does.
 func dialer(addr string, mode client.Mode) Dialer {
+	cfg := dialConfig(addr, mode)
+	return func(ctx context.Context) (*Session, error) { return Dial(ctx, cfg) }
+}
+
+// dialConfig is how dialer dials: the share "s" of the server at addr
+// over softrdma, LWIO required, in mode.
+func dialConfig(addr string, mode client.Mode) DialConfig {
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel)
-	return func(ctx context.Context) (*Session, error) {
-		return Dial(ctx, DialConfig{
-			Addr:        addr,
-			Share:       "s",
-			Session:     session.ClientConfig{User: "u", Password: "pw"},
-			Providers:   []transport.Provider{soft.New(soft.Options{})},
-			RequireRDMA: true,
-			Completion:  mode,
-			Logger:      log,
-		})
+	return DialConfig{
+		Addr:        addr,
+		Share:       "s",
+		Session:     session.ClientConfig{User: "u", Password: "pw"},
+		Providers:   []transport.Provider{soft.New(soft.Options{})},
+		RequireRDMA: true,
+		Completion:  mode,
+		Logger:      log,
 	}
 }
 

@@ -311,3 +311,68 @@ func TestUnlockWaitsForPostedWrites(t *testing.T) {
 		}
 	})
 }
+
+// Many files written behind at once on a mount with one LWIO connection:
+// 64 files open, each written in lockstep rounds of 128 KiB (interrupt and polling mounts), so that
+// every file has writes in flight and none has the 8 that make its writer
+// wait for its own. A posted write held one of the connection's 256
+// request slots until it was waited for, so the fifth round's writes
+// waited for a slot for good and the mount hung (a build writing many
+// outputs at once; protocol/client TestWriteBehindManyFilesOneConn is the
+// engine's side). close(2) then puts every byte on the server.
+func TestWriteBehindManyFilesOneConn(t *testing.T) {
+	needFUSE(t)
+	for _, mode := range []client.Mode{client.Interrupt, client.Polling} {
+		t.Run(mode.String(), func(t *testing.T) { writeBehindManyFiles(t, mode) })
+	}
+}
+
+func writeBehindManyFiles(t *testing.T, mode client.Mode) {
+	const files, rounds, size = 64, 12, 128 << 10
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := dialConfig(srv.SessionAddr(), mode)
+	cfg.Conns = 1
+	s, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	mnt := mountOn(t, s.Tree, s.Data)
+	watchdog(t, func() []int { return nil }, mnt)
+	fs := make([]*os.File, files)
+	data := make([][]byte, files)
+	for i := range fs {
+		if fs[i], err = os.Create(filepath.Join(mnt, fmt.Sprintf("f%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		data[i] = make([]byte, rounds*size)
+		rand.Read(data[i])
+	}
+	for r := 0; r < rounds; r++ {
+		var wg sync.WaitGroup
+		errs := make(chan error, files)
+		for i, f := range fs {
+			wg.Go(func() {
+				if _, err := f.Write(data[i][r*size : (r+1)*size]); err != nil {
+					errs <- fmt.Errorf("round %d, file %d: %w", r, i, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, f := range fs {
+		if err := f.Close(); err != nil {
+			t.Fatalf("close of file %d: %v", i, err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("f%d", i))); !bytes.Equal(got, data[i]) {
+			t.Fatalf("the server holds %d bytes of file %d after its close, want the %d written", len(got), i, len(data[i]))
+		}
+	}
+}

@@ -125,6 +125,7 @@ type slot struct {
 	state  atomicSlotState
 	// refs: the SEND completion, the request's completion and the
 	// requester each hold one; the slot is free when all three let go.
+	// A posted write's requester (WriteAsync) lets go once it is posted.
 	refs    atomic.Int32
 	buf     transport.Region      // data buffer, back to the pool with the slot
 	data    transport.Segment     // a large write's data segment (in buf)
@@ -132,6 +133,11 @@ type slot struct {
 	fwrs    []transport.SendWR    // a fragmented write's SENDs, kept for the next
 	fsegs   []transport.Segment   // and their gather lists
 	regions []protocol.RDMARegion // a VEC_READ's list, kept for the next
+	// pw: a write WriteAsync posted. Its answer goes to pw, and the slot
+	// is free once answered, not once the poster waits: writers keeping
+	// writes in flight on many files would otherwise hold every slot with
+	// writes already answered, and wait for a slot for good.
+	pw      *PendingWrite
 	kind    slotKind
 	reqLen  uint32
 	mode    Mode // wanted by the request (kindIO only)
@@ -178,6 +184,11 @@ type conn struct {
 	lastPolled atomic.Bool
 	reapKick   chan struct{}            // one slot: wakes the background reaper
 	wcs        [64]transport.Completion // the role holder's batch
+	// dying: a receive could not be reposted (the transport is closing).
+	// The connection ends once the role holder's batch is dispatched, not
+	// at once: answers in the batch reach their requesters as answers, not
+	// as a lost connection. Only the role holder touches it.
+	dying error
 
 	spinners  atomic.Int32  // polling requests spinning now
 	spinScore atomic.Int32  // > 0 while recent spins mostly succeeded
@@ -197,12 +208,15 @@ type conn struct {
 	err          error
 }
 
-func (c *conn) alive() bool {
+func (c *conn) alive() bool { return !closed(c.dead) }
+
+// closed reports whether ch is closed (nothing is ever sent on it).
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-c.dead:
-		return false
-	default:
+	case <-ch:
 		return true
+	default:
+		return false
 	}
 }
 
@@ -346,6 +360,9 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 				}
 				resp = &r
 				c.recvDone(wc.ID)
+				if c.dying != nil {
+					return nil, c.dying
+				}
 			case wc.Op == transport.OpRecv && !wc.HasImm:
 				// A delta credit can follow the response before our
 				// AUTH send's completion: handled once the credits are
@@ -413,6 +430,9 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 	for i := range early {
 		c.onRecv(&early[i])
 	}
+	if c.dying != nil {
+		return nil, c.dying
+	}
 	ok = true
 	return c, nil
 }
@@ -457,7 +477,8 @@ func (c *conn) postRecv(id int) error {
 }
 
 // recvDone reposts a consumed receive, or parks it when more are posted
-// than credits+1 (credits were retired).
+// than credits+1 (credits were retired). A failed repost sets dying: the
+// completion it came with is still handed over.
 func (c *conn) recvDone(id uint64) {
 	c.recvMu.Lock()
 	if c.recvExcess > 0 {
@@ -467,8 +488,8 @@ func (c *conn) recvDone(id uint64) {
 		return
 	}
 	c.recvMu.Unlock()
-	if err := c.postRecv(int(id)); err != nil {
-		c.die(fmt.Errorf("repost receive: %w", err))
+	if err := c.postRecv(int(id)); err != nil && c.dying == nil {
+		c.dying = fmt.Errorf("repost receive: %w", err)
 	}
 }
 
@@ -540,6 +561,14 @@ func (c *conn) complete(sl *slot, res result) {
 	for {
 		switch s := sl.state.Load(); s {
 		case slotWaiting:
+			if pw := sl.pw; pw != nil {
+				if !sl.state.CompareAndSwap(slotWaiting, slotFinished) {
+					continue
+				}
+				pw.res = res
+				close(pw.answered) // the poster let go after the post
+				break
+			}
 			if !sl.state.CompareAndSwap(slotWaiting, slotDone) {
 				continue
 			}
@@ -596,8 +625,11 @@ func (c *conn) sendCredit(v int32, kind slotKind) bool {
 	}
 	sl.ncred = 1
 	h := protocol.NewCreditRequest(v, c.hint(), c.prepare(sl, kind, 0).Cookie)
-	_, err = c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
-	return err == nil
+	if _, err = c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil); err != nil {
+		return false
+	}
+	sl.unref() // the requester's reference: kept, every handshake would hold a slot for good
+	return true
 }
 
 func (c *conn) hint() uint8 { return uint8(min(c.credits.Pending(), 255)) }
@@ -618,6 +650,9 @@ func (c *conn) getSlot(ctx context.Context) (*slot, error) {
 		return sl, nil
 	}
 	c.nslots.Add(-1)
+	// Every slot is taken: the answers that free them (posted writes'
+	// among them) are reaped at once rather than at the next idle look.
+	signal(c.reapKick)
 	select {
 	case sl := <-c.free:
 		return sl, nil
@@ -655,6 +690,7 @@ func (c *conn) freeSlot(sl *slot) {
 		}
 		sl.buf = nil
 	}
+	sl.pw = nil
 	sl.state.Store(slotIdle)
 	select {
 	case c.free <- sl:
@@ -768,6 +804,12 @@ func (c *conn) wait(ctx context.Context, sl *slot) (result, error) {
 		}
 		return <-sl.done, nil
 	case <-c.dead:
-		return result{}, c.connErr()
+		// The answer may have come with the batch that ended it.
+		select {
+		case r := <-sl.done:
+			return r, nil
+		default:
+			return result{}, c.connErr()
+		}
 	}
 }

@@ -423,11 +423,7 @@ func waitCond(t *testing.T, cond func() bool) {
 func TestAbandonedRequest(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
-			e := newEnv(t, server.Config{})
-			s := e.session()
-			cfg := s.config(mode)
-			cfg.Connections = 1
-			cl := s.client(t, cfg)
+			s, cl := newEnv(t, server.Config{}).oneConn(t, mode)
 			content := randBytes(64 << 10)
 			key, g := s.gated(t, "g", content)
 			f := s.register(t, cl, key, 0)
@@ -456,11 +452,7 @@ func TestAbandonedRequest(t *testing.T) {
 
 // One slow read does not stall the connection: others complete meanwhile.
 func TestSlowReadDoesNotStall(t *testing.T) {
-	e := newEnv(t, server.Config{})
-	s := e.session()
-	cfg := s.config(Interrupt)
-	cfg.Connections = 1
-	cl := s.client(t, cfg)
+	s, cl := newEnv(t, server.Config{}).oneConn(t, Interrupt)
 	slowKey, g := s.gated(t, "slow", randBytes(4096))
 	slow := s.register(t, cl, slowKey, 0)
 	content := randBytes(1 << 20)

@@ -201,6 +201,16 @@ func (s *session) config(mode Mode) Config {
 	}
 }
 
+// oneConn is a new session on e and its client with one connection in
+// mode.
+func (e *env) oneConn(t testing.TB, mode Mode) (*session, *Client) {
+	t.Helper()
+	s := e.session()
+	cfg := s.config(mode)
+	cfg.Connections = 1
+	return s, s.client(t, cfg)
+}
+
 func (s *session) client(t testing.TB, cfg Config) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

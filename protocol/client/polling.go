@@ -93,6 +93,9 @@ func (c *conn) waitPoll(ctx context.Context, sl *slot) (result, error) {
 			}()
 			return result{}, ctx.Err()
 		case <-c.dead:
+			if r, ok := pollIOS(ios); ok {
+				return c.polled(sl, r), nil // written before the end
+			}
 			return result{}, c.connErr()
 		}
 		if r, ok := pollIOS(ios); ok {

@@ -70,6 +70,10 @@ func (c *conn) dispatch(wcs []transport.Completion) {
 	if c.auto.sleepers.Load() > 0 {
 		c.pollSleepers(false) // auto.go
 	}
+	if err := c.dying; err != nil {
+		c.dying = nil
+		c.die(err)
+	}
 }
 
 // reapUntilDone is an interrupt-mode requester holding the role: it reaps until sl
@@ -77,28 +81,37 @@ func (c *conn) dispatch(wcs []transport.Completion) {
 // up (its context ended, the connection died): the caller then waits as a
 // follower, which sorts out which.
 func (c *conn) reapUntilDone(ctx context.Context, sl *slot) (r result, ok bool) {
-	cq := c.tc.CQ()
-	for {
+	ok = c.reapUntil(ctx, func() bool {
 		select {
 		case r = <-sl.done:
-			c.releaseReaper()
-			return r, true
+			return true
 		default:
+			return false
 		}
+	})
+	return r, ok
+}
+
+// reapUntil is a requester holding the role: it reaps until done reports
+// true, then gives the role back; false when it gave up first (its context
+// ended, the connection died).
+func (c *conn) reapUntil(ctx context.Context, done func() bool) bool {
+	defer c.releaseReaper()
+	cq := c.tc.CQ()
+	for !done() {
 		n, err := cq.Wait(ctx, c.wcs[:])
 		if err != nil {
 			if ctx.Err() == nil {
 				c.die(err)
 			}
-			c.releaseReaper()
-			return result{}, false
+			return false
 		}
 		c.dispatch(c.wcs[:n])
 		if !c.alive() {
-			c.releaseReaper()
-			return result{}, false
+			return false
 		}
 	}
+	return true
 }
 
 // reapNow is a polling request whose status block has come: it looks at

@@ -293,12 +293,19 @@ func (f *File) gatherWrite(ctx context.Context, pages [][]byte, ps int, off int6
 // PendingWrite is a WRITE posted by WriteAsync whose answer has not been
 // waited for. Wait exactly once.
 type PendingWrite struct {
-	c    *conn
-	sl   *slot // nil: done already (n, err)
+	c  *conn
+	sl *slot // nil: done already (n, err)
+	// req.Data is in sl's memory, which is sl's again once answered:
+	// only a Wait that finds the connection lost, and the answer not
+	// come, reads it (into data).
 	req  protocol.WriteRequest
 	data []byte // a copy of the bytes, kept when the connection died
 	n    int
 	err  error
+	// The server's answer, in res once answered is closed (complete):
+	// the slot is free again by then.
+	res      result
+	answered chan struct{}
 	// For the counters (stats.go): when it was posted, in which mode,
 	// with how many bytes.
 	start   time.Time
@@ -310,7 +317,8 @@ type PendingWrite struct {
 // and returns without waiting for the server: p may be reused at once.
 // Wait gives the outcome. A writer keeps several WRITEs in flight this way
 // (buffered sequential writes), each holding its credits and a slot until
-// its answer comes. A write that one request cannot carry (longer than
+// its answer comes, not until its Wait: writers with writes in flight on
+// many files cannot take every slot with writes already answered. A write that one request cannot carry (longer than
 // MaxWrite, or than the connection's credits cover) is written at once
 // (WriteAt) and its PendingWrite is done already. It completes in
 // interrupt mode whatever the file's: its credits come back with the
@@ -340,12 +348,14 @@ func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWri
 		return nil, err
 	}
 	copy(dst, p)
-	w := &PendingWrite{c: c, sl: sl, start: time.Now(), payload: len(p)}
+	w := &PendingWrite{c: c, sl: sl, start: time.Now(), payload: len(p), answered: make(chan struct{})}
 	w.req = protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO, len(p)))
 	w.polling = sl.polling
+	sl.pw = w
 	if err := c.postWrite(sl, &w.req, seg); err != nil {
 		return nil, err
 	}
+	sl.unref() // the poster's: Wait takes the answer from w, not the slot
 	return w, nil
 }
 
@@ -353,22 +363,43 @@ func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWri
 // wrote. When the connection was lost first (protocol.IsConnectionLost),
 // Data has the bytes, to write again elsewhere.
 func (w *PendingWrite) Wait(ctx context.Context) (int, error) {
-	c, sl := w.c, w.sl
-	if sl == nil {
+	c := w.c
+	if w.sl == nil {
 		return w.n, w.err
 	}
-	r, err := c.wait(ctx, sl)
+	r, err := c.waitPosted(ctx, w)
 	c.count(w.req.Header.Opcode, w.polling, w.payload, r, err, w.start)
 	if err != nil {
-		if !c.alive() {
-			// The slot's memory stays the slot's: the bytes are read
-			// from it once, for the caller to send again.
-			w.data = append([]byte(nil), w.req.Data...)
-		}
 		return 0, err
 	}
-	sl.unref()
 	return writeCount(r, &w.req)
+}
+
+func (w *PendingWrite) isAnswered() bool { return closed(w.answered) }
+
+// waitPosted waits for a posted write's answer, reaping if nobody is. A
+// context that ends first leaves the slot to the answer, which frees it.
+func (c *conn) waitPosted(ctx context.Context, w *PendingWrite) (result, error) {
+	if c.reaping.CompareAndSwap(false, true) && c.reapUntil(ctx, w.isAnswered) {
+		return w.res, nil
+	}
+	select {
+	case <-w.answered:
+		return w.res, nil
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	case <-c.dead:
+	}
+	// Lost, unless the answer came all the same. Taking the slot from
+	// Waiting keeps a late answer from freeing it (complete ends the dead
+	// connection again, and stops there) while its bytes are copied for
+	// the caller to send again; the slot is not used again.
+	if !w.isAnswered() && w.sl.state.CompareAndSwap(slotWaiting, slotDone) {
+		w.data = append([]byte(nil), w.req.Data...)
+		return result{}, c.connErr()
+	}
+	<-w.answered
+	return w.res, nil
 }
 
 // Data is a copy of the bytes of a write whose Wait found the connection
