@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -275,7 +276,14 @@ func (t *Tree) Reopen(fileID []byte, p string, flags int) (*OpenFile, Attr, erro
 		return f, a, err
 	}
 	// Not (or no longer) at p: ask the kernel where the inode is now.
-	rel, ok := t.sh.whereIs(&want)
+	rel, ok := kernelWhereIs(t.sh, &want)
+	if !ok {
+		// The kernel could not name it: the handle of an inode whose
+		// dentries left the cache (memory pressure, drop_caches) opens
+		// disconnected, named "/" in /proc. A rename most often keeps
+		// the directory: look for the inode there.
+		rel, ok = t.findIn(path.Dir(p), &want)
+	}
 	if !ok {
 		return nil, Attr{}, errStale
 	}
@@ -284,6 +292,38 @@ func (t *Tree) Reopen(fileID []byte, p string, flags int) (*OpenFile, Attr, erro
 		err = errStale
 	}
 	return f, a, err
+}
+
+// maxFindEntries bounds the entries findIn looks at.
+const maxFindEntries = 1 << 16
+
+// findIn looks for the file want names among the entries of directory
+// dir (confined beneath the root, acting as the tree's user) by inode
+// number, and returns its path; the caller re-opens it and checks the
+// whole identity.
+func (t *Tree) findIn(dir string, want *identity) (rel string, ok bool) {
+	if dir == "." || dir == "/" {
+		dir = ""
+	}
+	t.as(func() error {
+		fd, err := t.sh.root.open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return err
+		}
+		d := os.NewFile(uintptr(fd), dir)
+		defer d.Close()
+		names, _ := d.Readdirnames(maxFindEntries)
+		for _, name := range names {
+			var st unix.Stat_t
+			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || uint64(st.Ino) != want.ino || uint64(st.Dev) != want.dev {
+				continue
+			}
+			rel, ok = path.Join(dir, name), true
+			return nil
+		}
+		return nil
+	})
+	return rel, ok
 }
 
 // notThere reports whether an open by path failed because the name does
@@ -311,6 +351,10 @@ func (t *Tree) openSame(p string, flags int, want *identity) (*OpenFile, Attr, e
 	}
 	return f, a, nil
 }
+
+// kernelWhereIs is Share.whereIs; a test makes it fail as it does for a
+// handle the kernel answers disconnected.
+var kernelWhereIs = (*Share).whereIs
 
 // whereIs finds the file an identity names through its kernel handle and
 // returns its path relative to the share root, when the kernel can name

@@ -126,6 +126,56 @@ func TestReopenByIdentity(t *testing.T) {
 	}
 }
 
+// TestReopenRenamedKernelNamesNothing: when the kernel cannot name a
+// file handle's inode — its dentries left the cache (memory pressure,
+// drop_caches), so open_by_handle_at answers a disconnected one, "/" in
+// /proc — a file renamed within its directory is still found there; one
+// moved elsewhere is then ESTALE, never another file.
+func TestReopenRenamedKernelNamesNothing(t *testing.T) {
+	e := durableEnv(t)
+	saved := kernelWhereIs
+	t.Cleanup(func() { kernelWhereIs = saved })
+	kernelWhereIs = func(*Share, *identity) (string, bool) { return "", false }
+
+	if err := os.Mkdir(filepath.Join(e.share, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.writeFile(t, "d/other", "another file")
+	e.writeFile(t, "d/a", "first a")
+	id := e.fileID(t, "d/a")
+	if err := os.Rename(filepath.Join(e.share, "d", "a"), filepath.Join(e.share, "d", "a.old")); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := e.tr.Reopen(id, "d/a", os.O_RDONLY)
+	if err != nil {
+		t.Fatalf("Reopen of a file renamed in its directory: %v", err)
+	}
+	if got := readAll(t, f); got != "first a" {
+		t.Errorf("Reopen of a file renamed in its directory read %q", got)
+	}
+	f.Close()
+
+	e.writeFile(t, "top", "at the root")
+	idTop := e.fileID(t, "top")
+	if err := os.Rename(filepath.Join(e.share, "top"), filepath.Join(e.share, "top2")); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err = e.tr.Reopen(idTop, "top", os.O_RDONLY)
+	if err != nil {
+		t.Fatalf("Reopen of a file renamed at the root: %v", err)
+	}
+	if got := readAll(t, f); got != "at the root" {
+		t.Errorf("Reopen of a file renamed at the root read %q", got)
+	}
+	f.Close()
+
+	if err := os.Rename(filepath.Join(e.share, "d", "a.old"), filepath.Join(e.share, "elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = e.tr.Reopen(id, "d/a", os.O_RDONLY)
+	wantErrno(t, "Reopen of a file moved out of its directory, unnamed by the kernel", err, syscall.ESTALE)
+}
+
 // TestReopenConfined: a FileID opens nothing outside its share: not a
 // forged one, not one of another share, not one sealed with the right key
 // for a file outside the share (as if its seal leaked), not a file moved
