@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -191,14 +193,33 @@ func needTool(t testing.TB, name string) string {
 
 // freeAddr returns a loopback address with a port nothing listened on a
 // moment ago. Another process may take it first; startServer retries.
+//
+// The port is below the kernel's ephemeral range (ip_local_port_range), so
+// no outgoing connection can hold it as its source port: a server
+// restarted on the same ports (crashAndRestart) once found its softrdma
+// port taken by one of the mount's reconnects ("bind: address already in
+// use"), which picked that port as its source while the server was down.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo := 32768 // the kernel's default start of the range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				lo = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	for range 200 {
+		port := 1024 + rand.IntN(lo-1024)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken: try another
+		}
+		l.Close()
+		return l.Addr().String()
+	}
+	t.Fatal("no free loopback port below the ephemeral range")
+	return ""
 }
 
 // logBuffer collects a process's output, safe for concurrent use, and
