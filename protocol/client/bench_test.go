@@ -25,8 +25,13 @@ const benchFileSize = 64 << 20
 
 // benchEnv is a server and a client over the soft provider with one file.
 func benchEnv(b testing.TB, mode Mode, conns int) (*Client, *File) {
+	return benchEnvWith(b, server.Config{}, mode, conns)
+}
+
+// benchEnvWith is benchEnv with the server configured by cfg.
+func benchEnvWith(b testing.TB, scfg server.Config, mode Mode, conns int) (*Client, *File) {
 	b.Helper()
-	e := newEnv(b, server.Config{})
+	e := newEnv(b, scfg)
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 		dir, err := os.MkdirTemp("/dev/shm", "lwio-bench")
 		if err == nil {
@@ -124,6 +129,31 @@ func BenchmarkSeqWrite1MiB(b *testing.B) {
 			data := randBytes(size)
 			b.SetBytes(size)
 			run(b, depth, func(_ *mrand.Rand, i int) error {
+				_, err := f.WriteAt(ctx, data, int64(i%(benchFileSize/size))*size)
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkWrite1MiBFragments: 1 MiB writes one at a time (the mount's
+// O_DIRECT qd1), fragmented into the default 128 KiB receive buffers and,
+// beside it, unfragmented (1 MiB receive buffers): what fragmenting costs.
+func BenchmarkWrite1MiBFragments(b *testing.B) {
+	const size = 1 << 20
+	for _, c := range []struct {
+		name string
+		cfg  server.Config
+	}{
+		{"fragmented", server.Config{}},
+		{"whole", server.Config{MaxRecvBufferSize: size + 64, MaxBufferMemory: 1 << 30}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			_, f := benchEnvWith(b, c.cfg, Interrupt, 0)
+			ctx := context.Background()
+			data := randBytes(size)
+			b.SetBytes(size)
+			run(b, 1, func(_ *mrand.Rand, i int) error {
 				_, err := f.WriteAt(ctx, data, int64(i%(benchFileSize/size))*size)
 				return err
 			})

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"github.com/lwiofs/lwiofs/smbauth"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
@@ -102,6 +104,17 @@ func (f osFile) ReadOnly() bool { return f.ro }
 
 // Append is share.OpenFile's, for the engine's WriteToEndOfFile.
 func (f osFile) Append(p []byte) (int, int64, error) { return share.AppendFile(f.File, p) }
+
+// WriteVAt writes a fragmented write's pieces in one pwritev(2), as
+// share.OpenFile does, so that the engine here (and its benchmarks) writes
+// them as lwio-server does rather than one WriteAt per piece.
+func (f osFile) WriteVAt(bufs [][]byte, off int64) (int, error) {
+	n, err := unix.Pwritev(int(f.Fd()), bufs, off)
+	if err == nil && n < pagesLen(bufs) {
+		err = io.ErrShortWrite
+	}
+	return n, err
+}
 
 // env is a server on the soft provider and what a client needs to reach it.
 type env struct {
