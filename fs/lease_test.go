@@ -418,7 +418,7 @@ func TestLeasePingPong(t *testing.T) {
 func TestLeasesEndWithTheSession(t *testing.T) {
 	needFUSE(t)
 	dir := t.TempDir()
-	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	srv := serve(t, dir, testutil.LoopbackAddr(t), testutil.LoopbackAddr(t), nil) // restarted on the same addresses
 	r, log := quietReconnector(t, srv.SessionAddr(), 20*time.Second)
 	if !r.Leases() {
 		t.Skip("the server grants no leases on this kernel")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/fileserver"
@@ -25,7 +26,7 @@ func reconnectMount(t *testing.T, wait time.Duration, registered *atomic.Int32) 
 	t.Helper()
 	needFUSE(t)
 	dir = t.TempDir()
-	srv = serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", registered)
+	srv = serve(t, dir, testutil.LoopbackAddr(t), testutil.LoopbackAddr(t), registered) // restarted on the same addresses
 	log := logrus.New()
 	log.SetLevel(logrus.PanicLevel)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

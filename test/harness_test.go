@@ -6,18 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // Credentials every test server knows.
@@ -192,35 +192,10 @@ func needTool(t testing.TB, name string) string {
 }
 
 // freeAddr returns a loopback address with a port nothing listened on a
-// moment ago. Another process may take it first; startServer retries.
-//
-// The port is below the kernel's ephemeral range (ip_local_port_range), so
-// no outgoing connection can hold it as its source port: a server
-// restarted on the same ports (crashAndRestart) once found its softrdma
-// port taken by one of the mount's reconnects ("bind: address already in
-// use"), which picked that port as its source while the server was down.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	lo := 32768 // the kernel's default start of the range
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
-				lo = n
-			}
-		}
-	}
-	for range 200 {
-		port := 1024 + rand.IntN(lo-1024)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue // taken: try another
-		}
-		l.Close()
-		return l.Addr().String()
-	}
-	t.Fatal("no free loopback port below the ephemeral range")
-	return ""
-}
+// moment ago, below the ephemeral range (testutil.LoopbackAddr): the server
+// is restarted on it (crashAndRestart). Another process may take it first;
+// startServer retries.
+func freeAddr(t testing.TB) string { return testutil.LoopbackAddr(t) }
 
 // logBuffer collects a process's output, safe for concurrent use, and
 // keeps only the last part so a chatty process cannot eat the memory.

@@ -2,8 +2,10 @@ package testutil
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,4 +81,26 @@ func TestPublicDir(t *testing.T) {
 	if !fi.IsDir() || fi.Mode().Perm() != 0o755 || !strings.HasPrefix(filepath.Base(d), "testutil-") {
 		t.Errorf("%s: %v", d, fi.Mode())
 	}
+}
+
+// TestLoopbackAddr: the port is free and below the ephemeral range, where
+// no outgoing connection can take it.
+func TestLoopbackAddr(t *testing.T) {
+	lo, hi := 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &lo, &hi)
+	}
+	addr := LoopbackAddr(t)
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.Atoi(port); n < 1024 || n >= lo {
+		t.Errorf("%s: port outside [1024, %d)", addr, lo)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("%s is not free: %v", addr, err)
+	}
+	l.Close()
 }
