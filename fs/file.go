@@ -250,6 +250,9 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32
 		}
 		return uint32(len(buf)), 0
 	}
+	// Written through (O_DIRECT, O_SYNC, or no write-behind): a posted
+	// write of another handle overlapping it must not land after it.
+	f.node.settleWrites(off, off+int64(len(buf)))
 	vec := f.flags&syscall.O_DIRECT != 0 && len(buf) > pageSize && len(buf)%pageSize == 0
 	n, err := f.run(ctx, func(ctx context.Context) (int, error) {
 		if vec {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,10 @@ import (
 //     the file (as NFS and SMB clients report write-behind errors); a lost
 //     connection is not a failure: the write is sent again on the next
 //     session, as every write at an explicit offset is.
-//   - O_DIRECT, O_SYNC and O_DSYNC handles write through, as before.
+//   - O_DIRECT, O_SYNC and O_DSYNC handles write through, as before,
+//     after the posted writes (of other handles) they overlap; so do
+//     fallocate, SEEK_DATA/HOLE and copy_file_range, after all of the
+//     file's.
 //
 // Another client still sees a file's new bytes only after the writer's
 // close (close-to-open), as before; a lease break, which lets another
@@ -268,7 +272,12 @@ func (n *Node) flushWrites() error {
 // failure among them for the next write, close or fsync: what a Write
 // lease held back (writebehind.go) goes after them, and a lease break is
 // answered only once they are on the server.
-func (n *Node) drainWrites() {
+func (n *Node) drainWrites() { n.settleWrites(0, math.MaxInt64) }
+
+// settleWrites waits until no write of the node in flight overlaps [off,
+// end), leaving a failure among them for the next write, close or fsync:
+// a write sent through, not posted, goes after them.
+func (n *Node) settleWrites(off, end int64) {
 	n.mu.Lock()
 	q := n.wbq
 	n.mu.Unlock()
@@ -276,7 +285,9 @@ func (n *Node) drainWrites() {
 		return
 	}
 	q.mu.Lock()
-	q.drain()
+	for q.overlaps(off, end) {
+		q.waitOne()
+	}
 	q.mu.Unlock()
 }
 

@@ -246,6 +246,91 @@ type heldWrite struct {
 
 func (w *heldWrite) Wait(ctx context.Context) (int, error) { return w.f.WriteAt(ctx, w.p, w.off) }
 
+// heldMount serves a temporary directory and mounts it with opts on a
+// heldPath: posted writes reach the server only when waited for.
+func heldMount(t *testing.T, opts Options) (dir, mnt string) {
+	t.Helper()
+	needFUSE(t)
+	dir = t.TempDir()
+	srv := serveWrapped(t, dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File { return f })
+	s := dialed(t, srv.SessionAddr())
+	return dir, mountWith(t, s.Tree, heldPath{s.Data}, opts)
+}
+
+// TestPunchAfterPostedWrite: fallocate(PUNCH_HOLE) after a write(2) on a
+// mount without leases punches what the write wrote — the write posted
+// over LWIO is on the server before the punch is sent (flushDeferred
+// returned before waiting for it when the mount had no leases, and the
+// write then landed after the punch: the punched bytes came back).
+func TestPunchAfterPostedWrite(t *testing.T) {
+	dir, mnt := heldMount(t, Options{NoLeases: true})
+	f, err := os.OpenFile(filepath.Join(mnt, "punched"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(bytes.Repeat([]byte{7}, 8192), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "punched"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(make([]byte, 4096), bytes.Repeat([]byte{7}, 4096)...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("after a write of [0, 8192) then a punch of [0, 4096) the server holds %d bytes, first %d (want 8192, first 0: the posted write landed after the punch)",
+			len(got), got[:min(len(got), 1)])
+	}
+}
+
+// TestDirectWriteAfterPostedWrite: an O_DIRECT write (written through)
+// lands after an earlier buffered write(2) of the same bytes through
+// another descriptor of the file (posted over LWIO): the server ends with
+// the O_DIRECT write's bytes, not the older ones.
+func TestDirectWriteAfterPostedWrite(t *testing.T) {
+	dir, mnt := heldMount(t, Options{NoLeases: true})
+	if err := os.WriteFile(filepath.Join(dir, "d"), make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buffered, err := os.OpenFile(filepath.Join(mnt, "d"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buffered.Close()
+	direct, err := os.OpenFile(filepath.Join(mnt, "d"), os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if _, err := buffered.WriteAt(bytes.Repeat([]byte{1}, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	buf := alignedBuf(4096)
+	copy(buf, bytes.Repeat([]byte{2}, 4096))
+	if _, err := direct.WriteAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*os.File{direct, buffered} {
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, buf) {
+		t.Fatalf("the server holds %d bytes, first %d; want 4096 of 2 (the O_DIRECT write was overwritten by the earlier posted one)",
+			len(got), got[:min(len(got), 1)])
+	}
+}
+
 // TestUnlockWaitsForPostedWrites: releasing a lock returns only once the
 // file's posted writes are on the server, so the next holder — on another
 // mount, or reading the server's disk as here — reads what this holder
@@ -257,12 +342,6 @@ func (w *heldWrite) Wait(ctx context.Context) (int, error) { return w.f.WriteAt(
 // unlock does not wait for is certainly missing.
 func TestUnlockWaitsForPostedWrites(t *testing.T) {
 	needFUSE(t)
-	held := func(t *testing.T, opts Options) (dir, mnt string) {
-		dir = t.TempDir()
-		srv := serveWrapped(t, dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File { return f })
-		s := dialed(t, srv.SessionAddr())
-		return dir, mountWith(t, s.Tree, heldPath{s.Data}, opts)
-	}
 	check := func(t *testing.T, dir string, round byte, off int) {
 		t.Helper()
 		// No sleep, no close: the unlock has returned, the disk must hold it.
@@ -277,7 +356,7 @@ func TestUnlockWaitsForPostedWrites(t *testing.T) {
 	}
 	for _, opts := range []Options{{}, {NoLeases: true}} {
 		t.Run(fmt.Sprintf("write, noleases=%v", opts.NoLeases), func(t *testing.T) {
-			dir, mnt := held(t, opts)
+			dir, mnt := heldMount(t, opts)
 			f, err := os.OpenFile(filepath.Join(mnt, "locked"), os.O_CREATE|os.O_RDWR, 0o644)
 			if err != nil {
 				t.Fatal(err)
@@ -298,7 +377,7 @@ func TestUnlockWaitsForPostedWrites(t *testing.T) {
 		})
 	}
 	t.Run("shared mapping", func(t *testing.T) {
-		dir, mnt := held(t, Options{})
+		dir, mnt := heldMount(t, Options{})
 		if err := os.WriteFile(filepath.Join(dir, "locked"), make([]byte, 4096), 0o644); err != nil {
 			t.Fatal(err)
 		}

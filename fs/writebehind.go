@@ -203,15 +203,18 @@ func (n *Node) predictedAttr() (session.Attr, bool) {
 
 // flushDeferred sends what the node held back, as one BATCH ending with an
 // fstat of the last handle (the attributes the prediction is replaced
-// with). Its failure is returned — and, for a flush nobody waits for
+// with), after the node's posted writes. Its failure is returned — and, for a flush nobody waits for
 // (background: a timer, a break), kept for the next close, fsync or
 // write; a failure kept earlier is returned now.
 func (n *Node) flushDeferred(ctx context.Context, background bool) error {
+	// The writes posted over LWIO land first (writeasync.go) — without
+	// leases too: fallocate, SEEK_DATA/HOLE and copy_file_range call this
+	// so that the server acts on every earlier write.
+	n.drainWrites()
 	lc := n.fs.lease
 	if lc == nil {
 		return nil
 	}
-	n.drainWrites() // the writes posted over LWIO land first (writeasync.go)
 	n.ls.wb.flushMu.Lock()
 	defer n.ls.wb.flushMu.Unlock()
 	n.mu.Lock()
