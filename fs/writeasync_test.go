@@ -48,8 +48,9 @@ func (f *slowFile) WriteAt(p []byte, off int64) (int, error) {
 	return f.File.WriteAt(p, off)
 }
 
-// writeBehindMount mounts a server whose files are slowFiles made by mk.
-func writeBehindMount(t *testing.T, mk func(share.File) *slowFile) (dir, mnt string, files func() []*slowFile) {
+// writeBehindMount mounts a server whose files are slowFiles made by mk,
+// with opts.
+func writeBehindMount(t *testing.T, opts Options, mk func(share.File) *slowFile) (dir, mnt string, files func() []*slowFile) {
 	t.Helper()
 	needFUSE(t)
 	dir = t.TempDir()
@@ -63,7 +64,7 @@ func writeBehindMount(t *testing.T, mk func(share.File) *slowFile) (dir, mnt str
 		return sf
 	})
 	s := dialed(t, srv.SessionAddr())
-	return dir, mountOn(t, s.Tree, s.Data), func() []*slowFile {
+	return dir, mountWith(t, s.Tree, s.Data, opts), func() []*slowFile {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]*slowFile(nil), made...)
@@ -88,7 +89,7 @@ func dialed(t *testing.T, addr string) *Session {
 // server sees them at once), and close(2) returns only once all of them
 // are on the server's disk: close-to-open holds.
 func TestWriteBehind(t *testing.T) {
-	dir, mnt, files := writeBehindMount(t, func(f share.File) *slowFile {
+	dir, mnt, files := writeBehindMount(t, Options{}, func(f share.File) *slowFile {
 		return &slowFile{File: f, delay: 20 * time.Millisecond, failAt: -1}
 	})
 	data := make([]byte, 8<<20)
@@ -161,7 +162,7 @@ func TestWriteBehind(t *testing.T) {
 // A write that fails on the server after the kernel was answered fails the
 // file's close(2) (and is reported once).
 func TestWriteBehindFailureAtClose(t *testing.T) {
-	_, mnt, _ := writeBehindMount(t, func(f share.File) *slowFile {
+	_, mnt, _ := writeBehindMount(t, Options{}, func(f share.File) *slowFile {
 		return &slowFile{File: f, failAt: 2 << 20}
 	})
 	f, err := os.Create(filepath.Join(mnt, "full"))
@@ -176,6 +177,42 @@ func TestWriteBehindFailureAtClose(t *testing.T) {
 	cerr := f.Close()
 	if err := errors.Join(werr, cerr); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("write errors %v, close %v; want ENOSPC from one of them", werr, cerr)
+	}
+}
+
+// TestUnlockAfterFailedPostedWrite: releasing a lock after a write(2)
+// whose posted WRITE then fails on the server (disk full) releases the
+// lock on the server all the same — another descriptor can take it — and
+// reports the failure; close(2) reports it again. The unlock used to
+// return before sending the UNLOCK (the lock stayed held until the last
+// close, other clients got EAGAIN) and to clear the failure, so close
+// returned 0.
+func TestUnlockAfterFailedPostedWrite(t *testing.T) {
+	_, mnt, _ := writeBehindMount(t, Options{NoLeases: true}, func(f share.File) *slowFile {
+		return &slowFile{File: f, failAt: 0}
+	})
+	p := filepath.Join(mnt, "locked")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := ofd(f, unix.F_WRLCK, 0, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); err != nil {
+		t.Fatal(err) // posted: the failure comes later
+	}
+	uerr := ofd(f, unix.F_UNLCK, 0, 1, false)
+	g, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	lerr := ofd(g, unix.F_WRLCK, 0, 1, false)
+	cerr := f.Close()
+	if !errors.Is(uerr, syscall.ENOSPC) || lerr != nil || !errors.Is(cerr, syscall.ENOSPC) {
+		t.Fatalf("unlock: %v (want ENOSPC); another descriptor's lock then: %v (want it taken); close: %v (want ENOSPC)", uerr, lerr, cerr)
 	}
 }
 
