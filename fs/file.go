@@ -222,7 +222,7 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32
 		// Behind the writes in flight (writeasync.go) and what a Write
 		// lease held back (writebehind.go): an append lands after them,
 		// and a diff is taken against what they wrote.
-		if err := f.node.flushAll(ctx); err != nil {
+		if err := f.node.flushAll(ctx, false); err != nil {
 			return 0, f.errno("write", err)
 		}
 		if x.appending {
@@ -250,6 +250,9 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32
 		}
 		return uint32(len(buf)), 0
 	}
+	// Written through (O_DIRECT, O_SYNC, or no write-behind): a posted
+	// write of another handle overlapping it must not land after it.
+	f.node.settleWrites(off, off+int64(len(buf)))
 	vec := f.flags&syscall.O_DIRECT != 0 && len(buf) > pageSize && len(buf)%pageSize == 0
 	n, err := f.run(ctx, func(ctx context.Context) (int, error) {
 		if vec {
@@ -375,7 +378,7 @@ func (f *fileHandle) cancel() {
 // process's locks on the file go (lock.go).
 func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	f.closing() // a chmod after close(2) must not wait for the release
-	errno := f.errno("flush", f.node.flushAll(ctx))
+	errno := f.errno("flush", f.node.flushAll(ctx, false))
 	if e := f.releaseLocks(ctx); errno == 0 {
 		errno = e
 	}
@@ -412,7 +415,7 @@ func (f *fileHandle) release() {
 	defer f.node.fs.open.closed(f.node, f.flags)
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := f.node.flushAll(ctx); err != nil {
+	if err := f.node.flushAll(ctx, false); err != nil {
 		// Reported by Flush already unless the last close raced it.
 		f.log.WithField("op", "release").WithError(err).Warn("fs: a posted or held-back write failed")
 	}

@@ -108,11 +108,17 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 		// write-back's own pieces are posted too, and may travel on
 		// another connection than the unlock) and a Write lease's
 		// held-back ones — before the lock goes.
+		// A failure among those writes is the unlock's error, and is
+		// kept for close(2) and fsync as well (a write-back error is
+		// reported at the next fsync or close, as NFS and Linux do);
+		// the lock goes all the same — kept on the server, it would
+		// stop every other client until the file is closed.
 		n.pushDirty()
-		if err := n.flushAll(dctx); err != nil {
-			return fh.errno("unlock", err)
+		err := n.flushAll(dctx, true)
+		if uerr := l.Lock(dctx, fh.h, req, false); err == nil {
+			err = uerr
 		}
-		return fh.errno("unlock", l.Lock(dctx, fh.h, req, false))
+		return fh.errno("unlock", err)
 	}
 	if !wait {
 		ctx = dctx

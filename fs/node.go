@@ -443,7 +443,7 @@ func (n *Node) Fsync(ctx context.Context, f gofs.FileHandle, flags uint32) sysca
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.path()
-	if err := n.flushAll(ctx); err != nil {
+	if err := n.flushAll(ctx, false); err != nil {
 		return n.errno("fsync", p, err)
 	}
 	if fh, ok := f.(*fileHandle); ok {

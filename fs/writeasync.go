@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,9 @@ import (
 //     server, and report a failure among them: close-to-open holds — what
 //     a close returned from is what the next open anywhere sees — and so
 //     do fsync's promise and a lock's (the next holder reads what this one
-//     wrote, a shared mapping's write-back included).
+//     wrote, a shared mapping's write-back included). The lock goes
+//     even when one failed; the unlock reports the failure, and close(2)
+//     and fsync report it again.
 //   - Anything that reads data or attributes from the server (READ,
 //     GETATTR, SETATTR, LOOKUP, a directory listing, OPEN) first waits for
 //     every posted write of the mount, so it never sees a size or bytes
@@ -36,7 +39,10 @@ import (
 //     the file (as NFS and SMB clients report write-behind errors); a lost
 //     connection is not a failure: the write is sent again on the next
 //     session, as every write at an explicit offset is.
-//   - O_DIRECT, O_SYNC and O_DSYNC handles write through, as before.
+//   - O_DIRECT, O_SYNC and O_DSYNC handles write through, as before,
+//     after the posted writes (of other handles) they overlap; so do
+//     fallocate, SEEK_DATA/HOLE and copy_file_range, after all of the
+//     file's.
 //
 // Another client still sees a file's new bytes only after the writer's
 // close (close-to-open), as before; a lease break, which lets another
@@ -224,13 +230,16 @@ func (q *wbQueue) drain() {
 }
 
 // flush waits until every write of the file in flight is done and returns
-// the first failure among them (or an earlier one not yet reported).
-func (q *wbQueue) flush() error {
+// the first failure among them (or an earlier one not yet reported); keep:
+// it stays to be reported again.
+func (q *wbQueue) flush(keep bool) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.drain()
 	err := q.err
-	q.err = nil
+	if !keep {
+		q.err = nil
+	}
 	return err
 }
 
@@ -251,24 +260,29 @@ func (wb *asyncWrites) barrier() {
 }
 
 // flushWrites waits for the node's writes in flight and returns a failure
-// among them, once: FLUSH, FSYNC and RELEASE call it, and so must anything
-// that lets another client see the file before this one closes it (a
-// lease break's acknowledgement).
-func (n *Node) flushWrites() error {
+// among them, once (keep: again later too): FLUSH, FSYNC and RELEASE call
+// it, and so must anything that lets another client see the file before
+// this one closes it (a lease break's acknowledgement, an unlock).
+func (n *Node) flushWrites(keep bool) error {
 	n.mu.Lock()
 	q := n.wbq
 	n.mu.Unlock()
 	if q == nil {
 		return nil
 	}
-	return q.flush()
+	return q.flush(keep)
 }
 
 // drainWrites waits until no write of the node is in flight, leaving a
 // failure among them for the next write, close or fsync: what a Write
 // lease held back (writebehind.go) goes after them, and a lease break is
 // answered only once they are on the server.
-func (n *Node) drainWrites() {
+func (n *Node) drainWrites() { n.settleWrites(0, math.MaxInt64) }
+
+// settleWrites waits until no write of the node in flight overlaps [off,
+// end), leaving a failure among them for the next write, close or fsync:
+// a write sent through, not posted, goes after them.
+func (n *Node) settleWrites(off, end int64) {
 	n.mu.Lock()
 	q := n.wbq
 	n.mu.Unlock()
@@ -276,16 +290,19 @@ func (n *Node) drainWrites() {
 		return
 	}
 	q.mu.Lock()
-	q.drain()
+	for q.overlaps(off, end) {
+		q.waitOne()
+	}
 	q.mu.Unlock()
 }
 
 // flushAll sends everything the node holds — its posted writes, then what
 // a Write lease held back — and returns the first failure: close(2),
-// fsync and the last release.
-func (n *Node) flushAll(ctx context.Context) error {
-	err := n.flushWrites()
-	if e := n.flushDeferred(ctx, false); err == nil {
+// fsync and the last release. keep: the failure stays, to be reported
+// again by the next write, close or fsync (an unlock's).
+func (n *Node) flushAll(ctx context.Context, keep bool) error {
+	err := n.flushWrites(keep)
+	if e := n.flushDeferred(ctx, keep); err == nil {
 		err = e
 	}
 	return err

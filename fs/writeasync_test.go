@@ -48,8 +48,9 @@ func (f *slowFile) WriteAt(p []byte, off int64) (int, error) {
 	return f.File.WriteAt(p, off)
 }
 
-// writeBehindMount mounts a server whose files are slowFiles made by mk.
-func writeBehindMount(t *testing.T, mk func(share.File) *slowFile) (dir, mnt string, files func() []*slowFile) {
+// writeBehindMount mounts a server whose files are slowFiles made by mk,
+// with opts.
+func writeBehindMount(t *testing.T, opts Options, mk func(share.File) *slowFile) (dir, mnt string, files func() []*slowFile) {
 	t.Helper()
 	needFUSE(t)
 	dir = t.TempDir()
@@ -63,7 +64,7 @@ func writeBehindMount(t *testing.T, mk func(share.File) *slowFile) (dir, mnt str
 		return sf
 	})
 	s := dialed(t, srv.SessionAddr())
-	return dir, mountOn(t, s.Tree, s.Data), func() []*slowFile {
+	return dir, mountWith(t, s.Tree, s.Data, opts), func() []*slowFile {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]*slowFile(nil), made...)
@@ -88,7 +89,7 @@ func dialed(t *testing.T, addr string) *Session {
 // server sees them at once), and close(2) returns only once all of them
 // are on the server's disk: close-to-open holds.
 func TestWriteBehind(t *testing.T) {
-	dir, mnt, files := writeBehindMount(t, func(f share.File) *slowFile {
+	dir, mnt, files := writeBehindMount(t, Options{}, func(f share.File) *slowFile {
 		return &slowFile{File: f, delay: 20 * time.Millisecond, failAt: -1}
 	})
 	data := make([]byte, 8<<20)
@@ -161,7 +162,7 @@ func TestWriteBehind(t *testing.T) {
 // A write that fails on the server after the kernel was answered fails the
 // file's close(2) (and is reported once).
 func TestWriteBehindFailureAtClose(t *testing.T) {
-	_, mnt, _ := writeBehindMount(t, func(f share.File) *slowFile {
+	_, mnt, _ := writeBehindMount(t, Options{}, func(f share.File) *slowFile {
 		return &slowFile{File: f, failAt: 2 << 20}
 	})
 	f, err := os.Create(filepath.Join(mnt, "full"))
@@ -176,6 +177,42 @@ func TestWriteBehindFailureAtClose(t *testing.T) {
 	cerr := f.Close()
 	if err := errors.Join(werr, cerr); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("write errors %v, close %v; want ENOSPC from one of them", werr, cerr)
+	}
+}
+
+// TestUnlockAfterFailedPostedWrite: releasing a lock after a write(2)
+// whose posted WRITE then fails on the server (disk full) releases the
+// lock on the server all the same — another descriptor can take it — and
+// reports the failure; close(2) reports it again. The unlock used to
+// return before sending the UNLOCK (the lock stayed held until the last
+// close, other clients got EAGAIN) and to clear the failure, so close
+// returned 0.
+func TestUnlockAfterFailedPostedWrite(t *testing.T) {
+	_, mnt, _ := writeBehindMount(t, Options{NoLeases: true}, func(f share.File) *slowFile {
+		return &slowFile{File: f, failAt: 0}
+	})
+	p := filepath.Join(mnt, "locked")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := ofd(f, unix.F_WRLCK, 0, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); err != nil {
+		t.Fatal(err) // posted: the failure comes later
+	}
+	uerr := ofd(f, unix.F_UNLCK, 0, 1, false)
+	g, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	lerr := ofd(g, unix.F_WRLCK, 0, 1, false)
+	cerr := f.Close()
+	if !errors.Is(uerr, syscall.ENOSPC) || lerr != nil || !errors.Is(cerr, syscall.ENOSPC) {
+		t.Fatalf("unlock: %v (want ENOSPC); another descriptor's lock then: %v (want it taken); close: %v (want ENOSPC)", uerr, lerr, cerr)
 	}
 }
 
@@ -246,6 +283,91 @@ type heldWrite struct {
 
 func (w *heldWrite) Wait(ctx context.Context) (int, error) { return w.f.WriteAt(ctx, w.p, w.off) }
 
+// heldMount serves a temporary directory and mounts it with opts on a
+// heldPath: posted writes reach the server only when waited for.
+func heldMount(t *testing.T, opts Options) (dir, mnt string) {
+	t.Helper()
+	needFUSE(t)
+	dir = t.TempDir()
+	srv := serveWrapped(t, dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File { return f })
+	s := dialed(t, srv.SessionAddr())
+	return dir, mountWith(t, s.Tree, heldPath{s.Data}, opts)
+}
+
+// TestPunchAfterPostedWrite: fallocate(PUNCH_HOLE) after a write(2) on a
+// mount without leases punches what the write wrote — the write posted
+// over LWIO is on the server before the punch is sent (flushDeferred
+// returned before waiting for it when the mount had no leases, and the
+// write then landed after the punch: the punched bytes came back).
+func TestPunchAfterPostedWrite(t *testing.T) {
+	dir, mnt := heldMount(t, Options{NoLeases: true})
+	f, err := os.OpenFile(filepath.Join(mnt, "punched"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(bytes.Repeat([]byte{7}, 8192), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "punched"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(make([]byte, 4096), bytes.Repeat([]byte{7}, 4096)...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("after a write of [0, 8192) then a punch of [0, 4096) the server holds %d bytes, first %d (want 8192, first 0: the posted write landed after the punch)",
+			len(got), got[:min(len(got), 1)])
+	}
+}
+
+// TestDirectWriteAfterPostedWrite: an O_DIRECT write (written through)
+// lands after an earlier buffered write(2) of the same bytes through
+// another descriptor of the file (posted over LWIO): the server ends with
+// the O_DIRECT write's bytes, not the older ones.
+func TestDirectWriteAfterPostedWrite(t *testing.T) {
+	dir, mnt := heldMount(t, Options{NoLeases: true})
+	if err := os.WriteFile(filepath.Join(dir, "d"), make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buffered, err := os.OpenFile(filepath.Join(mnt, "d"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buffered.Close()
+	direct, err := os.OpenFile(filepath.Join(mnt, "d"), os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if _, err := buffered.WriteAt(bytes.Repeat([]byte{1}, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	buf := alignedBuf(4096)
+	copy(buf, bytes.Repeat([]byte{2}, 4096))
+	if _, err := direct.WriteAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*os.File{direct, buffered} {
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, buf) {
+		t.Fatalf("the server holds %d bytes, first %d; want 4096 of 2 (the O_DIRECT write was overwritten by the earlier posted one)",
+			len(got), got[:min(len(got), 1)])
+	}
+}
+
 // TestUnlockWaitsForPostedWrites: releasing a lock returns only once the
 // file's posted writes are on the server, so the next holder — on another
 // mount, or reading the server's disk as here — reads what this holder
@@ -257,12 +379,6 @@ func (w *heldWrite) Wait(ctx context.Context) (int, error) { return w.f.WriteAt(
 // unlock does not wait for is certainly missing.
 func TestUnlockWaitsForPostedWrites(t *testing.T) {
 	needFUSE(t)
-	held := func(t *testing.T, opts Options) (dir, mnt string) {
-		dir = t.TempDir()
-		srv := serveWrapped(t, dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File { return f })
-		s := dialed(t, srv.SessionAddr())
-		return dir, mountWith(t, s.Tree, heldPath{s.Data}, opts)
-	}
 	check := func(t *testing.T, dir string, round byte, off int) {
 		t.Helper()
 		// No sleep, no close: the unlock has returned, the disk must hold it.
@@ -277,7 +393,7 @@ func TestUnlockWaitsForPostedWrites(t *testing.T) {
 	}
 	for _, opts := range []Options{{}, {NoLeases: true}} {
 		t.Run(fmt.Sprintf("write, noleases=%v", opts.NoLeases), func(t *testing.T) {
-			dir, mnt := held(t, opts)
+			dir, mnt := heldMount(t, opts)
 			f, err := os.OpenFile(filepath.Join(mnt, "locked"), os.O_CREATE|os.O_RDWR, 0o644)
 			if err != nil {
 				t.Fatal(err)
@@ -298,7 +414,7 @@ func TestUnlockWaitsForPostedWrites(t *testing.T) {
 		})
 	}
 	t.Run("shared mapping", func(t *testing.T) {
-		dir, mnt := held(t, Options{})
+		dir, mnt := heldMount(t, Options{})
 		if err := os.WriteFile(filepath.Join(dir, "locked"), make([]byte, 4096), 0o644); err != nil {
 			t.Fatal(err)
 		}

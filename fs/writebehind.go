@@ -46,7 +46,7 @@ type writeBehind struct {
 	ops       []session.BatchOp
 	bytes     int
 	predicted bool  // Node.fresh is predicted, not the server's
-	err       error // a background flush's failure, for the next close or fsync
+	err       error // a kept failure (a background flush's, an unlock's), for the next close or fsync
 	timer     *time.Timer
 	fh        *fileHandle // an open handle that may hold back: fchmod and utimens come without one
 	flushMu   sync.Mutex  // one flush at a time, in order
@@ -203,15 +203,18 @@ func (n *Node) predictedAttr() (session.Attr, bool) {
 
 // flushDeferred sends what the node held back, as one BATCH ending with an
 // fstat of the last handle (the attributes the prediction is replaced
-// with). Its failure is returned — and, for a flush nobody waits for
-// (background: a timer, a break), kept for the next close, fsync or
-// write; a failure kept earlier is returned now.
-func (n *Node) flushDeferred(ctx context.Context, background bool) error {
+// with), after the node's posted writes. Its failure is returned, and so
+// is a failure kept earlier; keep (a flush nobody waits for — a timer, a
+// break — or an unlock's) keeps it for the next close, fsync or write.
+func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
+	// The writes posted over LWIO land first (writeasync.go) — without
+	// leases too: fallocate, SEEK_DATA/HOLE and copy_file_range call this
+	// so that the server acts on every earlier write.
+	n.drainWrites()
 	lc := n.fs.lease
 	if lc == nil {
 		return nil
 	}
-	n.drainWrites() // the writes posted over LWIO land first (writeasync.go)
 	n.ls.wb.flushMu.Lock()
 	defer n.ls.wb.flushMu.Unlock()
 	n.mu.Lock()
@@ -222,14 +225,11 @@ func (n *Node) flushDeferred(ctx context.Context, background bool) error {
 		n.ls.wb.timer = nil
 	}
 	kept := n.ls.wb.err
-	if !background {
+	if !keep {
 		n.ls.wb.err = nil
 	}
 	n.mu.Unlock()
 	if len(ops) == 0 {
-		if background {
-			return nil
-		}
 		return kept
 	}
 	ops = append(ops, session.BatchOp{Command: session.CmdSetAttr, Handle: ops[len(ops)-1].Handle})
@@ -258,7 +258,7 @@ func (n *Node) flushDeferred(ctx context.Context, background bool) error {
 		}
 		n.freshGen = n.fs.seq.Add(1)
 	}
-	if err != nil && background {
+	if err != nil && keep {
 		n.ls.wb.err = err
 	}
 	n.mu.Unlock()
@@ -271,9 +271,6 @@ func (n *Node) flushDeferred(ctx context.Context, background bool) error {
 	if err != nil {
 		n.fs.log.WithError(err).WithField("path", n.path()).Warn("fs: held-back writes failed")
 		return err
-	}
-	if background {
-		return nil
 	}
 	return kept
 }

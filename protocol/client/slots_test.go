@@ -215,3 +215,24 @@ func TestPostedWriteLostKeepsItsBytes(t *testing.T) {
 		}
 	}
 }
+
+// A write WriteAsync cannot post but writes at once (longer than MaxWrite)
+// on a lost connection fails from WriteAsync itself, as one it posts
+// does: fs's Reconnector sees the lost connection there and writes it on
+// the next session. Hidden in a PendingWrite already done, the error came
+// only at Wait, which cannot send those bytes again, and the write failed
+// with EIO.
+func TestWriteAsyncLostFailsAtOnce(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	s, cl := e.oneConn(t, Interrupt)
+	key, _ := s.file(t, "f", nil)
+	f := s.register(t, cl, key, 0)
+	e.srv.Abort()
+	<-cl.Done()
+	for _, size := range []int{1000, int(cl.MaxWrite()) + 1} {
+		pw, err := f.WriteAsync(ctxT(t), make([]byte, size), 0)
+		if !protocol.IsConnectionLost(err) || pw != nil {
+			t.Errorf("WriteAsync of %d bytes on a lost connection: %v, %v; want no PendingWrite and the connection lost", size, pw, err)
+		}
+	}
+}

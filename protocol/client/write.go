@@ -294,14 +294,13 @@ func (f *File) gatherWrite(ctx context.Context, pages [][]byte, ps int, off int6
 // waited for. Wait exactly once.
 type PendingWrite struct {
 	c  *conn
-	sl *slot // nil: done already (n, err)
+	sl *slot // nil: done already (n bytes)
 	// req.Data is in sl's memory, which is sl's again once answered:
 	// only a Wait that finds the connection lost, and the answer not
 	// come, reads it (into data).
 	req  protocol.WriteRequest
 	data []byte // a copy of the bytes, kept when the connection died
 	n    int
-	err  error
 	// The server's answer, in res once answered is closed (complete):
 	// the slot is free again by then.
 	res      result
@@ -318,15 +317,15 @@ type PendingWrite struct {
 // Wait gives the outcome. A writer keeps several WRITEs in flight this way
 // (buffered sequential writes), each holding its credits and a slot until
 // its answer comes, not until its Wait: writers with writes in flight on
-// many files cannot take every slot with writes already answered. A write that one request cannot carry (longer than
-// MaxWrite, or than the connection's credits cover) is written at once
-// (WriteAt) and its PendingWrite is done already. It completes in
-// interrupt mode whatever the file's: its credits come back with the
+// many files cannot take every slot with writes already answered. A write
+// that one request cannot carry (longer than MaxWrite, or than the
+// connection's credits cover) is written at once (WriteAt): its
+// PendingWrite is done already, or its error is WriteAsync's. It completes
+// in interrupt mode whatever the file's: its credits come back with the
 // server's answer, not with Wait.
 func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWrite, error) {
 	if len(p) == 0 || len(p) > f.cl.MaxWrite() {
-		n, err := f.WriteAt(ctx, p, off)
-		return &PendingWrite{n: n, err: err}, nil
+		return f.writeNow(ctx, p, off)
 	}
 	c, sl, n, err := f.beginWrite(ctx, len(p))
 	if err != nil {
@@ -334,8 +333,7 @@ func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWri
 	}
 	if n < len(p) {
 		c.abort(sl)
-		n, err := f.WriteAt(ctx, p, off)
-		return &PendingWrite{n: n, err: err}, nil
+		return f.writeNow(ctx, p, off)
 	}
 	// Completed by the server's answer whatever the file's mode: a
 	// polling-mode write would keep its credits until its Wait polled
@@ -359,13 +357,26 @@ func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWri
 	return w, nil
 }
 
+// writeNow is WriteAsync's write of p that is not posted but written at
+// once: done already, or its error — returned by WriteAsync itself, as a
+// posted write's failure to post is, so that a caller replaying writes on
+// a lost connection (fs's Reconnector) sees it; Wait could not give the
+// bytes back (Data) to write again.
+func (f *File) writeNow(ctx context.Context, p []byte, off int64) (*PendingWrite, error) {
+	n, err := f.WriteAt(ctx, p, off)
+	if err != nil {
+		return nil, err
+	}
+	return &PendingWrite{n: n}, nil
+}
+
 // Wait waits for the WRITE's answer and returns the bytes the server
 // wrote. When the connection was lost first (protocol.IsConnectionLost),
 // Data has the bytes, to write again elsewhere.
 func (w *PendingWrite) Wait(ctx context.Context) (int, error) {
 	c := w.c
 	if w.sl == nil {
-		return w.n, w.err
+		return w.n, nil
 	}
 	r, err := c.waitPosted(ctx, w)
 	c.count(w.req.Header.Opcode, w.polling, w.payload, r, err, w.start)
