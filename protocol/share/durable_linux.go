@@ -281,9 +281,9 @@ func (t *Tree) Reopen(fileID []byte, p string, flags int) (*OpenFile, Attr, erro
 		return f, a, err
 	}
 	// Not (or no longer) at p: ask the kernel where the inode is now.
-	rel, where := kernelWhereIs(t.sh, &want)
+	rel, found := kernelWhereIs(t.sh, &want)
 	searched := false
-	switch where {
+	switch found {
 	case whereNamed:
 	case whereUnnamed:
 		// The handle opened, so the file exists, but the kernel could
