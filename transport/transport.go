@@ -220,6 +220,9 @@ type Conn interface {
 	// Post queues send work requests in order (a chain, as ibv_post_send).
 	// It fails at once, posting none, if the queue would overflow or a
 	// request is malformed; failures discovered later arrive as completions.
+	// A chain a provider's device rejects part-way (verbs) may have been
+	// posted in part: after an error for a chain the caller cannot reuse
+	// its memory until the connection is closed.
 	Post(wrs ...SendWR) error
 	// PostRecv queues receive buffers. A connection that takes its
 	// receives from a shared receive queue refuses it.

@@ -17,11 +17,12 @@ type Buffer interface {
 
 // Buf is a pooled registered buffer holding the result of ReadBuf, or the
 // caller's own memory when the read landed there. Reply from Bytes and call
-// Release exactly once when done; the memory is reused.
+// Release once when done (a second call does nothing); the memory is reused.
 type Buf struct {
 	r    transport.Region
 	b    []byte
 	pool *transport.BufferPool
+	held bool // from newBuf until Release: a second Release is a no-op
 }
 
 var _ Buffer = (*Buf)(nil)
@@ -33,9 +34,11 @@ func (b *Buf) Bytes() []byte { return b.b }
 func (b *Buf) Len() int { return len(b.b) }
 
 // Release returns the buffer to its pool. Bytes must not be used after,
-// nor the Buf itself: it is reused.
+// nor the Buf itself: it is reused. A second Release before that reuse
+// does nothing: putting the Buf (and its region) into the pools twice
+// would hand one buffer to two later reads.
 func (b *Buf) Release() {
-	if b == nil {
+	if b == nil || !b.held {
 		return
 	}
 	if p := b.pool; p != nil {
@@ -52,6 +55,6 @@ var bufs = sync.Pool{New: func() any { return new(Buf) }}
 // memory).
 func newBuf(b []byte, r transport.Region, pool *transport.BufferPool) *Buf {
 	x := bufs.Get().(*Buf)
-	x.b, x.r, x.pool = b, r, pool
+	x.b, x.r, x.pool, x.held = b, r, pool, true
 	return x
 }

@@ -764,6 +764,17 @@ func (c *conn) postChain(sl *slot, wrs []transport.SendWR) error {
 		c.lastPolled.Store(sl.polling)
 	}
 	if err := c.tc.Post(wrs...); err != nil {
+		if len(wrs) > 1 {
+			// A chain may have been posted in part (ibv_post_send
+			// stops at the work request it rejects): the adapter may
+			// still read the slot's headers and its data buffer, and
+			// completions are owed for what went. Nothing is rolled
+			// back and the slot is not reused: the connection ends
+			// (its transport closed before die returns) and the slot
+			// goes with it.
+			c.die(fmt.Errorf("post: %w", err))
+			return c.connErr()
+		}
 		c.expect.Add(-owed)
 		if bell {
 			c.auto.doorbells.Add(-1)

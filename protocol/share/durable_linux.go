@@ -1,6 +1,7 @@
 package share
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -184,8 +185,12 @@ func (s *Share) openFileID(b []byte) (identity, bool) {
 	return decodeIdentity(body)
 }
 
-// statIdentity reads what identifies the file fd holds.
-func statIdentity(fd int) (identity, error) {
+// statIdentity is statxIdentity; a test makes it answer as a filesystem
+// that records no btime.
+var statIdentity = statxIdentity
+
+// statxIdentity reads what identifies the file fd holds.
+func statxIdentity(fd int) (identity, error) {
 	var stx unix.Statx_t
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_BTIME, &stx); err != nil {
 		return identity{}, err
@@ -276,22 +281,53 @@ func (t *Tree) Reopen(fileID []byte, p string, flags int) (*OpenFile, Attr, erro
 		return f, a, err
 	}
 	// Not (or no longer) at p: ask the kernel where the inode is now.
-	rel, ok := kernelWhereIs(t.sh, &want)
-	if !ok {
-		// The kernel could not name it: the handle of an inode whose
-		// dentries left the cache (memory pressure, drop_caches) opens
-		// disconnected, named "/" in /proc. A rename most often keeps
-		// the directory: look for the inode there.
-		rel, ok = t.findIn(path.Dir(p), &want)
-	}
-	if !ok {
+	rel, found := kernelWhereIs(t.sh, &want)
+	searched := false
+	switch found {
+	case whereNamed:
+	case whereUnnamed:
+		// The handle opened, so the file exists, but the kernel could
+		// not name it: the handle of an inode whose dentries left the
+		// cache (memory pressure, drop_caches) opens disconnected,
+		// named "/" in /proc. A rename most often keeps the directory:
+		// look for the inode there. Never when the handle did not
+		// open (ESTALE: deleted): inode numbers are reused at once,
+		// and without a btime dev+ino would take a new file for it.
+		var ok bool
+		if rel, ok = t.findIn(path.Dir(p), &want); !ok {
+			return nil, Attr{}, errStale
+		}
+		searched = true
+	default:
 		return nil, Attr{}, errStale
 	}
 	f, a, err = t.openSame(rel, flags, &want)
+	if err == nil && searched && !f.isExactly(&want) {
+		f.Close()
+		return nil, Attr{}, errStale
+	}
 	if notThere(err) {
 		err = errStale
 	}
 	return f, a, err
+}
+
+// isExactly reports whether the open file is the one want names by more
+// than its inode number, which a deleted file's successor may reuse: its
+// kernel handle (which carries the inode's generation) equals want's, or,
+// when there is no handle to compare, both record the same nonzero
+// btime. The caller has already checked sameFile.
+func (f *OpenFile) isExactly(want *identity) bool {
+	if len(want.handle) > 0 {
+		same := false
+		f.withFd(func(fd int) error {
+			h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
+			same = err == nil && h.Type() == want.htype && bytes.Equal(h.Bytes(), want.handle)
+			return nil
+		})
+		return same
+	}
+	return want.btimeSec != 0 || want.btimeNsec != 0
 }
 
 // maxFindEntries bounds the entries findIn looks at.
@@ -300,7 +336,7 @@ const maxFindEntries = 1 << 16
 // findIn looks for the file want names among the entries of directory
 // dir (confined beneath the root, acting as the tree's user) by inode
 // number, and returns its path; the caller re-opens it and checks the
-// whole identity.
+// whole identity (openSame, isExactly).
 func (t *Tree) findIn(dir string, want *identity) (rel string, ok bool) {
 	if dir == "." || dir == "/" {
 		dir = ""
@@ -352,49 +388,60 @@ func (t *Tree) openSame(p string, flags int, want *identity) (*OpenFile, Attr, e
 	return f, a, nil
 }
 
-// kernelWhereIs is Share.whereIs; a test makes it fail as it does for a
-// handle the kernel answers disconnected.
+// kernelWhereIs is Share.whereIs; a test makes it answer as it does for
+// a handle the kernel opens disconnected, or for a deleted file.
 var kernelWhereIs = (*Share).whereIs
+
+// where is what whereIs learnt.
+type where int
+
+const (
+	whereNot     where = iota // the handle opened nothing (no handle, ESTALE: deleted, EPERM) or another file
+	whereNamed                // the kernel named the file beneath the root
+	whereUnnamed              // the handle opened the file, but the kernel named it nowhere beneath the root
+)
 
 // whereIs finds the file an identity names through its kernel handle and
 // returns its path relative to the share root, when the kernel can name
 // it and the name is beneath the root. The caller re-opens that path
 // confined, so a wrong or stale answer opens nothing outside the share.
-func (s *Share) whereIs(id *identity) (string, bool) {
+func (s *Share) whereIs(id *identity) (string, where) {
 	rootID, err := statIdentity(s.root.fd)
 	if len(id.handle) == 0 || err != nil || rootID.dev != id.dev {
-		return "", false // the root's filesystem cannot decode it
+		return "", whereNot // the root's filesystem cannot decode it
 	}
 	// open_by_handle_at wants a real descriptor of the filesystem, not
 	// the root's O_PATH one.
 	mfd, err := unix.Openat(s.root.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", false
+		return "", whereNot
 	}
 	fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(id.htype, id.handle), unix.O_PATH|unix.O_CLOEXEC)
 	unix.Close(mfd)
 	if err != nil {
-		return "", false // gone (ESTALE), or no CAP_DAC_READ_SEARCH (EPERM)
+		return "", whereNot // gone (ESTALE), or no CAP_DAC_READ_SEARCH (EPERM)
 	}
 	defer unix.Close(fd)
 	got, err := statIdentity(fd)
 	if err != nil || !got.sameFile(id) {
-		return "", false
+		return "", whereNot
 	}
-	where, err1 := os.Readlink(procPath(fd))
+	// The file exists from here on: what the kernel fails to name
+	// (a disconnected dentry reads "/") may still be found by a search.
+	at, err1 := os.Readlink(procPath(fd))
 	root, err2 := os.Readlink(procPath(s.root.fd))
 	if err1 != nil || err2 != nil {
-		return "", false
+		return "", whereUnnamed
 	}
 	if root == "/" {
 		root = ""
 	}
-	rel, ok := strings.CutPrefix(where, root+"/")
+	rel, ok := strings.CutPrefix(at, root+"/")
 	if !ok || rel == "" || strings.HasSuffix(rel, " (deleted)") {
-		return "", false
+		return "", whereUnnamed
 	}
 	if _, err := splitPath(rel); err != nil {
-		return "", false
+		return "", whereUnnamed
 	}
-	return rel, true
+	return rel, whereNamed
 }

@@ -135,7 +135,7 @@ func TestReopenRenamedKernelNamesNothing(t *testing.T) {
 	e := durableEnv(t)
 	saved := kernelWhereIs
 	t.Cleanup(func() { kernelWhereIs = saved })
-	kernelWhereIs = func(*Share, *identity) (string, bool) { return "", false }
+	kernelWhereIs = func(*Share, *identity) (string, where) { return "", whereUnnamed }
 
 	if err := os.Mkdir(filepath.Join(e.share, "d"), 0o755); err != nil {
 		t.Fatal(err)
@@ -174,6 +174,82 @@ func TestReopenRenamedKernelNamesNothing(t *testing.T) {
 	}
 	_, _, err = e.tr.Reopen(id, "d/a", os.O_RDONLY)
 	wantErrno(t, "Reopen of a file moved out of its directory, unnamed by the kernel", err, syscall.ESTALE)
+}
+
+// TestReopenDeletedInodeReused: on a filesystem without btime (ext4 with
+// 128-byte inodes, ext2/3, some tmpfs, overlay, NFS) a deleted file's inode
+// number is at once another file's, in the same directory. A reopen of the
+// deleted file must not open that one: the directory is searched only when
+// the handle opened (the file exists) and the kernel could not name it,
+// and what the search finds must have the identity's kernel handle (its
+// generation), or, without a handle, a btime to compare.
+func TestReopenDeletedInodeReused(t *testing.T) {
+	e := durableEnv(t)
+	savedWhere, savedStat := kernelWhereIs, statIdentity
+	t.Cleanup(func() { kernelWhereIs, statIdentity = savedWhere, savedStat })
+	statIdentity = func(fd int) (identity, error) {
+		id, err := statxIdentity(fd)
+		id.btimeSec, id.btimeNsec = 0, 0
+		return id, err
+	}
+	if err := os.Mkdir(filepath.Join(e.share, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.writeFile(t, "d/new", "an unrelated new file")
+	// The deleted "d/a" as its FileID had it: the inode number d/new has
+	// now, another generation in its handle, no btime.
+	newF, err := os.Open(filepath.Join(e.share, "d", "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newID, err := statIdentity(int(newF.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := unix.NameToHandleAt(int(newF.Fd()), "", unix.AT_EMPTY_PATH)
+	newF.Close()
+	if err != nil {
+		t.Fatalf("no file handles on the test's filesystem: %v", err)
+	}
+	newID.htype, newID.handle = h.Type(), h.Bytes()
+	seal := func(id identity) []byte {
+		body := id.encode()
+		return append(body, e.tr.sh.seal(body)...)
+	}
+	deleted := newID
+	deleted.handle = append([]byte(nil), newID.handle...)
+	deleted.handle[len(deleted.handle)-1] ^= 0x5a
+	noHandle := newID
+	noHandle.htype, noHandle.handle = 0, nil
+
+	for _, c := range []struct {
+		name  string
+		where where
+		id    identity
+	}{
+		{"deleted (open_by_handle_at ESTALE)", whereNot, newID},
+		{"unnamed, another generation's handle", whereUnnamed, deleted},
+		{"unnamed, no handle and no btime", whereUnnamed, noHandle},
+	} {
+		kernelWhereIs = func(*Share, *identity) (string, where) { return "", c.where }
+		if f, _, err := e.tr.Reopen(seal(c.id), "d/a", os.O_RDWR); err == nil {
+			t.Errorf("%s: Reopen opened the new file, reading %q", c.name, readAll(t, f))
+			f.Close()
+		} else {
+			wantErrno(t, c.name, err, syscall.ESTALE)
+		}
+	}
+
+	// Its own handle still finds a file renamed in its directory.
+	kernelWhereIs = func(*Share, *identity) (string, where) { return "", whereUnnamed }
+	f, _, err := e.tr.Reopen(seal(newID), "d/a", os.O_RDONLY)
+	if err != nil {
+		t.Fatalf("Reopen by a matching handle, no btime: %v", err)
+	}
+	if got := readAll(t, f); got != "an unrelated new file" {
+		t.Errorf("Reopen by a matching handle read %q", got)
+	}
+	f.Close()
 }
 
 // TestReopenConfined: a FileID opens nothing outside its share: not a
