@@ -220,28 +220,6 @@ func (t *Tree) as(fn func() error) error {
 	return fail(c.run(fn))
 }
 
-// Run runs fn on one identity thread in the tree's credentials, so that
-// the tree's operations fn makes — and those on files opened through it —
-// run on that thread directly instead of each being handed to one
-// (identity_threads_linux.go): a request of several disk operations (a
-// BATCH, an OPEN that also reads attributes and takes a lease) then costs
-// one hand-off. fn runs with the user's filesystem credentials throughout,
-// so it must do only what an operation of the tree may do as the user —
-// disk operations and the server's bookkeeping — and nothing that needs
-// the server's own: no RDMA post (the verbs device refuses a thread whose
-// credentials changed), no open by file handle. Operations of a tree with
-// the server's own credentials still run as the server. Run returns what
-// fn returns; when the tree's credentials cannot be had (its account is
-// gone) fn runs where Run was called, and its operations fail as they
-// would have.
-func (t *Tree) Run(fn func() error) error {
-	c, err := t.treeCred()
-	if err != nil {
-		return fn()
-	}
-	return c.run(fn)
-}
-
 // rootAllowed refuses an account with uid 0 unless the share allows root
 // (and the server acts per user at all: otherwise uid 0 is not the user's).
 func (s *Share) rootAllowed(user string, a Account) error {

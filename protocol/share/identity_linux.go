@@ -160,15 +160,9 @@ const maxGroups = 65536
 
 // run runs fn with c's credentials (nil c: as the server, on the calling
 // goroutine) on one of the identity threads (identity_threads_linux.go)
-// and returns what fn returns. Called on an identity thread (a nested run,
-// inside Tree.Run), fn runs there when the thread is in c's credentials,
-// and as the server on a goroutine of its own when c is nil: never with a
-// user's credentials it was not meant to have.
+// and returns what fn returns.
 func (c *cred) run(fn func() error) error {
 	if c == nil {
-		if onThread() != nil {
-			return runAsServer(fn)
-		}
 		return fn()
 	}
 	return runAs(c, fn)

@@ -595,7 +595,6 @@ func TestRunLeavesCallerThread(t *testing.T) {
 // the caller's goroutine, and the identity thread goes on serving.
 func TestRunPanicReachesCaller(t *testing.T) {
 	needPerUser(t)
-	failures := RestoreFailures()
 	c := newCred(acctA)
 	func() {
 		defer func() {
@@ -607,74 +606,5 @@ func TestRunPanicReachesCaller(t *testing.T) {
 	}()
 	if err := c.run(func() error { return nil }); err != nil {
 		t.Fatal(err)
-	}
-	if n := RestoreFailures() - failures; n != 0 {
-		t.Errorf("a panic counted as %d restore failures: the thread's credentials were never in doubt", n)
-	}
-}
-
-// TestRunNested: Tree.Run hands fn to an identity thread once, and the
-// tree's operations inside it run on that same thread as the user — no
-// hand-off each; an operation there for another account runs on another
-// thread as that account, and one with the server's credentials (nil)
-// runs as the server, never as the user whose thread asked.
-func TestRunNested(t *testing.T) {
-	needPerUser(t)
-	dir := sharedDir(t)
-	tr := connectAs(t, dir, acctA, Config{})
-	server, err := readThreadIDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, failures := handoffs.Load(), RestoreFailures()
-	var outer, inner, other, own int
-	var innerIDs, otherIDs, ownIDs threadIDs
-	err = tr.Run(func() error {
-		outer = unix.Gettid()
-		if _, err := tr.Mkdir("d", 0o755); err != nil {
-			return err
-		}
-		if err := tr.as(func() (err error) {
-			inner = unix.Gettid()
-			innerIDs, err = readThreadIDs()
-			return err
-		}); err != nil {
-			return err
-		}
-		if err := newCred(acctB).run(func() (err error) {
-			other = unix.Gettid()
-			otherIDs, err = readThreadIDs()
-			return err
-		}); err != nil {
-			return err
-		}
-		return (*cred)(nil).run(func() (err error) {
-			own = unix.Gettid()
-			ownIDs, err = readThreadIDs()
-			return err
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := handoffs.Load() - before; n != 2 {
-		t.Errorf("%d hand-offs, want 2 (Run's, and the other account's)", n)
-	}
-	if inner != outer || innerIDs.fsuid != acctA.Uid || innerIDs.fsgid != acctA.Gid {
-		t.Errorf("nested operation on thread %d as %d:%d, want Run's thread %d as %d:%d", inner, innerIDs.fsuid, innerIDs.fsgid,
-			outer, acctA.Uid, acctA.Gid)
-	}
-	if uid, gid := owner(t, filepath.Join(dir, "d")); uid != acctA.Uid || gid != acctA.Gid {
-		t.Errorf("mkdir inside Run made d as %d:%d, want %d:%d", uid, gid, acctA.Uid, acctA.Gid)
-	}
-	if other == outer || otherIDs.fsuid != acctB.Uid {
-		t.Errorf("another account's operation on thread %d (Run's %d) as fsuid %d, want another thread as %d",
-			other, outer, otherIDs.fsuid, acctB.Uid)
-	}
-	if own == outer || ownIDs != server {
-		t.Errorf("the server's operation on thread %d (Run's %d) with %+v, want another thread with %+v", own, outer, ownIDs, server)
-	}
-	if n := RestoreFailures() - failures; n != 0 {
-		t.Errorf("RestoreFailures = %d", n)
 	}
 }

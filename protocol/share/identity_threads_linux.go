@@ -3,9 +3,6 @@ package share
 import (
 	"runtime"
 	"sync"
-	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 )
 
 // Identity threads (see identity_linux.go for why an operation for a user
@@ -20,16 +17,6 @@ import (
 // runAs prefers a thread already in c's credentials, so a user's steady
 // stream of operations costs a hand-off between two threads and no
 // credential change.
-//
-// An operation that runs on an identity thread may itself call run with
-// the same credentials — a whole request, run once through Tree.Run, whose
-// tree operations each run as the user too. Such a nested run calls fn on
-// the thread it is already on instead of handing it to another: the hand-off
-// (two thread wake-ups) is what an operation costs most, and a request that
-// made one per disk operation (a BATCH of writes, setattrs and a close) paid
-// it up to ten times. A goroutine knows it is on an identity thread by its
-// thread id: a locked thread runs no other goroutine, so the goroutine that
-// finds itself on one is that thread's own.
 
 // maxIdleThreads bounds the identity threads kept waiting for work.
 var maxIdleThreads = 4 + 2*runtime.GOMAXPROCS(0)
@@ -39,7 +26,6 @@ var maxIdleThreads = 4 + 2*runtime.GOMAXPROCS(0)
 type identityThread struct {
 	work chan identityJob
 	cur  *cred
-	tid  int
 }
 
 // identityJob is one operation and where its result goes. A panic in fn
@@ -62,59 +48,12 @@ var identityThreads struct {
 	idle []*identityThread // most recently idle last
 }
 
-// handoffs counts operations handed to an identity thread (tests).
-var handoffs atomic.Int64
-
-// threadsByTid holds every live identity thread by its kernel thread id
-// (int → *identityThread): an entry is removed before its thread ends, so
-// a thread id the kernel gives again later never finds a stale one.
-var threadsByTid sync.Map
-
-// onThread is the identity thread the calling goroutine runs on, nil when
-// it is not on one.
-func onThread() *identityThread {
-	t, ok := threadsByTid.Load(unix.Gettid())
-	if !ok {
-		return nil
-	}
-	return t.(*identityThread)
-}
-
 var doneChans = sync.Pool{New: func() any { return make(chan identityResult, 1) }}
 
-// runAs runs fn on an identity thread in c's credentials and waits for it:
-// on the calling goroutine when that is already such a thread (a nested
-// run), else handed to one.
+// runAs runs fn on an identity thread in c's credentials and waits for it.
 func runAs(c *cred, fn func() error) error {
-	if t := onThread(); t != nil && t.cur == c {
-		return fn()
-	}
-	handoffs.Add(1)
 	done := doneChans.Get().(chan identityResult)
 	takeThread(c).work <- identityJob{c: c, fn: fn, done: done}
-	r := <-done
-	doneChans.Put(done)
-	if r.panicked {
-		panic(r.value)
-	}
-	return r.err
-}
-
-// runAsServer runs fn with the server's credentials for a caller on an
-// identity thread: on a new goroutine (never on a locked thread, so on one
-// with the server's credentials), waited for, its panic raised again here.
-func runAsServer(fn func() error) error {
-	done := doneChans.Get().(chan identityResult)
-	go func() {
-		r := identityResult{}
-		defer func() {
-			if v := recover(); v != nil {
-				r = identityResult{panicked: true, value: v}
-			}
-			done <- r
-		}()
-		r.err = fn()
-	}()
 	r := <-done
 	doneChans.Put(done)
 	if r.panicked {
@@ -166,9 +105,6 @@ func giveBack(t *identityThread) bool {
 // could not be changed back.
 func (t *identityThread) loop() {
 	runtime.LockOSThread() // never unlocked: see identity_linux.go
-	t.tid = unix.Gettid()
-	threadsByTid.Store(t.tid, t)
-	defer threadsByTid.Delete(t.tid)
 	for j := range t.work {
 		r, ok := t.serve(j)
 		if !ok {
@@ -205,9 +141,7 @@ func (t *identityThread) serve(j identityJob) (r identityResult, ok bool) {
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			// fn changed no credentials: the thread is still in
-			// j.c's and may serve on.
-			r, ok = identityResult{panicked: true, value: v}, true
+			r = identityResult{panicked: true, value: v}
 		}
 	}()
 	return identityResult{err: j.fn()}, true
