@@ -12,8 +12,8 @@ set key outside right top
 set xtics rotate by -30 font ",9"
 set ylabel "MiB/s"
 set title "1 MiB sequential"
-plot 'bench-mibps.dat' using 2:xtic(1) title columnheader(2), '' using 3 title columnheader(3), '' using 4 title columnheader(4), '' using 5 title columnheader(5), '' using 6 title columnheader(6), '' using 7 title columnheader(7), '' using 8 title columnheader(8)
+plot 'bench-mibps.dat' using 2:xtic(1) title columnheader(2), '' using 3 title columnheader(3), '' using 4 title columnheader(4), '' using 5 title columnheader(5), '' using 6 title columnheader(6), '' using 7 title columnheader(7), '' using 8 title columnheader(8), '' using 9 title columnheader(9), '' using 10 title columnheader(10)
 set ylabel "IOPS"
 set title "4 KiB random"
-plot 'bench-iops.dat' using 2:xtic(1) title columnheader(2), '' using 3 title columnheader(3), '' using 4 title columnheader(4), '' using 5 title columnheader(5), '' using 6 title columnheader(6), '' using 7 title columnheader(7), '' using 8 title columnheader(8)
+plot 'bench-iops.dat' using 2:xtic(1) title columnheader(2), '' using 3 title columnheader(3), '' using 4 title columnheader(4), '' using 5 title columnheader(5), '' using 6 title columnheader(6), '' using 7 title columnheader(7), '' using 8 title columnheader(8), '' using 9 title columnheader(9), '' using 10 title columnheader(10)
 unset multiplot
