@@ -14,9 +14,7 @@ import (
 func busy(t *testing.T, f *File, depth int, stop chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for w := 0; w < depth; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			p := make([]byte, 4096)
 			for i := 0; ; i++ {
 				select {
@@ -29,7 +27,7 @@ func busy(t *testing.T, f *File, depth int, stop chan struct{}) *sync.WaitGroup 
 					return
 				}
 			}
-		}()
+		})
 	}
 	return &wg
 }

@@ -20,9 +20,7 @@ func deepWrites(f *File, per int) error {
 	errs := make(chan error, depth)
 	p := randBytes(block)
 	for w := 0; w < depth; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := 0; i < per; i++ {
 				off := int64((w*per+i)%16) * block
 				n, err := f.WriteAt(context.Background(), p, off)
@@ -34,7 +32,7 @@ func deepWrites(f *File, per int) error {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -82,18 +80,14 @@ func TestTurnsOfDeepWritesKeepGoing(t *testing.T) {
 		done := make(chan struct{})
 		var errA, errB error
 		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			errA = deepWrites(fa, per)
-		}()
+		})
 		if turn%2 == 1 {
 			// A second client arrives while A's writes are queued: the
 			// budget is spent, so it gets the minimal grant and the
 			// balancer retires A's credits down to the fair share.
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				sb := e.session()
 				cfgB := sb.config(Interrupt)
 				cfgB.Connections, cfgB.Credits, cfgB.MaxCredits = 1, 12, 24
@@ -110,7 +104,7 @@ func TestTurnsOfDeepWritesKeepGoing(t *testing.T) {
 					return
 				}
 				errB = deepWrites(fb, per)
-			}()
+			})
 		}
 		go func() {
 			wg.Wait()
