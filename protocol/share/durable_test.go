@@ -321,3 +321,51 @@ func TestFileIDNeedsKey(t *testing.T) {
 	_, _, err := e.tr.Reopen([]byte("anything at all, long enough"), "f", os.O_RDONLY)
 	wantErrno(t, "Reopen without a key", err, syscall.ESTALE)
 }
+
+// TestReopenSearchAsTheUser: the search for a renamed file runs with the
+// user's credentials, not the server's. A user who may reach a file in a
+// directory it cannot list (mode 0711, as a home directory) cannot have it
+// found by name after a rename; once the directory is readable, it can.
+func TestReopenSearchAsTheUser(t *testing.T) {
+	needPerUser(t)
+	dir := sharedDir(t)
+	tr := connectAs(t, dir, acctA, Config{})
+	tr.sh.SetIdentityKey(bytes.Repeat([]byte{7}, IdentityKeySize))
+	saved := kernelWhereIs
+	t.Cleanup(func() { kernelWhereIs = saved })
+	kernelWhereIs = func(*Share, *identity) (string, where) { return "", whereUnnamed }
+
+	d := filepath.Join(dir, "d")
+	if err := os.Mkdir(d, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o711); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "a"), []byte("first a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := tr.Open("d/a", os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatalf("open as %s through a directory it may traverse: %v", acctA.Name, err)
+	}
+	id := f.FileID()
+	f.Close()
+	if err := os.Rename(filepath.Join(d, "a"), filepath.Join(d, "a.old")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = tr.Reopen(id, "d/a", os.O_RDONLY)
+	wantErrno(t, "Reopen by a user who cannot list the directory", err, syscall.ESTALE)
+
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err = tr.Reopen(id, "d/a", os.O_RDONLY)
+	if err != nil {
+		t.Fatalf("Reopen by a user who can list the directory: %v", err)
+	}
+	defer f.Close()
+	if got := readAll(t, f); got != "first a" {
+		t.Errorf("Reopen as the user read %q, want the renamed file's data", got)
+	}
+}
