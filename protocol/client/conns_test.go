@@ -29,7 +29,7 @@ func twoProviders(t *testing.T) (*env, *session, string) {
 // offer is a Negotiate answering with the given providers, in order.
 func (s *session) offer(ps ...transport.ProviderInfo) func(context.Context, protocol.NegotiateRequest) (protocol.NegotiateResponse, error) {
 	return func(context.Context, protocol.NegotiateRequest) (protocol.NegotiateResponse, error) {
-		return protocol.NewNegotiateResponse("test", s.e.auth.negotiateKey(s.id, s.key), ps), nil
+		return protocol.NewNegotiateResponse("test", s.e.auth.NegotiateKey(s.id, s.key), ps), nil
 	}
 }
 

@@ -3,9 +3,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
-	"github.com/lwiofs/lwiofs/smbauth"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,82 +16,14 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
-// authority is a tiny server.Authority over files in a temp dir: what the
-// session layer would be.
-type authority struct {
-	mu       sync.Mutex
-	sessions map[[16]byte]testSession
-	files    map[uint64]map[protocol.ResumeKey]share.File
-	nextKey  uint64
-	cipher   smbauth.Cipher // sessions keyed from now on are sealed with it
-}
-
-type testSession struct {
-	id     uint64
-	key    []byte
-	cipher smbauth.Cipher // the session is sealed with it
-}
-
-func (a *authority) DataCipher(id uint64) smbauth.Cipher {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, s := range a.sessions {
-		if s.id == id {
-			return s.cipher
-		}
-	}
-	return smbauth.CipherNone
-}
-
-func newAuthority() *authority {
-	return &authority{sessions: map[[16]byte]testSession{}, files: map[uint64]map[protocol.ResumeKey]share.File{}}
-}
-
-func (a *authority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s, ok := a.sessions[key]
-	return s.id, s.key, ok
-}
-
-func (a *authority) OpenByResumeKey(id uint64, key [24]byte) (share.File, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f, ok := a.files[id][key]
-	if !ok {
-		return nil, protocol.StatusInvalidHandle
-	}
-	return f, nil
-}
-
-// negotiateKey issues a negotiate Key for a session, as \PIPE\LWIO does.
-func (a *authority) negotiateKey(id uint64, signingKey []byte) [16]byte {
-	var k [16]byte
-	rand.Read(k[:])
-	a.mu.Lock()
-	a.sessions[k] = testSession{id: id, key: signingKey, cipher: a.cipher}
-	a.mu.Unlock()
-	return k
-}
-
-func (a *authority) addFile(id uint64, f share.File) protocol.ResumeKey {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.nextKey++
-	var k protocol.ResumeKey
-	binary.LittleEndian.PutUint64(k[:], a.nextKey)
-	rand.Read(k[8:])
-	if a.files[id] == nil {
-		a.files[id] = map[protocol.ResumeKey]share.File{}
-	}
-	a.files[id][k] = f
-	return k
-}
+// The servers here resolve sessions and files with servertest.Authority.
+var _ server.Authority = (*servertest.Authority)(nil)
 
 type osFile struct {
 	*os.File
@@ -120,7 +50,7 @@ func (f osFile) WriteVAt(bufs [][]byte, off int64) (int, error) {
 type env struct {
 	t    testing.TB
 	dir  string
-	auth *authority
+	auth *servertest.Authority
 	srv  *server.Server
 	addr string
 }
@@ -133,7 +63,7 @@ func newEnv(t testing.TB, cfg server.Config) *env {
 // newEnvOn is newEnv with the server listening on p.
 func newEnvOn(t testing.TB, cfg server.Config, p transport.Provider) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), auth: newAuthority()}
+	e := &env{t: t, dir: t.TempDir(), auth: servertest.NewAuthority()}
 	cfg.Authority = e.auth
 	if os.Getenv("LWIO_TEST_LOG") != "" {
 		l := logrus.New()
@@ -188,7 +118,7 @@ func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) 
 	}
 	for _, p := range req.Providers {
 		if p.Name == soft.Name {
-			key := s.e.auth.negotiateKey(s.id, s.key)
+			key := s.e.auth.NegotiateKey(s.id, s.key)
 			return protocol.NewNegotiateResponse("test", key, []transport.ProviderInfo{
 				{Name: soft.Name, Instances: []transport.Instance{in}},
 			}), nil
@@ -240,7 +170,7 @@ func (s *session) client(t testing.TB, cfg Config) *Client {
 func (s *session) file(t testing.TB, name string, content []byte) (protocol.ResumeKey, string) {
 	t.Helper()
 	f, path := s.e.create(t, name, content)
-	return s.e.auth.addFile(s.id, osFile{File: f}), path
+	return s.e.auth.AddFile(s.id, osFile{File: f}), path
 }
 
 // create writes name with content in the server's directory and opens it
@@ -324,5 +254,5 @@ func (s *session) gated(t testing.TB, name string, content []byte) (protocol.Res
 	f, _ := s.e.create(t, name, content)
 	g := newGated(osFile{File: f})
 	t.Cleanup(g.open) // runs before the file's close
-	return s.e.auth.addFile(s.id, g), g
+	return s.e.auth.AddFile(s.id, g), g
 }

@@ -26,7 +26,7 @@ func TestSealedSession(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t, server.Config{})
-			e.auth.cipher = smbauth.CipherAES128GCM
+			e.auth.SealWith(smbauth.CipherAES128GCM)
 			s := e.session()
 			cfg := s.config(mode)
 			cfg.Cipher = smbauth.CipherAES128GCM
@@ -70,7 +70,7 @@ func TestSealedSessionNeedsSealingClient(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, server.Config{})
-			e.auth.cipher = tc.server
+			e.auth.SealWith(tc.server)
 			s := e.session()
 			cfg := s.config(Interrupt)
 			cfg.Cipher = tc.client
@@ -130,7 +130,7 @@ func TestSealedSessionUnsealableProvider(t *testing.T) {
 		t.Run(fmt.Sprintf("trusted=%v", trusted), func(t *testing.T) {
 			p := unsealable{soft.New(soft.Options{})}
 			e := newEnvOn(t, server.Config{TrustedFabric: trusted}, p)
-			e.auth.cipher = smbauth.CipherAES128GCM
+			e.auth.SealWith(smbauth.CipherAES128GCM)
 			s := e.session()
 			cfg := s.config(Interrupt)
 			cfg.Cipher = smbauth.CipherAES128GCM
@@ -190,7 +190,7 @@ func flipProxy(t *testing.T, target string, at int) string {
 // serving another session.
 func TestSealedTamperedConnection(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	e.auth.cipher = smbauth.CipherAES128GCM
+	e.auth.SealWith(smbauth.CipherAES128GCM)
 	s := e.session()
 	s.via = flipProxy(t, e.addr, 2000) // inside the first sealed frame after AUTH
 	cfg := s.config(Interrupt)

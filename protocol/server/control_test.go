@@ -19,7 +19,7 @@ func (e *env) gated(id uint64) (protocol.ResumeKey, *gatedFile) {
 		defer func() { recover() }() // already open
 		g.open()
 	})
-	return e.addFile(id, g), g
+	return e.auth.AddFile(id, g), g
 }
 
 // wantDelta reads the next message and checks that it is a delta-credit
@@ -113,11 +113,11 @@ func TestCreditBudget(t *testing.T) {
 		t.Fatalf("first connection got %d credits", sp.Credits)
 	}
 	b := e.dial()
-	if sp := b.auth(e.another(key), signing, 4); sp.Credits != 2 {
+	if sp := b.auth(e.auth.AnotherKey(key), signing, 4); sp.Credits != 2 {
 		t.Fatalf("second connection got %d credits, want the 2 left", sp.Credits)
 	}
 	c := e.dial()
-	if r := c.tryAuth(e.another(key), signing, 4, 9); r.Ios.Status != protocol.StatusInsufficientResources {
+	if r := c.tryAuth(e.auth.AnotherKey(key), signing, 4, 9); r.Ios.Status != protocol.StatusInsufficientResources {
 		t.Fatalf("AUTH with the budget spent: %+v", r)
 	}
 }
@@ -222,7 +222,7 @@ func TestAuthKeyOnce(t *testing.T) {
 		t.Fatalf("second AUTH with a used Key: %+v, want STATUS_ACCESS_DENIED", r)
 	}
 	c := e.dial()
-	if sp := c.auth(e.another(key), signing, 4); sp.Credits == 0 {
+	if sp := c.auth(e.auth.AnotherKey(key), signing, 4); sp.Credits == 0 {
 		t.Fatalf("AUTH with a fresh Key of the same session: %+v", sp)
 	}
 }

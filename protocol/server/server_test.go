@@ -315,7 +315,7 @@ func TestBeyondCredits(t *testing.T) {
 	defer f.Close()
 	g := newGated(osFile{f})
 	defer g.open()
-	rk := e.addFile(5, g)
+	rk := e.auth.AddFile(5, g)
 	p := e.dial()
 	p.auth(key, signing, 2)
 	fid := uint16(p.register(rk, 5, 0).Ios.Information)
@@ -356,7 +356,7 @@ func TestHostileMessages(t *testing.T) {
 	rng := mrand.New(mrand.NewSource(1))
 	for i := 0; i < 60; i++ {
 		p := e.dial()
-		p.auth(e.another(hkey), hsigning, 8)
+		p.auth(e.auth.AnotherKey(hkey), hsigning, 8)
 		p.register(hrk, 6, protocol.FileNoIntermediateBuffering)
 		for j := 0; j < 4 && !p.closed; j++ {
 			h := protocol.Header{
