@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 )
 
@@ -44,12 +45,12 @@ func TestIdleConnectionGivesCreditsBack(t *testing.T) {
 	f := s.register(t, cl, key, 0)
 	stop := make(chan struct{})
 	wg := busy(t, f, 48, stop)
-	waitCond(t, func() bool { return cl.Conns()[0].Credits == 32 })
+	testutil.Eventually(t, "32 credits under load", 10*time.Second, func() bool { return cl.Conns()[0].Credits == 32 })
 	close(stop)
 	wg.Wait()
 	peak := e.srv.Budget()
 	// Idle now: the balancer takes everything above MinCredits back.
-	waitCond(t, func() bool { return cl.Conns()[0].Credits == 2 && e.srv.Conns()[0].Credits == 2 })
+	testutil.Eventually(t, "2 credits on both ends when idle", 10*time.Second, func() bool { return cl.Conns()[0].Credits == 2 && e.srv.Conns()[0].Credits == 2 })
 	after := e.srv.Budget()
 	if after.Granted != 2 || after.RecvBuffers > 1+2+2 || after.RecvBytes >= peak.RecvBytes/4 {
 		t.Fatalf("idle: %+v; busy it was %+v; want 2 credits granted, at most the AUTH buffer, 2 posted and 2 spare receive buffers", after, peak)
@@ -57,7 +58,7 @@ func TestIdleConnectionGivesCreditsBack(t *testing.T) {
 	// It still works, and grows again under load.
 	stop = make(chan struct{})
 	wg = busy(t, f, 48, stop)
-	waitCond(t, func() bool { return cl.Conns()[0].Credits > 8 })
+	testutil.Eventually(t, "more than 8 credits under load again", 10*time.Second, func() bool { return cl.Conns()[0].Credits > 8 })
 	close(stop)
 	wg.Wait()
 }
@@ -83,7 +84,7 @@ func TestBudgetRebalances(t *testing.T) {
 			wgb.Wait()
 		}
 	}()
-	waitCond(t, func() bool { return a.Conns()[0].Credits == 16 })
+	testutil.Eventually(t, "A at the whole budget of 16", 10*time.Second, func() bool { return a.Conns()[0].Credits == 16 })
 
 	cfgB := sb.config(Interrupt)
 	cfgB.Connections, cfgB.Credits, cfgB.MaxCredits = 1, 8, 16
@@ -96,7 +97,7 @@ func TestBudgetRebalances(t *testing.T) {
 	wgb = busy(t, fb, 32, stop)
 	// A, still busy, comes down to its fair share (16 over 2); B grows
 	// into what A gave back, and A does not take it back while B wants it.
-	waitCond(t, func() bool { return a.Conns()[0].Credits == 8 && b.Conns()[0].Credits == 8 })
+	testutil.Eventually(t, "A and B at 8 credits each", 10*time.Second, func() bool { return a.Conns()[0].Credits == 8 && b.Conns()[0].Credits == 8 })
 	for i := 0; i < 20; i++ {
 		time.Sleep(50 * time.Millisecond)
 		ga, gb := a.Conns()[0].Credits, b.Conns()[0].Credits
@@ -137,11 +138,11 @@ func TestManyClientsGetLWIO(t *testing.T) {
 		t.Fatalf("%d LWIO connections, want %d: %+v", bi.Connections, 2*clients, bi)
 	}
 	// The overdraft is paid back: the budget holds again.
-	waitCond(t, func() bool { return e.srv.Budget().Granted <= budget })
+	testutil.Eventually(t, "the grants within the budget", 10*time.Second, func() bool { return e.srv.Budget().Granted <= budget })
 	// The memory too: a receive buffer per credit at most (spares kept
 	// while the overdraft lasted go), besides each connection's small AUTH
 	// buffer.
-	waitCond(t, func() bool { bi := e.srv.Budget(); return bi.RecvBuffers <= bi.Credits+bi.Connections })
+	testutil.Eventually(t, "a receive buffer per credit at most", 10*time.Second, func() bool { bi := e.srv.Budget(); return bi.RecvBuffers <= bi.Credits+bi.Connections })
 	p := make([]byte, 4096)
 	for i, f := range files {
 		if _, err := f.ReadAt(context.Background(), p, 0); err != nil {

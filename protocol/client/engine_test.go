@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport"
@@ -217,7 +218,7 @@ func TestCreditDeltas(t *testing.T) {
 		t.Fatalf("credits after a busy spell of 10 s: %d, want MaxCredits 12", got)
 	}
 	srvCredits := func() int { return e.srv.Conns()[0].Credits }
-	waitCond(t, func() bool { return srvCredits() == 12 }) // the unused ones came back
+	testutil.Eventually(t, "the server's grant back at 12", 10*time.Second, func() bool { return srvCredits() == 12 }) // the unused ones came back
 	// Quiet: one request at a time until the server takes credits back.
 	p := make([]byte, 100)
 	for i := 0; i < 1100 && cl.Conns()[0].Credits > 4; i++ {
@@ -225,7 +226,7 @@ func TestCreditDeltas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitCond(t, func() bool { return cl.Conns()[0].Credits == 4 && srvCredits() == 4 })
+	testutil.Eventually(t, "4 credits on both ends", 10*time.Second, func() bool { return cl.Conns()[0].Credits == 4 && srvCredits() == 4 })
 	// Still works with the smaller grant.
 	if _, err := f.ReadAt(ctx, p, 0); err != nil {
 		t.Fatal(err)
@@ -249,7 +250,7 @@ func TestPollingWakeup(t *testing.T) {
 		done <- err
 	}()
 	<-g.entered
-	waitCond(t, func() bool { return cl.Stats().Interrupts > 0 })
+	testutil.Eventually(t, "an INTERRUPT sent", 10*time.Second, func() bool { return cl.Stats().Interrupts > 0 })
 	g.open()
 	if err := <-done; err != nil || !bytes.Equal(p, content) {
 		t.Fatalf("polling read after wakeup: %v", err)
@@ -276,7 +277,7 @@ func TestCancelAndCloseInFlight(t *testing.T) {
 		}
 		// The three are queued on the server (a credit taken on the
 		// client is not yet a request there).
-		waitCond(t, func() bool { return e.srv.Stats().CreditsInUse >= 4 })
+		testutil.Eventually(t, "4 credits in use on the server", 10*time.Second, func() bool { return e.srv.Stats().CreditsInUse >= 4 })
 		if err := f.Cancel(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -407,17 +408,6 @@ type renamed struct{ transport.Provider }
 
 func (renamed) Name() string { return "other" }
 
-func waitCond(t *testing.T, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 2000; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("condition not reached in 10s")
-}
-
 // A request whose context ends is abandoned, not leaked: its credit comes
 // back when the server answers, and the connection keeps working.
 func TestAbandonedRequest(t *testing.T) {
@@ -439,7 +429,7 @@ func TestAbandonedRequest(t *testing.T) {
 				t.Fatalf("cancelled read: %v", err)
 			}
 			g.open()
-			waitCond(t, func() bool { return cl.conns[0].credits.Used() == 0 })
+			testutil.Eventually(t, "the abandoned request's credit back", 10*time.Second, func() bool { return cl.conns[0].credits.Used() == 0 })
 			p := make([]byte, 8192)
 			for i := 0; i < 50; i++ {
 				if _, err := f.ReadAt(ctxT(t), p, 4096); err != nil || !bytes.Equal(p, content[4096:4096+8192]) {

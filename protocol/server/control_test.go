@@ -3,7 +3,9 @@ package server
 import (
 	"os"
 	"testing"
+	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 )
 
@@ -77,14 +79,14 @@ func TestCreditHandshake(t *testing.T) {
 		}
 		p.credit(v, 0, uint64(100-v), protocol.NotifyCredit)
 	}
-	waitFor(t, func() bool { return c.grant.Granted() == 5 && !c.grant.Open() })
+	testutil.Eventually(t, "5 credits granted, no transaction open", 5*time.Second, func() bool { return c.grant.Granted() == 5 && !c.grant.Open() })
 	if u := e.srv.budget.Used(); u != 5 {
 		t.Fatalf("budget used %d, want 5", u)
 	}
 	// A CREDIT with no transaction open is a violation.
 	p.sendHeader(protocol.NewCreditRequest(0, 0, 1))
 	p.wantClosed("CREDIT out of turn")
-	waitFor(t, func() bool { return e.srv.budget.Used() == 0 })
+	testutil.Eventually(t, "the budget all given back", 5*time.Second, func() bool { return e.srv.budget.Used() == 0 })
 }
 
 // A client whose hint shows every credit in use is offered more.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 )
 
@@ -280,7 +281,7 @@ func TestWriteAboveMaxRecvBufferSize(t *testing.T) {
 	w := protocol.NewWriteRequest(fid, 0, randBytes(8192), 1, protocol.InterruptMode(0, 1))
 	p.sendMsg(w.Append(nil))
 	p.wantClosed("write above MaxRecvBufferSize")
-	waitFor(t, func() bool { return e.srv.NumConns() == 0 })
+	testutil.Eventually(t, "no connection left", 5*time.Second, func() bool { return e.srv.NumConns() == 0 })
 }
 
 // A Fid is scoped to its session: another session's use is INVALID_HANDLE.
@@ -326,17 +327,6 @@ func TestBeyondCredits(t *testing.T) {
 	<-g.entered
 	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 3)))
 	p.wantClosed("third request on two credits")
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 1000; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("condition not reached in 5s")
 }
 
 // Malformed and hostile messages end only their own connection (or fail
@@ -386,5 +376,5 @@ func TestHostileMessages(t *testing.T) {
 	if imm := good.wantImm("READ after the hostile ones"); imm != 7 || !bytes.Equal(good.data.Bytes()[:4096], content[:4096]) {
 		t.Fatal("the good connection was disturbed")
 	}
-	waitFor(t, func() bool { return e.srv.NumConns() == 1 })
+	testutil.Eventually(t, "the good connection alone left", 5*time.Second, func() bool { return e.srv.NumConns() == 1 })
 }
