@@ -249,9 +249,9 @@ func TestPollingWakeup(t *testing.T) {
 		_, err := f.ReadAt(ctx, p, 0)
 		done <- err
 	}()
-	<-g.entered
+	<-g.Entered
 	testutil.Eventually(t, "an INTERRUPT sent", 10*time.Second, func() bool { return cl.Stats().Interrupts > 0 })
-	g.open()
+	g.Open()
 	if err := <-done; err != nil || !bytes.Equal(p, content) {
 		t.Fatalf("polling read after wakeup: %v", err)
 	}
@@ -271,7 +271,7 @@ func TestCancelAndCloseInFlight(t *testing.T) {
 			results <- err
 		}
 		go read()
-		<-g.entered
+		<-g.Entered
 		for i := 0; i < 3; i++ {
 			go read()
 		}
@@ -286,7 +286,7 @@ func TestCancelAndCloseInFlight(t *testing.T) {
 				t.Fatalf("queued read: %v, want STATUS_CANCELLED", err)
 			}
 		}
-		g.open()
+		g.Open()
 		if err := <-results; err != nil {
 			t.Fatalf("executing read: %v", err)
 		}
@@ -316,7 +316,7 @@ func TestServerKilledMidIO(t *testing.T) {
 			}()
 		}
 		for i := 0; i < n; i++ {
-			<-g.entered
+			<-g.Entered
 		}
 		// Kill: drop every server connection at once, as a crash would.
 		e.srv.Abort()
@@ -359,11 +359,11 @@ func TestServerCloseGraceful(t *testing.T) {
 		}()
 	}
 	for i := 0; i < 8; i++ {
-		<-g.entered
+		<-g.Entered
 	}
 	closed := make(chan struct{})
 	go func() { e.srv.Close(); close(closed) }()
-	g.open()
+	g.Open()
 	for i := 0; i < 8; i++ {
 		if err := <-results; err != nil {
 			t.Fatalf("in-flight read during Close: %v", err)
@@ -423,12 +423,12 @@ func TestAbandonedRequest(t *testing.T) {
 				_, err := f.ReadAt(ctx, make([]byte, 8192), 0)
 				done <- err
 			}()
-			<-g.entered
+			<-g.Entered
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled read: %v", err)
 			}
-			g.open()
+			g.Open()
 			testutil.Eventually(t, "the abandoned request's credit back", 10*time.Second, func() bool { return cl.conns[0].credits.Used() == 0 })
 			p := make([]byte, 8192)
 			for i := 0; i < 50; i++ {
@@ -454,7 +454,7 @@ func TestSlowReadDoesNotStall(t *testing.T) {
 		_, err := slow.ReadAt(ctx, make([]byte, 4096), 0)
 		done <- err
 	}()
-	<-g.entered
+	<-g.Entered
 	p := make([]byte, 1<<20)
 	for i := 0; i < 20; i++ {
 		if _, err := fast.ReadAt(ctx, p, 0); err != nil || !bytes.Equal(p, content) {
@@ -466,7 +466,7 @@ func TestSlowReadDoesNotStall(t *testing.T) {
 		t.Fatalf("the slow read finished early: %v", err)
 	default:
 	}
-	g.open()
+	g.Open()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

@@ -222,37 +222,11 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// gatedFile blocks reads and writes until its gate opens.
-type gatedFile struct {
-	share.File
-	gate    chan struct{}
-	once    sync.Once
-	entered chan struct{}
-}
-
-func newGated(f share.File) *gatedFile {
-	return &gatedFile{File: f, gate: make(chan struct{}), entered: make(chan struct{}, 1024)}
-}
-
-func (g *gatedFile) open() { g.once.Do(func() { close(g.gate) }) }
-
-func (g *gatedFile) ReadAt(p []byte, off int64) (int, error) {
-	g.entered <- struct{}{}
-	<-g.gate
-	return g.File.ReadAt(p, off)
-}
-
-func (g *gatedFile) WriteAt(p []byte, off int64) (int, error) {
-	g.entered <- struct{}{}
-	<-g.gate
-	return g.File.WriteAt(p, off)
-}
-
 // gated creates a file whose I/O waits for the gate.
-func (s *session) gated(t testing.TB, name string, content []byte) (protocol.ResumeKey, *gatedFile) {
+func (s *session) gated(t testing.TB, name string, content []byte) (protocol.ResumeKey, *servertest.GatedFile) {
 	t.Helper()
 	f, _ := s.e.create(t, name, content)
-	g := newGated(osFile{File: f})
-	t.Cleanup(g.open) // runs before the file's close
+	g := servertest.NewGatedFile(osFile{File: f})
+	t.Cleanup(g.Open) // runs before the file's close
 	return s.e.auth.AddFile(s.id, g), g
 }

@@ -203,7 +203,7 @@ func TestPostedWriteLostKeepsItsBytes(t *testing.T) {
 		pws = append(pws, pw)
 		off += int64(len(p))
 	}
-	<-g.entered // the server holds one: no answer comes before the close
+	<-g.Entered // the server holds one: no answer comes before the close
 	cl.Close()
 	for i, pw := range pws {
 		n, err := pw.Wait(ctxT(t))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,43 +17,6 @@ import (
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
-
-// gatedFile blocks reads and writes while its gate is closed, so a test
-// can hold requests executing or queued.
-type gatedFile struct {
-	share.File
-	mu      sync.Mutex
-	gate    chan struct{}
-	entered chan struct{}
-}
-
-func newGated(f share.File) *gatedFile {
-	return &gatedFile{File: f, gate: make(chan struct{}), entered: make(chan struct{}, 64)}
-}
-
-func (g *gatedFile) wait() {
-	g.entered <- struct{}{}
-	g.mu.Lock()
-	gate := g.gate
-	g.mu.Unlock()
-	<-gate
-}
-
-func (g *gatedFile) open() {
-	g.mu.Lock()
-	close(g.gate)
-	g.mu.Unlock()
-}
-
-func (g *gatedFile) ReadAt(p []byte, off int64) (int, error) {
-	g.wait()
-	return g.File.ReadAt(p, off)
-}
-
-func (g *gatedFile) WriteAt(p []byte, off int64) (int, error) {
-	g.wait()
-	return g.File.WriteAt(p, off)
-}
 
 type osFile struct{ *os.File }
 

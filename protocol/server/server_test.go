@@ -10,6 +10,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 )
 
 func randBytes(n int) []byte {
@@ -314,8 +315,8 @@ func TestBeyondCredits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	g := newGated(osFile{f})
-	defer g.open()
+	g := servertest.NewGatedFile(osFile{f})
+	defer g.Open()
 	rk := e.auth.AddFile(5, g)
 	p := e.dial()
 	p.auth(key, signing, 2)
@@ -323,8 +324,8 @@ func TestBeyondCredits(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, uint64(i+1))))
 	}
-	<-g.entered
-	<-g.entered
+	<-g.Entered
+	<-g.Entered
 	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 3)))
 	p.wantClosed("third request on two credits")
 }
