@@ -376,32 +376,32 @@ func TestServerCloseGraceful(t *testing.T) {
 // Authentication fails closed.
 func TestAuthFailsClosed(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	t.Run("wrong signing key", func(t *testing.T) {
-		s := e.session()
-		cfg := s.config(Interrupt)
-		s.key = []byte("the server knows another key....") // what Negotiate registers
-		_, err := New(ctxT(t), cfg)
-		if !errors.Is(err, errAuth) {
-			t.Fatalf("New with a wrong key: %v", err)
-		}
-	})
-	t.Run("server names another session", func(t *testing.T) {
-		s := e.session()
-		cfg := s.config(Interrupt)
-		cfg.SessionID++
-		_, err := New(ctxT(t), cfg)
-		if !errors.Is(err, errAuth) {
-			t.Fatalf("New with a session mismatch: %v", err)
-		}
-	})
-	t.Run("no common provider", func(t *testing.T) {
-		s := e.session()
-		cfg := s.config(Interrupt)
-		cfg.Providers = []transport.Provider{renamed{soft.New(soft.Options{})}}
-		if _, err := New(ctxT(t), cfg); err == nil {
-			t.Fatal("New with no common provider succeeded")
-		}
-	})
+	for _, c := range []struct {
+		name  string
+		spoil func(s *session, cfg *Config)
+		want  error // what New's error is; nil: any
+	}{
+		{"wrong signing key", func(s *session, _ *Config) {
+			s.key = []byte("the server knows another key....") // what Negotiate registers
+		}, errAuth},
+		{"server names another session", func(_ *session, cfg *Config) { cfg.SessionID++ }, errAuth},
+		{"no common provider", func(_ *session, cfg *Config) {
+			cfg.Providers = []transport.Provider{renamed{soft.New(soft.Options{})}}
+		}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := e.session()
+			cfg := s.config(Interrupt)
+			c.spoil(s, &cfg)
+			_, err := New(ctxT(t), cfg)
+			if err == nil {
+				t.Fatal("New succeeded")
+			}
+			if c.want != nil && !errors.Is(err, c.want) {
+				t.Fatalf("New: %v, want %v", err, c.want)
+			}
+		})
+	}
 }
 
 type renamed struct{ transport.Provider }
