@@ -49,8 +49,7 @@ func autoFile(t *testing.T, size int) (*Client, *File) {
 	e := newEnv(t, server.Config{})
 	s := e.session()
 	cl := s.client(t, s.config(Auto))
-	key, _ := s.file(t, "f", randBytes(size))
-	return cl, s.register(t, cl, key, 0)
+	return cl, s.newFile(t, cl, "f", randBytes(size))
 }
 
 // sumConns adds up the connections' completions by mode.

@@ -45,8 +45,7 @@ func benchEnvWith(b testing.TB, scfg server.Config, mode Mode, conns int) (*Clie
 	cl := s.client(b, cfg)
 	content := make([]byte, benchFileSize)
 	mrand.New(mrand.NewSource(1)).Read(content)
-	key, _ := s.file(b, "bench", content)
-	f := s.register(b, cl, key, 0)
+	f := s.newFile(b, cl, "bench", content)
 	warmRings(b, cl, f) // so that -benchmem counts steady state
 	return cl, f
 }

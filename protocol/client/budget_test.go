@@ -41,8 +41,7 @@ func TestIdleConnectionGivesCreditsBack(t *testing.T) {
 	cfg := s.config(Interrupt)
 	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, 8, 32
 	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", randBytes(1<<20))
-	f := s.register(t, cl, key, 0)
+	f := s.newFile(t, cl, "f", randBytes(1<<20))
 	stop := make(chan struct{})
 	wg := busy(t, f, 48, stop)
 	testutil.Eventually(t, "32 credits under load", 10*time.Second, func() bool { return cl.Conns()[0].Credits == 32 })
@@ -72,8 +71,7 @@ func TestBudgetRebalances(t *testing.T) {
 	cfgA := sa.config(Interrupt)
 	cfgA.Connections, cfgA.Credits, cfgA.MaxCredits = 1, 8, 16
 	a := sa.client(t, cfgA)
-	keyA, _ := sa.file(t, "a", randBytes(1<<20))
-	fa := sa.register(t, a, keyA, 0)
+	fa := sa.newFile(t, a, "a", randBytes(1<<20))
 	stop := make(chan struct{})
 	wga := busy(t, fa, 32, stop)
 	var wgb *sync.WaitGroup
@@ -92,8 +90,7 @@ func TestBudgetRebalances(t *testing.T) {
 	if g := b.Conns()[0].Credits; g != 2 {
 		t.Fatalf("a new client with the budget spent got %d credits, want the minimal 2", g)
 	}
-	keyB, _ := sb.file(t, "b", randBytes(1<<20))
-	fb := sb.register(t, b, keyB, 0)
+	fb := sb.newFile(t, b, "b", randBytes(1<<20))
 	wgb = busy(t, fb, 32, stop)
 	// A, still busy, comes down to its fair share (16 over 2); B grows
 	// into what A gave back, and A does not take it back while B wants it.
@@ -131,8 +128,7 @@ func TestManyClientsGetLWIO(t *testing.T) {
 				t.Fatalf("client %d connection %d: %d credits, want at least %d", i, j, ci.Credits, server.DefaultMinCredits)
 			}
 		}
-		key, _ := s.file(t, fmt.Sprintf("f%d", i), randBytes(64<<10))
-		files = append(files, s.register(t, cl, key, 0))
+		files = append(files, s.newFile(t, cl, fmt.Sprintf("f%d", i), randBytes(64<<10)))
 	}
 	if bi := e.srv.Budget(); bi.Connections != 2*clients {
 		t.Fatalf("%d LWIO connections, want %d: %+v", bi.Connections, 2*clients, bi)

@@ -93,8 +93,7 @@ func TestRequestsSpreadOverConnections(t *testing.T) {
 	cfg := s.config(Interrupt)
 	cfg.Connections = 4
 	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", randBytes(1<<20))
-	f := s.register(t, cl, key, 0)
+	f := s.newFile(t, cl, "f", randBytes(1<<20))
 	before := make([]uint64, 4)
 	for i, ci := range cl.Conns() {
 		before[i] = ci.Requests

@@ -88,8 +88,7 @@ func TestVectored(t *testing.T) {
 func TestReadBuf(t *testing.T) {
 	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
 		content := randBytes(1<<20 + 10)
-		key, _ := s.file(t, "f", content)
-		f := s.register(t, cl, key, 0)
+		f := s.newFile(t, cl, "f", content)
 		ctx := ctxT(t)
 		b, err := f.ReadBuf(ctx, make([]byte, 1<<20), 10)
 		if err != nil || !bytes.Equal(b.Bytes(), content[10:]) {
@@ -191,8 +190,7 @@ func TestCreditDeltas(t *testing.T) {
 	cfg := s.config(Interrupt)
 	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, 4, 12
 	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", randBytes(1<<20))
-	f := s.register(t, cl, key, 0)
+	f := s.newFile(t, cl, "f", randBytes(1<<20))
 	ctx := ctxT(t)
 	// The busy spell lasts until the grant has grown (or 10 s): each
 	// doubling is a delta and its CREDIT answer, and on a loaded machine
@@ -446,8 +444,7 @@ func TestSlowReadDoesNotStall(t *testing.T) {
 	slowKey, g := s.gated(t, "slow", randBytes(4096))
 	slow := s.register(t, cl, slowKey, 0)
 	content := randBytes(1 << 20)
-	key, _ := s.file(t, "fast", content)
-	fast := s.register(t, cl, key, 0)
+	fast := s.newFile(t, cl, "fast", content)
 	ctx := ctxT(t)
 	done := make(chan error, 1)
 	go func() {

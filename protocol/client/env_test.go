@@ -173,6 +173,13 @@ func (s *session) file(t testing.TB, name string, content []byte) (protocol.Resu
 	return s.e.auth.AddFile(s.id, osFile{File: f}), path
 }
 
+// newFile creates name with content on s's server and registers it on cl.
+func (s *session) newFile(t testing.TB, cl *Client, name string, content []byte) *File {
+	t.Helper()
+	key, _ := s.file(t, name, content)
+	return s.register(t, cl, key, 0)
+}
+
 // create writes name with content in the server's directory and opens it
 // read-write until the test ends.
 func (e *env) create(t testing.TB, name string, content []byte) (*os.File, string) {

@@ -152,8 +152,7 @@ func TestSealedSessionUnsealableProvider(t *testing.T) {
 				t.Fatalf("trusted fabric: %v", err)
 			}
 			defer cl.Close()
-			key, _ := s.file(t, "f", []byte("hello"))
-			f := s.register(t, cl, key, 0)
+			f := s.newFile(t, cl, "f", []byte("hello"))
 			b := make([]byte, 5)
 			if n, err := f.ReadAt(ctxT(t), b, 0); n != 5 || string(b) != "hello" {
 				t.Fatalf("ReadAt = %d %q %v", n, b, err)
@@ -211,8 +210,7 @@ func TestSealedTamperedConnection(t *testing.T) {
 	ocfg := other.config(Interrupt)
 	ocfg.Cipher = smbauth.CipherAES128GCM
 	ocl := other.client(t, ocfg)
-	okey, _ := other.file(t, "g", []byte("still serving"))
-	g := other.register(t, ocl, okey, 0)
+	g := other.newFile(t, ocl, "g", []byte("still serving"))
 	b := make([]byte, 13)
 	if n, err := g.ReadAt(ctx, b, 0); n != 13 || string(b) != "still serving" {
 		t.Fatalf("another session after the tamper: %d %q %v", n, b, err)

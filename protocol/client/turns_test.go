@@ -61,8 +61,7 @@ func oneConnFile(t *testing.T, e *env, mode Mode, credits, max, size int) (*Clie
 	cfg := s.config(mode)
 	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, credits, max
 	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", make([]byte, size))
-	return cl, s.register(t, cl, key, 0)
+	return cl, s.newFile(t, cl, "f", make([]byte, size))
 }
 
 // Turns of queue-depth-16 1 MiB writes (8-fragment writes, 8 credits each)
