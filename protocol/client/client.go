@@ -13,7 +13,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"sync"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
@@ -205,12 +205,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, errors.New("lwio client: Config.Providers and Config.Negotiate are required")
 	}
 	cfg = cfg.withDefaults()
-	log := cfg.Logger
-	if log == nil {
-		l := logrus.New()
-		l.Out = io.Discard
-		log = l
-	}
+	log := quietlog.Or(cfg.Logger)
 	cl := &Client{cfg: cfg, log: log, done: make(chan struct{}), ctr: cfg.Counters}
 	if cl.ctr == nil {
 		cl.ctr = new(Counters)
