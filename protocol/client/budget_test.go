@@ -38,9 +38,7 @@ func busy(t *testing.T, f *File, depth int, stop chan struct{}) *sync.WaitGroup 
 func TestIdleConnectionGivesCreditsBack(t *testing.T) {
 	e := newEnv(t, server.Config{Credits: 8, MaxCredits: 32, MinCredits: 2})
 	s := e.session()
-	cfg := s.config(Interrupt)
-	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, 8, 32
-	cl := s.client(t, cfg)
+	cl := s.oneConnClient(t, Interrupt, 8, 32)
 	f := s.newFile(t, cl, "f", randBytes(1<<20))
 	stop := make(chan struct{})
 	wg := busy(t, f, 48, stop)
@@ -68,9 +66,7 @@ func TestIdleConnectionGivesCreditsBack(t *testing.T) {
 func TestBudgetRebalances(t *testing.T) {
 	e := newEnv(t, server.Config{CreditBudget: 16, Credits: 8, MaxCredits: 16, MinCredits: 2})
 	sa, sb := e.session(), e.session()
-	cfgA := sa.config(Interrupt)
-	cfgA.Connections, cfgA.Credits, cfgA.MaxCredits = 1, 8, 16
-	a := sa.client(t, cfgA)
+	a := sa.oneConnClient(t, Interrupt, 8, 16)
 	fa := sa.newFile(t, a, "a", randBytes(1<<20))
 	stop := make(chan struct{})
 	wga := busy(t, fa, 32, stop)
@@ -84,9 +80,7 @@ func TestBudgetRebalances(t *testing.T) {
 	}()
 	testutil.Eventually(t, "A at the whole budget of 16", 10*time.Second, func() bool { return a.Conns()[0].Credits == 16 })
 
-	cfgB := sb.config(Interrupt)
-	cfgB.Connections, cfgB.Credits, cfgB.MaxCredits = 1, 8, 16
-	b := sb.client(t, cfgB)
+	b := sb.oneConnClient(t, Interrupt, 8, 16)
 	if g := b.Conns()[0].Credits; g != 2 {
 		t.Fatalf("a new client with the budget spent got %d credits, want the minimal 2", g)
 	}

@@ -187,9 +187,7 @@ func TestManyInFlight(t *testing.T) {
 func TestCreditDeltas(t *testing.T) {
 	e := newEnv(t, server.Config{Credits: 4, MaxCredits: 32})
 	s := e.session()
-	cfg := s.config(Interrupt)
-	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, 4, 12
-	cl := s.client(t, cfg)
+	cl := s.oneConnClient(t, Interrupt, 4, 12)
 	f := s.newFile(t, cl, "f", randBytes(1<<20))
 	ctx := ctxT(t)
 	// The busy spell lasts until the grant has grown (or 10 s): each

@@ -154,6 +154,15 @@ func (e *env) oneConn(t testing.TB, mode Mode) (*session, *Client) {
 	return s, s.client(t, cfg)
 }
 
+// oneConnClient is a client of s with one connection in mode that asks
+// for credits and takes up to maxCredits.
+func (s *session) oneConnClient(t testing.TB, mode Mode, credits, maxCredits int) *Client {
+	t.Helper()
+	cfg := s.config(mode)
+	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, credits, maxCredits
+	return s.client(t, cfg)
+}
+
 func (s *session) client(t testing.TB, cfg Config) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
