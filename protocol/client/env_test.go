@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/server/servertest"
@@ -65,10 +65,8 @@ func newEnvOn(t testing.TB, cfg server.Config, p transport.Provider) *env {
 	t.Helper()
 	e := &env{t: t, dir: t.TempDir(), auth: servertest.NewAuthority()}
 	cfg.Authority = e.auth
-	if os.Getenv("LWIO_TEST_LOG") != "" {
-		l := logrus.New()
-		l.SetLevel(logrus.DebugLevel)
-		cfg.Logger = l.WithField("side", "server")
+	if l := testutil.Logger("server"); l != nil {
+		cfg.Logger = l
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -128,14 +126,8 @@ func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) 
 }
 
 func (s *session) config(mode Mode) Config {
-	var log logrus.FieldLogger
-	if os.Getenv("LWIO_TEST_LOG") != "" {
-		l := logrus.New()
-		l.SetLevel(logrus.DebugLevel)
-		log = l.WithField("side", "client")
-	}
 	return Config{
-		Logger:     log,
+		Logger:     testutil.Logger("client"),
 		Providers:  []transport.Provider{soft.New(soft.Options{})},
 		Negotiate:  s.negotiate,
 		SessionID:  s.id,

@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/protocol/share"
@@ -37,9 +36,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
 	e := &env{t: t, dir: t.TempDir(), auth: servertest.NewAuthority()}
 	cfg.Authority = e.auth
-	if os.Getenv("LWIO_TEST_LOG") != "" {
-		l := logrus.New()
-		l.SetLevel(logrus.DebugLevel)
+	if l := testutil.Logger("server"); l != nil {
 		cfg.Logger = l
 	}
 	srv, err := New(cfg)
