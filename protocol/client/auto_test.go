@@ -47,8 +47,7 @@ func readLoadBS(t *testing.T, f *File, n, qd int, size int64, bs int) {
 func autoFile(t *testing.T, size int) (*Client, *File) {
 	t.Helper()
 	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Auto))
+	s, cl := e.newClient(t, Auto)
 	return cl, s.newFile(t, cl, "f", randBytes(size))
 }
 

@@ -128,8 +128,7 @@ func TestDefaultConnections(t *testing.T) {
 		t.Fatalf("DefaultConnections() = %d with %d CPUs", n, runtime.NumCPU())
 	}
 	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Interrupt))
+	_, cl := e.newClient(t, Interrupt)
 	if n := len(cl.Conns()); n != DefaultConnections() {
 		t.Fatalf("a client with Connections 0 has %d connections, want %d", n, DefaultConnections())
 	}

@@ -233,8 +233,7 @@ func TestCreditDeltas(t *testing.T) {
 // server's next completion.
 func TestPollingWakeup(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Polling))
+	s, cl := e.newClient(t, Polling)
 	content := randBytes(8192)
 	key, g := s.gated(t, "g", content)
 	f := s.register(t, cl, key, 0)
@@ -337,8 +336,7 @@ func TestServerKilledMidIO(t *testing.T) {
 // Server.Close with requests in flight lets them finish.
 func TestServerCloseGraceful(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Interrupt))
+	s, cl := e.newClient(t, Interrupt)
 	content := randBytes(1 << 20)
 	key, g := s.gated(t, "g", content)
 	f := s.register(t, cl, key, 0)
@@ -471,8 +469,7 @@ func TestSlowReadDoesNotStall(t *testing.T) {
 // fit, never sent longer than MaxRecvBufferSize.
 func TestSmallServerBuffers(t *testing.T) {
 	e := newEnv(t, server.Config{MaxRecvBufferSize: 2048, MaxRdmaWindowSize: 64 << 10})
-	s := e.session()
-	cl := s.client(t, s.config(Interrupt))
+	s, cl := e.newClient(t, Interrupt)
 	content := randBytes(1 << 20)
 	key, path := s.file(t, "f", content)
 	f := s.register(t, cl, key, protocol.FileNoIntermediateBuffering)

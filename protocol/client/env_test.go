@@ -136,6 +136,13 @@ func (s *session) config(mode Mode) Config {
 	}
 }
 
+// newClient is a new session on e and its client in mode.
+func (e *env) newClient(t testing.TB, mode Mode) (*session, *Client) {
+	t.Helper()
+	s := e.session()
+	return s, s.client(t, s.config(mode))
+}
+
 // oneConn is a new session on e and its client with one connection in
 // mode.
 func (e *env) oneConn(t testing.TB, mode Mode) (*session, *Client) {
@@ -212,8 +219,8 @@ func inEachMode(t *testing.T, cfg server.Config, body func(t *testing.T, e *env,
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t, cfg)
-			s := e.session()
-			body(t, e, s, s.client(t, s.config(mode)))
+			s, cl := e.newClient(t, mode)
+			body(t, e, s, cl)
 		})
 	}
 }
