@@ -21,6 +21,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -44,17 +45,9 @@ const (
 	Auto
 )
 
-func (m Mode) String() string {
-	switch m {
-	case Interrupt:
-		return "interrupt"
-	case Polling:
-		return "polling"
-	case Auto:
-		return "auto"
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
+var modeNames = [...]string{Interrupt: "interrupt", Polling: "polling", Auto: "auto"}
+
+func (m Mode) String() string { return enum.Name(modeNames[:], m, "Mode") }
 
 // Defaults for the zero values of Config.
 const (

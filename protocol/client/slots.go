@@ -2,9 +2,9 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 
+	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
 )
@@ -41,12 +41,7 @@ const (
 
 var slotStateNames = [...]string{"idle", "waiting", "done", "abandoned", "finished"}
 
-func (s slotState) String() string {
-	if int(s) >= 0 && int(s) < len(slotStateNames) {
-		return slotStateNames[s]
-	}
-	return fmt.Sprintf("slotState(%d)", int32(s))
-}
+func (s slotState) String() string { return enum.Name(slotStateNames[:], s, "slotState") }
 
 // atomicSlotState is a slotState changed by compare-and-swap, since the
 // requester and the completion race for it.
