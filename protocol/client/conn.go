@@ -268,10 +268,11 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 					return nil, fmt.Errorf("%w: %v", errAuth, err)
 				}
 				resp = &r
+				// A failed repost (dying) is reported once the answer
+				// is read: a server that refuses closes the connection
+				// at once, and the refusal, not the lost connection, is
+				// the reason.
 				c.recvDone(wc.ID)
-				if c.dying != nil {
-					return nil, c.dying
-				}
 			case wc.Op == transport.OpRecv && !wc.HasImm:
 				// A delta credit can follow the response before our
 				// AUTH send's completion: handled once the credits are
@@ -290,6 +291,9 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 			return nil, fmt.Errorf("%w: server said %v: the session is sealed and %s connections cannot seal, so the server refuses them unless its fabric is trusted (trusted_fabric); use provider=softrdma or auto", errAuth, resp.Ios.Status, tc.Provider())
 		}
 		return nil, fmt.Errorf("%w: server said %v", errAuth, resp.Ios.Status)
+	}
+	if c.dying != nil {
+		return nil, c.dying
 	}
 	// FIG. 6B: the server's parameters, checked before anything else is
 	// trusted: its Key, our SessionId, its signature with the session key.
