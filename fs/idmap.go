@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/protocol/share"
@@ -53,12 +54,7 @@ const (
 
 var idMapModes = []string{IDMapUser: "user", IDMapNone: "none", IDMapNames: "names"}
 
-func (m IDMapMode) String() string {
-	if int(m) < len(idMapModes) {
-		return idMapModes[m]
-	}
-	return fmt.Sprintf("IDMapMode(%d)", int(m))
-}
+func (m IDMapMode) String() string { return enum.Name(idMapModes, m, "IDMapMode") }
 
 // ParseIDMapMode parses the idmap= option's value.
 func ParseIDMapMode(s string) (IDMapMode, error) {

@@ -11,6 +11,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 )
 
 // Defaults of the caching options, as cmd/lwio-mount applies them.
@@ -78,18 +80,8 @@ type Options struct {
 	Logger logrus.FieldLogger
 }
 
-func (o Options) logger() logrus.FieldLogger {
-	if o.Logger != nil {
-		return o.Logger
-	}
-	l := logrus.New()
-	l.Out = nopWriter{}
-	return l
-}
-
-type nopWriter struct{}
-
-func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+// logger is o.Logger, or a quiet one.
+func (o Options) logger() logrus.FieldLogger { return quietlog.Or(o.Logger) }
 
 // NewRoot returns the root node of a mount over tree with file data on data.
 // A tree that grants leases (a SessionLeaser) is asked for them unless

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/lwiofs/lwiofs/internal/enum"
 )
 
 // Credits correspond to the server's posted receive buffers (seed 001,
@@ -245,12 +247,7 @@ const (
 
 var creditTxnNames = [...]string{"none", "grant", "retire", "retiring"}
 
-func (t creditTxn) String() string {
-	if int(t) < len(creditTxnNames) {
-		return creditTxnNames[t]
-	}
-	return fmt.Sprintf("creditTxn(%d)", uint8(t))
-}
+func (t creditTxn) String() string { return enum.Name(creditTxnNames[:], t, "creditTxn") }
 
 // CreditGrant is the server's account of one connection: the credits granted,
 // the requests outstanding against them, and the one delta-credit transaction

@@ -3,9 +3,12 @@ package protocol
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 func TestCreditsChargeRelease(t *testing.T) {
@@ -22,7 +25,7 @@ func TestCreditsChargeRelease(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- c.Charge(ctx) }()
-	creditsWaitFor(t, func() bool { return c.Pending() == 3 })
+	waitPending(t, c, 3)
 	select {
 	case err := <-got:
 		t.Fatalf("third Charge returned %v with 2 credits in use", err)
@@ -62,7 +65,7 @@ func TestCreditsFIFOAndUrgent(t *testing.T) {
 			order <- name
 			c.Release()
 		}()
-		creditsWaitFor(t, func() bool { return c.Pending() == n })
+		waitPending(t, c, n)
 	}
 	start("a", false, 2)
 	start("b", false, 3)
@@ -86,7 +89,7 @@ func TestCreditsLoanWakesWaiters(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		go func() { got <- c.Charge(context.Background()) }()
 	}
-	creditsWaitFor(t, func() bool { return c.Pending() == 2 })
+	waitPending(t, c, 2)
 	c.Loan(2)
 	for i := 0; i < 2; i++ {
 		if err := <-got; err != nil {
@@ -121,7 +124,7 @@ func TestCreditsContextAndClose(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() { got <- c.Charge(ctx) }()
-	creditsWaitFor(t, func() bool { return c.Pending() == 1 })
+	waitPending(t, c, 1)
 	cancel()
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Charge after cancel: %v", err)
@@ -131,7 +134,7 @@ func TestCreditsContextAndClose(t *testing.T) {
 	}
 	dead := errors.New("connection died")
 	go func() { got <- c.Charge(context.Background()) }()
-	creditsWaitFor(t, func() bool { return c.Pending() == 1 })
+	waitPending(t, c, 1)
 	c.Close(dead)
 	if err := <-got; !errors.Is(err, dead) {
 		t.Fatalf("Charge after Close: %v", err)
@@ -151,7 +154,7 @@ func TestCreditsCancelRaceKeepsBalance(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		got := make(chan error, 1)
 		go func() { got <- c.Charge(ctx) }()
-		creditsWaitFor(t, func() bool { return c.Pending() == 2 })
+		waitPending(t, c, 2)
 		go cancel()
 		c.Release()
 		if err := <-got; err == nil {
@@ -290,15 +293,11 @@ func creditsMust(t *testing.T, err error) {
 	}
 }
 
-func creditsWaitFor(t *testing.T, cond func() bool) {
+// waitPending waits until n requests are outstanding or waiting on c
+// (Pending): the Charges started before it are in c's queue.
+func waitPending(t *testing.T, c *Credits, n int) {
 	t.Helper()
-	for i := 0; i < 5000; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("condition not reached")
+	testutil.Eventually(t, fmt.Sprintf("%d credits pending", n), 5*time.Second, func() bool { return c.Pending() == n })
 }
 
 // ChargeN takes its credits all at once, in FIFO order with single
@@ -318,13 +317,13 @@ func TestCreditsChargeN(t *testing.T) {
 			got <- "three"
 		}
 	}()
-	creditsWaitFor(t, func() bool { return c.Pending() == 4 }) // 3 used + 1 waiter
+	waitPending(t, c, 4) // 3 used + 1 waiter
 	go func() {
 		if err := c.Charge(ctx); err == nil {
 			got <- "one"
 		}
 	}()
-	creditsWaitFor(t, func() bool { return c.Pending() == 5 })
+	waitPending(t, c, 5)
 	// One credit is free, but the 3-credit waiter is first: nobody goes.
 	select {
 	case s := <-got:
@@ -340,7 +339,7 @@ func TestCreditsChargeN(t *testing.T) {
 	c2.ChargeN(ctx, 3)
 	failed := make(chan error, 1)
 	go func() { failed <- c2.ChargeN(ctx, 3) }()
-	creditsWaitFor(t, func() bool { return c2.Pending() == 4 })
+	waitPending(t, c2, 4)
 	c2.Retire()
 	c2.ReleaseN(2)
 	if err := <-failed; !errors.Is(err, ErrTooFewCredits) {
@@ -361,15 +360,15 @@ func TestCreditsRetireFailsWaiterAtOnce(t *testing.T) {
 	}
 	waiter := make(chan error, 1)
 	go func() { waiter <- c.ChargeN(ctx, 8) }()
-	creditsWaitFor(t, func() bool { return c.Pending() == 9 })
+	waitPending(t, c, 9)
 	behind := make(chan error, 1)
 	go func() { behind <- c.Charge(ctx) }()
-	creditsWaitFor(t, func() bool { return c.Pending() == 10 })
+	waitPending(t, c, 10)
 	// The credit message retiring one credit is charged ahead of the
 	// waiters when the write completes, and completes with NOTIFY_CREDIT.
 	urgent := make(chan error, 1)
 	go func() { urgent <- c.ChargeUrgent(ctx) }()
-	creditsWaitFor(t, func() bool { return c.Pending() == 11 })
+	waitPending(t, c, 11)
 	c.ReleaseN(8)
 	if err := <-urgent; err != nil {
 		t.Fatal(err)

@@ -160,24 +160,24 @@ func TestGoldenServerMessages(t *testing.T) {
 	}
 	copy(srv.Key[:], seq(0, 16))
 	copy(srv.Signature[:], seq(0xb0, 16))
-	srvHex := `
+	// A sealed session's parameters carry NONCE before SIGNATURE.
+	sealed := srv
+	sealed.HasNonce = true
+	copy(sealed.Nonce[:], seq(0xc0, 16))
+	for _, c := range []struct {
+		name string
+		p    AuthParams
+		hex  string
+	}{
+		{"AUTH_PARAMS 6B", srv, `
 		4c57494f 0110 0800 0020 0100 | 'LWIO', RevId, Endian, PageSize 8192, BaseSequence 1
 		00000800 10000000 00200000 | 512 KiB, 16, 8 KiB
 		3000 4000 0000 | HeaderSize, Credits 64, RdmaReadSupported 0
 		01 10 000102030405060708090a0b0c0d0e0f | KEY
 		02 08 8877665544332211 | SESSION_ID
 		03 10 b0b1b2b3b4b5b6b7b8b9babbbcbdbebf | SIGNATURE
-		00 | END`
-	if got, want := srv.Append(nil), unhex(t, srvHex); !bytes.Equal(got, want) {
-		t.Errorf("AUTH_PARAMS 6B:\n got %x\nwant %x", got, want)
-	} else if back, err := DecodeAuthParams(want); err != nil || back != srv {
-		t.Errorf("AUTH_PARAMS 6B decode: %+v %v", back, err)
-	}
-	// A sealed session's parameters carry NONCE before SIGNATURE.
-	sealed := srv
-	sealed.HasNonce = true
-	copy(sealed.Nonce[:], seq(0xc0, 16))
-	sealedHex := `
+		00 | END`},
+		{"AUTH_PARAMS 6B with NONCE", sealed, `
 		4c57494f 0110 0800 0020 0100 | 'LWIO', RevId, Endian, PageSize 8192, BaseSequence 1
 		00000800 10000000 00200000 | 512 KiB, 16, 8 KiB
 		3000 4000 0000 | HeaderSize, Credits 64, RdmaReadSupported 0
@@ -185,11 +185,13 @@ func TestGoldenServerMessages(t *testing.T) {
 		02 08 8877665544332211 | SESSION_ID
 		04 10 c0c1c2c3c4c5c6c7c8c9cacbcccdcecf | NONCE
 		03 10 b0b1b2b3b4b5b6b7b8b9babbbcbdbebf | SIGNATURE
-		00 | END`
-	if got, want := sealed.Append(nil), unhex(t, sealedHex); !bytes.Equal(got, want) {
-		t.Errorf("AUTH_PARAMS 6B with NONCE:\n got %x\nwant %x", got, want)
-	} else if back, err := DecodeAuthParams(want); err != nil || back != sealed {
-		t.Errorf("AUTH_PARAMS 6B with NONCE decode: %+v %v", back, err)
+		00 | END`},
+	} {
+		if got, want := c.p.Append(nil), unhex(t, c.hex); !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %x\nwant %x", c.name, got, want)
+		} else if back, err := DecodeAuthParams(want); err != nil || back != c.p {
+			t.Errorf("%s decode: %+v %v", c.name, back, err)
+		}
 	}
 
 	for _, c := range []struct {

@@ -1,7 +1,9 @@
 // Package testutil holds the few test helpers that tests in several
 // packages need alike: stat that fails the test, polling for a condition,
-// a directory every local user can reach, and a TCP relay for tests that
-// watch, change or cut a connection's bytes. It is for _test.go files only.
+// a directory every local user can reach, a TCP relay for tests that
+// watch, change or cut a connection's bytes, and the logger LWIO_TEST_LOG
+// turns on. It is for tests only: _test.go files and the test rigs
+// (test/hostile/rig).
 package testutil
 
 import (

@@ -47,10 +47,8 @@ func readLoadBS(t *testing.T, f *File, n, qd int, size int64, bs int) {
 func autoFile(t *testing.T, size int) (*Client, *File) {
 	t.Helper()
 	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Auto))
-	key, _ := s.file(t, "f", randBytes(size))
-	return cl, s.register(t, cl, key, 0)
+	s, cl := e.newClient(t, Auto)
+	return cl, s.newFile(t, cl, "f", randBytes(size))
 }
 
 // sumConns adds up the connections' completions by mode.

@@ -45,8 +45,7 @@ func benchEnvWith(b testing.TB, scfg server.Config, mode Mode, conns int) (*Clie
 	cl := s.client(b, cfg)
 	content := make([]byte, benchFileSize)
 	mrand.New(mrand.NewSource(1)).Read(content)
-	key, _ := s.file(b, "bench", content)
-	f := s.register(b, cl, key, 0)
+	f := s.newFile(b, cl, "bench", content)
 	warmRings(b, cl, f) // so that -benchmem counts steady state
 	return cl, f
 }
@@ -164,44 +163,46 @@ func BenchmarkWrite1MiBFragments(b *testing.B) {
 // BenchmarkRandRead4KiB: 4 KiB random reads at 1 and 32 outstanding; ns/op
 // at depth 1 is the latency, ops/s the IOPS.
 func BenchmarkRandRead4KiB(b *testing.B) {
-	const size = 4096
-	for _, mode := range modes {
-		for _, depth := range []int{1, 32} {
-			b.Run(fmt.Sprintf("%s/qd%d", mode, depth), func(b *testing.B) {
-				_, f := benchEnv(b, mode, 0)
-				ctx := context.Background()
-				b.SetBytes(size)
-				bufs := make(chan []byte, depth)
-				for i := 0; i < depth; i++ {
-					bufs <- make([]byte, size)
-				}
-				start := time.Now()
-				run(b, depth, func(rng *mrand.Rand, _ int) error {
-					p := <-bufs
-					defer func() { bufs <- p }()
-					_, err := f.ReadAt(ctx, p, int64(rng.Intn(benchFileSize/size))*size)
-					return err
-				})
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "IOPS")
-			})
+	benchRand4KiB(b, func(f *File, depth int) func(context.Context, int64) error {
+		bufs := make(chan []byte, depth)
+		for i := 0; i < depth; i++ {
+			bufs <- make([]byte, 4096)
 		}
-	}
+		return func(ctx context.Context, off int64) error {
+			p := <-bufs
+			defer func() { bufs <- p }()
+			_, err := f.ReadAt(ctx, p, off)
+			return err
+		}
+	})
 }
 
 // BenchmarkRandWrite4KiB: 4 KiB random writes at 1 and 32 outstanding.
 func BenchmarkRandWrite4KiB(b *testing.B) {
+	benchRand4KiB(b, func(f *File, _ int) func(context.Context, int64) error {
+		data := randBytes(4096)
+		return func(ctx context.Context, off int64) error {
+			_, err := f.WriteAt(ctx, data, off)
+			return err
+		}
+	})
+}
+
+// benchRand4KiB runs, in each mode at 1 and 32 outstanding, the 4 KiB
+// operation newOp makes for the file and the depth, at random 4 KiB-aligned
+// offsets, and reports the IOPS.
+func benchRand4KiB(b *testing.B, newOp func(f *File, depth int) func(ctx context.Context, off int64) error) {
 	const size = 4096
 	for _, mode := range modes {
 		for _, depth := range []int{1, 32} {
 			b.Run(fmt.Sprintf("%s/qd%d", mode, depth), func(b *testing.B) {
 				_, f := benchEnv(b, mode, 0)
 				ctx := context.Background()
-				data := randBytes(size)
+				op := newOp(f, depth)
 				b.SetBytes(size)
 				start := time.Now()
 				run(b, depth, func(rng *mrand.Rand, _ int) error {
-					_, err := f.WriteAt(ctx, data, int64(rng.Intn(benchFileSize/size))*size)
-					return err
+					return op(ctx, int64(rng.Intn(benchFileSize/size))*size)
 				})
 				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "IOPS")
 			})

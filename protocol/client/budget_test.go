@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 )
 
@@ -37,19 +38,16 @@ func busy(t *testing.T, f *File, depth int, stop chan struct{}) *sync.WaitGroup 
 func TestIdleConnectionGivesCreditsBack(t *testing.T) {
 	e := newEnv(t, server.Config{Credits: 8, MaxCredits: 32, MinCredits: 2})
 	s := e.session()
-	cfg := s.config(Interrupt)
-	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, 8, 32
-	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", randBytes(1<<20))
-	f := s.register(t, cl, key, 0)
+	cl := s.oneConnClient(t, Interrupt, 8, 32)
+	f := s.newFile(t, cl, "f", randBytes(1<<20))
 	stop := make(chan struct{})
 	wg := busy(t, f, 48, stop)
-	waitCond(t, func() bool { return cl.Conns()[0].Credits == 32 })
+	testutil.Eventually(t, "32 credits under load", 10*time.Second, func() bool { return cl.Conns()[0].Credits == 32 })
 	close(stop)
 	wg.Wait()
 	peak := e.srv.Budget()
 	// Idle now: the balancer takes everything above MinCredits back.
-	waitCond(t, func() bool { return cl.Conns()[0].Credits == 2 && e.srv.Conns()[0].Credits == 2 })
+	testutil.Eventually(t, "2 credits on both ends when idle", 10*time.Second, func() bool { return cl.Conns()[0].Credits == 2 && e.srv.Conns()[0].Credits == 2 })
 	after := e.srv.Budget()
 	if after.Granted != 2 || after.RecvBuffers > 1+2+2 || after.RecvBytes >= peak.RecvBytes/4 {
 		t.Fatalf("idle: %+v; busy it was %+v; want 2 credits granted, at most the AUTH buffer, 2 posted and 2 spare receive buffers", after, peak)
@@ -57,7 +55,7 @@ func TestIdleConnectionGivesCreditsBack(t *testing.T) {
 	// It still works, and grows again under load.
 	stop = make(chan struct{})
 	wg = busy(t, f, 48, stop)
-	waitCond(t, func() bool { return cl.Conns()[0].Credits > 8 })
+	testutil.Eventually(t, "more than 8 credits under load again", 10*time.Second, func() bool { return cl.Conns()[0].Credits > 8 })
 	close(stop)
 	wg.Wait()
 }
@@ -68,11 +66,8 @@ func TestIdleConnectionGivesCreditsBack(t *testing.T) {
 func TestBudgetRebalances(t *testing.T) {
 	e := newEnv(t, server.Config{CreditBudget: 16, Credits: 8, MaxCredits: 16, MinCredits: 2})
 	sa, sb := e.session(), e.session()
-	cfgA := sa.config(Interrupt)
-	cfgA.Connections, cfgA.Credits, cfgA.MaxCredits = 1, 8, 16
-	a := sa.client(t, cfgA)
-	keyA, _ := sa.file(t, "a", randBytes(1<<20))
-	fa := sa.register(t, a, keyA, 0)
+	a := sa.oneConnClient(t, Interrupt, 8, 16)
+	fa := sa.newFile(t, a, "a", randBytes(1<<20))
 	stop := make(chan struct{})
 	wga := busy(t, fa, 32, stop)
 	var wgb *sync.WaitGroup
@@ -83,20 +78,17 @@ func TestBudgetRebalances(t *testing.T) {
 			wgb.Wait()
 		}
 	}()
-	waitCond(t, func() bool { return a.Conns()[0].Credits == 16 })
+	testutil.Eventually(t, "A at the whole budget of 16", 10*time.Second, func() bool { return a.Conns()[0].Credits == 16 })
 
-	cfgB := sb.config(Interrupt)
-	cfgB.Connections, cfgB.Credits, cfgB.MaxCredits = 1, 8, 16
-	b := sb.client(t, cfgB)
+	b := sb.oneConnClient(t, Interrupt, 8, 16)
 	if g := b.Conns()[0].Credits; g != 2 {
 		t.Fatalf("a new client with the budget spent got %d credits, want the minimal 2", g)
 	}
-	keyB, _ := sb.file(t, "b", randBytes(1<<20))
-	fb := sb.register(t, b, keyB, 0)
+	fb := sb.newFile(t, b, "b", randBytes(1<<20))
 	wgb = busy(t, fb, 32, stop)
 	// A, still busy, comes down to its fair share (16 over 2); B grows
 	// into what A gave back, and A does not take it back while B wants it.
-	waitCond(t, func() bool { return a.Conns()[0].Credits == 8 && b.Conns()[0].Credits == 8 })
+	testutil.Eventually(t, "A and B at 8 credits each", 10*time.Second, func() bool { return a.Conns()[0].Credits == 8 && b.Conns()[0].Credits == 8 })
 	for i := 0; i < 20; i++ {
 		time.Sleep(50 * time.Millisecond)
 		ga, gb := a.Conns()[0].Credits, b.Conns()[0].Credits
@@ -130,18 +122,17 @@ func TestManyClientsGetLWIO(t *testing.T) {
 				t.Fatalf("client %d connection %d: %d credits, want at least %d", i, j, ci.Credits, server.DefaultMinCredits)
 			}
 		}
-		key, _ := s.file(t, fmt.Sprintf("f%d", i), randBytes(64<<10))
-		files = append(files, s.register(t, cl, key, 0))
+		files = append(files, s.newFile(t, cl, fmt.Sprintf("f%d", i), randBytes(64<<10)))
 	}
 	if bi := e.srv.Budget(); bi.Connections != 2*clients {
 		t.Fatalf("%d LWIO connections, want %d: %+v", bi.Connections, 2*clients, bi)
 	}
 	// The overdraft is paid back: the budget holds again.
-	waitCond(t, func() bool { return e.srv.Budget().Granted <= budget })
+	testutil.Eventually(t, "the grants within the budget", 10*time.Second, func() bool { return e.srv.Budget().Granted <= budget })
 	// The memory too: a receive buffer per credit at most (spares kept
 	// while the overdraft lasted go), besides each connection's small AUTH
 	// buffer.
-	waitCond(t, func() bool { bi := e.srv.Budget(); return bi.RecvBuffers <= bi.Credits+bi.Connections })
+	testutil.Eventually(t, "a receive buffer per credit at most", 10*time.Second, func() bool { bi := e.srv.Budget(); return bi.RecvBuffers <= bi.Credits+bi.Connections })
 	p := make([]byte, 4096)
 	for i, f := range files {
 		if _, err := f.ReadAt(context.Background(), p, 0); err != nil {

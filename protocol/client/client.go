@@ -13,7 +13,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"sync"
@@ -22,6 +21,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/enum"
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
@@ -44,17 +45,9 @@ const (
 	Auto
 )
 
-func (m Mode) String() string {
-	switch m {
-	case Interrupt:
-		return "interrupt"
-	case Polling:
-		return "polling"
-	case Auto:
-		return "auto"
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
+var modeNames = [...]string{Interrupt: "interrupt", Polling: "polling", Auto: "auto"}
+
+func (m Mode) String() string { return enum.Name(modeNames[:], m, "Mode") }
 
 // Defaults for the zero values of Config.
 const (
@@ -205,12 +198,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, errors.New("lwio client: Config.Providers and Config.Negotiate are required")
 	}
 	cfg = cfg.withDefaults()
-	log := cfg.Logger
-	if log == nil {
-		l := logrus.New()
-		l.Out = io.Discard
-		log = l
-	}
+	log := quietlog.Or(cfg.Logger)
 	cl := &Client{cfg: cfg, log: log, done: make(chan struct{}), ctr: cfg.Counters}
 	if cl.ctr == nil {
 		cl.ctr = new(Counters)

@@ -105,8 +105,7 @@ func TestAppend(t *testing.T) {
 // The completion mode can differ per file, so per request.
 func TestMixedModes(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Interrupt))
+	s, cl := e.newClient(t, Interrupt)
 	content := randBytes(1 << 20)
 	key, _ := s.file(t, "f", content)
 	a := s.register(t, cl, key, 0)

@@ -59,97 +59,6 @@ const (
 // server, refused: authentication fails closed.
 var errAuth = errors.New("lwio client: authentication failed")
 
-type slotKind uint8
-
-const (
-	kindIO        slotKind = iota // READ, WRITE, VEC_*
-	kindControl                   // REGISTER, CLOSE, CANCEL
-	kindCredit                    // CREDIT answering a positive delta
-	kindRetire                    // CREDIT giving a credit back
-	kindInterrupt                 // INTERRUPT (polling wakeup)
-)
-
-// slotState is where a request is between its post and its slot's reuse.
-// A requester waiting in wait or waitPoll moves Waiting to Done when the
-// completion comes, or to Abandoned when its context ends first; then the
-// completion moves Abandoned to Finished and frees the slot. A second
-// completion for one cookie finds neither Waiting nor Abandoned and ends
-// the connection.
-type slotState int32
-
-const (
-	slotIdle      slotState = iota // free, or being filled
-	slotWaiting                    // posted, the requester waits
-	slotDone                       // completed and handed to the requester
-	slotAbandoned                  // the requester left (context); the completion frees it
-	slotFinished                   // abandoned and completed
-)
-
-var slotStateNames = [...]string{"idle", "waiting", "done", "abandoned", "finished"}
-
-func (s slotState) String() string {
-	if int(s) >= 0 && int(s) < len(slotStateNames) {
-		return slotStateNames[s]
-	}
-	return fmt.Sprintf("slotState(%d)", int32(s))
-}
-
-// atomicSlotState is a slotState changed by compare-and-swap, since the
-// requester and the completion race for it.
-type atomicSlotState struct{ v atomic.Int32 }
-
-func (a *atomicSlotState) Load() slotState   { return slotState(a.v.Load()) }
-func (a *atomicSlotState) Store(s slotState) { a.v.Store(int32(s)) }
-func (a *atomicSlotState) CompareAndSwap(old, new slotState) bool {
-	return a.v.CompareAndSwap(int32(old), int32(new))
-}
-
-type result struct {
-	info uint32
-	st   protocol.Status
-}
-
-// slot is one request in flight. Its cookie (generation<<16 | index) comes
-// back in the STATUS_RESPONSE, and its low 32 bits as the immediate data,
-// so a completion finds its slot by index, without a map or a lock.
-type slot struct {
-	c      *conn
-	idx    uint16
-	cookie atomic.Uint64
-	send   transport.Region // header (+ regions or small data)
-	remote transport.Region // IO_STATUS_BLOCK and bounce buffer, remote-writable
-	segs   [2]transport.Segment
-	wr     [1]transport.SendWR
-	done   chan result
-	poke   chan struct{} // a polling request's wakeup (pollSleepers)
-	state  atomicSlotState
-	// refs: the SEND completion, the request's completion and the
-	// requester each hold one; the slot is free when all three let go.
-	// A posted write's requester (WriteAsync) lets go once it is posted.
-	refs    atomic.Int32
-	buf     transport.Region      // data buffer, back to the pool with the slot
-	data    transport.Segment     // a large write's data segment (in buf)
-	ncred   int                   // credits the request took (a fragmented write: one per message)
-	fwrs    []transport.SendWR    // a fragmented write's SENDs, kept for the next
-	fsegs   []transport.Segment   // and their gather lists
-	regions []protocol.RDMARegion // a VEC_READ's list, kept for the next
-	// pw: a write WriteAsync posted. Its answer goes to pw, and the slot
-	// is free once answered, not once the poster waits: writers keeping
-	// writes in flight on many files would otherwise hold every slot with
-	// writes already answered, and wait for a slot for good.
-	pw      *PendingWrite
-	kind    slotKind
-	reqLen  uint32
-	mode    Mode // wanted by the request (kindIO only)
-	polling bool
-}
-
-func (sl *slot) unref() {
-	if sl.refs.Add(-1) == 0 {
-		sl.c.freeSlot(sl)
-	}
-}
-
 // conn is one authenticated connection.
 type conn struct {
 	cl  *Client
@@ -359,10 +268,11 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 					return nil, fmt.Errorf("%w: %v", errAuth, err)
 				}
 				resp = &r
+				// A failed repost (dying) is reported once the answer
+				// is read: a server that refuses closes the connection
+				// at once, and the refusal, not the lost connection, is
+				// the reason.
 				c.recvDone(wc.ID)
-				if c.dying != nil {
-					return nil, c.dying
-				}
 			case wc.Op == transport.OpRecv && !wc.HasImm:
 				// A delta credit can follow the response before our
 				// AUTH send's completion: handled once the credits are
@@ -381,6 +291,9 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 			return nil, fmt.Errorf("%w: server said %v: the session is sealed and %s connections cannot seal, so the server refuses them unless its fabric is trusted (trusted_fabric); use provider=softrdma or auto", errAuth, resp.Ios.Status, tc.Provider())
 		}
 		return nil, fmt.Errorf("%w: server said %v", errAuth, resp.Ios.Status)
+	}
+	if c.dying != nil {
+		return nil, c.dying
 	}
 	// FIG. 6B: the server's parameters, checked before anything else is
 	// trusted: its Key, our SessionId, its signature with the session key.
@@ -491,13 +404,6 @@ func (c *conn) recvDone(id uint64) {
 	if err := c.postRecv(int(id)); err != nil && c.dying == nil {
 		c.dying = fmt.Errorf("repost receive: %w", err)
 	}
-}
-
-func (c *conn) slotAt(i int) *slot {
-	if i < 0 || i >= maxSlots {
-		return nil
-	}
-	return c.slots[i].Load()
 }
 
 func (c *conn) onRecv(wc *transport.Completion) {
@@ -633,88 +539,6 @@ func (c *conn) sendCredit(v int32, kind slotKind) bool {
 }
 
 func (c *conn) hint() uint8 { return uint8(min(c.credits.Pending(), 255)) }
-
-// getSlot returns a free slot, making one while fewer than maxSlots exist.
-func (c *conn) getSlot(ctx context.Context) (*slot, error) {
-	select {
-	case sl := <-c.free:
-		return sl, nil
-	default:
-	}
-	if n := c.nslots.Add(1); n <= maxSlots {
-		sl, err := c.newSlot(int(n - 1))
-		if err != nil {
-			c.nslots.Add(-1)
-			return nil, err
-		}
-		return sl, nil
-	}
-	c.nslots.Add(-1)
-	// Every slot is taken: the answers that free them (posted writes'
-	// among them) are reaped at once rather than at the next idle look.
-	signal(c.reapKick)
-	select {
-	case sl := <-c.free:
-		return sl, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.dead:
-		return nil, c.connErr()
-	}
-}
-
-func (c *conn) newSlot(i int) (*slot, error) {
-	dom := c.tc.Domain()
-	send, err := dom.Alloc(sendAreaSize, transport.AccessLocal)
-	if err != nil {
-		return nil, err
-	}
-	remote, err := dom.Alloc(remoteAreaSize, transport.AccessLocal|transport.AccessRemoteWrite)
-	if err != nil {
-		send.Deregister()
-		return nil, err
-	}
-	sl := &slot{c: c, idx: uint16(i), send: send, remote: remote, done: make(chan result, 1), poke: make(chan struct{}, 1)}
-	c.slots[i].Store(sl)
-	return sl, nil
-}
-
-func (c *conn) freeSlot(sl *slot) {
-	if sl.buf != nil {
-		if raceEnabled && sl.polling {
-			// Written by the peer with no event the race detector
-			// sees: not reused under -race (see poll_race.go).
-			sl.buf.Deregister()
-		} else {
-			c.pool.Put(sl.buf)
-		}
-		sl.buf = nil
-	}
-	sl.pw = nil
-	sl.state.Store(slotIdle)
-	select {
-	case c.free <- sl:
-	default:
-	}
-}
-
-// prepare readies sl for a request of kind: a fresh cookie (generation<<16
-// | index) and its completion mode. It returns the Completion the request's
-// protocol constructor takes (control requests use its Cookie): polling
-// for an I/O request of a polling file, with the slot's status block armed,
-// else interrupt mode with the cookie in both ImmediateCookie and Cookie.
-// n is the file data an I/O request moves (Auto decides by it too).
-func (c *conn) prepare(sl *slot, kind slotKind, n int) protocol.Completion {
-	sl.kind = kind
-	sl.polling = kind == kindIO && c.polls(sl.mode, n)
-	cookie := (sl.cookie.Load()>>16+1)<<16 | uint64(sl.idx)
-	sl.cookie.Store(cookie)
-	if sl.polling {
-		putPending(sl.remote.Bytes())
-		return protocol.PollingMode(sl.remote.Addr(), sl.remote.Handle())
-	}
-	return protocol.InterruptMode(uint32(cookie), cookie)
-}
 
 // roundTrip posts the request whose header is h (built by a protocol
 // constructor with prepare's Completion; the first hdrLen bytes of the send

@@ -29,7 +29,7 @@ func twoProviders(t *testing.T) (*env, *session, string) {
 // offer is a Negotiate answering with the given providers, in order.
 func (s *session) offer(ps ...transport.ProviderInfo) func(context.Context, protocol.NegotiateRequest) (protocol.NegotiateResponse, error) {
 	return func(context.Context, protocol.NegotiateRequest) (protocol.NegotiateResponse, error) {
-		return protocol.NewNegotiateResponse("test", s.e.auth.negotiateKey(s.id, s.key), ps), nil
+		return protocol.NewNegotiateResponse("test", s.e.auth.NegotiateKey(s.id, s.key), ps), nil
 	}
 }
 
@@ -93,8 +93,7 @@ func TestRequestsSpreadOverConnections(t *testing.T) {
 	cfg := s.config(Interrupt)
 	cfg.Connections = 4
 	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", randBytes(1<<20))
-	f := s.register(t, cl, key, 0)
+	f := s.newFile(t, cl, "f", randBytes(1<<20))
 	before := make([]uint64, 4)
 	for i, ci := range cl.Conns() {
 		before[i] = ci.Requests
@@ -129,8 +128,7 @@ func TestDefaultConnections(t *testing.T) {
 		t.Fatalf("DefaultConnections() = %d with %d CPUs", n, runtime.NumCPU())
 	}
 	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Interrupt))
+	_, cl := e.newClient(t, Interrupt)
 	if n := len(cl.Conns()); n != DefaultConnections() {
 		t.Fatalf("a client with Connections 0 has %d connections, want %d", n, DefaultConnections())
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport"
@@ -87,8 +88,7 @@ func TestVectored(t *testing.T) {
 func TestReadBuf(t *testing.T) {
 	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
 		content := randBytes(1<<20 + 10)
-		key, _ := s.file(t, "f", content)
-		f := s.register(t, cl, key, 0)
+		f := s.newFile(t, cl, "f", content)
 		ctx := ctxT(t)
 		b, err := f.ReadBuf(ctx, make([]byte, 1<<20), 10)
 		if err != nil || !bytes.Equal(b.Bytes(), content[10:]) {
@@ -187,11 +187,8 @@ func TestManyInFlight(t *testing.T) {
 func TestCreditDeltas(t *testing.T) {
 	e := newEnv(t, server.Config{Credits: 4, MaxCredits: 32})
 	s := e.session()
-	cfg := s.config(Interrupt)
-	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, 4, 12
-	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", randBytes(1<<20))
-	f := s.register(t, cl, key, 0)
+	cl := s.oneConnClient(t, Interrupt, 4, 12)
+	f := s.newFile(t, cl, "f", randBytes(1<<20))
 	ctx := ctxT(t)
 	// The busy spell lasts until the grant has grown (or 10 s): each
 	// doubling is a delta and its CREDIT answer, and on a loaded machine
@@ -217,7 +214,7 @@ func TestCreditDeltas(t *testing.T) {
 		t.Fatalf("credits after a busy spell of 10 s: %d, want MaxCredits 12", got)
 	}
 	srvCredits := func() int { return e.srv.Conns()[0].Credits }
-	waitCond(t, func() bool { return srvCredits() == 12 }) // the unused ones came back
+	testutil.Eventually(t, "the server's grant back at 12", 10*time.Second, func() bool { return srvCredits() == 12 }) // the unused ones came back
 	// Quiet: one request at a time until the server takes credits back.
 	p := make([]byte, 100)
 	for i := 0; i < 1100 && cl.Conns()[0].Credits > 4; i++ {
@@ -225,7 +222,7 @@ func TestCreditDeltas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitCond(t, func() bool { return cl.Conns()[0].Credits == 4 && srvCredits() == 4 })
+	testutil.Eventually(t, "4 credits on both ends", 10*time.Second, func() bool { return cl.Conns()[0].Credits == 4 && srvCredits() == 4 })
 	// Still works with the smaller grant.
 	if _, err := f.ReadAt(ctx, p, 0); err != nil {
 		t.Fatal(err)
@@ -236,8 +233,7 @@ func TestCreditDeltas(t *testing.T) {
 // server's next completion.
 func TestPollingWakeup(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Polling))
+	s, cl := e.newClient(t, Polling)
 	content := randBytes(8192)
 	key, g := s.gated(t, "g", content)
 	f := s.register(t, cl, key, 0)
@@ -248,9 +244,9 @@ func TestPollingWakeup(t *testing.T) {
 		_, err := f.ReadAt(ctx, p, 0)
 		done <- err
 	}()
-	<-g.entered
-	waitCond(t, func() bool { return cl.Stats().Interrupts > 0 })
-	g.open()
+	<-g.Entered
+	testutil.Eventually(t, "an INTERRUPT sent", 10*time.Second, func() bool { return cl.Stats().Interrupts > 0 })
+	g.Open()
 	if err := <-done; err != nil || !bytes.Equal(p, content) {
 		t.Fatalf("polling read after wakeup: %v", err)
 	}
@@ -270,13 +266,13 @@ func TestCancelAndCloseInFlight(t *testing.T) {
 			results <- err
 		}
 		go read()
-		<-g.entered
+		<-g.Entered
 		for i := 0; i < 3; i++ {
 			go read()
 		}
 		// The three are queued on the server (a credit taken on the
 		// client is not yet a request there).
-		waitCond(t, func() bool { return e.srv.Stats().CreditsInUse >= 4 })
+		testutil.Eventually(t, "4 credits in use on the server", 10*time.Second, func() bool { return e.srv.Stats().CreditsInUse >= 4 })
 		if err := f.Cancel(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +281,7 @@ func TestCancelAndCloseInFlight(t *testing.T) {
 				t.Fatalf("queued read: %v, want STATUS_CANCELLED", err)
 			}
 		}
-		g.open()
+		g.Open()
 		if err := <-results; err != nil {
 			t.Fatalf("executing read: %v", err)
 		}
@@ -315,7 +311,7 @@ func TestServerKilledMidIO(t *testing.T) {
 			}()
 		}
 		for i := 0; i < n; i++ {
-			<-g.entered
+			<-g.Entered
 		}
 		// Kill: drop every server connection at once, as a crash would.
 		e.srv.Abort()
@@ -340,8 +336,7 @@ func TestServerKilledMidIO(t *testing.T) {
 // Server.Close with requests in flight lets them finish.
 func TestServerCloseGraceful(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	s := e.session()
-	cl := s.client(t, s.config(Interrupt))
+	s, cl := e.newClient(t, Interrupt)
 	content := randBytes(1 << 20)
 	key, g := s.gated(t, "g", content)
 	f := s.register(t, cl, key, 0)
@@ -358,11 +353,11 @@ func TestServerCloseGraceful(t *testing.T) {
 		}()
 	}
 	for i := 0; i < 8; i++ {
-		<-g.entered
+		<-g.Entered
 	}
 	closed := make(chan struct{})
 	go func() { e.srv.Close(); close(closed) }()
-	g.open()
+	g.Open()
 	for i := 0; i < 8; i++ {
 		if err := <-results; err != nil {
 			t.Fatalf("in-flight read during Close: %v", err)
@@ -375,48 +370,37 @@ func TestServerCloseGraceful(t *testing.T) {
 // Authentication fails closed.
 func TestAuthFailsClosed(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	t.Run("wrong signing key", func(t *testing.T) {
-		s := e.session()
-		cfg := s.config(Interrupt)
-		s.key = []byte("the server knows another key....") // what Negotiate registers
-		_, err := New(ctxT(t), cfg)
-		if !errors.Is(err, errAuth) {
-			t.Fatalf("New with a wrong key: %v", err)
-		}
-	})
-	t.Run("server names another session", func(t *testing.T) {
-		s := e.session()
-		cfg := s.config(Interrupt)
-		cfg.SessionID++
-		_, err := New(ctxT(t), cfg)
-		if !errors.Is(err, errAuth) {
-			t.Fatalf("New with a session mismatch: %v", err)
-		}
-	})
-	t.Run("no common provider", func(t *testing.T) {
-		s := e.session()
-		cfg := s.config(Interrupt)
-		cfg.Providers = []transport.Provider{renamed{soft.New(soft.Options{})}}
-		if _, err := New(ctxT(t), cfg); err == nil {
-			t.Fatal("New with no common provider succeeded")
-		}
-	})
+	for _, c := range []struct {
+		name  string
+		spoil func(s *session, cfg *Config)
+		want  error // what New's error is; nil: any
+	}{
+		{"wrong signing key", func(s *session, _ *Config) {
+			s.key = []byte("the server knows another key....") // what Negotiate registers
+		}, errAuth},
+		{"server names another session", func(_ *session, cfg *Config) { cfg.SessionID++ }, errAuth},
+		{"no common provider", func(_ *session, cfg *Config) {
+			cfg.Providers = []transport.Provider{renamed{soft.New(soft.Options{})}}
+		}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := e.session()
+			cfg := s.config(Interrupt)
+			c.spoil(s, &cfg)
+			_, err := New(ctxT(t), cfg)
+			if err == nil {
+				t.Fatal("New succeeded")
+			}
+			if c.want != nil && !errors.Is(err, c.want) {
+				t.Fatalf("New: %v, want %v", err, c.want)
+			}
+		})
+	}
 }
 
 type renamed struct{ transport.Provider }
 
 func (renamed) Name() string { return "other" }
-
-func waitCond(t *testing.T, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 2000; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("condition not reached in 10s")
-}
 
 // A request whose context ends is abandoned, not leaked: its credit comes
 // back when the server answers, and the connection keeps working.
@@ -433,13 +417,13 @@ func TestAbandonedRequest(t *testing.T) {
 				_, err := f.ReadAt(ctx, make([]byte, 8192), 0)
 				done <- err
 			}()
-			<-g.entered
+			<-g.Entered
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled read: %v", err)
 			}
-			g.open()
-			waitCond(t, func() bool { return cl.conns[0].credits.Used() == 0 })
+			g.Open()
+			testutil.Eventually(t, "the abandoned request's credit back", 10*time.Second, func() bool { return cl.conns[0].credits.Used() == 0 })
 			p := make([]byte, 8192)
 			for i := 0; i < 50; i++ {
 				if _, err := f.ReadAt(ctxT(t), p, 4096); err != nil || !bytes.Equal(p, content[4096:4096+8192]) {
@@ -456,15 +440,14 @@ func TestSlowReadDoesNotStall(t *testing.T) {
 	slowKey, g := s.gated(t, "slow", randBytes(4096))
 	slow := s.register(t, cl, slowKey, 0)
 	content := randBytes(1 << 20)
-	key, _ := s.file(t, "fast", content)
-	fast := s.register(t, cl, key, 0)
+	fast := s.newFile(t, cl, "fast", content)
 	ctx := ctxT(t)
 	done := make(chan error, 1)
 	go func() {
 		_, err := slow.ReadAt(ctx, make([]byte, 4096), 0)
 		done <- err
 	}()
-	<-g.entered
+	<-g.Entered
 	p := make([]byte, 1<<20)
 	for i := 0; i < 20; i++ {
 		if _, err := fast.ReadAt(ctx, p, 0); err != nil || !bytes.Equal(p, content) {
@@ -476,7 +459,7 @@ func TestSlowReadDoesNotStall(t *testing.T) {
 		t.Fatalf("the slow read finished early: %v", err)
 	default:
 	}
-	g.open()
+	g.Open()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -486,8 +469,7 @@ func TestSlowReadDoesNotStall(t *testing.T) {
 // fit, never sent longer than MaxRecvBufferSize.
 func TestSmallServerBuffers(t *testing.T) {
 	e := newEnv(t, server.Config{MaxRecvBufferSize: 2048, MaxRdmaWindowSize: 64 << 10})
-	s := e.session()
-	cl := s.client(t, s.config(Interrupt))
+	s, cl := e.newClient(t, Interrupt)
 	content := randBytes(1 << 20)
 	key, path := s.file(t, "f", content)
 	f := s.register(t, cl, key, protocol.FileNoIntermediateBuffering)

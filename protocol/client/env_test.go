@@ -3,9 +3,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
-	"github.com/lwiofs/lwiofs/smbauth"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,87 +11,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
-// authority is a tiny server.Authority over files in a temp dir: what the
-// session layer would be.
-type authority struct {
-	mu       sync.Mutex
-	sessions map[[16]byte]testSession
-	files    map[uint64]map[protocol.ResumeKey]share.File
-	nextKey  uint64
-	cipher   smbauth.Cipher // sessions keyed from now on are sealed with it
-}
-
-type testSession struct {
-	id     uint64
-	key    []byte
-	cipher smbauth.Cipher // the session is sealed with it
-}
-
-func (a *authority) DataCipher(id uint64) smbauth.Cipher {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, s := range a.sessions {
-		if s.id == id {
-			return s.cipher
-		}
-	}
-	return smbauth.CipherNone
-}
-
-func newAuthority() *authority {
-	return &authority{sessions: map[[16]byte]testSession{}, files: map[uint64]map[protocol.ResumeKey]share.File{}}
-}
-
-func (a *authority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s, ok := a.sessions[key]
-	return s.id, s.key, ok
-}
-
-func (a *authority) OpenByResumeKey(id uint64, key [24]byte) (share.File, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f, ok := a.files[id][key]
-	if !ok {
-		return nil, protocol.StatusInvalidHandle
-	}
-	return f, nil
-}
-
-// negotiateKey issues a negotiate Key for a session, as \PIPE\LWIO does.
-func (a *authority) negotiateKey(id uint64, signingKey []byte) [16]byte {
-	var k [16]byte
-	rand.Read(k[:])
-	a.mu.Lock()
-	a.sessions[k] = testSession{id: id, key: signingKey, cipher: a.cipher}
-	a.mu.Unlock()
-	return k
-}
-
-func (a *authority) addFile(id uint64, f share.File) protocol.ResumeKey {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.nextKey++
-	var k protocol.ResumeKey
-	binary.LittleEndian.PutUint64(k[:], a.nextKey)
-	rand.Read(k[8:])
-	if a.files[id] == nil {
-		a.files[id] = map[protocol.ResumeKey]share.File{}
-	}
-	a.files[id][k] = f
-	return k
-}
+// The servers here resolve sessions and files with servertest.Authority.
+var _ server.Authority = (*servertest.Authority)(nil)
 
 type osFile struct {
 	*os.File
@@ -120,7 +50,7 @@ func (f osFile) WriteVAt(bufs [][]byte, off int64) (int, error) {
 type env struct {
 	t    testing.TB
 	dir  string
-	auth *authority
+	auth *servertest.Authority
 	srv  *server.Server
 	addr string
 }
@@ -133,12 +63,10 @@ func newEnv(t testing.TB, cfg server.Config) *env {
 // newEnvOn is newEnv with the server listening on p.
 func newEnvOn(t testing.TB, cfg server.Config, p transport.Provider) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), auth: newAuthority()}
+	e := &env{t: t, dir: t.TempDir(), auth: servertest.NewAuthority()}
 	cfg.Authority = e.auth
-	if os.Getenv("LWIO_TEST_LOG") != "" {
-		l := logrus.New()
-		l.SetLevel(logrus.DebugLevel)
-		cfg.Logger = l.WithField("side", "server")
+	if l := testutil.Logger("server"); l != nil {
+		cfg.Logger = l
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -188,7 +116,7 @@ func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) 
 	}
 	for _, p := range req.Providers {
 		if p.Name == soft.Name {
-			key := s.e.auth.negotiateKey(s.id, s.key)
+			key := s.e.auth.NegotiateKey(s.id, s.key)
 			return protocol.NewNegotiateResponse("test", key, []transport.ProviderInfo{
 				{Name: soft.Name, Instances: []transport.Instance{in}},
 			}), nil
@@ -198,20 +126,21 @@ func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) 
 }
 
 func (s *session) config(mode Mode) Config {
-	var log logrus.FieldLogger
-	if os.Getenv("LWIO_TEST_LOG") != "" {
-		l := logrus.New()
-		l.SetLevel(logrus.DebugLevel)
-		log = l.WithField("side", "client")
-	}
 	return Config{
-		Logger:     log,
+		Logger:     testutil.Logger("client"),
 		Providers:  []transport.Provider{soft.New(soft.Options{})},
 		Negotiate:  s.negotiate,
 		SessionID:  s.id,
 		SigningKey: s.key,
 		Completion: mode,
 	}
+}
+
+// newClient is a new session on e and its client in mode.
+func (e *env) newClient(t testing.TB, mode Mode) (*session, *Client) {
+	t.Helper()
+	s := e.session()
+	return s, s.client(t, s.config(mode))
 }
 
 // oneConn is a new session on e and its client with one connection in
@@ -222,6 +151,15 @@ func (e *env) oneConn(t testing.TB, mode Mode) (*session, *Client) {
 	cfg := s.config(mode)
 	cfg.Connections = 1
 	return s, s.client(t, cfg)
+}
+
+// oneConnClient is a client of s with one connection in mode that asks
+// for credits and takes up to maxCredits.
+func (s *session) oneConnClient(t testing.TB, mode Mode, credits, maxCredits int) *Client {
+	t.Helper()
+	cfg := s.config(mode)
+	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, credits, maxCredits
+	return s.client(t, cfg)
 }
 
 func (s *session) client(t testing.TB, cfg Config) *Client {
@@ -240,7 +178,14 @@ func (s *session) client(t testing.TB, cfg Config) *Client {
 func (s *session) file(t testing.TB, name string, content []byte) (protocol.ResumeKey, string) {
 	t.Helper()
 	f, path := s.e.create(t, name, content)
-	return s.e.auth.addFile(s.id, osFile{File: f}), path
+	return s.e.auth.AddFile(s.id, osFile{File: f}), path
+}
+
+// newFile creates name with content on s's server and registers it on cl.
+func (s *session) newFile(t testing.TB, cl *Client, name string, content []byte) *File {
+	t.Helper()
+	key, _ := s.file(t, name, content)
+	return s.register(t, cl, key, 0)
 }
 
 // create writes name with content in the server's directory and opens it
@@ -274,8 +219,8 @@ func inEachMode(t *testing.T, cfg server.Config, body func(t *testing.T, e *env,
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t, cfg)
-			s := e.session()
-			body(t, e, s, s.client(t, s.config(mode)))
+			s, cl := e.newClient(t, mode)
+			body(t, e, s, cl)
 		})
 	}
 }
@@ -292,37 +237,11 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// gatedFile blocks reads and writes until its gate opens.
-type gatedFile struct {
-	share.File
-	gate    chan struct{}
-	once    sync.Once
-	entered chan struct{}
-}
-
-func newGated(f share.File) *gatedFile {
-	return &gatedFile{File: f, gate: make(chan struct{}), entered: make(chan struct{}, 1024)}
-}
-
-func (g *gatedFile) open() { g.once.Do(func() { close(g.gate) }) }
-
-func (g *gatedFile) ReadAt(p []byte, off int64) (int, error) {
-	g.entered <- struct{}{}
-	<-g.gate
-	return g.File.ReadAt(p, off)
-}
-
-func (g *gatedFile) WriteAt(p []byte, off int64) (int, error) {
-	g.entered <- struct{}{}
-	<-g.gate
-	return g.File.WriteAt(p, off)
-}
-
 // gated creates a file whose I/O waits for the gate.
-func (s *session) gated(t testing.TB, name string, content []byte) (protocol.ResumeKey, *gatedFile) {
+func (s *session) gated(t testing.TB, name string, content []byte) (protocol.ResumeKey, *servertest.GatedFile) {
 	t.Helper()
 	f, _ := s.e.create(t, name, content)
-	g := newGated(osFile{File: f})
-	t.Cleanup(g.open) // runs before the file's close
-	return s.e.auth.addFile(s.id, g), g
+	g := servertest.NewGatedFile(osFile{File: f})
+	t.Cleanup(g.Open) // runs before the file's close
+	return s.e.auth.AddFile(s.id, g), g
 }

@@ -26,7 +26,7 @@ func TestSealedSession(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t, server.Config{})
-			e.auth.cipher = smbauth.CipherAES128GCM
+			e.auth.SealWith(smbauth.CipherAES128GCM)
 			s := e.session()
 			cfg := s.config(mode)
 			cfg.Cipher = smbauth.CipherAES128GCM
@@ -70,7 +70,7 @@ func TestSealedSessionNeedsSealingClient(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, server.Config{})
-			e.auth.cipher = tc.server
+			e.auth.SealWith(tc.server)
 			s := e.session()
 			cfg := s.config(Interrupt)
 			cfg.Cipher = tc.client
@@ -130,7 +130,7 @@ func TestSealedSessionUnsealableProvider(t *testing.T) {
 		t.Run(fmt.Sprintf("trusted=%v", trusted), func(t *testing.T) {
 			p := unsealable{soft.New(soft.Options{})}
 			e := newEnvOn(t, server.Config{TrustedFabric: trusted}, p)
-			e.auth.cipher = smbauth.CipherAES128GCM
+			e.auth.SealWith(smbauth.CipherAES128GCM)
 			s := e.session()
 			cfg := s.config(Interrupt)
 			cfg.Cipher = smbauth.CipherAES128GCM
@@ -152,8 +152,7 @@ func TestSealedSessionUnsealableProvider(t *testing.T) {
 				t.Fatalf("trusted fabric: %v", err)
 			}
 			defer cl.Close()
-			key, _ := s.file(t, "f", []byte("hello"))
-			f := s.register(t, cl, key, 0)
+			f := s.newFile(t, cl, "f", []byte("hello"))
 			b := make([]byte, 5)
 			if n, err := f.ReadAt(ctxT(t), b, 0); n != 5 || string(b) != "hello" {
 				t.Fatalf("ReadAt = %d %q %v", n, b, err)
@@ -190,7 +189,7 @@ func flipProxy(t *testing.T, target string, at int) string {
 // serving another session.
 func TestSealedTamperedConnection(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	e.auth.cipher = smbauth.CipherAES128GCM
+	e.auth.SealWith(smbauth.CipherAES128GCM)
 	s := e.session()
 	s.via = flipProxy(t, e.addr, 2000) // inside the first sealed frame after AUTH
 	cfg := s.config(Interrupt)
@@ -211,8 +210,7 @@ func TestSealedTamperedConnection(t *testing.T) {
 	ocfg := other.config(Interrupt)
 	ocfg.Cipher = smbauth.CipherAES128GCM
 	ocl := other.client(t, ocfg)
-	okey, _ := other.file(t, "g", []byte("still serving"))
-	g := other.register(t, ocl, okey, 0)
+	g := other.newFile(t, ocl, "g", []byte("still serving"))
 	b := make([]byte, 13)
 	if n, err := g.ReadAt(ctx, b, 0); n != 13 || string(b) != "still serving" {
 		t.Fatalf("another session after the tamper: %d %q %v", n, b, err)

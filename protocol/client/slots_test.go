@@ -63,8 +63,7 @@ func TestWriteBehindManyFilesOneConn(t *testing.T) {
 			ws := make([]*behindWriter, files)
 			data := make([][]byte, files)
 			for i := range ws {
-				key, _ := s.file(t, fmt.Sprintf("f%d", i), nil)
-				ws[i] = &behindWriter{f: s.register(t, cl, key, 0), depth: depth}
+				ws[i] = &behindWriter{f: s.newFile(t, cl, fmt.Sprintf("f%d", i), nil), depth: depth}
 				data[i] = randBytes(rounds * size)
 			}
 			// One goroutine per writer, as FUSE runs one per request;
@@ -203,7 +202,7 @@ func TestPostedWriteLostKeepsItsBytes(t *testing.T) {
 		pws = append(pws, pw)
 		off += int64(len(p))
 	}
-	<-g.entered // the server holds one: no answer comes before the close
+	<-g.Entered // the server holds one: no answer comes before the close
 	cl.Close()
 	for i, pw := range pws {
 		n, err := pw.Wait(ctxT(t))
@@ -225,8 +224,7 @@ func TestPostedWriteLostKeepsItsBytes(t *testing.T) {
 func TestWriteAsyncLostFailsAtOnce(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	s, cl := e.oneConn(t, Interrupt)
-	key, _ := s.file(t, "f", nil)
-	f := s.register(t, cl, key, 0)
+	f := s.newFile(t, cl, "f", nil)
 	e.srv.Abort()
 	<-cl.Done()
 	for _, size := range []int{1000, int(cl.MaxWrite()) + 1} {

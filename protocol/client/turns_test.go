@@ -58,11 +58,8 @@ func watchdog(t *testing.T, what string, limit time.Duration, done <-chan struct
 // zero bytes.
 func oneConnFile(t *testing.T, e *env, mode Mode, credits, max, size int) (*Client, *File) {
 	s := e.session()
-	cfg := s.config(mode)
-	cfg.Connections, cfg.Credits, cfg.MaxCredits = 1, credits, max
-	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", make([]byte, size))
-	return cl, s.register(t, cl, key, 0)
+	cl := s.oneConnClient(t, mode, credits, max)
+	return cl, s.newFile(t, cl, "f", make([]byte, size))
 }
 
 // Turns of queue-depth-16 1 MiB writes (8-fragment writes, 8 credits each)

@@ -11,7 +11,6 @@ package fileserver
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/protocol/share"
@@ -93,7 +93,7 @@ type Server struct {
 // Start opens the shares and every listener and serves them until Close.
 // Nothing is left open when it fails.
 func Start(cfg Config) (*Server, error) {
-	s := &Server{log: orQuiet(cfg.Logger), stopping: make(chan struct{})}
+	s := &Server{log: quietlog.Or(cfg.Logger), stopping: make(chan struct{})}
 	// The session channel's port first: a taken port is the likeliest
 	// start-up error.
 	var err error
@@ -178,16 +178,6 @@ func (s *Server) abort() {
 		s.engine.Close()
 	}
 	s.sess.Close()
-}
-
-// orQuiet is l, or a logger that writes nothing when l is nil.
-func orQuiet(l logrus.FieldLogger) logrus.FieldLogger {
-	if l != nil {
-		return l
-	}
-	q := logrus.New()
-	q.Out = io.Discard
-	return q
 }
 
 // serve runs one listener's Serve in the background, served again when it

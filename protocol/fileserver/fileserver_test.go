@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/session"
@@ -303,7 +304,7 @@ func TestInstances(t *testing.T) {
 }
 
 func TestKeepServing(t *testing.T) {
-	log := orQuiet(nil)
+	log := quietlog.Or(nil)
 	// Accept errors are retried; a clean close ends it.
 	calls := 0
 	keepServing(log, make(chan struct{}), func() error {

@@ -3,23 +3,23 @@ package server
 import (
 	"os"
 	"testing"
+	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 )
 
-func (e *env) gated(id uint64) (protocol.ResumeKey, *gatedFile) {
+func (e *env) gated(id uint64) (protocol.ResumeKey, *servertest.GatedFile) {
 	f, err := os.CreateTemp(e.dir, "g")
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	f.Write(randBytes(64 << 10))
 	e.t.Cleanup(func() { f.Close() })
-	g := newGated(osFile{f})
-	e.t.Cleanup(func() {
-		defer func() { recover() }() // already open
-		g.open()
-	})
-	return e.addFile(id, g), g
+	g := servertest.NewGatedFile(osFile{f})
+	e.t.Cleanup(g.Open)
+	return e.auth.AddFile(id, g), g
 }
 
 // wantDelta reads the next message and checks that it is a delta-credit
@@ -77,14 +77,14 @@ func TestCreditHandshake(t *testing.T) {
 		}
 		p.credit(v, 0, uint64(100-v), protocol.NotifyCredit)
 	}
-	waitFor(t, func() bool { return c.grant.Granted() == 5 && !c.grant.Open() })
+	testutil.Eventually(t, "5 credits granted, no transaction open", 5*time.Second, func() bool { return c.grant.Granted() == 5 && !c.grant.Open() })
 	if u := e.srv.budget.Used(); u != 5 {
 		t.Fatalf("budget used %d, want 5", u)
 	}
 	// A CREDIT with no transaction open is a violation.
 	p.sendHeader(protocol.NewCreditRequest(0, 0, 1))
 	p.wantClosed("CREDIT out of turn")
-	waitFor(t, func() bool { return e.srv.budget.Used() == 0 })
+	testutil.Eventually(t, "the budget all given back", 5*time.Second, func() bool { return e.srv.budget.Used() == 0 })
 }
 
 // A client whose hint shows every credit in use is offered more.
@@ -98,7 +98,7 @@ func TestCreditGrantFromHint(t *testing.T) {
 	p.read(fid, 0, 10, 2, 1)
 	p.wantDelta(2) // doubling
 	p.credit(0, 2, 2, protocol.StatusSuccess)
-	g.open()
+	g.Open()
 	if imm := p.wantImm("READ"); imm != 1 {
 		t.Fatalf("imm %d", imm)
 	}
@@ -113,18 +113,18 @@ func TestCreditBudget(t *testing.T) {
 		t.Fatalf("first connection got %d credits", sp.Credits)
 	}
 	b := e.dial()
-	if sp := b.auth(e.another(key), signing, 4); sp.Credits != 2 {
+	if sp := b.auth(e.auth.AnotherKey(key), signing, 4); sp.Credits != 2 {
 		t.Fatalf("second connection got %d credits, want the 2 left", sp.Credits)
 	}
 	c := e.dial()
-	if r := c.tryAuth(e.another(key), signing, 4, 9); r.Ios.Status != protocol.StatusInsufficientResources {
+	if r := c.tryAuth(e.auth.AnotherKey(key), signing, 4, 9); r.Ios.Status != protocol.StatusInsufficientResources {
 		t.Fatalf("AUTH with the budget spent: %+v", r)
 	}
 }
 
 // gatedPeer starts a server with cfg and a connection of session 5 with a
-// gated file registered: its I/O waits until g.open.
-func gatedPeer(t *testing.T, cfg Config) (*peer, uint16, *gatedFile) {
+// gated file registered: its I/O waits until g.Open.
+func gatedPeer(t *testing.T, cfg Config) (*peer, uint16, *servertest.GatedFile) {
 	e := newEnv(t, cfg)
 	key, signing := e.session(5)
 	rk, g := e.gated(5)
@@ -148,7 +148,7 @@ func (p *peer) responses(n int, why string) map[uint64]protocol.Status {
 func TestCancelQueued(t *testing.T) {
 	p, fid, g := gatedPeer(t, Config{Workers: 1})
 	p.read(fid, 0, 4096, 1, 1)
-	<-g.entered // executing, holding the one worker
+	<-g.Entered // executing, holding the one worker
 	p.read(fid, 0, 4096, 2, 2)
 	p.read(fid, 0, 4096, 3, 3)
 	p.sendHeader(protocol.NewCancelRequest(fid, 4, 4))
@@ -156,7 +156,7 @@ func TestCancelQueued(t *testing.T) {
 	if got[4] != protocol.StatusSuccess || got[2] != protocol.StatusCancelled || got[3] != protocol.StatusCancelled {
 		t.Fatalf("completions %v, want cookie 4 success, 2 and 3 cancelled", got)
 	}
-	g.open()
+	g.Open()
 	if imm := p.wantImm("the executing READ"); imm != 1 {
 		t.Fatalf("imm %d, want 1", imm)
 	}
@@ -172,14 +172,14 @@ func TestCancelQueued(t *testing.T) {
 func TestCloseInFlight(t *testing.T) {
 	p, fid, g := gatedPeer(t, Config{Workers: 1})
 	p.read(fid, 0, 4096, 1, 1)
-	<-g.entered
+	<-g.Entered
 	p.read(fid, 0, 4096, 2, 2)
 	p.sendHeader(protocol.NewCloseRequest(fid, 3, 3))
 	got := p.responses(2, "CLOSE and the queued read")
 	if got[3] != protocol.StatusSuccess || got[2] != protocol.StatusCancelled {
 		t.Fatalf("completions %v", got)
 	}
-	g.open()
+	g.Open()
 	p.wantImm("the executing READ finishes")
 	p.read(fid, 0, 10, 1, 5)
 	if r := p.wantResponse("READ after CLOSE"); r.Ios.Status != protocol.StatusInvalidHandle {
@@ -193,13 +193,13 @@ func TestInterruptHeld(t *testing.T) {
 	p, fid, g := gatedPeer(t, Config{})
 	ios := p.data.Addr() + 1<<20
 	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.PollingMode(ios, p.data.Handle())))
-	<-g.entered
+	<-g.Entered
 	p.sendHeader(protocol.NewInterruptRequest(2, 50))
 	p.sendHeader(protocol.NewInterruptRequest(3, 51))
 	if r := p.wantResponse("second INTERRUPT"); r.Cookie != 51 || r.Ios.Status == protocol.StatusSuccess {
 		t.Fatalf("second INTERRUPT: %+v, want refused", r)
 	}
-	g.open()
+	g.Open()
 	if r := p.wantResponse("held INTERRUPT"); r.Cookie != 50 || r.Ios.Status != protocol.StatusSuccess {
 		t.Fatalf("held INTERRUPT: %+v", r)
 	}
@@ -222,7 +222,7 @@ func TestAuthKeyOnce(t *testing.T) {
 		t.Fatalf("second AUTH with a used Key: %+v, want STATUS_ACCESS_DENIED", r)
 	}
 	c := e.dial()
-	if sp := c.auth(e.another(key), signing, 4); sp.Credits == 0 {
+	if sp := c.auth(e.auth.AnotherKey(key), signing, 4); sp.Credits == 0 {
 		t.Fatalf("AUTH with a fresh Key of the same session: %+v", sp)
 	}
 }

@@ -3,102 +3,19 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
-	"github.com/lwiofs/lwiofs/smbauth"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
-
-// testAuthority is a tiny Authority over temp files: what the session layer
-// would be.
-type testAuthority struct {
-	mu       sync.Mutex
-	sessions map[[16]byte]testSession
-	files    map[uint64]map[protocol.ResumeKey]share.File
-	next     uint64
-}
-
-type testSession struct {
-	id     uint64
-	key    []byte
-	cipher smbauth.Cipher // the session is sealed with it
-}
-
-func (a *testAuthority) DataCipher(id uint64) smbauth.Cipher {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, s := range a.sessions {
-		if s.id == id {
-			return s.cipher
-		}
-	}
-	return smbauth.CipherNone
-}
-
-func (a *testAuthority) SessionByKey(key [16]byte) (uint64, []byte, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s, ok := a.sessions[key]
-	return s.id, s.key, ok
-}
-
-func (a *testAuthority) OpenByResumeKey(id uint64, key [24]byte) (share.File, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f, ok := a.files[id][key]
-	if !ok {
-		return nil, protocol.StatusInvalidHandle
-	}
-	return f, nil
-}
-
-// gatedFile blocks reads and writes while its gate is closed, so a test
-// can hold requests executing or queued.
-type gatedFile struct {
-	share.File
-	mu      sync.Mutex
-	gate    chan struct{}
-	entered chan struct{}
-}
-
-func newGated(f share.File) *gatedFile {
-	return &gatedFile{File: f, gate: make(chan struct{}), entered: make(chan struct{}, 64)}
-}
-
-func (g *gatedFile) wait() {
-	g.entered <- struct{}{}
-	g.mu.Lock()
-	gate := g.gate
-	g.mu.Unlock()
-	<-gate
-}
-
-func (g *gatedFile) open() {
-	g.mu.Lock()
-	close(g.gate)
-	g.mu.Unlock()
-}
-
-func (g *gatedFile) ReadAt(p []byte, off int64) (int, error) {
-	g.wait()
-	return g.File.ReadAt(p, off)
-}
-
-func (g *gatedFile) WriteAt(p []byte, off int64) (int, error) {
-	g.wait()
-	return g.File.WriteAt(p, off)
-}
 
 type osFile struct{ *os.File }
 
@@ -110,18 +27,16 @@ func (f osFile) Append(p []byte) (int, int64, error) { return share.AppendFile(f
 type env struct {
 	t    *testing.T
 	dir  string
-	auth *testAuthority
+	auth *servertest.Authority
 	srv  *Server
 	addr string
 }
 
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), auth: &testAuthority{sessions: map[[16]byte]testSession{}, files: map[uint64]map[protocol.ResumeKey]share.File{}}}
+	e := &env{t: t, dir: t.TempDir(), auth: servertest.NewAuthority()}
 	cfg.Authority = e.auth
-	if os.Getenv("LWIO_TEST_LOG") != "" {
-		l := logrus.New()
-		l.SetLevel(logrus.DebugLevel)
+	if l := testutil.Logger("server"); l != nil {
 		cfg.Logger = l
 	}
 	srv, err := New(cfg)
@@ -140,27 +55,13 @@ func newEnv(t *testing.T, cfg Config) *env {
 
 // session issues a negotiate Key for a new session.
 func (e *env) session(id uint64) (key [16]byte, signing []byte) {
-	rand.Read(key[:])
 	signing = make([]byte, 16)
 	rand.Read(signing)
-	e.auth.mu.Lock()
-	e.auth.sessions[key] = testSession{id: id, key: signing}
-	e.auth.mu.Unlock()
-	return key, signing
+	return e.auth.NegotiateKey(id, signing), signing
 }
 
-// another issues one more negotiate Key for the session that key belongs
-// to, as a second \PIPE\LWIO negotiate would: a Key authenticates one
-// connection only.
-func (e *env) another(key [16]byte) [16]byte {
-	e.auth.mu.Lock()
-	defer e.auth.mu.Unlock()
-	var k [16]byte
-	rand.Read(k[:])
-	e.auth.sessions[k] = e.auth.sessions[key]
-	return k
-}
-
+// file creates name with content in the server's directory, opens it
+// read-write until the test ends and issues it a resume key on session id.
 func (e *env) file(id uint64, name string, content []byte) (protocol.ResumeKey, *os.File) {
 	path := filepath.Join(e.dir, name)
 	if err := os.WriteFile(path, content, 0o644); err != nil {
@@ -171,21 +72,7 @@ func (e *env) file(id uint64, name string, content []byte) (protocol.ResumeKey, 
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { f.Close() })
-	return e.addFile(id, osFile{f}), f
-}
-
-func (e *env) addFile(id uint64, f share.File) protocol.ResumeKey {
-	e.auth.mu.Lock()
-	defer e.auth.mu.Unlock()
-	e.auth.next++
-	var k protocol.ResumeKey
-	binary.LittleEndian.PutUint64(k[:], e.auth.next)
-	rand.Read(k[8:])
-	if e.auth.files[id] == nil {
-		e.auth.files[id] = map[protocol.ResumeKey]share.File{}
-	}
-	e.auth.files[id][k] = f
-	return k
+	return e.auth.AddFile(id, osFile{f}), f
 }
 
 // serverConn returns the server's side of the only connection.

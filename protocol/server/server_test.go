@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 )
 
 func randBytes(n int) []byte {
@@ -280,7 +282,7 @@ func TestWriteAboveMaxRecvBufferSize(t *testing.T) {
 	w := protocol.NewWriteRequest(fid, 0, randBytes(8192), 1, protocol.InterruptMode(0, 1))
 	p.sendMsg(w.Append(nil))
 	p.wantClosed("write above MaxRecvBufferSize")
-	waitFor(t, func() bool { return e.srv.NumConns() == 0 })
+	testutil.Eventually(t, "no connection left", 5*time.Second, func() bool { return e.srv.NumConns() == 0 })
 }
 
 // A Fid is scoped to its session: another session's use is INVALID_HANDLE.
@@ -313,30 +315,19 @@ func TestBeyondCredits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	g := newGated(osFile{f})
-	defer g.open()
-	rk := e.addFile(5, g)
+	g := servertest.NewGatedFile(osFile{f})
+	defer g.Open()
+	rk := e.auth.AddFile(5, g)
 	p := e.dial()
 	p.auth(key, signing, 2)
 	fid := uint16(p.register(rk, 5, 0).Ios.Information)
 	for i := 0; i < 2; i++ {
 		p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, uint64(i+1))))
 	}
-	<-g.entered
-	<-g.entered
+	<-g.Entered
+	<-g.Entered
 	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 3)))
 	p.wantClosed("third request on two credits")
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 1000; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("condition not reached in 5s")
 }
 
 // Malformed and hostile messages end only their own connection (or fail
@@ -356,7 +347,7 @@ func TestHostileMessages(t *testing.T) {
 	rng := mrand.New(mrand.NewSource(1))
 	for i := 0; i < 60; i++ {
 		p := e.dial()
-		p.auth(e.another(hkey), hsigning, 8)
+		p.auth(e.auth.AnotherKey(hkey), hsigning, 8)
 		p.register(hrk, 6, protocol.FileNoIntermediateBuffering)
 		for j := 0; j < 4 && !p.closed; j++ {
 			h := protocol.Header{
@@ -386,5 +377,5 @@ func TestHostileMessages(t *testing.T) {
 	if imm := good.wantImm("READ after the hostile ones"); imm != 7 || !bytes.Equal(good.data.Bytes()[:4096], content[:4096]) {
 		t.Fatal("the good connection was disturbed")
 	}
-	waitFor(t, func() bool { return e.srv.NumConns() == 1 })
+	testutil.Eventually(t, "the good connection alone left", 5*time.Second, func() bool { return e.srv.NumConns() == 1 })
 }

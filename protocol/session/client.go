@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -150,7 +151,7 @@ func newClient(nc net.Conn, cfg ClientConfig) *Client {
 	c := &Client{
 		nc:      nc,
 		cfg:     cfg,
-		log:     orQuiet(cfg.Logger).WithField("server", nc.RemoteAddr().String()),
+		log:     quietlog.Or(cfg.Logger).WithField("server", nc.RemoteAddr().String()),
 		pending: map[uint64]chan Frame{},
 		done:    make(chan struct{}),
 	}

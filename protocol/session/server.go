@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -207,7 +207,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{
 		cfg:          cfg,
-		log:          orQuiet(cfg.Logger),
+		log:          quietlog.Or(cfg.Logger),
 		shares:       map[string]*share.Share{},
 		shareEncrypt: map[string]Encrypt{},
 		listeners:    map[net.Listener]struct{}{},
@@ -562,17 +562,6 @@ func DefaultMaxOpenFiles() int {
 		n = 1 << 30
 	}
 	return int(n)
-}
-
-// orQuiet returns l, or a logger that discards everything when l is nil.
-func orQuiet(l logrus.FieldLogger) logrus.FieldLogger {
-	if l != nil {
-		return l
-	}
-	q := logrus.New()
-	q.Out = io.Discard
-	q.Level = logrus.PanicLevel
-	return q
 }
 
 // temporaryAcceptError reports whether an Accept error is a passing

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -28,17 +29,9 @@ const (
 	stateClosed
 )
 
-func (s state) String() string {
-	switch s {
-	case stateOpen:
-		return "open"
-	case stateFailing:
-		return "failing"
-	case stateClosed:
-		return "closed"
-	}
-	return fmt.Sprintf("state(%d)", uint8(s))
-}
+var stateNames = [...]string{stateOpen: "open", stateFailing: "failing", stateClosed: "closed"}
+
+func (s state) String() string { return enum.Name(stateNames[:], s, "state") }
 
 // drainTimeout bounds how long a side that sent a NAK keeps reading (and
 // discarding) so the NAK is not lost to a TCP reset, and how long its final

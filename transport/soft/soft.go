@@ -30,6 +30,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -89,13 +90,7 @@ var _ transport.Provider = (*Provider)(nil)
 // New returns a provider with opts.
 func New(opts Options) *Provider {
 	opts = opts.withDefaults()
-	log := opts.Logger
-	if log == nil {
-		l := logrus.New()
-		l.SetOutput(io.Discard)
-		log = l
-	}
-	return &Provider{opts: opts, log: log, pd: newDomain()}
+	return &Provider{opts: opts, log: quietlog.Or(opts.Logger), pd: newDomain()}
 }
 
 // Name returns "softrdma".

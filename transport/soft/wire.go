@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lwiofs/lwiofs/internal/enum"
 )
 
 // The wire framing of a softrdma connection (see docs/transport.md).
@@ -43,19 +45,9 @@ const (
 	frameNak
 )
 
-func (t frameType) String() string {
-	switch t {
-	case frameSend:
-		return "SEND"
-	case frameWrite:
-		return "WRITE"
-	case frameAck:
-		return "ACK"
-	case frameNak:
-		return "NAK"
-	}
-	return fmt.Sprintf("frameType(%d)", uint8(t))
-}
+var frameTypeNames = [...]string{frameSend: "SEND", frameWrite: "WRITE", frameAck: "ACK", frameNak: "NAK"}
+
+func (t frameType) String() string { return enum.Name(frameTypeNames[:], t, "frameType") }
 
 const flagImm = 1 << 0
 

@@ -23,6 +23,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/sirupsen/logrus"
 )
@@ -44,18 +45,8 @@ var _ transport.Provider = (*Provider)(nil)
 // New returns the verbs provider. Nothing is loaded until first use.
 func New(opts Options) *Provider {
 	opts = opts.withDefaults()
-	log := opts.Logger
-	if log == nil {
-		l := logrus.New()
-		l.Out = discard{}
-		log = l
-	}
-	return &Provider{opts: opts, log: log.WithField("provider", Name), domains: map[*C.struct_ibv_context]*domain{}}
+	return &Provider{opts: opts, log: quietlog.Or(opts.Logger).WithField("provider", Name), domains: map[*C.struct_ibv_context]*domain{}}
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // Name is "verbs".
 func (p *Provider) Name() string { return Name }

@@ -23,8 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/fileserver"
@@ -66,17 +65,6 @@ type Server struct {
 	wrap atomic.Pointer[func(share.File) share.File]
 }
 
-// Logger returns a logger for a component: quiet unless LWIO_TEST_LOG is
-// set (then debug level on stderr).
-func Logger(component string) logrus.FieldLogger {
-	if os.Getenv("LWIO_TEST_LOG") == "" {
-		return nil
-	}
-	l := logrus.New()
-	l.SetLevel(logrus.DebugLevel)
-	return l.WithField("component", component)
-}
-
 // Start starts a server — fileserver.Start, as cmd/lwio-server does, on
 // one softrdma listener whose registrations Regions records — and stops it
 // at the end of the test.
@@ -85,11 +73,11 @@ func Start(t testing.TB, o Options) *Server {
 	s := &Server{T: t, Dir: t.TempDir(), Regions: &RegionLog{}}
 	ec := o.Engine
 	if ec.Logger == nil {
-		ec.Logger = Logger("lwio")
+		ec.Logger = testutil.Logger("lwio")
 	}
 	so := o.Soft
 	if so.Logger == nil {
-		so.Logger = Logger("softrdma")
+		so.Logger = testutil.Logger("softrdma")
 	}
 	sc := o.Session
 	sc.ServerName = "rig"
@@ -101,7 +89,7 @@ func Start(t testing.TB, o Options) *Server {
 		sc.Accounts.Guest = "root"
 	}
 	if sc.Logger == nil {
-		sc.Logger = Logger("session")
+		sc.Logger = testutil.Logger("session")
 	}
 	srv, err := fileserver.Start(fileserver.Config{
 		Session:     sc,
@@ -114,7 +102,7 @@ func Start(t testing.TB, o Options) *Server {
 			}
 			return f
 		},
-		Logger: Logger("rig"),
+		Logger: testutil.Logger("rig"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +172,7 @@ func (ss *Session) ClientConfig(p transport.Provider) client.Config {
 		SigningKey:  ss.C.SessionKey(),
 		ClientName:  "rig",
 		Connections: 1,
-		Logger:      Logger("client"),
+		Logger:      testutil.Logger("client"),
 	}
 }
 
