@@ -88,6 +88,17 @@ func TestAutoSwitches(t *testing.T) {
 	p2, i2 = p2-polled, i2-interrupted
 	intr := cl.Stats().Interrupts
 	t.Logf("queue depth 16: %d polled, %d interrupt-mode (doorbells), %d INTERRUPTs, %d switches", p2, i2, intr, switches)
+	for _, ci := range cl.Conns() {
+		t.Logf("connection: %d requests, load %.1f, %s", ci.Requests, ci.Load, ci.Completion)
+		// Conns reports the load Auto decides by: a busy connection's
+		// is above the idle mark (hysteresis), in requests.
+		if ci.Completion == "auto/polling" && ci.Load <= float64(autoIdle)/loadOne {
+			t.Errorf("a polling connection reports load %.2f, at or below the idle mark %.2f", ci.Load, float64(autoIdle)/loadOne)
+		}
+		if ci.Requests > 100 && ci.Load == 0 {
+			t.Errorf("a connection that carried %d requests at depth 16 reports no load", ci.Requests)
+		}
+	}
 	if p2 < n/2 {
 		t.Errorf("queue depth 16: only %d of %d I/Os polled", p2, n)
 	}
