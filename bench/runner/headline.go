@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -255,9 +256,56 @@ func goals(tb *table, probes map[string]probeAgg) []string {
 		add(fmt.Sprintf("9, 15: %s tar -x ÷ passthrough", t), ratio(m(kindMeta, t, tarX), m(kindMeta, "nullfs", tarX)), 1.5, false, "×")
 		add(fmt.Sprintf("15: %s ls -l of a warm (leased) directory ÷ passthrough", t), ratio(m(kindMeta, t, lsWarm), m(kindMeta, "nullfs", lsWarm)), 1, false, "×")
 	}
+	skip := func(what, limit, why string) {
+		lines = append(lines, fmt.Sprintf("| %s | – | %s | skipped: %s |", what, limit, why))
+	}
+	autoGoals(tb, add, skip)
 	ref("passthrough 1 MiB read qd1 ÷ sshfs", fmtRatio(ratio(m("seqread-qd1-direct", "nullfs", mibps), m("seqread-qd1-direct", "sshfs", mibps))))
 	ref("passthrough 4 KiB random read qd16 IOPS ÷ its qd1", fmtRatio(ratio(m("randread-qd16-direct", "nullfs", iops), m("randread-qd1-direct", "nullfs", iops))))
 	ref("sshfs client + server CPU per GiB of 1 MiB I/O", fmtNum(sshfsCPU)+" s")
 	ref("passthrough whole-machine CPU per GiB of 1 MiB I/O", fmtNum(tb.perGiB("nullfs", bigDirect).machine)+" s")
 	return lines
+}
+
+// The targets issue 17's goal compares: completion=auto against the better
+// of the two fixed modes, job by job.
+const (
+	autoTarget      = "lwio-auto"
+	interruptTarget = "lwio-interrupt"
+	pollingTarget   = "lwio-polling"
+)
+
+// rate is how fast a job ran on a target, higher is better: MiB/s for an
+// fio job, runs per second for cp and tar -x; NaN when not measured.
+func rate(tb *table, job, target string) float64 {
+	switch job {
+	case kindCp:
+		return 1 / tb.metric(job, target, seconds)
+	case kindMeta:
+		return 1 / tb.metric(job, target, tarX)
+	}
+	return tb.metric(job, target, mibps)
+}
+
+// autoGoals is issue 17's goal, one row per job: lwio-auto never more than
+// 10 % below the better fixed completion mode. Without the three targets in
+// the run there is nothing to compare: one row says which are missing.
+func autoGoals(tb *table, add func(what string, x, limit float64, atLeast bool, unit string), skip func(what, limit, why string)) {
+	var missing []string
+	for _, t := range []string{autoTarget, interruptTarget, pollingTarget} {
+		if !slices.Contains(tb.targets, t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		skip(fmt.Sprintf("17: %s ÷ the better of %s and %s", autoTarget, interruptTarget, pollingTarget),
+			"≥ 0.90×", strings.Join(missing, " and ")+" not in this run")
+		return
+	}
+	for _, j := range tb.jobs {
+		// A fixed mode that failed leaves no "better" to compare with.
+		best := math.Max(rate(tb, j, interruptTarget), rate(tb, j, pollingTarget))
+		add(fmt.Sprintf("17: %s %s ÷ the better of %s and %s", autoTarget, j, interruptTarget, pollingTarget),
+			ratio(rate(tb, j, autoTarget), best), 0.9, true, "×")
+	}
 }

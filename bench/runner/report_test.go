@@ -82,7 +82,7 @@ func TestGoals(t *testing.T) {
 		t.Errorf("per GiB of an old record: %+v, want client 1 and no app, machine or others figure", p)
 	}
 	lines := strings.Join(goals(tb, aggregateProbes(probes())), "\n")
-	for _, want := range []string{
+	containsAll(t, lines,
 		"| 16: lwio-polling 1 MiB read qd1 ÷ passthrough | 0.95× | ≥ 0.90× | met |",
 		"| 16: lwio-polling 1 MiB write qd16 ÷ passthrough | 0.95× | ≥ 0.90× | met |",
 		// 100/0.95 µs against nullfs's 100 + 1.5 × 20.
@@ -96,11 +96,7 @@ func TestGoals(t *testing.T) {
 		"| 9: lwio-polling 1 MiB read qd1 ÷ sshfs | 9.50× | ≥ 8.00× | met |",
 		"| 9: lwio-polling 4 KiB random read qd16 IOPS ÷ its qd1 | 4.00× | ≥ 3.00× | met |",
 		"| (reference) sshfs client + server CPU per GiB of 1 MiB I/O | 3.00 s | | |",
-	} {
-		if !strings.Contains(lines, want) {
-			t.Errorf("goals lack %q; got:\n%s", want, lines)
-		}
-	}
+	)
 }
 
 func TestWriteReport(t *testing.T) {
@@ -185,5 +181,69 @@ func TestReadStatSelf(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("descendants(parent) does not list this process")
+	}
+}
+
+func TestAutoGoals(t *testing.T) {
+	var rs []record
+	add := func(target, job string, mibps, secs, tar float64) {
+		rec := record{Export: exportTmpfs, Target: target, Job: job, MiBps: mibps, Seconds: secs}
+		if tar > 0 {
+			rec.Meta = map[string]float64{"tar_s": tar}
+		}
+		rs = append(rs, rec)
+	}
+	// Job by job, the better fixed mode is 100 MiB/s (or 1 s, for cp and
+	// tar -x); polling is the better one in some, interrupt in others.
+	for _, c := range []struct {
+		job              string
+		auto, intr, poll float64
+	}{
+		{"seqwrite-qd16-direct", 95, 100, 80},   // 0.95: met
+		{"randread-qd16-direct", 85, 60, 100},   // 0.85: missed
+		{"seqwrite-qd1-buffered", 120, 100, 90}, // 1.20: met
+	} {
+		add(autoTarget, c.job, c.auto, 0, 0)
+		add(interruptTarget, c.job, c.intr, 0, 0)
+		add(pollingTarget, c.job, c.poll, 0, 0)
+	}
+	add(autoTarget, kindCp, 0, 1.25, 0) // 1 ÷ 1.25: missed
+	add(interruptTarget, kindCp, 0, 1, 0)
+	add(pollingTarget, kindCp, 0, 2, 0)
+	add(autoTarget, kindMeta, 0, 0, 2) // 1 ÷ 2 s against polling's 1 s
+	add(interruptTarget, kindMeta, 0, 0, 4)
+	add(pollingTarget, kindMeta, 0, 0, 1)
+	// A failed fixed-mode run: no ratio, rather than one against the other mode.
+	add(autoTarget, "randread-qd1-direct", 100, 0, 0)
+	add(interruptTarget, "randread-qd1-direct", 50, 0, 0)
+	rs = append(rs, record{Export: exportTmpfs, Target: pollingTarget, Job: "randread-qd1-direct", Err: "fio: boom"})
+	lines := strings.Join(goals(aggregate(&runResult{Records: rs}, exportTmpfs), nil), "\n")
+	containsAll(t, lines,
+		"| 17: lwio-auto seqwrite-qd16-direct ÷ the better of lwio-interrupt and lwio-polling | 0.95× | ≥ 0.90× | met |",
+		"| 17: lwio-auto randread-qd16-direct ÷ the better of lwio-interrupt and lwio-polling | 0.85× | ≥ 0.90× | **missed** |",
+		"| 17: lwio-auto seqwrite-qd1-buffered ÷ the better of lwio-interrupt and lwio-polling | 1.20× | ≥ 0.90× | met |",
+		"| 17: lwio-auto cp ÷ the better of lwio-interrupt and lwio-polling | 0.80× | ≥ 0.90× | **missed** |",
+		"| 17: lwio-auto meta ÷ the better of lwio-interrupt and lwio-polling | 0.50× | ≥ 0.90× | **missed** |",
+		"| 17: lwio-auto randread-qd1-direct ÷ the better of lwio-interrupt and lwio-polling | – | ≥ 0.90× | not measured |",
+	)
+	if strings.Contains(lines, "skipped") {
+		t.Errorf("a goal skipped with all three targets in the run:\n%s", lines)
+	}
+
+	// Without lwio-auto and lwio-interrupt (TestGoals' run): one row, skipped.
+	lines = strings.Join(goals(aggregate(&runResult{Records: records()}, exportTmpfs), nil), "\n")
+	containsAll(t, lines, "| 17: lwio-auto ÷ the better of lwio-interrupt and lwio-polling | – | ≥ 0.90× | skipped: lwio-auto and lwio-interrupt not in this run |")
+	if n := strings.Count(lines, "| 17: "); n != 1 {
+		t.Errorf("%d issue-17 rows without the targets, want 1:\n%s", n, lines)
+	}
+}
+
+// containsAll reports each of want that the goals' lines lack.
+func containsAll(t *testing.T, lines string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(lines, w) {
+			t.Errorf("goals lack %q; got:\n%s", w, lines)
+		}
 	}
 }

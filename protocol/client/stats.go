@@ -124,10 +124,12 @@ type ConnInfo struct {
 	Requests uint64
 	Bytes    uint64
 	// Polled and Interrupted are its I/O completions by mode; Switches is
-	// how often Auto changed its mind.
+	// how often Auto changed its mind, Load the moving average of pending
+	// requests it decides by (auto.go; 0 in the fixed modes).
 	Polled      uint64
 	Interrupted uint64
 	Switches    uint64
+	Load        float64
 }
 
 func (c *conn) info() ConnInfo {
@@ -144,5 +146,6 @@ func (c *conn) info() ConnInfo {
 		Credits: c.credits.Limit(), Alive: c.alive(), Completion: mode,
 		Requests: c.ctr.requests.Load(), Bytes: c.ctr.bytes.Load(),
 		Polled: c.ctr.polled.Load(), Interrupted: c.ctr.interrupted.Load(), Switches: c.auto.switches.Load(),
+		Load: float64(c.auto.load.Load()) / loadOne,
 	}
 }

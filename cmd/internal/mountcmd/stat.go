@@ -64,6 +64,9 @@ type ConnReport struct {
 	Polled      uint64 `json:"polled"`
 	Interrupted uint64 `json:"interrupted"`
 	Switches    uint64 `json:"mode_switches"`
+	// AutoLoad is completion=auto's moving average of the requests pending
+	// on the connection, which it polls by (docs/engine.md).
+	AutoLoad float64 `json:"auto_load,omitempty"`
 }
 
 // BytesReport says what carried the file data.
@@ -111,7 +114,7 @@ func statReport(o *Options, r *fs.Reconnector, st *fs.Stats) StatReport {
 		cr := ConnReport{
 			Provider: ci.Provider, Local: ci.LocalAddr, Remote: ci.RemoteAddr, Completion: ci.Completion,
 			Credits: ci.Credits, Alive: ci.Alive, Requests: ci.Requests, Bytes: ci.Bytes,
-			Polled: ci.Polled, Interrupted: ci.Interrupted, Switches: ci.Switches,
+			Polled: ci.Polled, Interrupted: ci.Interrupted, Switches: ci.Switches, AutoLoad: ci.Load,
 		}
 		if ci.Provider == verbs.Name {
 			if devs == nil {
