@@ -307,14 +307,23 @@ func TestFidOfAnotherSession(t *testing.T) {
 // More requests outstanding than credits is a violation.
 func TestBeyondCredits(t *testing.T) {
 	e := newEnv(t, Config{})
+	p, fid := heldReads(t, e)
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 3)))
+	p.wantClosed("third request on two credits")
+}
+
+// heldReads authenticates a connection of session 5 with two credits and
+// has both used by READs of a file whose reads wait until the test ends.
+func heldReads(t *testing.T, e *env) (*peer, uint16) {
+	t.Helper()
 	key, signing := e.session(5)
 	f, err := os.CreateTemp(e.dir, "g")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	g := newGated(osFile{f})
-	defer g.open()
+	t.Cleanup(g.open)
 	rk := e.addFile(5, g)
 	p := e.dial()
 	p.auth(key, signing, 2)
@@ -324,8 +333,7 @@ func TestBeyondCredits(t *testing.T) {
 	}
 	<-g.entered
 	<-g.entered
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 3)))
-	p.wantClosed("third request on two credits")
+	return p, fid
 }
 
 func waitFor(t *testing.T, cond func() bool) {
