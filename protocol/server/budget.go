@@ -116,10 +116,12 @@ func (s *Server) balance() {
 			conns = append(conns, c)
 		}
 		s.mu.Unlock()
-		if int(s.recvBufs.Load()) > s.budget.Total() {
-			for _, p := range s.recvPools() {
+		now := time.Now()
+		for _, p := range s.recvPools() {
+			if int(s.recvBufs.Load()) > s.budget.Total() {
 				p.dropSpares()
 			}
+			s.dropIdle(p, now) // a shared queue no connection uses any more
 		}
 		short := time.Now().UnixNano() <= s.contended.Load() || s.budget.Used() > s.budget.Total()
 		fair := s.fairShare()

@@ -632,9 +632,7 @@ func (c *conn) teardown() {
 	c.endAuth()
 	c.pool.addCredits(-budget)
 	c.pool.reclaim(c)
-	if c.pool.srq == nil {
-		c.s.dropPool(c.pool)
-	}
+	c.s.leavePool(c.pool)
 	c.stall.Stop()
 	c.slots.drop()
 	c.data.Drop()

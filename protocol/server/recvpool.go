@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
 )
@@ -37,6 +38,12 @@ import (
 // (receiver-not-ready waits the initiator's RNR time).
 type recvPool struct {
 	s *Server
+	// key is the domain ChooseQueues made the shared queue for; users
+	// the connections using the pool, chosen when ChooseQueues last gave
+	// its queue out (both s.mu).
+	key    transport.Domain
+	users  int
+	chosen time.Time
 	// srq is the shared receive queue, or nil: the receive queue of tc,
 	// the one connection using the pool.
 	srq transport.SRQ
@@ -296,16 +303,10 @@ func (p *recvPool) usage() int {
 	return p.live + len(p.spare)
 }
 
-// close frees every buffer once no connection uses the pool any more: the
-// shared queue is destroyed first (its posted receives are then the
+// release frees every buffer once no connection uses the pool any more:
+// the shared queue was destroyed (its posted receives are then the
 // server's again), a connection's own queue was flushed by its close.
-func (p *recvPool) close() {
-	if p.srq != nil {
-		if err := p.srq.Close(); err != nil {
-			p.s.log.WithError(err).Warn("lwio: closing the shared receive queue")
-			return
-		}
-	}
+func (p *recvPool) release() {
 	p.mu.Lock()
 	p.closed = true
 	bufs := p.bufs
@@ -344,6 +345,7 @@ func (q *listenQueues) ChooseQueues(d transport.QueueDomain) (transport.Queues, 
 			s.log.WithError(err).Warn("lwio: no shared receive queue; each connection gets its own")
 		} else {
 			p = newRecvPool(s, d, srq, nil)
+			p.key = d
 			s.pools[p] = struct{}{}
 		}
 		s.srqs[d] = p
@@ -351,6 +353,7 @@ func (q *listenQueues) ChooseQueues(d transport.QueueDomain) (transport.Queues, 
 	if p == nil {
 		return transport.Queues{}, nil
 	}
+	p.chosen = time.Now()
 	q.pools[p] = struct{}{}
 	return transport.Queues{SRQ: p.srq}, nil
 }
@@ -371,21 +374,55 @@ func (s *Server) poolFor(tc transport.Conn, q *listenQueues) *recvPool {
 			p.mu.Lock()
 			p.dom = tc.Domain() // what a wrapper counts; the provider's memory
 			p.mu.Unlock()
+			p.users++
 			return p
 		}
 	}
 	p := newRecvPool(s, tc.Domain(), nil, tc)
+	p.users = 1
 	s.pools[p] = struct{}{}
 	return p
 }
 
-// dropPool forgets a connection's own pool once it is closed.
-func (s *Server) dropPool(p *recvPool) {
-	p.close()
+// leavePool is a connection's teardown in its pool: its own pool goes,
+// and so does a shared one it was the last to use.
+func (s *Server) leavePool(p *recvPool) {
 	s.mu.Lock()
+	p.users--
+	s.mu.Unlock()
+	s.dropIdle(p, time.Now())
+}
+
+// dropIdle frees a pool no connection uses: a shared one's queue is
+// destroyed, with the receives it held posted — which no connection would
+// consume — and the next connection of its domain makes a new one. Not
+// while a connection being accepted may have been given its queue
+// (chosen less than idleChosen before now; the balancer tries again).
+func (s *Server) dropIdle(p *recvPool, now time.Time) {
+	s.mu.Lock()
+	_, live := s.pools[p]
+	if !live || p.users > 0 || p.srq != nil && now.Sub(p.chosen) < idleChosen {
+		s.mu.Unlock()
+		return
+	}
+	if p.srq != nil {
+		if err := p.srq.Close(); err != nil {
+			s.mu.Unlock()
+			return // a connection still uses it (ErrInUse): a later sweep
+		}
+		delete(s.srqs, p.key)
+		for _, q := range s.chooser {
+			delete(q.pools, p)
+		}
+	}
 	delete(s.pools, p)
 	s.mu.Unlock()
+	p.release()
 }
+
+// idleChosen is how long after ChooseQueues gave a shared queue out it is
+// kept though no connection uses it: the connection is being set up.
+const idleChosen = 2 * time.Second
 
 // recvPools returns every pool, shared or a connection's own.
 func (s *Server) recvPools() []*recvPool {

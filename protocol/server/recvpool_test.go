@@ -35,7 +35,7 @@ func servePeers(t *testing.T, e *env, n, credits int) []*peer {
 // per connection.
 func TestConnectionsShareReceiveQueue(t *testing.T) {
 	e := newEnv(t, Config{Credits: 4})
-	servePeers(t, e, 3, 4)
+	peers := servePeers(t, e, 3, 4)
 	var bi BudgetInfo
 	waitFor(t, func() bool { bi = e.srv.Budget(); return bi.RecvBuffers == 3*4+srqHeadroom })
 	if bi.RecvQueues != 1 || bi.Granted != 12 || bi.Connections != 3 {
@@ -48,6 +48,14 @@ func TestConnectionsShareReceiveQueue(t *testing.T) {
 	if posted != 13 {
 		t.Fatalf("%d receives posted to the shared queue with nothing outstanding, want 13", posted)
 	}
+	// Once the last connection has gone the queue goes with every buffer,
+	// and the next connection gets a new one.
+	for _, p := range peers {
+		p.tc.Close()
+	}
+	waitFor(t, func() bool { bi = e.srv.Budget(); return bi.RecvQueues == 0 && bi.RecvBuffers == 0 })
+	servePeers(t, e, 1, 4)
+	waitFor(t, func() bool { bi = e.srv.Budget(); return bi.RecvQueues == 1 && bi.RecvBuffers == 4+srqHeadroom })
 }
 
 // sharedPool is the server's one shared receive queue.

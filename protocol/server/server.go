@@ -343,16 +343,9 @@ func (s *Server) Close() error {
 	wg.Wait()
 	s.wg.Wait()
 	s.closeOnce.Do(func() { close(s.quit) })
-	s.mu.Lock()
-	var shared []*recvPool
-	for _, p := range s.srqs {
-		if p != nil {
-			shared = append(shared, p)
-		}
-	}
-	s.mu.Unlock()
-	for _, p := range shared {
-		p.close()
+	late := time.Now().Add(idleChosen) // no connection is being set up now
+	for _, p := range s.recvPools() {
+		s.dropIdle(p, late)
 	}
 	return nil
 }
