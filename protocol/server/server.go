@@ -242,10 +242,14 @@ func New(cfg Config) (*Server, error) {
 }
 
 // TransportConfig is the connection shape listeners should be made with.
+// A listener made with it alone gives each connection its own receive
+// queue; Listen adds the shared ones (recvpool.go).
 func (s *Server) TransportConfig() transport.Config { return s.cfg.Transport }
 
-// Listen listens on addr with provider p, shaped by TransportConfig. Pass
-// the listener to Serve.
+// Listen listens on addr with provider p, shaped by TransportConfig, its
+// connections taking their receives from their domain's shared receive
+// queue unless Config.Transport.Queues names a chooser. Pass the listener
+// to Serve.
 func (s *Server) Listen(p transport.Provider, addr string) (transport.Listener, error) {
 	cfg := s.cfg.Transport
 	var q *listenQueues
