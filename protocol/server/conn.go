@@ -134,7 +134,9 @@ func (c *conn) info() ConnInfo {
 // run serves the connection until it ends, then fails what is left and
 // frees its memory.
 func (c *conn) run() {
-	c.log.Info("lwio: connection accepted")
+	// recv: "shared" when its receives come from its domain's shared
+	// receive queue, "own" when from a queue of its own (recvpool.go).
+	c.log.WithField("recv", c.pool.kind()).Info("lwio: connection accepted")
 	if err := c.postAuthRecv(); err != nil {
 		c.fail(err)
 	} else {

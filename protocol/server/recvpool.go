@@ -74,6 +74,15 @@ type recvBuf struct {
 	owner  *conn
 }
 
+// kind names where the pool's receives are posted, for logs: "shared" (a
+// shared receive queue) or "own" (one connection's own receive queue).
+func (p *recvPool) kind() string {
+	if p.srq != nil {
+		return "shared"
+	}
+	return "own"
+}
+
 // wr is the receive work request that posts b.
 func (b *recvBuf) wr() transport.RecvWR { return transport.RecvWR{ID: b.id, Buf: b.seg} }
 
