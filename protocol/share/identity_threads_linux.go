@@ -67,24 +67,36 @@ func runAs(c *cred, fn func() error) error {
 func takeThread(c *cred) *identityThread {
 	p := &identityThreads
 	p.Lock()
-	n := len(p.idle)
-	if n > 0 {
-		i := n - 1
-		for j := n - 1; j >= 0; j-- {
-			if p.idle[j].cur == c {
-				i = j
-				break
-			}
-		}
-		t := p.idle[i]
-		p.idle = append(p.idle[:i], p.idle[i+1:]...)
-		p.Unlock()
+	t, ok := takePreferred(&p.idle, func(t *identityThread) bool { return t.cur == c })
+	p.Unlock()
+	if ok {
 		return t
 	}
-	p.Unlock()
-	t := &identityThread{work: make(chan identityJob, 1)}
+	t = &identityThread{work: make(chan identityJob, 1)}
 	go t.loop()
 	return t
+}
+
+// takePreferred removes and returns from idle (most recently idle last)
+// the most recently idle element that is preferred, else the most
+// recently idle one; false when idle is empty.
+func takePreferred[T any](idle *[]T, preferred func(T) bool) (T, bool) {
+	s := *idle
+	n := len(s)
+	if n == 0 {
+		var zero T
+		return zero, false
+	}
+	i := n - 1
+	for j := n - 1; j >= 0; j-- {
+		if preferred(s[j]) {
+			i = j
+			break
+		}
+	}
+	e := s[i]
+	*idle = append(s[:i], s[i+1:]...)
+	return e, true
 }
 
 // giveBack puts t among the idle threads; false when enough are idle
