@@ -355,14 +355,17 @@ func (w userWriter) pwritev(fd int, iov []unix.Iovec, off int64) (int, error) {
 
 // writeAs runs fn with f's descriptor and a writer that writes as the
 // tree's user: on the calling goroutine through a ring when io_uring is
-// available (no hand-off), else on an identity thread (Tree.as). fn must
-// write only through w.
+// available (no hand-off), else on an identity thread (Tree.as) — in place
+// when the caller is on one in the user's credentials already (inside
+// Tree.Run). fn must write only through w.
 func (t *Tree) writeAs(f *OpenFile, fn func(fd int, w userWriter) error) error {
 	c, err := t.treeCred()
 	if err != nil {
 		return err
 	}
-	if c != nil {
+	if c != nil && !(runsActive.Load() > 0 && c.inPlace()) {
+		// (In place, inside Tree.Run on a thread in c's credentials, a
+		// plain pwrite is the user's already: c.run below runs it there.)
 		if r := getRing(c); r != nil {
 			defer putRing(r)
 			return f.withFd(func(fd int) error { return fn(fd, userWriter{r: r, c: c}) })
