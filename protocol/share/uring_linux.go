@@ -1,6 +1,7 @@
 package share
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -156,10 +157,24 @@ func getRing(c *cred) *uring {
 	}
 	r, err := newRing()
 	if err != nil {
-		uringOff.Store(true)
-		return nil
+		if uringUnavailable(err) {
+			uringOff.Store(true)
+		}
+		return nil // this write goes to the identity threads
 	}
 	return r
+}
+
+// uringUnavailable reports whether err from setting a ring up or
+// registering a personality means io_uring cannot be used here at all (no
+// such system call, refused by io_uring_disabled or a seccomp filter, an
+// older ABI), rather than for the moment (out of descriptors or memory).
+func uringUnavailable(err error) bool {
+	switch err {
+	case unix.ENOSYS, unix.EPERM, unix.EACCES, unix.EINVAL, unix.EOPNOTSUPP:
+		return true
+	}
+	return false
 }
 
 // putRing gives r back, or closes it when enough rings are idle.
@@ -298,12 +313,11 @@ func (r *uring) rw(op uint8, fd int, addr unsafe.Pointer, n uint32, off int64, p
 	}
 }
 
-// pwriteAs is one pwrite(2) of p at off to fd with c's credentials
+// pwriteAs is one pwrite(2) of p at off to fd with personality pers
 // through r; it may write less than all.
-func (r *uring) pwriteAs(c *cred, fd int, p []byte, off int64) (int, error) {
-	pers, err := r.personality(c)
-	if err != nil || len(p) == 0 {
-		return 0, err
+func (r *uring) pwriteAs(pers uint16, fd int, p []byte, off int64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
 	}
 	r.keepB = p
 	n, err := r.rw(uringOpWrite, fd, unsafe.Pointer(&p[0]), uint32(min(len(p), 1<<30)), off, pers)
@@ -311,14 +325,13 @@ func (r *uring) pwriteAs(c *cred, fd int, p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// pwritevAs is one pwritev(2) of iov at off to fd with c's credentials
+// pwritevAs is one pwritev(2) of iov at off to fd with personality pers
 // through r; it may write less than all. The vector is copied into the
 // ring (the kernel reads it by address), so the caller's may be on its
 // stack.
-func (r *uring) pwritevAs(c *cred, fd int, iov []unix.Iovec, off int64) (int, error) {
-	pers, err := r.personality(c)
-	if err != nil || len(iov) == 0 {
-		return 0, err
+func (r *uring) pwritevAs(pers uint16, fd int, iov []unix.Iovec, off int64) (int, error) {
+	if len(iov) == 0 {
+		return 0, nil
 	}
 	k := copy(r.iov[:], iov)
 	n, err := r.rw(uringOpWritev, fd, unsafe.Pointer(&r.iov[0]), uint32(k), off, pers)
@@ -330,20 +343,20 @@ func (r *uring) pwritevAs(c *cred, fd int, iov []unix.Iovec, off int64) (int, er
 // is set, else with plain system calls (on an identity thread in the
 // user's credentials, or as the server when the tree acts as the server).
 type userWriter struct {
-	r *uring
-	c *cred
+	r    *uring
+	pers uint16
 }
 
 func (w userWriter) pwrite(fd int, p []byte, off int64) (int, error) {
 	if w.r != nil {
-		return w.r.pwriteAs(w.c, fd, p, off)
+		return w.r.pwriteAs(w.pers, fd, p, off)
 	}
 	return unix.Pwrite(fd, p, off)
 }
 
 func (w userWriter) pwritev(fd int, iov []unix.Iovec, off int64) (int, error) {
 	if w.r != nil {
-		return w.r.pwritevAs(w.c, fd, iov, off)
+		return w.r.pwritevAs(w.pers, fd, iov, off)
 	}
 	n, _, e := unix.Syscall6(unix.SYS_PWRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)),
 		uintptr(off), uintptr(uint64(off)>>32), 0)
@@ -367,8 +380,19 @@ func (t *Tree) writeAs(f *OpenFile, fn func(fd int, w userWriter) error) error {
 		// (In place, inside Tree.Run on a thread in c's credentials, a
 		// plain pwrite is the user's already: c.run below runs it there.)
 		if r := getRing(c); r != nil {
-			defer putRing(r)
-			return f.withFd(func(fd int) error { return fn(fd, userWriter{r: r, c: c}) })
+			pers, err := r.personality(c)
+			if err == nil {
+				defer putRing(r)
+				return f.withFd(func(fd int) error { return fn(fd, userWriter{r: r, pers: pers}) })
+			}
+			r.close()
+			var ce *errCred
+			if errors.As(err, &ce) {
+				return fail(err) // the identity thread could not take c on: as runAs
+			}
+			if uringUnavailable(err) {
+				uringOff.Store(true)
+			}
 		}
 	}
 	return fail(c.run(func() error { return f.withFd(func(fd int) error { return fn(fd, userWriter{}) }) }))
