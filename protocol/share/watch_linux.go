@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -141,9 +142,22 @@ func (w *watcher) run() {
 		}
 		if evs := w.decode(buf[:n]); len(evs) > 0 {
 			w.on(evs)
+		} else {
+			// Only this server's own events (a FAN_MODIFY per write
+			// to a file in a watched directory): read again after a
+			// pause, so that a stream of the server's own writes
+			// wakes this goroutine once per watchQuiet rather than
+			// once per write — the kernel merges the events that
+			// queue meanwhile (same object, same pid) into one. A
+			// local change is noticed up to watchQuiet later.
+			time.Sleep(watchQuiet)
 		}
 	}
 }
+
+// watchQuiet is how long the watcher waits after a read that brought only
+// the server's own events.
+const watchQuiet = time.Millisecond
 
 // Layout of fanotify's records (fanotify(7)).
 const (
