@@ -173,6 +173,16 @@ func (c *cred) run(fn func() error) error {
 	return runAs(c, fn)
 }
 
+// asServer runs fn with the server's own credentials: on the calling
+// thread when it has them, else — the caller is on an identity thread — on
+// a goroutine of its own (runAsServer).
+func asServer(fn func() error) error {
+	if !self.perUser || selfInPlace() {
+		return fn()
+	}
+	return runAsServer(fn)
+}
+
 // inPlace reports whether the calling thread has c's credentials now: its
 // fsuid, fsgid and groups are c's (its capabilities follow from the fsuid:
 // enter drops them for every uid but 0). True only on an identity thread

@@ -76,8 +76,13 @@ func (w *watcher) close() {
 // markDir watches the directory fd refers to (an O_PATH descriptor). ENOSPC means the marks limit (fs.fanotify.max_user_marks).
 func (w *watcher) markDir(fd int) error { return w.mark(unix.FAN_MARK_ADD, fd) }
 
-// unmarkDir stops watching the directory fd refers to.
-func (w *watcher) unmarkDir(fd int) error { return w.mark(unix.FAN_MARK_REMOVE, fd) }
+// unmarkDir stops watching the directory fd refers to, with the server's
+// own credentials: fanotify_mark wants read permission on the object to
+// remove a mark as well as to add one, and the last user of a directory
+// to go (its close runs as that user) may be one who can only search it.
+func (w *watcher) unmarkDir(fd int) error {
+	return asServer(func() error { return w.mark(unix.FAN_MARK_REMOVE, fd) })
+}
 
 func (w *watcher) mark(op uint, fd int) error {
 	rc, err := w.f.SyscallConn()
