@@ -114,6 +114,7 @@ func readSelf() *selfCred {
 		for _, g := range gs {
 			s.groups = append(s.groups, uint32(g))
 		}
+		slices.Sort(s.groups) // as newCred's
 	}
 	hdr := capsHeader
 	if err := unix.Capget(&hdr, &s.caps[0]); err == nil {
@@ -146,6 +147,12 @@ func newCred(a Account) *cred {
 	if len(c.groups) > maxGroups {
 		c.groups = c.groups[:maxGroups]
 	}
+	// In the kernel's order: setgroups(2) sorts the list, and getgroups(2)
+	// answers it sorted, which threadHas compares with. An account's own
+	// order (the primary group first, then /etc/group's) would never
+	// compare equal, and every operation inside a Tree.Run would be
+	// handed off again.
+	slices.Sort(c.groups)
 	c.setGroups = !slices.Equal(c.groups, self.groups)
 	c.setGid = c.gid != self.gid
 	c.dropCaps = c.uid != 0 && self.extraCaps

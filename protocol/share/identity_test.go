@@ -607,6 +607,46 @@ func TestRunPanicReachesCaller(t *testing.T) {
 	if err := c.run(func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
+	// The panic left the thread's credentials as they were: nothing to
+	// restore, so no restore failure counted (a bug's alarm otherwise).
+	if n := restoreFailures.Load(); n != 0 {
+		t.Errorf("RestoreFailures = %d after a panic in fn, want 0", n)
+	}
+}
+
+// TestRunInPlaceUnsortedGroups: an account's groups come in its own order
+// (the primary group first, then /etc/group's), the kernel keeps them
+// sorted; Tree.Run's in-place check must still recognise its thread —
+// one hand-off for the whole Run whatever the order.
+func TestRunInPlaceUnsortedGroups(t *testing.T) {
+	needPerUser(t)
+	uringOff.Store(true) // the write counts as a hand-off too
+	t.Cleanup(func() { uringOff.Store(false) })
+	dir := sharedDir(t)
+	for i, groups := range [][]uint32{{acctA.Gid, acctB.Gid}, {acctB.Gid, acctA.Gid}} {
+		acct := acctA
+		acct.Groups = groups
+		a := connectAs(t, dir, acct, Config{})
+		before := handoffs.Load()
+		err := a.Run(func() error {
+			if _, err := a.Mkdir(fmt.Sprintf("d%d", i), 0o755); err != nil {
+				return err
+			}
+			f, _, err := a.Open(fmt.Sprintf("f%d", i), os.O_CREATE|os.O_RDWR, 0o644)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteAt([]byte("x"), 0)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := handoffs.Load() - before; n != 1 {
+			t.Errorf("groups %v: %d hand-offs for one Run, want 1", groups, n)
+		}
+	}
 }
 
 // TestRunNested: the tree operations inside Tree.Run run on Run's identity

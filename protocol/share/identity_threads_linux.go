@@ -208,7 +208,9 @@ func (t *identityThread) serve(j identityJob) (r identityResult, ok bool) {
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			r = identityResult{panicked: true, value: v}
+			// fn panicked in the thread's credentials, which it did
+			// not change: the thread stays usable.
+			r, ok = identityResult{panicked: true, value: v}, true
 		}
 	}()
 	return identityResult{err: j.fn()}, true

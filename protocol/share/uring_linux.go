@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -281,6 +282,10 @@ func (r *uring) personality(c *cred) (uint16, error) {
 // points to) must stay alive and unmoved until rw returns: the callers
 // hold it in keepB or iov.
 func (r *uring) rw(op uint8, fd int, addr unsafe.Pointer, n uint32, off int64, pers uint16) (int, error) {
+	if off < 0 {
+		// -1 is "the file position" to io_uring; pwrite(2) refuses it.
+		return 0, unix.EINVAL
+	}
 	tail := *r.sqTail // only this goroutine moves the tail
 	idx := tail & r.sqMask
 	sqe := (*uringSQE)(unsafe.Add(unsafe.Pointer(&r.sqeMem[0]), uintptr(idx)*unsafe.Sizeof(uringSQE{})))
@@ -309,7 +314,9 @@ func (r *uring) rw(op uint8, fd int, addr unsafe.Pointer, n uint32, off int64, p
 			atomic.StoreUint32(r.sqTail, tail)
 			return 0, e
 		}
-		// Submitted: the kernel may still be reading addr; wait on.
+		// Submitted: the kernel may still be reading addr; wait on,
+		// without spinning on an error that repeats.
+		time.Sleep(time.Millisecond)
 	}
 }
 

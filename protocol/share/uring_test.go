@@ -146,3 +146,31 @@ func BenchmarkWriteAt(b *testing.B) {
 		})
 	}
 }
+
+// TestWriteNegativeOffset: a negative offset is refused on both paths —
+// to io_uring -1 would mean "at the file position", to pwrite(2) it is
+// EINVAL — and nothing is written.
+func TestWriteNegativeOffset(t *testing.T) {
+	needPerUser(t)
+	for _, ring := range []bool{true, false} {
+		t.Run(map[bool]string{true: "uring", false: "threads"}[ring], func(t *testing.T) {
+			if !ring {
+				uringOff.Store(true)
+				t.Cleanup(func() { uringOff.Store(false) })
+			}
+			dir := sharedDir(t)
+			a := connectAs(t, dir, acctA, Config{})
+			f, _, err := a.Open("f", os.O_CREATE|os.O_RDWR, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteAt([]byte("XYZ"), -1); err == nil {
+				t.Error("WriteAt at offset -1 succeeded")
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, "f")); len(b) != 0 {
+				t.Errorf("the file holds %q after a refused write", b)
+			}
+		})
+	}
+}
