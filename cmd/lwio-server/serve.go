@@ -205,6 +205,17 @@ func logStart(c *Config, log *logrus.Logger, srv *fileserver.Server) {
 // metrics), for the soft memory limit.
 const memoryOverhead = 64 << 20
 
+// gcPercent is lwio-server's GC target (GOGC, unless that is set): a
+// collection starts once the heap has grown by this much over what the
+// last one left live. Nearly all of that live heap is receive buffers and
+// read buffers — byte slices the collector does not scan — so a cycle
+// costs little, while with the default 100 the heap, and the resident
+// memory the runtime keeps, grew to twice those buffers (bench/memory.sh,
+// issue 20: GC headroom was most of a mount's growth). Unlike a limit at
+// the live size (below) a percentage never makes the collector run
+// without pause: its target moves with what is live.
+const gcPercent = 50
+
 // limitMemory sets the Go runtime's soft memory limit from the receive
 // memory budget, unless GOMEMLIMIT is set. The budget bounds the live
 // receive buffers, but buffers given back are garbage until a collection,
@@ -222,6 +233,9 @@ const memoryOverhead = 64 << 20
 // CPU per second on 1,000 4 KiB writes (4,000 without the limit) and took
 // 2.5× as long for tar -x (make bench at 0caaebf).
 func limitMemory(b server.BudgetInfo, log logrus.FieldLogger) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}

@@ -2,8 +2,6 @@ package server
 
 import (
 	"time"
-
-	"github.com/lwiofs/lwiofs/transport"
 )
 
 // The memory budget (issue 20; docs/engine.md, "Credits"): each credit is
@@ -118,6 +116,13 @@ func (s *Server) balance() {
 			conns = append(conns, c)
 		}
 		s.mu.Unlock()
+		now := time.Now()
+		for _, p := range s.recvPools() {
+			if int(s.recvBufs.Load()) > s.budget.Total() {
+				p.dropSpares()
+			}
+			s.dropIdle(p, now) // a shared queue no connection uses any more
+		}
 		short := time.Now().UnixNano() <= s.contended.Load() || s.budget.Used() > s.budget.Total()
 		fair := s.fairShare()
 		for _, c := range conns {
@@ -131,9 +136,6 @@ func (s *Server) balance() {
 func (c *conn) rebalance(tick, short bool, fair int) {
 	if !c.answered.Load() {
 		return
-	}
-	if int(c.s.recvBufs.Load()) > c.s.budget.Total() {
-		c.dropSpares()
 	}
 	g := c.grant.Granted()
 	if keep := c.keep(tick, short, fair, g); keep < g && !c.grant.Open() {
@@ -163,24 +165,6 @@ func (c *conn) keep(tick, short bool, fair, g int) int {
 	return g
 }
 
-// dropSpares frees the connection's spare receive buffers: the server's
-// buffers are past the budget (spares kept earlier, then new grants).
-func (c *conn) dropSpares() {
-	c.mu.Lock()
-	spare := c.spare
-	c.spare = nil
-	regions := make([]transport.Region, 0, len(spare))
-	for _, rb := range spare {
-		regions = append(regions, rb.region)
-		rb.region, rb.seg = nil, transport.Segment{} // nothing keeps the memory
-	}
-	c.mu.Unlock()
-	for _, r := range regions {
-		r.Deregister()
-		c.s.recvBufs.Add(-1)
-	}
-}
-
 // BudgetInfo is the server's receive memory and the credits granted
 // against it: what /metrics and lwio stat show (issue 20).
 type BudgetInfo struct {
@@ -195,9 +179,12 @@ type BudgetInfo struct {
 	// Connections is the number of authenticated connections.
 	Connections int
 	// RecvBuffers and RecvBytes are the receive buffers registered now,
-	// posted or spare, and their memory.
+	// posted, held by requests or spare, and their memory. RecvQueues is
+	// the number of receive queues they are posted to: one per shared
+	// receive queue, one per connection that has its own.
 	RecvBuffers int
 	RecvBytes   int64
+	RecvQueues  int
 }
 
 // Budget reports the memory budget and its use.
@@ -220,13 +207,12 @@ func (s *Server) Budget() BudgetInfo {
 			bi.Connections++
 			bi.Outstanding += c.grant.Outstanding()
 		}
-		for _, rb := range c.recv {
-			if rb != nil && rb.region != nil {
-				bi.RecvBuffers++
-				bi.RecvBytes += int64(len(rb.region.Bytes()))
-			}
-		}
 		c.mu.Unlock()
 	}
+	for _, p := range s.recvPools() {
+		bi.RecvQueues++
+		bi.RecvBuffers += p.usage()
+	}
+	bi.RecvBytes = int64(bi.RecvBuffers) * int64(bi.BufferSize)
 	return bi
 }

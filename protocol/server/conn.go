@@ -36,10 +36,6 @@ func (s connState) String() string {
 	return fmt.Sprintf("connState(%d)", uint8(s))
 }
 
-// authRecvSize is the receive posted for the AUTH message before the
-// connection has credits.
-const authRecvSize = 1024
-
 // conn is one accepted RDMA connection.
 type conn struct {
 	s      *Server
@@ -59,9 +55,8 @@ type conn struct {
 	err        error // why the connection ended
 	sess       *session
 	peerPage   int               // client's PageSize
-	recv       []*recvBuf        // by RecvWR.ID
-	spare      []*recvBuf        // buffers parked after credits were retired
-	recvExcess int               // receives to park rather than repost
+	pool       *recvPool         // where its receives come from (recvpool.go)
+	authing    bool              // counted in pool.authing: AUTH not yet received
 	budget     int               // credits taken from the server-wide budget
 	ioInflight int               // READ/WRITE/VEC requests not yet completed
 	intr       *slot             // the pending INTERRUPT (FIG. 9A), at most one
@@ -92,23 +87,13 @@ type conn struct {
 	rdma *atomic.Uint64 // the provider's RDMA bytes (stats.go)
 }
 
-// recvBuf is one posted receive: seg is where in its region the message
-// lands (recvPad bytes in, so that data after a 48-byte header starts on
-// a page).
-type recvBuf struct {
-	id     uint64
-	region transport.Region
-	seg    transport.Segment
-}
-
-// wr is the receive work request that posts b.
-func (b *recvBuf) wr() transport.RecvWR { return transport.RecvWR{ID: b.id, Buf: b.seg} }
-
 // recvPad is where a receive starts in its region: the header then ends,
 // and a WRITE's or FRAGMENT's data starts, on a page boundary.
 const recvPad = 4096 - protocol.HeaderSize
 
-func newConn(s *Server, tc transport.Conn) *conn {
+// newConn makes the state of a connection accepted on a listener with
+// chooser q (nil: not made by Server.Listen); s.mu is held.
+func newConn(s *Server, tc transport.Conn, q *listenQueues) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	id := s.nextConn.Add(1)
 	c := &conn{
@@ -121,6 +106,7 @@ func newConn(s *Server, tc transport.Conn) *conn {
 			"conn": id, "provider": tc.Provider(), "remote": tc.RemoteAddr(),
 		}),
 		data: transport.NewBufferPool(tc.Domain(), transport.AccessLocal, s.cfg.MaxRdmaWindowSize),
+		pool: s.poolFor(tc, q),
 	}
 	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
@@ -148,7 +134,9 @@ func (c *conn) info() ConnInfo {
 // run serves the connection until it ends, then fails what is left and
 // frees its memory.
 func (c *conn) run() {
-	c.log.Info("lwio: connection accepted")
+	// recv: "shared" when its receives come from its domain's shared
+	// receive queue, "own" when from a queue of its own (recvpool.go).
+	c.log.WithField("recv", c.pool.kind()).Info("lwio: connection accepted")
 	if err := c.postAuthRecv(); err != nil {
 		c.fail(err)
 	} else {
@@ -167,16 +155,25 @@ func (c *conn) run() {
 	c.teardown()
 }
 
+// postAuthRecv posts the receive of the connection's AUTH: one counted in
+// its pool until the AUTH arrives (endAuth).
 func (c *conn) postAuthRecv() error {
-	r, err := c.tc.Domain().Alloc(authRecvSize, transport.AccessLocal)
-	if err != nil {
-		return err
-	}
-	rb := &recvBuf{id: 0, region: r, seg: transport.Whole(r)}
 	c.mu.Lock()
-	c.recv = append(c.recv, rb)
+	c.authing = true
 	c.mu.Unlock()
-	return c.tc.PostRecv(rb.wr())
+	return c.pool.authStart()
+}
+
+// endAuth stops counting the connection's AUTH receive in its pool: the
+// AUTH arrived, or the connection is gone.
+func (c *conn) endAuth() {
+	c.mu.Lock()
+	was := c.authing
+	c.authing = false
+	c.mu.Unlock()
+	if was {
+		c.pool.authEnd()
+	}
 }
 
 // fail ends the connection with err (logged once). Every outstanding work
@@ -308,7 +305,13 @@ func (c *conn) onSent(wc *transport.Completion) {
 // onRecv handles one received message; last says no other message follows
 // it in the reaper's batch.
 func (c *conn) onRecv(wc *transport.Completion, last bool) {
+	rb, ok := c.pool.take(c, wc.ID)
+	if !ok {
+		c.fail(fmt.Errorf("receive completion with unknown id %d", wc.ID))
+		return
+	}
 	if err := wc.Err(); err != nil {
+		c.pool.give(c, rb)
 		var ce *transport.CompletionError
 		if errors.As(err, &ce) && ce.Status == transport.StatusLocalLength {
 			c.fail(fmt.Errorf("message longer than MaxRecvBufferSize %d: %w", c.s.cfg.MaxRecvBufferSize, err))
@@ -324,31 +327,31 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		// The connection failed earlier in this batch (a broken rule):
 		// nothing after it is served.
 		c.mu.Unlock()
+		c.pool.give(c, rb)
 		return
 	}
-	if int(wc.ID) >= len(c.recv) {
-		c.mu.Unlock()
-		c.fail(fmt.Errorf("receive completion with unknown id %d", wc.ID))
-		return
-	}
-	rb := c.recv[wc.ID]
 	state := c.state
 	c.mu.Unlock()
 	msg := rb.seg.Bytes()[:wc.Len]
 	if wc.HasImm {
+		c.pool.give(c, rb)
 		c.fail(errors.New("protocol violation: RDMA WRITE WITH IMMEDIATE from a client"))
 		return
 	}
 	req, err := protocol.DecodeRequest(msg)
 	if state == stateAuth {
-		c.auth(&req, err, len(msg))
+		c.auth(&req, err, len(msg), rb)
 		return
 	}
 	if err != nil {
+		c.pool.give(c, rb)
 		c.fail(err) // a broken wire rule: the FieldError names it
 		return
 	}
 	if err := c.grant.Receive(); err != nil {
+		// More messages than credits: the connection ends, and the
+		// buffer it took, maybe another's, is posted again at once.
+		c.pool.give(c, rb)
 		c.fail(err)
 		return
 	}
@@ -408,9 +411,8 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 	}
 }
 
-// releaseRecv gives the request's receive buffer back: reposted, or parked
-// when credits were retired (retire also parks it).
-func (c *conn) releaseRecv(sl *slot, retire bool) {
+// releaseRecv gives the request's receive buffers back to the pool.
+func (c *conn) releaseRecv(sl *slot) {
 	rb := sl.recv
 	if rb == nil {
 		return
@@ -418,88 +420,16 @@ func (c *conn) releaseRecv(sl *slot, retire bool) {
 	sl.recv = nil
 	sl.req.Data, sl.req.Regions = nil, nil // they alias rb
 	c.releaseFragments(sl)
-	c.giveBack(sl, rb, retire)
+	c.giveBack(rb)
 }
 
-// giveBack reposts a consumed receive buffer, or, when credits were retired
-// (or retire: this message retired one), keeps it as a spare or frees it.
-func (c *conn) giveBack(sl *slot, rb *recvBuf, retire bool) {
-	c.mu.Lock()
-	if retire || c.recvExcess > 0 {
-		if !retire {
-			c.recvExcess--
-		}
-		// A few spares, while the server's buffers are within the
-		// budget; the memory of other credits given back goes
-		// (budget.go). The entry stays for its id; addRecv reuses it.
-		if len(c.spare) < c.s.cfg.MinCredits && int(c.s.recvBufs.Load()) <= c.s.budget.Total() {
-			c.spare = append(c.spare, rb)
-			c.mu.Unlock()
-			return
-		}
-		r := rb.region
-		rb.region, rb.seg = nil, transport.Segment{} // nothing keeps the memory
-		c.mu.Unlock()
-		r.Deregister()
-		c.s.recvBufs.Add(-1)
-		return
-	}
-	c.mu.Unlock()
-	// A reused one-element list: a variadic call through the interface
-	// would allocate its slice per request.
-	c.repost(sl, rb)
-}
-
-// repost posts rb again from the slot's one-element list (no allocation).
-func (c *conn) repost(sl *slot, rb *recvBuf) {
-	sl.rwr[0] = rb.wr()
-	if err := c.tc.PostRecv(sl.rwr[:]...); err != nil {
+// giveBack returns a consumed receive buffer to the connection's pool,
+// which posts it again or, when credits were taken back, lets it go
+// (recvpool.go).
+func (c *conn) giveBack(rb *recvBuf) {
+	if err := c.pool.give(c, rb); err != nil {
 		c.fail(fmt.Errorf("repost receive: %w", err))
 	}
-}
-
-// addRecv posts n more receive buffers (credits granted), first keeping
-// ones that were to be parked, registering new ones only past the spares.
-func (c *conn) addRecv(n int) error {
-	c.mu.Lock()
-	absorb := min(n, c.recvExcess)
-	c.recvExcess -= absorb
-	c.mu.Unlock()
-	n -= absorb
-	for i := 0; i < n; i++ {
-		c.mu.Lock()
-		var rb *recvBuf
-		if l := len(c.spare); l > 0 {
-			rb = c.spare[l-1]
-			c.spare = c.spare[:l-1]
-		}
-		c.mu.Unlock()
-		if rb == nil {
-			r, err := c.tc.Domain().Alloc(recvPad+c.s.cfg.MaxRecvBufferSize, transport.AccessLocal)
-			if err != nil {
-				return err
-			}
-			c.s.recvBufs.Add(1)
-			seg := transport.Segment{Region: r, Offset: recvPad, Length: c.s.cfg.MaxRecvBufferSize}
-			c.mu.Lock()
-			for _, old := range c.recv { // an entry whose buffer went
-				if old.region == nil && old.id != 0 {
-					rb = old
-					break
-				}
-			}
-			if rb == nil {
-				rb = &recvBuf{id: uint64(len(c.recv))}
-				c.recv = append(c.recv, rb)
-			}
-			rb.region, rb.seg = r, seg
-			c.mu.Unlock()
-		}
-		if err := c.tc.PostRecv(rb.wr()); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // post queues a chain of work requests, waiting for send-queue room. The
@@ -582,7 +512,7 @@ func (c *conn) complete(sl *slot, wrs []transport.SendWR, st protocol.Status, in
 	h := &sl.req.Header
 	isIO := h.Opcode.IsIO()
 	retire := h.Opcode == protocol.OpCredit && st == protocol.NotifyCredit
-	c.releaseRecv(sl, retire)
+	c.releaseRecv(sl)
 	if wrs == nil {
 		wrs = sl.wrs[:0]
 	}
@@ -693,8 +623,6 @@ func (c *conn) teardown() {
 	c.state = stateClosed
 	sess, budget := c.sess, c.budget
 	c.sess, c.budget = nil, 0
-	recv := c.recv
-	c.recv, c.spare = nil, nil
 	c.mu.Unlock()
 	if sess != nil {
 		c.s.detach(sess)
@@ -703,14 +631,10 @@ func (c *conn) teardown() {
 	if c.grant != nil {
 		c.s.authed.Add(-1)
 	}
-	for _, rb := range recv {
-		if rb.region != nil {
-			rb.region.Deregister()
-			if rb.id != 0 { // not the AUTH buffer
-				c.s.recvBufs.Add(-1)
-			}
-		}
-	}
+	c.endAuth()
+	c.pool.addCredits(-budget)
+	c.pool.reclaim(c)
+	c.s.leavePool(c.pool)
 	c.stall.Stop()
 	c.slots.drop()
 	c.data.Drop()

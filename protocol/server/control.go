@@ -19,21 +19,26 @@ const authParamsOff = 32
 // derr is what DecodeRequest said of the n-byte message. Anything but AUTH ends
 // the connection at once; an AUTH that is malformed or refused is answered
 // with a failure status, after which the connection ends (complete).
-func (c *conn) auth(req *protocol.Request, derr error, n int) {
+func (c *conn) auth(req *protocol.Request, derr error, n int, rb *recvBuf) {
+	c.endAuth()
 	switch {
 	case n < protocol.HeaderSize:
+		c.giveBack(rb)
 		c.fail(derr)
 		return
 	case req.Header.Opcode != protocol.OpAuth:
+		c.giveBack(rb)
 		c.fail(fmt.Errorf("protocol violation: %v before AUTH", req.Header.Opcode))
 		return
 	}
 	sl, err := c.slots.get()
 	if err != nil {
+		c.giveBack(rb)
 		c.fail(err)
 		return
 	}
 	sl.req = *req
+	sl.recv = rb
 	sl.authn = true
 	sl.start = time.Now() // for the latency count (stats.go)
 	wrs, st, info, why := c.authenticate(sl, derr)
@@ -94,7 +99,7 @@ func (c *conn) authenticate(sl *slot, derr error) ([]transport.SendWR, protocol.
 	c.budget = granted
 	c.peerPage = int(p.PageSize)
 	c.mu.Unlock()
-	if err := c.addRecv(granted); err != nil {
+	if err := c.pool.addCredits(granted); err != nil {
 		return nil, protocol.StatusInsufficientResources, 0, fmt.Sprintf("posting receives: %v", err)
 	}
 	// The Key echoed is the one the client presented, which is the one
@@ -228,7 +233,7 @@ func (c *conn) ordered(sl *slot) {
 	st, released, err := c.grant.CreditMessage(sl.req.Header.CreditCount())
 	if err != nil {
 		c.fail(err)
-		c.releaseRecv(sl, false)
+		c.releaseRecv(sl)
 		c.grant.Complete()
 		c.slots.put(sl.idx)
 		c.reqs.Done()
@@ -237,10 +242,10 @@ func (c *conn) ordered(sl *slot) {
 	c.s.budget.Give(released)
 	c.mu.Lock()
 	c.budget -= released
-	if st == protocol.StatusSuccess {
-		c.recvExcess += released
-	}
 	c.mu.Unlock()
+	// The pool posts fewer receives from now on: this message's buffer,
+	// and as many others as were given back, are not posted again.
+	c.pool.addCredits(-released)
 	answer(st) // NOTIFY_CREDIT retires the credit (complete)
 }
 
@@ -303,7 +308,7 @@ func (c *conn) startDelta(delta int) bool {
 	go func() {
 		defer c.reqs.Done()
 		if delta > 0 {
-			if err := c.addRecv(delta); err != nil {
+			if err := c.pool.addCredits(delta); err != nil {
 				c.fail(fmt.Errorf("posting receives for %d credits: %w", delta, err))
 				return
 			}

@@ -69,7 +69,7 @@ func (c *conn) assemble(req *protocol.Request, rb *recvBuf) (*slot, bool) {
 func (c *conn) releaseFragments(sl *slot) {
 	for i, rb := range sl.frags {
 		sl.frags[i] = nil
-		c.giveBack(sl, rb, false)
+		c.giveBack(rb)
 	}
 	sl.frags = sl.frags[:0]
 	for i := range sl.fragData {

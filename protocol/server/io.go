@@ -75,7 +75,7 @@ func (c *conn) read(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status
 	if n == 0 {
 		return nil, protocol.StatusSuccess, 0
 	}
-	c.releaseRecv(sl, false) // everything needed is in the header
+	c.releaseRecv(sl) // everything needed is in the header
 	buf, got, st := c.readFile(sl, fe, n)
 	if got == 0 {
 		return nil, st, 0
@@ -133,7 +133,7 @@ func (c *conn) vecRead(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Sta
 		return nil, protocol.StatusInvalidParameter, 0
 	}
 	sl.regions = sl.req.Regions.AppendTo(sl.regions[:0])
-	c.releaseRecv(sl, false)
+	c.releaseRecv(sl)
 	buf, got, st := c.readFile(sl, fe, n)
 	if got == 0 {
 		return nil, st, 0
@@ -206,7 +206,7 @@ func (c *conn) vecWrite(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.St
 	for off := 0; off < chunk; off += ps {
 		copy(scratch[off:min(off+ps, chunk)], sl.req.Data)
 	}
-	c.releaseRecv(sl, false)
+	c.releaseRecv(sl)
 	written := 0
 	var err error
 	for written < n && err == nil {

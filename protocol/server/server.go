@@ -186,7 +186,13 @@ type Server struct {
 	contended atomic.Int64
 	poke      chan struct{}
 	authed    atomic.Int32
-	recvBufs  atomic.Int64 // receive buffers registered, posted or spare (conn.go)
+	recvBufs  atomic.Int64 // receive buffers registered, posted, held or spare (recvpool.go)
+	// pools are the receive buffer pools, shared or a connection's own;
+	// srqs the shared ones by domain (nil: the domain cannot make one).
+	pools map[*recvPool]struct{}
+	srqs  map[transport.Domain]*recvPool
+	// chooser is the QueueChooser of each listener Listen made.
+	chooser map[transport.Listener]*listenQueues
 
 	runq      chan *slot    // to an idle request goroutine (run.go)
 	quit      chan struct{} // closed by Close: request goroutines exit
@@ -227,18 +233,38 @@ func New(cfg Config) (*Server, error) {
 		runq:      make(chan *slot),
 		quit:      make(chan struct{}),
 		poke:      make(chan struct{}, 1),
+		pools:     make(map[*recvPool]struct{}),
+		srqs:      make(map[transport.Domain]*recvPool),
+		chooser:   make(map[transport.Listener]*listenQueues),
 	}
 	go s.balance()
 	return s, nil
 }
 
 // TransportConfig is the connection shape listeners should be made with.
+// A listener made with it alone gives each connection its own receive
+// queue; Listen adds the shared ones (recvpool.go).
 func (s *Server) TransportConfig() transport.Config { return s.cfg.Transport }
 
-// Listen listens on addr with provider p, shaped by TransportConfig. Pass
-// the listener to Serve.
+// Listen listens on addr with provider p, shaped by TransportConfig, its
+// connections taking their receives from their domain's shared receive
+// queue unless Config.Transport.Queues names a chooser. Pass the listener
+// to Serve.
 func (s *Server) Listen(p transport.Provider, addr string) (transport.Listener, error) {
-	return p.Listen(addr, s.cfg.Transport)
+	cfg := s.cfg.Transport
+	var q *listenQueues
+	if cfg.Queues == nil {
+		// Shared receive queues (recvpool.go).
+		q = &listenQueues{s: s, pools: make(map[*recvPool]struct{})}
+		cfg.Queues = q
+	}
+	l, err := p.Listen(addr, cfg)
+	if err == nil && q != nil {
+		s.mu.Lock()
+		s.chooser[l] = q
+		s.mu.Unlock()
+	}
+	return l, err
 }
 
 // Serve accepts connections on l until l fails or the server is closed. It
@@ -251,12 +277,14 @@ func (s *Server) Serve(l transport.Listener) error {
 		return ErrServerClosed
 	}
 	s.listeners[l] = struct{}{}
+	q := s.chooser[l]
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
 		delete(s.listeners, l)
+		delete(s.chooser, l)
 		s.mu.Unlock()
 		l.Close()
 	}()
@@ -278,7 +306,7 @@ func (s *Server) Serve(l transport.Listener) error {
 			tc.Close()
 			return ErrServerClosed
 		}
-		c := newConn(s, tc)
+		c := newConn(s, tc, q)
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -319,6 +347,10 @@ func (s *Server) Close() error {
 	wg.Wait()
 	s.wg.Wait()
 	s.closeOnce.Do(func() { close(s.quit) })
+	late := time.Now().Add(idleChosen) // no connection is being set up now
+	for _, p := range s.recvPools() {
+		s.dropIdle(p, late)
+	}
 	return nil
 }
 

@@ -309,14 +309,23 @@ func TestFidOfAnotherSession(t *testing.T) {
 // More requests outstanding than credits is a violation.
 func TestBeyondCredits(t *testing.T) {
 	e := newEnv(t, Config{})
+	p, fid := heldReads(t, e)
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 3)))
+	p.wantClosed("third request on two credits")
+}
+
+// heldReads authenticates a connection of session 5 with two credits and
+// has both used by READs of a file whose reads wait until the test ends.
+func heldReads(t *testing.T, e *env) (*peer, uint16) {
+	t.Helper()
 	key, signing := e.session(5)
 	f, err := os.CreateTemp(e.dir, "g")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	g := servertest.NewGatedFile(osFile{f})
-	defer g.Open()
+	t.Cleanup(g.Open)
 	rk := e.auth.AddFile(5, g)
 	p := e.dial()
 	p.auth(key, signing, 2)
@@ -326,8 +335,7 @@ func TestBeyondCredits(t *testing.T) {
 	}
 	<-g.Entered
 	<-g.Entered
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 3)))
-	p.wantClosed("third request on two credits")
+	return p, fid
 }
 
 // Malformed and hostile messages end only their own connection (or fail

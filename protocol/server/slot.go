@@ -20,7 +20,6 @@ type slot struct {
 	c    *conn
 	idx  int
 	resp transport.Region
-	rwr  [1]transport.RecvWR // releaseRecv's list
 
 	// req is the decoded message; its Data and Regions alias recv's
 	// buffer and are cleared when it is released (releaseRecv).

@@ -122,16 +122,14 @@ func (s *Server) Stats() Stats {
 		if c.state == stateOpen {
 			g = c.grant
 		}
-		for _, rb := range c.recv {
-			if rb.region != nil {
-				st.RecvBufferBytes += int64(len(rb.region.Bytes()))
-			}
-		}
 		c.mu.Unlock()
 		if g != nil {
 			st.CreditsGranted += g.Granted()
 			st.CreditsInUse += g.Outstanding()
 		}
+	}
+	for _, p := range s.recvPools() {
+		st.RecvBufferBytes += int64(p.usage()) * int64(s.cfg.bufferBytes())
 	}
 	return st
 }

@@ -70,9 +70,12 @@ func engineConfig(clients int) server.Config {
 // connections under budget credits: a MaxRecvBufferSize receive per credit,
 // read buffers of up to two windows per credit (power-of-two size classes,
 // and a buffer stays with its slot until the peer acknowledged the data),
-// and per connection its AUTH receive and 2×credits 128-byte slots.
+// and per connection 2×credits 128-byte slots. The receives come from one
+// shared receive queue, which holds besides the credits' buffers one of
+// headroom and those of up to 16 AUTHs at once (server/recvpool.go).
 func serverBound(budget, conns int) int64 {
-	return int64(budget)*int64(maxRecv+2*window) + int64(conns)*int64(1024+2*creditsPerConn*128)
+	const authAndHeadroom = 16 + 1
+	return int64(budget+authAndHeadroom)*int64(maxRecv+2*window) + int64(conns)*int64(2*creditsPerConn*128)
 }
 
 // loadClient is one client engine with its session, file and jobs.

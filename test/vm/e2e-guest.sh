@@ -23,7 +23,8 @@
 #      suite's data and namespace checks run on it (posix.test -test.run
 #      TestPOSIXAt).
 #   5. both mounts end on SIGTERM (exit 0, unmounted); the server must have
-#      seen their connections, all on verbs.
+#      seen their connections, all on verbs, each taking its receives from
+#      rxe0's shared receive queue (issue 20).
 #   6. control: on mount C, provider=softrdma, the byte check must fail.
 #      Then the server stops on SIGTERM (exit 0).
 #
@@ -454,10 +455,19 @@ stop_mount a
 # retries it; under TCG on a busy host 5 s can pass) carried nothing and
 # is only counted.
 check_server_conns() {
-	local log=$out/lwio-server.log accepted on_verbs authed
+	local log=$out/lwio-server.log accepted on_verbs authed shared
 	accepted=$(grep -c 'msg="lwio: connection accepted"' "$log")
 	on_verbs=$(grep 'msg="lwio: connection accepted"' "$log" | grep -c 'provider=verbs')
 	authed=$(grep 'msg="lwio: connection authenticated"' "$log" | grep -c 'provider=verbs')
+	# Issue 20: every verbs connection takes its receives from the device's
+	# shared receive queue (rxe has SRQs), not a queue of its own.
+	shared=$(grep 'msg="lwio: connection accepted"' "$log" | grep 'provider=verbs' | grep -c 'recv=shared')
+	if [ "$on_verbs" -gt 0 ] && [ "$shared" = "$on_verbs" ]; then
+		pass "lwio-server: all $on_verbs verbs connections take their receives from rxe0's shared receive queue"
+	else
+		fail "lwio-server: $shared of $on_verbs verbs connections use a shared receive queue"
+		grep -E 'shared receive queue|lwio: connection accepted' "$log" | head -10
+	fi
 	if [ "$accepted" -gt 0 ] && [ "$accepted" = "$on_verbs" ] && [ "$authed" = $((a_conns + ${b_conns:-0})) ]; then
 		pass "lwio-server authenticated $authed LWIO connections, all on verbs (mount a: $a_conns, mount b: ${b_conns:-0}); none on softrdma; $((accepted - authed)) attempt(s) without AUTH"
 	else

@@ -1,0 +1,445 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/lwiofs/lwiofs/transport"
+)
+
+// Receive buffers (issue 20 item 2; docs/engine.md, "Receive buffers").
+// Every credit is a posted receive buffer. Where the provider can make a
+// shared receive queue the server keeps one per protection domain (one per
+// device), and every connection of that domain takes its receives from it
+// (transport.SRQ, Config.Queues: the server is the QueueChooser); where it
+// cannot, each connection has its own receive queue, filled the same way.
+// A recvPool is either.
+//
+// The rule is the NIC's: a SEND that finds the queue empty is
+// receiver-not-ready, so every credit granted must be a buffer posted. A
+// pool keeps live buffers — posted, or held by a request — for the credits
+// its connections hold (the budget's, budget.go), one for each connection
+// not yet authenticated (its AUTH), up to authAllowance, and headroom:
+// want. A buffer a request is done with is posted again while live is
+// within want, else it goes (a few kept as spares). So the pool grows the
+// moment credits are granted (posted before the grant goes out), and
+// shrinks as credits taken back are consumed: a retiring CREDIT message
+// brings its buffer back, and that buffer is not posted again. A buffer
+// posted to a shared queue cannot be taken back; what a closed
+// connection's unused credits left posted stays for the others and counts
+// toward their grants.
+//
+// Sum over a pool's connections: messages sent and not yet released ≤
+// credits granted ≤ want ≤ live buffers, so posted ≥ what can arrive
+// unannounced. A client sending beyond its credits can take another's
+// buffer, but its connection ends at its first surplus message (the
+// CreditGrant's Receive), and the buffers it held come back then
+// (reclaim); the others' SENDs meanwhile wait at most for a repost
+// (receiver-not-ready waits the initiator's RNR time).
+type recvPool struct {
+	s *Server
+	// key is the domain ChooseQueues made the shared queue for; users
+	// the connections using the pool, chosen when ChooseQueues last gave
+	// its queue out (both s.mu).
+	key    transport.Domain
+	users  int
+	chosen time.Time
+	// srq is the shared receive queue, or nil: the receive queue of tc,
+	// the one connection using the pool.
+	srq transport.SRQ
+	tc  transport.Conn
+	// headroom and authAllowance: see want.
+	headroom, authAllowance int
+
+	mu      sync.Mutex
+	dom     transport.Domain // where its buffers are registered
+	bufs    []*recvBuf       // by RecvWR.ID; an entry whose buffer went is reused
+	spare   []*recvBuf       // registered, not posted
+	credits int              // credits granted to the connections using the pool
+	authing int              // connections using it not yet past AUTH
+	live    int              // buffers posted or held by a request (not spare)
+	posted  int              // of the live ones, those posted
+	wr      [1]transport.RecvWR
+	closed  bool
+}
+
+// recvBuf is one receive buffer: seg is where in its region the message
+// lands (recvPad bytes in, so that data after a 48-byte header starts on
+// a page). owner is the connection whose request holds it, from its
+// receive completion until it is given back; nil while posted or spare.
+type recvBuf struct {
+	id     uint64
+	region transport.Region
+	seg    transport.Segment
+	owner  *conn
+}
+
+// kind names where the pool's receives are posted, for logs: "shared" (a
+// shared receive queue) or "own" (one connection's own receive queue).
+func (p *recvPool) kind() string {
+	if p.srq != nil {
+		return "shared"
+	}
+	return "own"
+}
+
+// wr is the receive work request that posts b.
+func (b *recvBuf) wr() transport.RecvWR { return transport.RecvWR{ID: b.id, Buf: b.seg} }
+
+// A shared pool's headroom: one receive beyond the credits, and the AUTH
+// receives of at most srqAuthAllowance connections authenticating at once
+// (more wait receiver-not-ready for one to be posted again: an AUTH is
+// answered at once).
+const (
+	srqHeadroom      = 1
+	srqAuthAllowance = 16
+)
+
+// newRecvPool returns a pool posting to srq, or, with srq nil, to tc's own
+// receive queue.
+func newRecvPool(s *Server, dom transport.Domain, srq transport.SRQ, tc transport.Conn) *recvPool {
+	p := &recvPool{s: s, dom: dom, srq: srq, tc: tc, authAllowance: 1}
+	if srq != nil {
+		p.headroom, p.authAllowance = srqHeadroom, srqAuthAllowance
+	}
+	return p
+}
+
+// want is how many live buffers the pool keeps.
+func (p *recvPool) want() int {
+	return p.credits + min(p.authing, p.authAllowance) + p.headroom
+}
+
+// postLocked posts rb (p.mu held; p.wr makes the list without an
+// allocation per receive).
+func (p *recvPool) postLocked(rb *recvBuf) error {
+	p.wr[0] = rb.wr()
+	var err error
+	if p.srq != nil {
+		err = p.srq.PostRecv(p.wr[:]...)
+	} else {
+		err = p.tc.PostRecv(p.wr[:]...)
+	}
+	if err == nil {
+		p.posted++
+	}
+	return err
+}
+
+// addCredits counts n credits granted (negative: given back) to a
+// connection using the pool, and posts receives for new ones before it
+// returns.
+func (p *recvPool) addCredits(n int) error {
+	p.mu.Lock()
+	p.credits += n
+	p.mu.Unlock()
+	return p.fill()
+}
+
+// authStart counts a connection that will send AUTH and posts its receive;
+// authEnd counts its AUTH received (or the connection gone before).
+func (p *recvPool) authStart() error {
+	p.mu.Lock()
+	p.authing++
+	p.mu.Unlock()
+	return p.fill()
+}
+
+func (p *recvPool) authEnd() {
+	p.mu.Lock()
+	p.authing--
+	p.mu.Unlock()
+}
+
+// fill posts receive buffers until live reaches want: spares first, then
+// new ones.
+func (p *recvPool) fill() error {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return transport.ErrClosed
+		}
+		if p.live >= p.want() {
+			p.mu.Unlock()
+			return nil
+		}
+		p.live++
+		var rb *recvBuf
+		if l := len(p.spare); l > 0 {
+			rb = p.spare[l-1]
+			p.spare = p.spare[:l-1]
+		}
+		p.mu.Unlock()
+		if rb == nil {
+			var err error
+			if rb, err = p.alloc(); err != nil {
+				p.mu.Lock()
+				p.live--
+				p.mu.Unlock()
+				return err
+			}
+		}
+		p.mu.Lock()
+		err := p.postLocked(rb)
+		p.mu.Unlock()
+		if err != nil {
+			p.mu.Lock()
+			p.live--
+			p.mu.Unlock()
+			p.free(rb)
+			return err
+		}
+	}
+}
+
+// alloc registers a new receive buffer and gives it an id.
+func (p *recvPool) alloc() (*recvBuf, error) {
+	size := p.s.cfg.MaxRecvBufferSize
+	p.mu.Lock()
+	dom := p.dom
+	p.mu.Unlock()
+	r, err := dom.Alloc(recvPad+size, transport.AccessLocal)
+	if err != nil {
+		return nil, err
+	}
+	p.s.recvBufs.Add(1)
+	seg := transport.Segment{Region: r, Offset: recvPad, Length: size}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, rb := range p.bufs { // an entry whose buffer went
+		if rb.region == nil {
+			rb.region, rb.seg = r, seg
+			return rb, nil
+		}
+	}
+	rb := &recvBuf{id: uint64(len(p.bufs)), region: r, seg: seg}
+	p.bufs = append(p.bufs, rb)
+	return rb, nil
+}
+
+// free deregisters rb's memory; its entry stays for its id.
+func (p *recvPool) free(rb *recvBuf) {
+	p.mu.Lock()
+	r := rb.region
+	rb.region, rb.seg, rb.owner = nil, transport.Segment{}, nil
+	p.mu.Unlock()
+	if r != nil {
+		r.Deregister()
+		p.s.recvBufs.Add(-1)
+	}
+}
+
+// take hands the buffer of receive id, just completed on c, to c; false
+// if no posted buffer has that id (a provider's bug or a stale id).
+func (p *recvPool) take(c *conn, id uint64) (*recvBuf, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id >= uint64(len(p.bufs)) {
+		return nil, false
+	}
+	rb := p.bufs[id]
+	if rb.region == nil || rb.owner != nil {
+		return nil, false
+	}
+	rb.owner = c
+	p.posted--
+	return rb, true
+}
+
+// give takes back a buffer c held: posted again while the pool's live
+// buffers are within want, else kept as a spare (a few, while the server's
+// buffers are within the budget) or freed. A no-op when c no longer holds
+// it (reclaim took it).
+func (p *recvPool) give(c *conn, rb *recvBuf) error {
+	p.mu.Lock()
+	if rb.owner != c || rb.region == nil {
+		p.mu.Unlock()
+		return nil
+	}
+	rb.owner = nil
+	var err error
+	if !p.closed && p.live <= p.want() {
+		if err = p.postLocked(rb); err == nil {
+			p.mu.Unlock()
+			return nil
+		}
+	}
+	p.live--
+	if !p.closed && len(p.spare) < p.s.cfg.MinCredits && int(p.s.recvBufs.Load()) <= p.s.budget.Total() {
+		p.spare = append(p.spare, rb)
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.Unlock()
+	p.free(rb)
+	return err
+}
+
+// reclaim gives back every buffer c still holds: at its teardown, what a
+// request never released (a fragmented write cut short, a held INTERRUPT,
+// a message after the connection failed).
+func (p *recvPool) reclaim(c *conn) {
+	p.mu.Lock()
+	var held []*recvBuf
+	for _, rb := range p.bufs {
+		if rb.owner == c {
+			held = append(held, rb)
+		}
+	}
+	p.mu.Unlock()
+	for _, rb := range held {
+		p.give(c, rb)
+	}
+}
+
+// dropSpares frees the spare buffers: the server's buffers are past the
+// budget.
+func (p *recvPool) dropSpares() {
+	p.mu.Lock()
+	spare := p.spare
+	p.spare = nil
+	p.mu.Unlock()
+	for _, rb := range spare {
+		p.free(rb)
+	}
+}
+
+// usage is the pool's registered buffers, posted, held or spare.
+func (p *recvPool) usage() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live + len(p.spare)
+}
+
+// release frees every buffer once no connection uses the pool any more:
+// the shared queue was destroyed (its posted receives are then the
+// server's again), a connection's own queue was flushed by its close.
+func (p *recvPool) release() {
+	p.mu.Lock()
+	p.closed = true
+	bufs := p.bufs
+	p.spare = nil
+	p.live, p.posted = 0, 0
+	p.mu.Unlock()
+	for _, rb := range bufs {
+		p.free(rb)
+	}
+}
+
+// srqDepth is the shared receive queue's size: the budget with its
+// possible overdraft (a quarter), and the headroom.
+func (s *Server) srqDepth() int {
+	return s.budget.Total()*5/4 + s.cfg.MaxCredits + srqAuthAllowance + srqHeadroom
+}
+
+// listenQueues is the QueueChooser of a listener made by Server.Listen
+// (unless Config.Transport.Queues names another): every connection of a
+// domain takes its receives from the domain's shared receive queue, made
+// on first use. A domain that cannot make one gets connections with their
+// own receive queues. pools are the shared ones it handed out (s.mu).
+type listenQueues struct {
+	s     *Server
+	pools map[*recvPool]struct{}
+}
+
+func (q *listenQueues) ChooseQueues(d transport.QueueDomain) (transport.Queues, error) {
+	s := q.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.srqs[d]
+	if !ok {
+		srq, err := d.CreateSRQ(transport.SRQConfig{Depth: s.srqDepth()})
+		if err != nil {
+			s.log.WithError(err).Warn("lwio: no shared receive queue; each connection gets its own")
+		} else {
+			p = newRecvPool(s, d, srq, nil)
+			p.key = d
+			s.pools[p] = struct{}{}
+		}
+		s.srqs[d] = p
+	}
+	if p == nil {
+		return transport.Queues{}, nil
+	}
+	p.chosen = time.Now()
+	q.pools[p] = struct{}{}
+	return transport.Queues{SRQ: p.srq}, nil
+}
+
+// poolFor is where a connection accepted on a listener with chooser q
+// (nil: not made by Server.Listen) takes its receives: the shared pool of
+// its domain if q handed one out — found by the connection's Domain, or
+// q's only one when the connection's Domain wraps the provider's (a
+// test's counting wrapper) — else a pool of its own. s.mu is held.
+func (s *Server) poolFor(tc transport.Conn, q *listenQueues) *recvPool {
+	if q != nil {
+		p, ok := s.srqs[tc.Domain()]
+		if !ok && len(q.pools) == 1 {
+			for p = range q.pools {
+			}
+		}
+		if p != nil {
+			p.mu.Lock()
+			p.dom = tc.Domain() // what a wrapper counts; the provider's memory
+			p.mu.Unlock()
+			p.users++
+			return p
+		}
+	}
+	p := newRecvPool(s, tc.Domain(), nil, tc)
+	p.users = 1
+	s.pools[p] = struct{}{}
+	return p
+}
+
+// leavePool is a connection's teardown in its pool: its own pool goes,
+// and so does a shared one it was the last to use.
+func (s *Server) leavePool(p *recvPool) {
+	s.mu.Lock()
+	p.users--
+	s.mu.Unlock()
+	s.dropIdle(p, time.Now())
+}
+
+// dropIdle frees a pool no connection uses: a shared one's queue is
+// destroyed, with the receives it held posted — which no connection would
+// consume — and the next connection of its domain makes a new one. Not
+// while a connection being accepted may have been given its queue
+// (chosen less than idleChosen before now; the balancer tries again).
+func (s *Server) dropIdle(p *recvPool, now time.Time) {
+	s.mu.Lock()
+	_, live := s.pools[p]
+	if !live || p.users > 0 || p.srq != nil && now.Sub(p.chosen) < idleChosen {
+		s.mu.Unlock()
+		return
+	}
+	if p.srq != nil {
+		if err := p.srq.Close(); err != nil {
+			s.mu.Unlock()
+			return // a connection still uses it (ErrInUse): a later sweep
+		}
+		delete(s.srqs, p.key)
+		for _, q := range s.chooser {
+			delete(q.pools, p)
+		}
+	}
+	delete(s.pools, p)
+	s.mu.Unlock()
+	p.release()
+}
+
+// idleChosen is how long after ChooseQueues gave a shared queue out it is
+// kept though no connection uses it: the connection is being set up.
+const idleChosen = 2 * time.Second
+
+// recvPools returns every pool, shared or a connection's own.
+func (s *Server) recvPools() []*recvPool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := make([]*recvPool, 0, len(s.pools))
+	for p := range s.pools {
+		ps = append(ps, p)
+	}
+	return ps
+}
