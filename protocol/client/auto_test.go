@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 )
 
@@ -48,7 +49,7 @@ func autoFile(t *testing.T, size int) (*Client, *File) {
 	t.Helper()
 	e := newEnv(t, server.Config{})
 	s, cl := e.newClient(t, Auto)
-	return cl, s.newFile(t, cl, "f", randBytes(size))
+	return cl, s.newFile(t, cl, "f", testutil.RandBytes(size))
 }
 
 // sumConns adds up the connections' completions by mode.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
@@ -125,7 +126,7 @@ func BenchmarkSeqWrite1MiB(b *testing.B) {
 		b.Run(mode.String(), func(b *testing.B) {
 			_, f := benchEnv(b, mode, 0)
 			ctx := context.Background()
-			data := randBytes(size)
+			data := testutil.RandBytes(size)
 			b.SetBytes(size)
 			run(b, depth, func(_ *mrand.Rand, i int) error {
 				_, err := f.WriteAt(ctx, data, int64(i%(benchFileSize/size))*size)
@@ -150,7 +151,7 @@ func BenchmarkWrite1MiBFragments(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			_, f := benchEnvWith(b, c.cfg, Interrupt, 0)
 			ctx := context.Background()
-			data := randBytes(size)
+			data := testutil.RandBytes(size)
 			b.SetBytes(size)
 			run(b, 1, func(_ *mrand.Rand, i int) error {
 				_, err := f.WriteAt(ctx, data, int64(i%(benchFileSize/size))*size)
@@ -180,7 +181,7 @@ func BenchmarkRandRead4KiB(b *testing.B) {
 // BenchmarkRandWrite4KiB: 4 KiB random writes at 1 and 32 outstanding.
 func BenchmarkRandWrite4KiB(b *testing.B) {
 	benchRand4KiB(b, func(f *File, _ int) func(context.Context, int64) error {
-		data := randBytes(4096)
+		data := testutil.RandBytes(4096)
 		return func(ctx context.Context, off int64) error {
 			_, err := f.WriteAt(ctx, data, off)
 			return err

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport"
@@ -93,7 +94,7 @@ func TestRequestsSpreadOverConnections(t *testing.T) {
 	cfg := s.config(Interrupt)
 	cfg.Connections = 4
 	cl := s.client(t, cfg)
-	f := s.newFile(t, cl, "f", randBytes(1<<20))
+	f := s.newFile(t, cl, "f", testutil.RandBytes(1<<20))
 	before := make([]uint64, 4)
 	for i, ci := range cl.Conns() {
 		before[i] = ci.Requests

@@ -15,7 +15,7 @@ func (e *env) gated(id uint64) (protocol.ResumeKey, *servertest.GatedFile) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	f.Write(randBytes(64 << 10))
+	f.Write(testutil.RandBytes(64 << 10))
 	e.t.Cleanup(func() { f.Close() })
 	g := servertest.NewGatedFile(osFile{f})
 	e.t.Cleanup(g.Open)

@@ -18,7 +18,7 @@ func servePeers(t *testing.T, e *env, n, credits int) []*peer {
 	for i := range n {
 		id := uint64(10 + i)
 		key, signing := e.session(id)
-		rk, _ := e.file(id, fmt.Sprintf("f%d", i), randBytes(64<<10))
+		rk, _ := e.file(id, fmt.Sprintf("f%d", i), testutil.RandBytes(64<<10))
 		p := e.dial()
 		p.auth(key, signing, credits)
 		fid := uint16(p.register(rk, id, 0).Ios.Information)
@@ -109,7 +109,7 @@ func TestBeyondCreditsSparesOthers(t *testing.T) {
 	hostile, fid := heldReads(t, e)
 
 	keyB, signingB := e.session(6)
-	rkB, _ := e.file(6, "b", randBytes(64<<10))
+	rkB, _ := e.file(6, "b", testutil.RandBytes(64<<10))
 	b := e.dial()
 	b.auth(keyB, signingB, 2)
 	fidB := uint16(b.register(rkB, 6, 0).Ios.Information)

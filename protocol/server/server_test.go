@@ -13,12 +13,6 @@ import (
 	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 )
 
-func randBytes(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b)
-	return b
-}
-
 // FIG. 6A–C: the server writes its parameters to DataVa/DataMh, then
 // completes AUTH with a STATUS_RESPONSE.
 func TestAuth(t *testing.T) {
@@ -93,7 +87,7 @@ func TestAuthViolations(t *testing.T) {
 func TestTranscriptIO(t *testing.T) {
 	e := newEnv(t, Config{})
 	key, signing := e.session(5)
-	content := randBytes(100 << 10)
+	content := testutil.RandBytes(100 << 10)
 	rk, f := e.file(5, "f", content)
 	p := e.dial()
 	p.auth(key, signing, 8)
@@ -150,7 +144,7 @@ func TestTranscriptIO(t *testing.T) {
 	}
 
 	// WRITE, interrupt mode.
-	data := randBytes(5000)
+	data := testutil.RandBytes(5000)
 	w := protocol.NewWriteRequest(fid, 10, data, 1, protocol.InterruptMode(0, 11))
 	p.sendMsg(w.Append(nil))
 	if r := p.wantResponse("WRITE"); r.Cookie != 11 || r.Ios.Status != protocol.StatusSuccess || r.Ios.Information != 5000 {
@@ -158,7 +152,7 @@ func TestTranscriptIO(t *testing.T) {
 	}
 	copy(content[10:], data)
 	// WRITE, polling mode, then INTERRUPT to learn it is done.
-	data = randBytes(300)
+	data = testutil.RandBytes(300)
 	w = protocol.NewWriteRequest(fid, 20000, data, 1, protocol.PollingMode(p.data.Addr()+iosOff, p.data.Handle()))
 	p.sendMsg(w.Append(nil))
 	p.sendHeader(protocol.NewInterruptRequest(2, 100))
@@ -197,7 +191,7 @@ func TestTranscriptIO(t *testing.T) {
 func TestTranscriptVecRead(t *testing.T) {
 	e := newEnv(t, Config{})
 	key, signing := e.session(5)
-	content := randBytes(64 << 10)
+	content := testutil.RandBytes(64 << 10)
 	rk, _ := e.file(5, "f", content)
 	p, fid := e.open(key, signing, 5, rk)
 	// Four pages of 4 KiB scattered in reverse order, the last one 1 KiB.
@@ -242,7 +236,7 @@ func TestTranscriptVecWrite(t *testing.T) {
 	p.auth(key, signing, 8)
 	plain := uint16(p.register(rk, 5, 0).Ios.Information)
 	direct := uint16(p.register(rk, 5, protocol.FileNoIntermediateBuffering).Ios.Information)
-	page := randBytes(4096)
+	page := testutil.RandBytes(4096)
 	w := protocol.NewCollapsedVecWriteRequest(plain, 0, 3*4096+100, page, 1, protocol.InterruptMode(0, 1))
 	p.sendMsg(w.Append(nil))
 	if r := p.wantResponse("COLLAPSE without the flag"); r.Ios.Status != protocol.StatusInvalidParameter {
@@ -253,7 +247,7 @@ func TestTranscriptVecWrite(t *testing.T) {
 	if r := p.wantResponse("COLLAPSE"); r.Ios.Status != protocol.StatusSuccess || r.Ios.Information != 3*4096+100 {
 		t.Fatalf("COLLAPSE: %+v", r)
 	}
-	data := randBytes(2 * 4096)
+	data := testutil.RandBytes(2 * 4096)
 	w = protocol.NewVecWriteRequest(plain, 40000, data, 4096, 1, protocol.InterruptMode(0, 3))
 	p.sendMsg(w.Append(nil))
 	if r := p.wantResponse("VEC_WRITE"); r.Ios.Status != protocol.StatusSuccess || r.Ios.Information != 8192 {
@@ -279,7 +273,7 @@ func TestWriteAboveMaxRecvBufferSize(t *testing.T) {
 	p := e.dial()
 	p.auth(key, signing, 4)
 	fid := uint16(p.register(rk, 5, 0).Ios.Information)
-	w := protocol.NewWriteRequest(fid, 0, randBytes(8192), 1, protocol.InterruptMode(0, 1))
+	w := protocol.NewWriteRequest(fid, 0, testutil.RandBytes(8192), 1, protocol.InterruptMode(0, 1))
 	p.sendMsg(w.Append(nil))
 	p.wantClosed("write above MaxRecvBufferSize")
 	testutil.Eventually(t, "no connection left", 5*time.Second, func() bool { return e.srv.NumConns() == 0 })
@@ -290,7 +284,7 @@ func TestFidOfAnotherSession(t *testing.T) {
 	e := newEnv(t, Config{})
 	keyA, sigA := e.session(1)
 	keyB, sigB := e.session(2)
-	rk, _ := e.file(1, "f", randBytes(100))
+	rk, _ := e.file(1, "f", testutil.RandBytes(100))
 	a := e.dial()
 	a.auth(keyA, sigA, 4)
 	fid := uint16(a.register(rk, 1, 0).Ios.Information)
@@ -343,7 +337,7 @@ func heldReads(t *testing.T, e *env) (*peer, uint16) {
 func TestHostileMessages(t *testing.T) {
 	e := newEnv(t, Config{Credits: 8})
 	key, signing := e.session(5)
-	content := randBytes(64 << 10)
+	content := testutil.RandBytes(64 << 10)
 	rk, _ := e.file(5, "f", content)
 	good := e.dial()
 	good.auth(key, signing, 4)
@@ -365,7 +359,7 @@ func TestHostileMessages(t *testing.T) {
 				IosMh: rng.Uint32(), IosVa: rng.Uint64(),
 			}
 			msg := h.Append(nil)
-			msg = append(msg, randBytes(rng.Intn(200))...)
+			msg = append(msg, testutil.RandBytes(rng.Intn(200))...)
 			if rng.Intn(4) == 0 {
 				msg = msg[:rng.Intn(len(msg))]
 			}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/share"
@@ -51,11 +52,7 @@ func newServer(t *testing.T, o rig.Options) *rig.Server {
 	return s
 }
 
-func ctx10(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctx10(t testing.TB) context.Context { return testutil.Context(t, 10*time.Second) }
 
 // victim is a legitimate client with one registered file, whose Fid a
 // hostile peer aims at.
