@@ -171,7 +171,7 @@ func TestOpcodesBeforeAuth(t *testing.T) {
 		}
 		s.Check(t)
 	}
-	figure(t, "%d opcodes sent before AUTH: %d connections dropped without an answer, slowest drop %v; victim's file intact, legitimate client served after each",
+	figures.Add(t, "%d opcodes sent before AUTH: %d connections dropped without an answer, slowest drop %v; victim's file intact, legitimate client served after each",
 		len(cases), len(cases), worst.Round(time.Microsecond))
 }
 
@@ -265,7 +265,7 @@ func TestAuthRefused(t *testing.T) {
 	pa.auth(a, 4)
 	pb := dialPeer(t, s)
 	pb.auth(b, 4)
-	figure(t, "%d forged AUTHs: %d answered STATUS_ACCESS_DENIED and disconnected, 0 authenticated; the genuine AUTHs of both sessions still succeed",
+	figures.Add(t, "%d forged AUTHs: %d answered STATUS_ACCESS_DENIED and disconnected, 0 authenticated; the genuine AUTHs of both sessions still succeed",
 		len(cases), len(cases))
 }
 
@@ -350,7 +350,7 @@ func TestFidGuessing(t *testing.T) {
 		t.Errorf("B's Fid %d does not read B's file", fid)
 	}
 	s.Check(t)
-	figure(t, "session B guessed Fids: %d READs (%d distinct Fids, incl. session A's %d) in %v, %d WRITEs, %d CANCELs, %d CLOSEs — all STATUS_INVALID_HANDLE, 0 bytes read or written, A's Fids intact",
+	figures.Add(t, "session B guessed Fids: %d READs (%d distinct Fids, incl. session A's %d) in %v, %d WRITEs, %d CANCELs, %d CLOSEs — all STATUS_INVALID_HANDLE, 0 bytes read or written, A's Fids intact",
 		reads, distinct(fids), len(vs), readTime.Round(time.Millisecond), writes, cancels, closes)
 }
 
@@ -443,7 +443,7 @@ func TestOversizeWrite(t *testing.T) {
 		t.Error("the 3 MiB write changed the file")
 	}
 	s.Check(t)
-	figure(t, "WRITE of %d bytes (MaxRecvBufferSize) served; %d and %d bytes: connection ended (after %v), 0 bytes written",
+	figures.Add(t, "WRITE of %d bytes (MaxRecvBufferSize) served; %d and %d bytes: connection ended (after %v), 0 bytes written",
 		testMaxRecv, testMaxRecv+1, len(huge)+protocol.HeaderSize, d.Round(time.Microsecond))
 }
 
@@ -509,7 +509,7 @@ func TestBeyondCredits(t *testing.T) {
 		t.Errorf("%d server connections remain after the violation", n)
 	}
 	s.Check(t)
-	figure(t, "%d requests held on %d credits, request %d: connection ended after %v; legitimate client served",
+	figures.Add(t, "%d requests held on %d credits, request %d: connection ended after %v; legitimate client served",
 		credits, credits, credits+1, d.Round(time.Microsecond))
 }
 
@@ -602,7 +602,7 @@ func TestNoRemoteWritableServerMemory(t *testing.T) {
 	if n := s.Regions.RemoteWritable(); n != 0 {
 		t.Fatalf("the server registered %d regions with AccessRemoteWrite", n)
 	}
-	figure(t, "server registered %d regions (%d bytes), %d with remote-write access; %d RDMA WRITEs at its real and guessed handles: %d remote access errors, 0 landed",
+	figures.Add(t, "server registered %d regions (%d bytes), %d with remote-write access; %d RDMA WRITEs at its real and guessed handles: %d remote access errors, 0 landed",
 		s.Regions.Count(), total, s.Regions.RemoteWritable(), len(targets)+1, refused)
 }
 
@@ -675,7 +675,7 @@ func TestRandomLWIOMessages(t *testing.T) {
 	if n := s.WaitConns(0, 5*time.Second); n != 0 {
 		t.Errorf("%d server connections remain", n)
 	}
-	figure(t, "%d random LWIO messages: %d connections ended (%d of them after STATUS_ACCESS_DENIED), 0 authenticated", closed, closed, denied)
+	figures.Add(t, "%d random LWIO messages: %d connections ended (%d of them after STATUS_ACCESS_DENIED), 0 authenticated", closed, closed, denied)
 }
 
 // TestBadTargets has an authenticated peer name memory it does not own as
@@ -733,5 +733,5 @@ func TestBadTargets(t *testing.T) {
 		}
 		s.Check(t)
 	}
-	figure(t, "%d requests aiming the server's RDMA WRITEs at memory the peer does not own: %d connections ended by the remote access check, legitimate client served after each", len(cases), len(cases))
+	figures.Add(t, "%d requests aiming the server's RDMA WRITEs at memory the peer does not own: %d connections ended by the remote access check, legitimate client served after each", len(cases), len(cases))
 }

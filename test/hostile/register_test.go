@@ -67,7 +67,7 @@ func TestRegisterForeignKeys(t *testing.T) {
 		t.Fatalf("own resume key: %v", st)
 	}
 	s.Check(t)
-	figure(t, "%d REGISTERs of foreign, guessed (%d), closed and mislabelled resume keys: %d refused, connection kept; own key then registered", refused, guesses, refused)
+	figures.Add(t, "%d REGISTERs of foreign, guessed (%d), closed and mislabelled resume keys: %d refused, connection kept; own key then registered", refused, guesses, refused)
 }
 
 // TestCreditBudgetHog has one authenticated session open LWIO connections
@@ -145,5 +145,5 @@ func TestCreditBudgetHog(t *testing.T) {
 	if again != budget {
 		t.Errorf("after the hog left, %d of %d credits could be granted again", again, budget)
 	}
-	figure(t, "one session took the whole budget (%d credits on %d connections); new clients then got the minimal grant until %d credits (a quarter) were overdrawn, the next AUTH: STATUS_INSUFFICIENT_RESOURCES and disconnected; after the hog left all %d credits were granted again", budget, budget/credits, overdraft, again)
+	figures.Add(t, "one session took the whole budget (%d credits on %d connections); new clients then got the minimal grant until %d credits (a quarter) were overdrawn, the next AUTH: STATUS_INSUFFICIENT_RESOURCES and disconnected; after the hog left all %d credits were granted again", budget, budget/credits, overdraft, again)
 }

@@ -105,7 +105,7 @@ func TestWireRulesEndConnection(t *testing.T) {
 		breaks[i] = ruleBreak{c.name, c.rule, func(p *peer, fid uint16) [][]byte { return [][]byte{c.msg(p, fid)} }}
 	}
 	e.wantEnded(t, breaks)
-	figure(t, "%d messages breaking a wire rule after AUTH: %d connections ended with the rule logged, nothing read or written, another client served after each",
+	figures.Add(t, "%d messages breaking a wire rule after AUTH: %d connections ended with the rule logged, nothing read or written, another client served after each",
 		len(cases), len(cases))
 }
 
