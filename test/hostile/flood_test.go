@@ -17,6 +17,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/test/hostile/rig"
@@ -585,28 +586,25 @@ func TestStalledPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	p := &peer{t: t, tc: tc}
-	p.send = alloc(t, tc.Domain(), 1<<20, transport.AccessLocal)
-	p.recv = alloc(t, tc.Domain(), peerRecvs*peerRecvSize, transport.AccessLocal)
-	p.data = alloc(t, tc.Domain(), peerDataSize, transport.AccessLocal|transport.AccessRemoteWrite)
-	p.postRecv(0)
+	p := &peer{servertest.NewPeer(t, tc, peerShape(1<<20))}
+	p.PostRecv(0)
 	ap := authParams(ls.fresh(t), 4)
 	ap.Sign(ls.signing)
 	if err := p.sendMsg(p.authMsg(ap, 1)); err != nil {
 		t.Fatal(err)
 	}
-	wc, ok := p.next(10 * time.Second)
+	wc, ok := p.Next(10 * time.Second)
 	if !ok || wc.Len != protocol.StatusResponseSize {
 		t.Fatalf("AUTH: %+v %v", wc, ok)
 	}
 	start := time.Now()
 	for i := 0; i < 3; i++ {
-		if err := p.sendHeader(protocol.NewReadRequest(999, 0, 10, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, uint64(i+2)))); err != nil {
+		if err := p.sendHeader(protocol.NewReadRequest(999, 0, 10, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(1, uint64(i+2)))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	during := s.Check(t)
-	p.wantClosed("peer with no receives posted")
+	p.WantClosed("peer with no receives posted")
 	rnrEnd := time.Since(start)
 
 	// Stops reading: hello, one SEND frame carrying a valid AUTH, then

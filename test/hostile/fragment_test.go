@@ -35,7 +35,7 @@ func TestFragmentSequences(t *testing.T) {
 		return msgs
 	}
 	read := func(p *peer, fid uint16) []byte {
-		h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, 9))
+		h := protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(1, 9))
 		return h.Append(nil)
 	}
 

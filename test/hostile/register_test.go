@@ -109,14 +109,14 @@ func TestCreditBudgetHog(t *testing.T) {
 		r, ok := p.response()
 		switch {
 		case ok && r.Ios.Status == protocol.StatusSuccess:
-			sp, _, err := protocol.DecodeAuthParamsPrefix(p.data.Bytes())
+			sp, _, err := protocol.DecodeAuthParamsPrefix(p.Data.Bytes())
 			if err != nil || int(sp.Credits) != server.DefaultMinCredits {
 				t.Fatalf("AUTH with the budget spent granted %d credits (%v), want the minimal %d", sp.Credits, err, server.DefaultMinCredits)
 			}
 			overdraft += int(sp.Credits)
 			peers = append(peers, p)
 		case ok && r.Ios.Status == protocol.StatusInsufficientResources:
-			p.wantClosed("after INSUFFICIENT_RESOURCES")
+			p.WantClosed("after INSUFFICIENT_RESOURCES")
 			refused = true
 		default:
 			t.Fatalf("AUTH with the budget spent: %+v (ok %v)", r, ok)
@@ -130,7 +130,7 @@ func TestCreditBudgetHog(t *testing.T) {
 	}
 	// The hog leaves: its credits return, clients are served again.
 	for _, hp := range peers {
-		hp.tc.Close()
+		hp.Conn.Close()
 	}
 	if n := s.WaitConns(0, 5*time.Second); n != 0 {
 		t.Fatalf("%d connections remain", n)

@@ -1,7 +1,8 @@
 // Package servertest holds what tests of the LWIO server and of its
 // clients need alike: an Authority over maps, standing in for the session
 // layer that issues negotiate Keys and resume keys, and a GatedFile that
-// holds the server's reads and writes until the test lets them go. It is
+// holds the server's reads and writes until the test lets them go, and a
+// hand-driven LWIO client (Peer) for transcript tests. It is
 // for _test.go files only.
 package servertest
 
