@@ -12,6 +12,7 @@ import (
 	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
@@ -220,22 +221,8 @@ func benchRawWrite(b *testing.B, size, depth int) {
 		b.Fatal(err)
 	}
 	defer l.Close()
+	cli, srv := conformance.Connect(b, cliP, l, l.Addr(), transport.Config{}, 10*time.Second)
 	ctx := context.Background()
-	accepted := make(chan transport.Conn, 1)
-	go func() {
-		c, err := l.Accept(ctx)
-		if err != nil {
-			b.Error(err)
-		}
-		accepted <- c
-	}()
-	cli, err := cliP.Dial(ctx, l.Addr(), transport.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
-	srv := <-accepted
-	defer srv.Close()
 	src, err := srv.Domain().Alloc(size, transport.AccessLocal)
 	if err != nil {
 		b.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 )
 
 // benchPair connects two verbs providers, or skips the benchmark (with the
@@ -19,25 +20,12 @@ func benchPair(b *testing.B) (cli, srv transport.Conn) {
 // connections and the listener are closed when the test ends.
 func connectPair(tb testing.TB, addr string) (cli, srv transport.Conn) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	ln, err := New(Options{}).Listen(addr, transport.Config{})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ln.Close() })
-	ch := make(chan transport.Conn, 1)
-	go func() { c, _ := ln.Accept(ctx); ch <- c }()
-	cli, err = New(Options{}).Dial(ctx, ln.Addr(), transport.Config{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { cli.Close() })
-	if srv = <-ch; srv == nil {
-		tb.Fatal("Accept failed")
-	}
-	tb.Cleanup(func() { srv.Close() })
-	return cli, srv
+	return conformance.Connect(tb, New(Options{}), ln, ln.Addr(), transport.Config{}, 30*time.Second)
 }
 
 // benchWait waits for completions on c into comps and returns those that
