@@ -245,15 +245,6 @@ func benchRawWrite(b *testing.B, size, depth int) {
 			}
 			posted++
 		}
-		n, err := srv.CQ().Wait(ctx, comps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, c := range comps[:n] {
-			if c.Status != transport.StatusSuccess {
-				b.Fatal(c.Err())
-			}
-		}
-		done += n
+		done += len(conformance.WaitOK(ctx, b, srv, comps))
 	}
 }

@@ -300,3 +300,20 @@ func wantFilled(t *testing.T, what string, b []byte, fill byte) {
 		}
 	}
 }
+
+// WaitOK waits for completions on c's queue into comps and returns those
+// that came; an error from Wait or in any completion fails the test (a
+// benchmark's loop, where every work request must succeed).
+func WaitOK(ctx context.Context, tb testing.TB, c transport.Conn, comps []transport.Completion) []transport.Completion {
+	tb.Helper()
+	n, err := c.CQ().Wait(ctx, comps)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, wc := range comps[:n] {
+		if wc.Status != transport.StatusSuccess {
+			tb.Fatal(wc.Err())
+		}
+	}
+	return comps[:n]
+}

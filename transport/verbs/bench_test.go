@@ -28,21 +28,6 @@ func connectPair(tb testing.TB, addr string) (cli, srv transport.Conn) {
 	return conformance.Connect(tb, New(Options{}), ln, ln.Addr(), transport.Config{}, 30*time.Second)
 }
 
-// benchWait waits for completions on c into comps and returns those that
-// came; an error from Wait or in any completion fails the benchmark.
-func benchWait(ctx context.Context, b *testing.B, c transport.Conn, comps []transport.Completion) []transport.Completion {
-	n, err := c.CQ().Wait(ctx, comps)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, c := range comps[:n] {
-		if c.Err() != nil {
-			b.Fatal(c.Err())
-		}
-	}
-	return comps[:n]
-}
-
 func benchAlloc(b *testing.B, c transport.Conn, n int, acc transport.Access) transport.Region {
 	r, err := c.Domain().Alloc(n, acc)
 	if err != nil {
@@ -72,7 +57,7 @@ func benchWrite(b *testing.B, size int) {
 			}
 			posted++
 		}
-		done += len(benchWait(ctx, b, cli, comps))
+		done += len(conformance.WaitOK(ctx, b, cli, comps))
 	}
 }
 
@@ -130,7 +115,7 @@ func BenchmarkSendRoundTrip64(b *testing.B) {
 			b.Fatal(err)
 		}
 		for got := false; !got; {
-			for _, c := range benchWait(ctx, b, cli, comps) {
+			for _, c := range conformance.WaitOK(ctx, b, cli, comps) {
 				if c.Op == transport.OpRecv {
 					got = true
 					if err := cli.PostRecv(transport.RecvWR{Buf: cr}); err != nil {
