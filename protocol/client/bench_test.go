@@ -54,25 +54,32 @@ func benchEnvWith(b testing.TB, scfg server.Config, mode Mode, conns int) (*Clie
 
 // run spreads b.N operations over depth goroutines.
 func run(b *testing.B, depth int, op func(rng *mrand.Rand, i int) error) {
-	var next sync.Mutex
-	i := 0
-	var wg sync.WaitGroup
 	b.ResetTimer()
+	spread(b, b.N, depth, op)
+}
+
+// spread runs op for i in [0, n) on depth goroutines, each with its own
+// seeded rng, taking the next i as it finishes one; the first error op
+// returns on a goroutine fails tb and stops that goroutine.
+func spread(tb testing.TB, n, depth int, op func(rng *mrand.Rand, i int) error) {
+	var mu sync.Mutex
+	next := 0
+	var wg sync.WaitGroup
 	for w := 0; w < depth; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := mrand.New(mrand.NewSource(int64(w)))
 			for {
-				next.Lock()
-				n := i
-				i++
-				next.Unlock()
-				if n >= b.N {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
 					return
 				}
-				if err := op(rng, n); err != nil {
-					b.Error(err)
+				if err := op(rng, i); err != nil {
+					tb.Error(err)
 					return
 				}
 			}
