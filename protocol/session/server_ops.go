@@ -27,11 +27,12 @@ func (c *serverConn) handle(ss *serverSession, f Frame) error {
 	var err error
 	if b, ok := req.(*batchReq); ok {
 		var broken error
-		if resp, err, broken = c.batch(ss, f.Header, b); broken != nil {
+		onTree(ss, f.Header, func() { resp, err, broken = c.batch(ss, f.Header, b) })
+		if broken != nil {
 			return broken
 		}
 	} else {
-		resp, err = c.s.dispatch(ss, f.Header, req)
+		onTree(ss, f.Header, func() { resp, err = c.s.dispatch(ss, f.Header, req) })
 		if err == errAnswerLater {
 			return nil
 		}
@@ -42,6 +43,36 @@ func (c *serverConn) handle(ss *serverSession, f Frame) error {
 	}
 	c.respond(f.Header, st, resp)
 	return nil
+}
+
+// onTree runs fn, the whole of one request, on one identity thread of the
+// request's tree (share.Tree.Run) when the command is a namespace operation
+// or a BATCH: its disk operations — an OPEN's open, attributes, file id and
+// lease; a BATCH's writes, setattrs and closes — then cost one thread
+// hand-off together instead of one each. Only commands whose handling is
+// disk operations and bookkeeping qualify (treeWhole); the rest, and a
+// request for a tree the session does not have, run fn here.
+func onTree(ss *serverSession, h Header, fn func()) {
+	tr, ok := ss.tree(h.TreeID)
+	if !ok || !treeWhole(h.Command) {
+		fn()
+		return
+	}
+	tr.Run(func() error { fn(); return nil })
+}
+
+// treeWhole reports whether a request may run whole on its tree's identity
+// thread (onTree): it does nothing that needs the server's own thread. Not
+// REOPEN (an open by file handle needs CAP_DAC_READ_SEARCH), not LOCK (a
+// waiting lock is answered later, by another goroutine), not the data,
+// copy and listing commands (one disk operation each, or long).
+func treeWhole(cmd Command) bool {
+	switch cmd {
+	case CmdBatch, CmdOpen, CmdMkdir, CmdSetAttr, CmdGetAttr, CmdLease, CmdUnlink, CmdRmdir, CmdRename,
+		CmdSymlink, CmdLink:
+		return true
+	}
+	return false
 }
 
 func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, error) {

@@ -220,6 +220,31 @@ func (t *Tree) as(fn func() error) error {
 	return fail(c.run(fn))
 }
 
+// Run runs fn on one identity thread in the tree's credentials, so that
+// the tree's operations fn makes run on that thread in place instead of
+// each being handed to one (identity_threads_linux.go, "Nested runs"): a
+// request of several disk operations (an OPEN that also reads attributes
+// and takes a lease; a BATCH of writes, setattrs and a close) then costs
+// one hand-off. fn runs with the user's filesystem credentials throughout,
+// so it must do only what the tree's operations may do as the user — disk
+// operations and the server's bookkeeping — and nothing that needs the
+// server's own thread: no RDMA post (the verbs device refuses a thread
+// whose credentials changed), no open by file handle. An operation with the
+// server's credentials made inside fn (another tree's, of the server's own
+// account) still runs as the server, on a goroutine of its own. Run returns
+// what fn returns; when the tree's credentials cannot be had (its account
+// is gone) or are the server's, fn runs where Run was called, and its
+// operations do as they would have.
+func (t *Tree) Run(fn func() error) error {
+	c, err := t.treeCred()
+	if err != nil || c == nil {
+		return fn()
+	}
+	runsActive.Add(1)
+	defer runsActive.Add(-1)
+	return runAs(c, fn)
+}
+
 // rootAllowed refuses an account with uid 0 unless the share allows root
 // (and the server acts per user at all: otherwise uid 0 is not the user's).
 func (s *Share) rootAllowed(user string, a Account) error {

@@ -227,10 +227,12 @@ func (f *OpenFile) WriteAt(p []byte, off int64) (int, error) {
 	// As the tree's user, on the LWIO data path too: the kernel clears a
 	// set-user-ID bit on a write by anyone without CAP_FSETID, and
 	// charges the blocks to quotas without CAP_SYS_RESOURCE's overrides.
+	// Through an io_uring personality when it can: no hand-off to an
+	// identity thread (uring_linux.go).
 	n := 0
-	err := f.tree.asFd(f, func(fd int) error {
+	err := f.tree.writeAs(f, func(fd int, w userWriter) error {
 		for n < len(p) {
-			k, err := unix.Pwrite(fd, p[n:], off+int64(n))
+			k, err := w.pwrite(fd, p[n:], off+int64(n))
 			if err != nil {
 				return err
 			}

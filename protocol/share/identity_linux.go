@@ -114,6 +114,7 @@ func readSelf() *selfCred {
 		for _, g := range gs {
 			s.groups = append(s.groups, uint32(g))
 		}
+		slices.Sort(s.groups) // as newCred's
 	}
 	hdr := capsHeader
 	if err := unix.Capget(&hdr, &s.caps[0]); err == nil {
@@ -146,6 +147,12 @@ func newCred(a Account) *cred {
 	if len(c.groups) > maxGroups {
 		c.groups = c.groups[:maxGroups]
 	}
+	// In the kernel's order: setgroups(2) sorts the list, and getgroups(2)
+	// answers it sorted, which threadHas compares with. An account's own
+	// order (the primary group first, then /etc/group's) would never
+	// compare equal, and every operation inside a Tree.Run would be
+	// handed off again.
+	slices.Sort(c.groups)
 	c.setGroups = !slices.Equal(c.groups, self.groups)
 	c.setGid = c.gid != self.gid
 	c.dropCaps = c.uid != 0 && self.extraCaps
@@ -163,9 +170,69 @@ const maxGroups = 65536
 // and returns what fn returns.
 func (c *cred) run(fn func() error) error {
 	if c == nil {
+		if runsActive.Load() > 0 && self.perUser && !selfInPlace() {
+			// Inside Tree.Run, on an identity thread: the server's
+			// own operation runs on a goroutine of its own.
+			return runAsServer(fn)
+		}
 		return fn()
 	}
 	return runAs(c, fn)
+}
+
+// asServer runs fn with the server's own credentials: on the calling
+// thread when it has them, else — the caller is on an identity thread — on
+// a goroutine of its own (runAsServer).
+func asServer(fn func() error) error {
+	if !self.perUser || selfInPlace() {
+		return fn()
+	}
+	return runAsServer(fn)
+}
+
+// inPlace reports whether the calling thread has c's credentials now: its
+// fsuid, fsgid and groups are c's (its capabilities follow from the fsuid:
+// enter drops them for every uid but 0). True only on an identity thread
+// in c's credentials — c differs from the server's in one of the three at
+// least (newCred), and no other thread ever has anything but the server's —
+// and then the caller is that thread's own goroutine, locked to it: the
+// answer cannot go stale (identity_threads_linux.go, "Nested runs").
+func (c *cred) inPlace() bool {
+	return threadHas(c.uid, c.gid, c.groups)
+}
+
+// selfInPlace reports whether the calling thread has the server's own
+// credentials (it is not an identity thread in a user's).
+func selfInPlace() bool {
+	return threadHas(self.uid, self.gid, self.groups)
+}
+
+// threadHas reports whether the calling thread's fsuid, fsgid and
+// supplementary groups are these, reading them from the kernel (setfsuid
+// and setfsgid with an invalid id change nothing and return the current
+// one; getgroups reads the calling thread's own).
+func threadHas(uid, gid uint32, groups []uint32) bool {
+	if cur, _, _ := unix.RawSyscall(sysSetfsuid, ^uintptr(0), 0, 0); uint32(cur) != uid {
+		return false
+	}
+	if cur, _, _ := unix.RawSyscall(sysSetfsgid, ^uintptr(0), 0, 0); uint32(cur) != gid {
+		return false
+	}
+	var small [32]uint32
+	buf := small[:]
+	if len(groups) > len(small) {
+		buf = make([]uint32, len(groups))
+	}
+	var p unsafe.Pointer
+	if len(groups) > 0 {
+		p = unsafe.Pointer(&buf[0])
+	}
+	// size len(groups): EINVAL when the thread has more, the count else.
+	n, _, e := unix.RawSyscall(sysGetgroups, uintptr(len(groups)), uintptr(p), 0)
+	if e != 0 || int(n) != len(groups) {
+		return false
+	}
+	return slices.Equal(buf[:n], groups)
 }
 
 // errCred is what a failed credential change returns; the client sees

@@ -607,4 +607,143 @@ func TestRunPanicReachesCaller(t *testing.T) {
 	if err := c.run(func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
+	// The panic left the thread's credentials as they were: nothing to
+	// restore, so no restore failure counted (a bug's alarm otherwise).
+	if n := restoreFailures.Load(); n != 0 {
+		t.Errorf("RestoreFailures = %d after a panic in fn, want 0", n)
+	}
+}
+
+// TestRunInPlaceUnsortedGroups: an account's groups come in its own order
+// (the primary group first, then /etc/group's), the kernel keeps them
+// sorted; Tree.Run's in-place check must still recognise its thread —
+// one hand-off for the whole Run whatever the order.
+func TestRunInPlaceUnsortedGroups(t *testing.T) {
+	needPerUser(t)
+	uringOff.Store(true) // the write counts as a hand-off too
+	t.Cleanup(func() { uringOff.Store(false) })
+	dir := sharedDir(t)
+	for i, groups := range [][]uint32{{acctA.Gid, acctB.Gid}, {acctB.Gid, acctA.Gid}} {
+		acct := acctA
+		acct.Groups = groups
+		a := connectAs(t, dir, acct, Config{})
+		before := handoffs.Load()
+		err := a.Run(func() error {
+			if _, err := a.Mkdir(fmt.Sprintf("d%d", i), 0o755); err != nil {
+				return err
+			}
+			f, _, err := a.Open(fmt.Sprintf("f%d", i), os.O_CREATE|os.O_RDWR, 0o644)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteAt([]byte("x"), 0)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := handoffs.Load() - before; n != 1 {
+			t.Errorf("groups %v: %d hand-offs for one Run, want 1", groups, n)
+		}
+	}
+}
+
+// TestRunNested: the tree operations inside Tree.Run run on Run's identity
+// thread (one hand-off in all) with the tree's credentials; an operation
+// of another account's tree inside it is handed to a thread of that
+// account's; one of a tree with the server's credentials runs as the
+// server; and while a Run is in progress, goroutines that are not inside
+// it still hand every operation off, their files owned by the right
+// account (a goroutine that took itself for Run's thread would create
+// root's).
+func TestRunNested(t *testing.T) {
+	needPerUser(t)
+	uringOff.Store(true) // writes count as hand-offs too
+	t.Cleanup(func() { uringOff.Store(false) })
+	dir := sharedDir(t)
+	a := connectAs(t, dir, acctA, Config{})
+	b := connectAs(t, dir, acctB, Config{})
+	srv := connectAs(t, dir, Account{Name: "srv", Uid: self.uid, Gid: self.gid, Groups: self.groups}, Config{AllowRoot: true})
+	before := handoffs.Load()
+	var inside threadIDs
+	err := a.Run(func() error {
+		var err error
+		if inside, err = readThreadIDs(); err != nil {
+			return err
+		}
+		f, _, err := a.Open("a-file", os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte("a"), 0); err != nil {
+			return err
+		}
+		if _, err := a.Mkdir("a-dir", 0o755); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := handoffs.Load() - before; n != 1 {
+		t.Errorf("Run with an open, a write and a mkdir inside made %d hand-offs, want 1", n)
+	}
+	if inside.fsuid != acctA.Uid || inside.fsgid != acctA.Gid {
+		t.Errorf("inside Run the thread has fsuid %d fsgid %d, want %d %d", inside.fsuid, inside.fsgid, acctA.Uid, acctA.Gid)
+	}
+	before = handoffs.Load()
+	err = a.Run(func() error {
+		if _, err := b.Mkdir("b-dir", 0o755); err != nil {
+			return err
+		}
+		_, err := srv.Mkdir("srv-dir", 0o755)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := handoffs.Load() - before; n != 2 {
+		t.Errorf("Run with another account's mkdir inside made %d hand-offs, want 2", n)
+	}
+	want := map[string]Account{"a-file": acctA, "a-dir": acctA, "b-dir": acctB, "srv-dir": {Uid: self.uid, Gid: self.gid}}
+	for name, acct := range want {
+		if uid, gid := owner(t, filepath.Join(dir, name)); uid != acct.Uid || gid != acct.Gid {
+			t.Errorf("%s owned by %d:%d, want %d:%d", name, uid, gid, acct.Uid, acct.Gid)
+		}
+	}
+
+	// A Run that stays in progress, on a thread in a's credentials, while
+	// plain goroutines make a's and b's operations.
+	hold, held := make(chan struct{}), make(chan struct{})
+	go a.Run(func() error { close(held); <-hold; return nil })
+	<-held
+	var wg sync.WaitGroup
+	for _, tr := range []*Tree{a, b} {
+		for w := range 4 {
+			wg.Go(func() {
+				for i := range 30 {
+					name := fmt.Sprintf("%s-%d-%d", tr.id.User, w, i)
+					if _, err := tr.Mkdir(name, 0o755); err != nil {
+						t.Errorf("%s: %v", name, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(hold)
+	for _, acct := range []Account{acctA, acctB} {
+		for w := range 4 {
+			for i := range 30 {
+				name := fmt.Sprintf("%s-%d-%d", acct.Name, w, i)
+				if uid, gid := owner(t, filepath.Join(dir, name)); uid != acct.Uid || gid != acct.Gid {
+					t.Errorf("%s, made outside the Run in progress, owned by %d:%d, want %d:%d", name, uid, gid, acct.Uid, acct.Gid)
+				}
+			}
+		}
+	}
 }

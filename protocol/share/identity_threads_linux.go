@@ -3,6 +3,7 @@ package share
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Identity threads (see identity_linux.go for why an operation for a user
@@ -50,10 +51,64 @@ var identityThreads struct {
 
 var doneChans = sync.Pool{New: func() any { return make(chan identityResult, 1) }}
 
-// runAs runs fn on an identity thread in c's credentials and waits for it.
+// Nested runs. A whole request may run on one identity thread (Tree.Run),
+// and the tree operations it makes each call run again with the same
+// credentials: those run in place, on the thread already in them, instead
+// of being handed to another (the hand-off, two thread wake-ups, is what an
+// operation costs most). Whether the caller's thread is in c's credentials
+// is asked of the kernel — the calling thread's fsuid, fsgid and groups
+// (inPlace) — never of a table by thread id: only an identity thread ever
+// has other credentials than the server's, and a goroutine that finds
+// itself on one is that thread's own, locked to it, so the answer holds
+// for as long as fn runs. A goroutine that is not locked cannot hold such
+// an answer: between asking which thread it is on and acting on it, it may
+// move to another thread, and the thread it left may have been taken by a
+// new identity goroutine (identity goroutines lock whichever thread they
+// start on). That is what made the first Tree.Run (61fefb1, reverted)
+// race: its gettid-keyed table could hand a goroutine of the LWIO engine
+// the identity thread that had just taken its former thread, and run a
+// user's write in place with the server's credentials.
+
+// runsActive counts Tree.Run calls in progress: while it is 0 no goroutine
+// is inside one, and no operation asks the kernel whether it may run in
+// place.
+var runsActive atomic.Int64
+
+// handoffs counts operations handed to an identity thread (tests).
+var handoffs atomic.Int64
+
+// runAs runs fn on an identity thread in c's credentials and waits for it:
+// in place when the caller is on such a thread already (inside Tree.Run).
 func runAs(c *cred, fn func() error) error {
+	if runsActive.Load() > 0 && c.inPlace() {
+		return fn()
+	}
+	handoffs.Add(1)
 	done := doneChans.Get().(chan identityResult)
 	takeThread(c).work <- identityJob{c: c, fn: fn, done: done}
+	r := <-done
+	doneChans.Put(done)
+	if r.panicked {
+		panic(r.value)
+	}
+	return r.err
+}
+
+// runAsServer runs fn with the server's credentials for a caller on an
+// identity thread: on a new goroutine (never on a locked thread, so on one
+// with the server's credentials), waited for, its panic raised again here.
+func runAsServer(fn func() error) error {
+	done := doneChans.Get().(chan identityResult)
+	go func() {
+		r := identityResult{}
+		defer func() {
+			if v := recover(); v != nil {
+				r = identityResult{panicked: true, value: v}
+			}
+			done <- r
+		}()
+		r.err = fn()
+	}()
 	r := <-done
 	doneChans.Put(done)
 	if r.panicked {
@@ -67,24 +122,36 @@ func runAs(c *cred, fn func() error) error {
 func takeThread(c *cred) *identityThread {
 	p := &identityThreads
 	p.Lock()
-	n := len(p.idle)
-	if n > 0 {
-		i := n - 1
-		for j := n - 1; j >= 0; j-- {
-			if p.idle[j].cur == c {
-				i = j
-				break
-			}
-		}
-		t := p.idle[i]
-		p.idle = append(p.idle[:i], p.idle[i+1:]...)
-		p.Unlock()
+	t, ok := takePreferred(&p.idle, func(t *identityThread) bool { return t.cur == c })
+	p.Unlock()
+	if ok {
 		return t
 	}
-	p.Unlock()
-	t := &identityThread{work: make(chan identityJob, 1)}
+	t = &identityThread{work: make(chan identityJob, 1)}
 	go t.loop()
 	return t
+}
+
+// takePreferred removes and returns from idle (most recently idle last)
+// the most recently idle element that is preferred, else the most
+// recently idle one; false when idle is empty.
+func takePreferred[T any](idle *[]T, preferred func(T) bool) (T, bool) {
+	s := *idle
+	n := len(s)
+	if n == 0 {
+		var zero T
+		return zero, false
+	}
+	i := n - 1
+	for j := n - 1; j >= 0; j-- {
+		if preferred(s[j]) {
+			i = j
+			break
+		}
+	}
+	e := s[i]
+	*idle = append(s[:i], s[i+1:]...)
+	return e, true
 }
 
 // giveBack puts t among the idle threads; false when enough are idle
@@ -141,7 +208,9 @@ func (t *identityThread) serve(j identityJob) (r identityResult, ok bool) {
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			r = identityResult{panicked: true, value: v}
+			// fn panicked in the thread's credentials, which it did
+			// not change: the thread stays usable.
+			r, ok = identityResult{panicked: true, value: v}, true
 		}
 	}()
 	return identityResult{err: j.fn()}, true

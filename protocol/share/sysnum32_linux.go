@@ -9,5 +9,6 @@ import "golang.org/x/sys/unix"
 const (
 	sysSetgroups = unix.SYS_SETGROUPS32
 	sysSetfsuid  = unix.SYS_SETFSUID32
+	sysGetgroups = unix.SYS_GETGROUPS32
 	sysSetfsgid  = unix.SYS_SETFSGID32
 )

@@ -8,5 +8,6 @@ import "golang.org/x/sys/unix"
 const (
 	sysSetgroups = unix.SYS_SETGROUPS
 	sysSetfsuid  = unix.SYS_SETFSUID
+	sysGetgroups = unix.SYS_GETGROUPS
 	sysSetfsgid  = unix.SYS_SETFSGID
 )

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -75,8 +76,13 @@ func (w *watcher) close() {
 // markDir watches the directory fd refers to (an O_PATH descriptor). ENOSPC means the marks limit (fs.fanotify.max_user_marks).
 func (w *watcher) markDir(fd int) error { return w.mark(unix.FAN_MARK_ADD, fd) }
 
-// unmarkDir stops watching the directory fd refers to.
-func (w *watcher) unmarkDir(fd int) error { return w.mark(unix.FAN_MARK_REMOVE, fd) }
+// unmarkDir stops watching the directory fd refers to, with the server's
+// own credentials: fanotify_mark wants read permission on the object to
+// remove a mark as well as to add one, and the last user of a directory
+// to go (its close runs as that user) may be one who can only search it.
+func (w *watcher) unmarkDir(fd int) error {
+	return asServer(func() error { return w.mark(unix.FAN_MARK_REMOVE, fd) })
+}
 
 func (w *watcher) mark(op uint, fd int) error {
 	rc, err := w.f.SyscallConn()
@@ -141,9 +147,22 @@ func (w *watcher) run() {
 		}
 		if evs := w.decode(buf[:n]); len(evs) > 0 {
 			w.on(evs)
+		} else {
+			// Only this server's own events (a FAN_MODIFY per write
+			// to a file in a watched directory): read again after a
+			// pause, so that a stream of the server's own writes
+			// wakes this goroutine once per watchQuiet rather than
+			// once per write — the kernel merges the events that
+			// queue meanwhile (same object, same pid) into one. A
+			// local change is noticed up to watchQuiet later.
+			time.Sleep(watchQuiet)
 		}
 	}
 }
+
+// watchQuiet is how long the watcher waits after a read that brought only
+// the server's own events.
+const watchQuiet = time.Millisecond
 
 // Layout of fanotify's records (fanotify(7)).
 const (

@@ -2,7 +2,6 @@ package share
 
 import (
 	"io"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -24,7 +23,7 @@ func (f *OpenFile) WriteVAt(bufs [][]byte, off int64) (int, error) {
 		return 0, protocol.StatusAccessDenied
 	}
 	n := 0
-	err := f.tree.asFd(f, func(fd int) error {
+	err := f.tree.writeAs(f, func(fd int, wr userWriter) error {
 		skip := 0 // bytes of bufs[0] written already
 		for len(bufs) > 0 {
 			var iov [maxWriteV]unix.Iovec
@@ -44,16 +43,15 @@ func (f *OpenFile) WriteVAt(bufs [][]byte, off int64) (int, error) {
 			if k == 0 {
 				return nil
 			}
-			w, _, e := unix.Syscall6(unix.SYS_PWRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(k),
-				uintptr(off+int64(n)), uintptr(uint64(off+int64(n))>>32), 0)
-			if e != 0 {
-				return e
+			w, err := wr.pwritev(fd, iov[:k], off+int64(n))
+			if err != nil {
+				return err
 			}
 			if w == 0 {
 				return io.ErrShortWrite
 			}
-			n += int(w)
-			for left := int(w); left > 0 && len(bufs) > 0; {
+			n += w
+			for left := w; left > 0 && len(bufs) > 0; {
 				if r := len(bufs[0]) - skip; left >= r {
 					left -= r
 					bufs, skip = bufs[1:], 0
