@@ -9,6 +9,7 @@ import (
 	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -18,13 +19,8 @@ import (
 func twoProviders(t *testing.T) (*env, *session, string) {
 	t.Helper()
 	e := newEnv(t, server.Config{})
-	l, err := e.srv.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.srv.Serve(l)
-	s := e.session()
-	return e, s, l.Addr()
+	addr := servertest.ServeOn(t, e.srv, soft.New(soft.Options{}))
+	return e, e.session(), addr
 }
 
 // offer is a Negotiate answering with the given providers, in order.

@@ -72,12 +72,7 @@ func newEnvOn(t testing.TB, cfg server.Config, p transport.Provider) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := srv.Listen(p, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.srv, e.addr = srv, l.Addr()
-	go srv.Serve(l)
+	e.srv, e.addr = srv, servertest.ServeOn(t, srv, p)
 	t.Cleanup(func() { srv.Close() })
 	return e
 }

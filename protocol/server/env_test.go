@@ -42,12 +42,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := srv.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.srv, e.addr = srv, l.Addr()
-	go srv.Serve(l)
+	e.srv, e.addr = srv, servertest.ServeOn(t, srv, soft.New(soft.Options{}))
 	t.Cleanup(func() { srv.Close() })
 	return e
 }
