@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 )
 
@@ -18,7 +19,7 @@ func deepWrites(f *File, per int) error {
 	const depth, block = 16, 1 << 20
 	var wg sync.WaitGroup
 	errs := make(chan error, depth)
-	p := randBytes(block)
+	p := testutil.RandBytes(block)
 	for w := 0; w < depth; w++ {
 		wg.Go(func() {
 			for i := 0; i < per; i++ {
@@ -136,7 +137,7 @@ func TestWriteAsyncBeyondCreditsInEachMode(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t, server.Config{Credits: 24, MaxCredits: 24})
 			_, f := oneConnFile(t, e, mode, 24, 24, 8<<20)
-			p := randBytes(1 << 20)
+			p := testutil.RandBytes(1 << 20)
 			var pws []*PendingWrite
 			done := make(chan struct{})
 			var err error
