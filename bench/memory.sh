@@ -13,6 +13,7 @@
 #   flock /tmp/lwiofs-bench.lock bench/memory.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 mounts=${1:-${MOUNTS:-8}} bin=${BENCH_BIN:-bin}
 [ "$(id -u)" = 0 ] || { echo "memory: run as root (a tmpfs export, FUSE mounts)" >&2; exit 1; }
 command -v fio >/dev/null || { echo "memory: fio is not installed" >&2; exit 1; }
@@ -36,10 +37,7 @@ trap cleanup EXIT
 mount -t tmpfs -o mode=0755,size=3g lwiofs-memory "$work/export"
 port=$((20000 + RANDOM % 20000))
 export LWIO_PASSWORD=memory-password
-"$bin/lwio-server" -share s="$work/export" -listen 127.0.0.1:$port -soft 127.0.0.1:$((port + 1)) \
-	-user memory -account root -allow-root -log-level warn -metrics 127.0.0.1:$((port + 2)) >"$work/out/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+start_server s memory "$work/out/server.log" -metrics 127.0.0.1:$((port + 2))
 rss() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$server_pid/status"; }
 # metrics: what the server's /metrics says its memory is (MiB): receive
 # buffers registered, credits granted of the budget, Go heap in use.

@@ -9,6 +9,7 @@
 #   BENCH_BIN=bin BENCH_OUT=results SECONDS_=5 bench/profile.sh seqread-qd1 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 job=${1:-randread-qd1} direct=${2:-1} mode=${COMPLETION:-interrupt}
 bin=${BENCH_BIN:-bin} out=${BENCH_OUT:-results} secs=${SECONDS_:-5}
 command -v perf >/dev/null || { echo "profile: perf is not installed (apt-get install linux-perf)" >&2; exit 1; }
@@ -26,10 +27,7 @@ mkdir -p "$work/export" "$work/mnt" "$out"
 [ "${EXPORT:-tmpfs}" = tmpfs ] && mount -t tmpfs -o mode=0755 lwiofs-prof "$work/export"
 port=$((20000 + RANDOM % 20000))
 export LWIO_PASSWORD=profile-password
-"$bin/lwio-server" -share bench="$work/export" -listen 127.0.0.1:$port -soft 127.0.0.1:$((port + 1)) \
-	-user bench -account root -allow-root -log-level warn >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+start_server bench bench "$work/server.log"
 "$bin/lwio-mount" //127.0.0.1:$port/bench "$work/mnt" -o username=bench,completion="$mode" >"$work/mount.log" 2>&1 &
 mount_pid=$!
 for _ in $(seq 100); do grep -q " $work/mnt " /proc/self/mountinfo && break; sleep 0.1; done

@@ -27,6 +27,7 @@
 #   BENCH_BIN=bin RUNS=200 WATCHDOG=60 SECOND=polling bench/stall.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 runs=${1:-${RUNS:-200}} bin=${BENCH_BIN:-bin} watchdog=${WATCHDOG:-60} second=${SECOND:-}
 case $second in '' | auto | interrupt | polling) ;; *) echo "stall: SECOND=$second: want auto, interrupt or polling" >&2; exit 1 ;; esac
 [ "$(id -u)" = 0 ] || { echo "stall: run as root (a tmpfs export, FUSE mounts, drop_caches)" >&2; exit 1; }
@@ -80,10 +81,8 @@ trap cleanup EXIT
 mount -t tmpfs -o mode=0755 lwiofs-stall "$work/export"
 port=$((20000 + RANDOM % 20000))
 export LWIO_PASSWORD=stall-password
-"$bin/lwio-server" -share s="$work/export" -listen 127.0.0.1:$port -soft 127.0.0.1:$((port + 1)) \
-	-user stall -account root -allow-root -log-level warn >"$out/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+: >"$out/server.log"
+start_server s stall "$out/server.log"
 start_mount() {
 	"$bin/lwio-mount" //127.0.0.1:$port/s "$work/mnt" -o "username=stall,completion=$1" >>"$out/mount-$1.log" 2>&1 &
 	mount_pid=$!
@@ -131,10 +130,7 @@ for ((i = 0; i < runs; i++)); do
 		mount_pid= server_pid= second_pid= second_loop=
 		grep -q " $work/mnt " /proc/self/mountinfo && umount -l "$work/mnt"
 		grep -q " $work/mnt2 " /proc/self/mountinfo && umount -l "$work/mnt2"
-		"$bin/lwio-server" -share s="$work/export" -listen 127.0.0.1:$port -soft 127.0.0.1:$((port + 1)) \
-			-user stall -account root -allow-root -log-level warn >>"$out/server.log" 2>&1 &
-		server_pid=$!
-		for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+		start_server s stall "$out/server.log"
 		start_mount "$mode"
 		start_second
 	elif [ "$rc" != 0 ]; then

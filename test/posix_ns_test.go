@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // The namespace half of the POSIX suite (posix_test.go has the suite and
@@ -163,15 +165,7 @@ func testHardLink(t *testing.T, e posixEnv) {
 	if err := os.Link(a, b); err != nil {
 		t.Fatal(err)
 	}
-	sa, err := os.Stat(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := os.Stat(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	na, nb := sa.Sys().(*syscall.Stat_t), sb.Sys().(*syscall.Stat_t)
+	na, nb := testutil.Stat(t, a), testutil.Stat(t, b)
 	if na.Nlink != 2 || nb.Nlink != 2 {
 		t.Errorf("nlink after link: %d and %d, want 2", na.Nlink, nb.Nlink)
 	}
@@ -192,11 +186,7 @@ func testHardLink(t *testing.T, e posixEnv) {
 		t.Fatal(err)
 	}
 	wantContent(t, b, []byte("shared data"))
-	sb, err = os.Stat(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := sb.Sys().(*syscall.Stat_t).Nlink; n != 1 {
+	if n := testutil.Stat(t, b).Nlink; n != 1 {
 		t.Errorf("nlink after unlinking the other name: %d, want 1", n)
 	}
 }

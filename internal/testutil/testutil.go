@@ -1,12 +1,14 @@
 // Package testutil holds the few test helpers that tests in several
 // packages need alike: stat that fails the test, polling for a condition,
-// a directory every local user can reach, a TCP relay for tests that
-// watch, change or cut a connection's bytes, and the logger LWIO_TEST_LOG
-// turns on. It is for tests only: _test.go files and the test rigs
+// a directory every local user can reach, random bytes, a context bounded
+// by the test, a TCP relay for tests that watch, change or cut a
+// connection's bytes, and the logger LWIO_TEST_LOG turns on. It is for tests only: _test.go files and the test rigs
 // (test/hostile/rig).
 package testutil
 
 import (
+	"context"
+	"crypto/rand"
 	"os"
 	"testing"
 	"time"
@@ -63,4 +65,18 @@ func PublicDir(t testing.TB, prefix string) string {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// RandBytes is n random bytes (crypto/rand, which does not fail).
+func RandBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// Context is a context that ends after d or when the test ends.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -104,3 +104,23 @@ func TestLoopbackAddr(t *testing.T) {
 	}
 	l.Close()
 }
+
+func TestRandBytes(t *testing.T) {
+	a, b := RandBytes(32), RandBytes(32)
+	if len(a) != 32 || string(a) == string(b) {
+		t.Fatalf("RandBytes(32) twice: %x, %x", a, b)
+	}
+}
+
+func TestContextEndsWithTest(t *testing.T) {
+	var ctx interface{ Err() error }
+	t.Run("inner", func(t *testing.T) {
+		ctx = Context(t, time.Hour)
+		if ctx.Err() != nil {
+			t.Fatalf("fresh context: %v", ctx.Err())
+		}
+	})
+	if ctx.Err() == nil {
+		t.Fatal("context still live after its test ended")
+	}
+}

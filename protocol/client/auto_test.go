@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 )
 
@@ -15,31 +16,10 @@ func readLoad(t *testing.T, f *File, n, qd int, size int64) { readLoadBS(t, f, n
 // readLoadBS runs n random reads of bs bytes, bs-aligned, at queue depth qd.
 func readLoadBS(t *testing.T, f *File, n, qd int, size int64, bs int) {
 	t.Helper()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	next := 0
-	for w := 0; w < qd; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := make([]byte, bs)
-			rng := mrand.New(mrand.NewSource(int64(w)))
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n {
-					return
-				}
-				if _, err := f.ReadAt(context.Background(), p, rng.Int63n(size/int64(bs))*int64(bs)); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	spread(t, n, qd, func(rng *mrand.Rand, _ int) error {
+		_, err := f.ReadAt(context.Background(), make([]byte, bs), rng.Int63n(size/int64(bs))*int64(bs))
+		return err
+	})
 }
 
 // autoFile is an Auto-mode client and a registered file of size random
@@ -48,7 +28,7 @@ func autoFile(t *testing.T, size int) (*Client, *File) {
 	t.Helper()
 	e := newEnv(t, server.Config{})
 	s, cl := e.newClient(t, Auto)
-	return cl, s.newFile(t, cl, "f", randBytes(size))
+	return cl, s.newFile(t, cl, "f", testutil.RandBytes(size))
 }
 
 // sumConns adds up the connections' completions by mode.

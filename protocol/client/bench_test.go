@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
@@ -52,25 +54,32 @@ func benchEnvWith(b testing.TB, scfg server.Config, mode Mode, conns int) (*Clie
 
 // run spreads b.N operations over depth goroutines.
 func run(b *testing.B, depth int, op func(rng *mrand.Rand, i int) error) {
-	var next sync.Mutex
-	i := 0
-	var wg sync.WaitGroup
 	b.ResetTimer()
+	spread(b, b.N, depth, op)
+}
+
+// spread runs op for i in [0, n) on depth goroutines, each with its own
+// seeded rng, taking the next i as it finishes one; the first error op
+// returns on a goroutine fails tb and stops that goroutine.
+func spread(tb testing.TB, n, depth int, op func(rng *mrand.Rand, i int) error) {
+	var mu sync.Mutex
+	next := 0
+	var wg sync.WaitGroup
 	for w := 0; w < depth; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := mrand.New(mrand.NewSource(int64(w)))
 			for {
-				next.Lock()
-				n := i
-				i++
-				next.Unlock()
-				if n >= b.N {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
 					return
 				}
-				if err := op(rng, n); err != nil {
-					b.Error(err)
+				if err := op(rng, i); err != nil {
+					tb.Error(err)
 					return
 				}
 			}
@@ -125,7 +134,7 @@ func BenchmarkSeqWrite1MiB(b *testing.B) {
 		b.Run(mode.String(), func(b *testing.B) {
 			_, f := benchEnv(b, mode, 0)
 			ctx := context.Background()
-			data := randBytes(size)
+			data := testutil.RandBytes(size)
 			b.SetBytes(size)
 			run(b, depth, func(_ *mrand.Rand, i int) error {
 				_, err := f.WriteAt(ctx, data, int64(i%(benchFileSize/size))*size)
@@ -150,7 +159,7 @@ func BenchmarkWrite1MiBFragments(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			_, f := benchEnvWith(b, c.cfg, Interrupt, 0)
 			ctx := context.Background()
-			data := randBytes(size)
+			data := testutil.RandBytes(size)
 			b.SetBytes(size)
 			run(b, 1, func(_ *mrand.Rand, i int) error {
 				_, err := f.WriteAt(ctx, data, int64(i%(benchFileSize/size))*size)
@@ -180,7 +189,7 @@ func BenchmarkRandRead4KiB(b *testing.B) {
 // BenchmarkRandWrite4KiB: 4 KiB random writes at 1 and 32 outstanding.
 func BenchmarkRandWrite4KiB(b *testing.B) {
 	benchRand4KiB(b, func(f *File, _ int) func(context.Context, int64) error {
-		data := randBytes(4096)
+		data := testutil.RandBytes(4096)
 		return func(ctx context.Context, off int64) error {
 			_, err := f.WriteAt(ctx, data, off)
 			return err
@@ -219,22 +228,8 @@ func benchRawWrite(b *testing.B, size, depth int) {
 		b.Fatal(err)
 	}
 	defer l.Close()
+	cli, srv := conformance.Connect(b, cliP, l, l.Addr(), transport.Config{}, 10*time.Second)
 	ctx := context.Background()
-	accepted := make(chan transport.Conn, 1)
-	go func() {
-		c, err := l.Accept(ctx)
-		if err != nil {
-			b.Error(err)
-		}
-		accepted <- c
-	}()
-	cli, err := cliP.Dial(ctx, l.Addr(), transport.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
-	srv := <-accepted
-	defer srv.Close()
 	src, err := srv.Domain().Alloc(size, transport.AccessLocal)
 	if err != nil {
 		b.Fatal(err)
@@ -257,15 +252,6 @@ func benchRawWrite(b *testing.B, size, depth int) {
 			}
 			posted++
 		}
-		n, err := srv.CQ().Wait(ctx, comps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, c := range comps[:n] {
-			if c.Status != transport.StatusSuccess {
-				b.Fatal(c.Err())
-			}
-		}
-		done += n
+		done += len(conformance.WaitOK(ctx, b, srv, comps))
 	}
 }

@@ -39,7 +39,7 @@ func TestIdleConnectionGivesCreditsBack(t *testing.T) {
 	e := newEnv(t, server.Config{Credits: 8, MaxCredits: 32, MinCredits: 2})
 	s := e.session()
 	cl := s.oneConnClient(t, Interrupt, 8, 32)
-	f := s.newFile(t, cl, "f", randBytes(1<<20))
+	f := s.newFile(t, cl, "f", testutil.RandBytes(1<<20))
 	stop := make(chan struct{})
 	wg := busy(t, f, 48, stop)
 	testutil.Eventually(t, "32 credits under load", 10*time.Second, func() bool { return cl.Conns()[0].Credits == 32 })
@@ -67,7 +67,7 @@ func TestBudgetRebalances(t *testing.T) {
 	e := newEnv(t, server.Config{CreditBudget: 16, Credits: 8, MaxCredits: 16, MinCredits: 2})
 	sa, sb := e.session(), e.session()
 	a := sa.oneConnClient(t, Interrupt, 8, 16)
-	fa := sa.newFile(t, a, "a", randBytes(1<<20))
+	fa := sa.newFile(t, a, "a", testutil.RandBytes(1<<20))
 	stop := make(chan struct{})
 	wga := busy(t, fa, 32, stop)
 	var wgb *sync.WaitGroup
@@ -84,7 +84,7 @@ func TestBudgetRebalances(t *testing.T) {
 	if g := b.Conns()[0].Credits; g != 2 {
 		t.Fatalf("a new client with the budget spent got %d credits, want the minimal 2", g)
 	}
-	fb := sb.newFile(t, b, "b", randBytes(1<<20))
+	fb := sb.newFile(t, b, "b", testutil.RandBytes(1<<20))
 	wgb = busy(t, fb, 32, stop)
 	// A, still busy, comes down to its fair share (16 over 2); B grows
 	// into what A gave back, and A does not take it back while B wants it.
@@ -122,7 +122,7 @@ func TestManyClientsGetLWIO(t *testing.T) {
 				t.Fatalf("client %d connection %d: %d credits, want at least %d", i, j, ci.Credits, server.DefaultMinCredits)
 			}
 		}
-		files = append(files, s.newFile(t, cl, fmt.Sprintf("f%d", i), randBytes(64<<10)))
+		files = append(files, s.newFile(t, cl, fmt.Sprintf("f%d", i), testutil.RandBytes(64<<10)))
 	}
 	if bi := e.srv.Budget(); bi.Connections != 2*clients {
 		t.Fatalf("%d LWIO connections, want %d: %+v", bi.Connections, 2*clients, bi)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/defaults"
 	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
@@ -124,38 +125,20 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&c.Connections, DefaultConnections())
-	def(&c.Credits, DefaultCredits)
+	defaults.Set(&c.Connections, DefaultConnections())
+	defaults.Set(&c.Credits, DefaultCredits)
 	if c.PoolMemory == 0 {
 		c.PoolMemory = DefaultPoolMemory
 	}
-	def(&c.MaxCredits, DefaultMaxCredits)
-	if c.MaxCredits < c.Credits {
-		c.MaxCredits = c.Credits
-	}
-	if c.MaxCredits > maxSlots/2 {
-		c.MaxCredits = maxSlots / 2
-	}
-	if c.Credits > c.MaxCredits {
-		c.Credits = c.MaxCredits
-	}
-	def(&c.BounceThreshold, DefaultBounceThreshold)
-	if c.BounceThreshold > bounceSize {
-		c.BounceThreshold = bounceSize
-	}
-	def(&c.MaxIO, DefaultMaxIO)
-	def(&c.PageSize, DefaultPageSize)
-	if c.SpinTime <= 0 {
-		c.SpinTime = DefaultSpinTime
-	}
-	if c.AuthTimeout <= 0 {
-		c.AuthTimeout = DefaultAuthTimeout
-	}
+	defaults.Set(&c.MaxCredits, DefaultMaxCredits)
+	c.MaxCredits = min(max(c.MaxCredits, c.Credits), maxSlots/2)
+	c.Credits = min(c.Credits, c.MaxCredits)
+	defaults.Set(&c.BounceThreshold, DefaultBounceThreshold)
+	c.BounceThreshold = min(c.BounceThreshold, bounceSize)
+	defaults.Set(&c.MaxIO, DefaultMaxIO)
+	defaults.Set(&c.PageSize, DefaultPageSize)
+	defaults.Set(&c.SpinTime, DefaultSpinTime)
+	defaults.Set(&c.AuthTimeout, DefaultAuthTimeout)
 	if c.ClientName == "" {
 		c.ClientName, _ = os.Hostname()
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 )
@@ -18,7 +19,7 @@ var modes = []Mode{Interrupt, Polling, Auto}
 // through every read size class (bounce buffer, pooled, multi-request).
 func TestReadWrite(t *testing.T) {
 	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
-		content := randBytes(3<<20 + 123)
+		content := testutil.RandBytes(3<<20 + 123)
 		key, path := s.file(t, "f", content)
 		f := s.register(t, cl, key, 0)
 		ctx := ctxT(t)
@@ -45,7 +46,7 @@ func TestReadWrite(t *testing.T) {
 		}
 		// Writes: small (inline), large (second segment), beyond MaxWrite.
 		for _, tc := range []struct{ off, n int }{{3, 100}, {8192, 64 << 10}, {1 << 20, 2<<20 + 7}} {
-			data := randBytes(tc.n)
+			data := testutil.RandBytes(tc.n)
 			got, err := f.WriteAt(ctx, data, int64(tc.off))
 			if err != nil || got != tc.n {
 				t.Fatalf("WriteAt(%d, %d) = %d, %v", tc.off, tc.n, got, err)
@@ -106,7 +107,7 @@ func TestAppend(t *testing.T) {
 func TestMixedModes(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	s, cl := e.newClient(t, Interrupt)
-	content := randBytes(1 << 20)
+	content := testutil.RandBytes(1 << 20)
 	key, _ := s.file(t, "f", content)
 	a := s.register(t, cl, key, 0)
 	b := s.register(t, cl, key, 0)

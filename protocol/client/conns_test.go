@@ -6,8 +6,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -17,13 +19,8 @@ import (
 func twoProviders(t *testing.T) (*env, *session, string) {
 	t.Helper()
 	e := newEnv(t, server.Config{})
-	l, err := e.srv.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go e.srv.Serve(l)
-	s := e.session()
-	return e, s, l.Addr()
+	addr := servertest.ServeOn(t, e.srv, soft.New(soft.Options{}))
+	return e, e.session(), addr
 }
 
 // offer is a Negotiate answering with the given providers, in order.
@@ -93,7 +90,7 @@ func TestRequestsSpreadOverConnections(t *testing.T) {
 	cfg := s.config(Interrupt)
 	cfg.Connections = 4
 	cl := s.client(t, cfg)
-	f := s.newFile(t, cl, "f", randBytes(1<<20))
+	f := s.newFile(t, cl, "f", testutil.RandBytes(1<<20))
 	before := make([]uint64, 4)
 	for i, ci := range cl.Conns() {
 		before[i] = ci.Requests

@@ -21,7 +21,7 @@ import (
 
 func TestVectored(t *testing.T) {
 	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
-		content := randBytes(3<<20 + 1000)
+		content := testutil.RandBytes(3<<20 + 1000)
 		key, path := s.file(t, "f", content)
 		f := s.register(t, cl, key, 0)
 		direct := s.register(t, cl, key, protocol.FileNoIntermediateBuffering)
@@ -50,13 +50,13 @@ func TestVectored(t *testing.T) {
 		}
 
 		// WriteV, different pages: gathered.
-		wp := [][]byte{randBytes(4096), randBytes(4096), randBytes(100)}
+		wp := [][]byte{testutil.RandBytes(4096), testutil.RandBytes(4096), testutil.RandBytes(100)}
 		if n, err := f.WriteV(ctx, wp, 4096); err != nil || n != 8292 {
 			t.Fatalf("WriteV = %d, %v", n, err)
 		}
 		copy(content[4096:], bytes.Join(wp, nil))
 		// Identical pages on a buffered file: not collapsed.
-		same := randBytes(4096)
+		same := testutil.RandBytes(4096)
 		if _, err := f.WriteV(ctx, [][]byte{same, same, same}, 65536); err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func TestVectored(t *testing.T) {
 
 func TestReadBuf(t *testing.T) {
 	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
-		content := randBytes(1<<20 + 10)
+		content := testutil.RandBytes(1<<20 + 10)
 		f := s.newFile(t, cl, "f", content)
 		ctx := ctxT(t)
 		b, err := f.ReadBuf(ctx, make([]byte, 1<<20), 10)
@@ -122,7 +122,7 @@ func TestManyInFlight(t *testing.T) {
 		files := make([]*File, nfiles)
 		paths := make([]string, nfiles)
 		for i := range model {
-			model[i] = randBytes(workers / nfiles * block)
+			model[i] = testutil.RandBytes(workers / nfiles * block)
 			var key protocol.ResumeKey
 			key, paths[i] = s.file(t, fmt.Sprintf("f%d", i), model[i])
 			files[i] = s.register(t, cl, key, 0)
@@ -188,7 +188,7 @@ func TestCreditDeltas(t *testing.T) {
 	e := newEnv(t, server.Config{Credits: 4, MaxCredits: 32})
 	s := e.session()
 	cl := s.oneConnClient(t, Interrupt, 4, 12)
-	f := s.newFile(t, cl, "f", randBytes(1<<20))
+	f := s.newFile(t, cl, "f", testutil.RandBytes(1<<20))
 	ctx := ctxT(t)
 	// The busy spell lasts until the grant has grown (or 10 s): each
 	// doubling is a delta and its CREDIT answer, and on a loaded machine
@@ -234,7 +234,7 @@ func TestCreditDeltas(t *testing.T) {
 func TestPollingWakeup(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	s, cl := e.newClient(t, Polling)
-	content := randBytes(8192)
+	content := testutil.RandBytes(8192)
 	key, g := s.gated(t, "g", content)
 	f := s.register(t, cl, key, 0)
 	ctx := ctxT(t)
@@ -256,7 +256,7 @@ func TestPollingWakeup(t *testing.T) {
 // fail with STATUS_CANCELLED; Close fails later calls.
 func TestCancelAndCloseInFlight(t *testing.T) {
 	inEachMode(t, server.Config{Workers: 1}, func(t *testing.T, e *env, s *session, cl *Client) {
-		key, g := s.gated(t, "g", randBytes(8192))
+		key, g := s.gated(t, "g", testutil.RandBytes(8192))
 		f := s.register(t, cl, key, 0)
 		ctx := ctxT(t)
 		results := make(chan error, 4)
@@ -298,7 +298,7 @@ func TestCancelAndCloseInFlight(t *testing.T) {
 // and Done is closed.
 func TestServerKilledMidIO(t *testing.T) {
 	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
-		key, g := s.gated(t, "g", randBytes(1<<20))
+		key, g := s.gated(t, "g", testutil.RandBytes(1<<20))
 		f := s.register(t, cl, key, 0)
 		ctx := context.Background() // no deadline: the engine must not hang
 		const n = 16
@@ -337,7 +337,7 @@ func TestServerKilledMidIO(t *testing.T) {
 func TestServerCloseGraceful(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	s, cl := e.newClient(t, Interrupt)
-	content := randBytes(1 << 20)
+	content := testutil.RandBytes(1 << 20)
 	key, g := s.gated(t, "g", content)
 	f := s.register(t, cl, key, 0)
 	ctx := ctxT(t)
@@ -408,7 +408,7 @@ func TestAbandonedRequest(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			s, cl := newEnv(t, server.Config{}).oneConn(t, mode)
-			content := randBytes(64 << 10)
+			content := testutil.RandBytes(64 << 10)
 			key, g := s.gated(t, "g", content)
 			f := s.register(t, cl, key, 0)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -437,9 +437,9 @@ func TestAbandonedRequest(t *testing.T) {
 // One slow read does not stall the connection: others complete meanwhile.
 func TestSlowReadDoesNotStall(t *testing.T) {
 	s, cl := newEnv(t, server.Config{}).oneConn(t, Interrupt)
-	slowKey, g := s.gated(t, "slow", randBytes(4096))
+	slowKey, g := s.gated(t, "slow", testutil.RandBytes(4096))
 	slow := s.register(t, cl, slowKey, 0)
-	content := randBytes(1 << 20)
+	content := testutil.RandBytes(1 << 20)
 	fast := s.newFile(t, cl, "fast", content)
 	ctx := ctxT(t)
 	done := make(chan error, 1)
@@ -470,7 +470,7 @@ func TestSlowReadDoesNotStall(t *testing.T) {
 func TestSmallServerBuffers(t *testing.T) {
 	e := newEnv(t, server.Config{MaxRecvBufferSize: 2048, MaxRdmaWindowSize: 64 << 10})
 	s, cl := e.newClient(t, Interrupt)
-	content := randBytes(1 << 20)
+	content := testutil.RandBytes(1 << 20)
 	key, path := s.file(t, "f", content)
 	f := s.register(t, cl, key, protocol.FileNoIntermediateBuffering)
 	ctx := ctxT(t)
@@ -485,12 +485,12 @@ func TestSmallServerBuffers(t *testing.T) {
 	if n, err := f.ReadV(ctx, pages, 0); err != nil || n != 200*4096 || !bytes.Equal(bytes.Join(pages, nil), content[:200*4096]) {
 		t.Fatalf("ReadV = %d, %v", n, err)
 	}
-	data := randBytes(100 << 10)
+	data := testutil.RandBytes(100 << 10)
 	if n, err := f.WriteAt(ctx, data, 5); err != nil || n != len(data) {
 		t.Fatalf("WriteAt = %d, %v", n, err)
 	}
 	copy(content[5:], data)
-	same := randBytes(4096)
+	same := testutil.RandBytes(4096)
 	if n, err := f.WriteV(ctx, [][]byte{same, same, same}, 300000); err != nil || n != 3*4096 {
 		t.Fatalf("WriteV of identical 4 KiB pages = %d, %v", n, err)
 	}

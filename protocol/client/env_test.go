@@ -72,12 +72,7 @@ func newEnvOn(t testing.TB, cfg server.Config, p transport.Provider) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := srv.Listen(p, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.srv, e.addr = srv, l.Addr()
-	go srv.Serve(l)
+	e.srv, e.addr = srv, servertest.ServeOn(t, srv, p)
 	t.Cleanup(func() { srv.Close() })
 	return e
 }
@@ -225,17 +220,7 @@ func inEachMode(t *testing.T, cfg server.Config, body func(t *testing.T, e *env,
 	}
 }
 
-func randBytes(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b)
-	return b
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t testing.TB) context.Context { return testutil.Context(t, 20*time.Second) }
 
 // gated creates a file whose I/O waits for the gate.
 func (s *session) gated(t testing.TB, name string, content []byte) (protocol.ResumeKey, *servertest.GatedFile) {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport"
@@ -59,11 +60,11 @@ func TestPartialPostEndsConnection(t *testing.T) {
 	cfg.Providers = []transport.Provider{pp}
 	cfg.Connections = 1
 	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", randBytes(64<<10))
+	key, _ := s.file(t, "f", testutil.RandBytes(64<<10))
 	f := s.register(t, cl, key, protocol.FileNoIntermediateBuffering)
 
 	pp.armed.Store(true)
-	if _, err := f.WriteAt(ctxT(t), randBytes(16<<10), 0); err == nil {
+	if _, err := f.WriteAt(ctxT(t), testutil.RandBytes(16<<10), 0); err == nil {
 		t.Fatal("a write whose chain was posted in part succeeded")
 	}
 	pc := pp.fired.Load()

@@ -31,7 +31,7 @@ func TestSealedSession(t *testing.T) {
 			cfg := s.config(mode)
 			cfg.Cipher = smbauth.CipherAES128GCM
 			cl := s.client(t, cfg)
-			content := randBytes(2<<20 + 77)
+			content := testutil.RandBytes(2<<20 + 77)
 			key, path := s.file(t, "f", content)
 			f := s.register(t, cl, key, 0)
 			ctx := ctxT(t)
@@ -42,7 +42,7 @@ func TestSealedSession(t *testing.T) {
 				}
 			}
 			for _, tc := range []struct{ off, n int }{{3, 100}, {8192, 64 << 10}, {1 << 20, 1<<20 + 7}} {
-				data := randBytes(tc.n)
+				data := testutil.RandBytes(tc.n)
 				if got, err := f.WriteAt(ctx, data, int64(tc.off)); err != nil || got != tc.n {
 					t.Fatalf("WriteAt(%d, %d) = %d, %v", tc.off, tc.n, got, err)
 				}

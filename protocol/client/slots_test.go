@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 )
@@ -64,7 +65,7 @@ func TestWriteBehindManyFilesOneConn(t *testing.T) {
 			data := make([][]byte, files)
 			for i := range ws {
 				ws[i] = &behindWriter{f: s.newFile(t, cl, fmt.Sprintf("f%d", i), nil), depth: depth}
-				data[i] = randBytes(rounds * size)
+				data[i] = testutil.RandBytes(rounds * size)
 			}
 			// One goroutine per writer, as FUSE runs one per request;
 			// each round every writer takes one step.
@@ -191,7 +192,7 @@ func TestPostedWriteLostKeepsItsBytes(t *testing.T) {
 	s, cl := newEnv(t, server.Config{}).oneConn(t, Interrupt)
 	key, g := s.gated(t, "g", nil)
 	f := s.register(t, cl, key, 0)
-	data := [][]byte{randBytes(1000), randBytes(64 << 10), randBytes(3000)}
+	data := [][]byte{testutil.RandBytes(1000), testutil.RandBytes(64 << 10), testutil.RandBytes(3000)}
 	var pws []*PendingWrite
 	off := int64(0)
 	for _, p := range data {

@@ -3,6 +3,7 @@ package client
 import (
 	"testing"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
 	"github.com/lwiofs/lwiofs/transport/soft"
@@ -18,7 +19,7 @@ func TestStatsCount(t *testing.T) {
 	cfg := s.config(Interrupt)
 	cfg.Counters = ctr
 	cl := s.client(t, cfg)
-	key, _ := s.file(t, "f", randBytes(1<<20))
+	key, _ := s.file(t, "f", testutil.RandBytes(1<<20))
 	f := s.register(t, cl, key, 0)
 	ctx := ctxT(t)
 	p := make([]byte, 64<<10)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/server"
 )
 
@@ -18,7 +19,7 @@ func deepWrites(f *File, per int) error {
 	const depth, block = 16, 1 << 20
 	var wg sync.WaitGroup
 	errs := make(chan error, depth)
-	p := randBytes(block)
+	p := testutil.RandBytes(block)
 	for w := 0; w < depth; w++ {
 		wg.Go(func() {
 			for i := 0; i < per; i++ {
@@ -145,7 +146,7 @@ func TestWriteAsyncBeyondCreditsInEachMode(t *testing.T) {
 // all are posted (under a watchdog of limit), then waits for each.
 func postThenWait(t *testing.T, f *File, n int, what string, limit time.Duration) {
 	t.Helper()
-	p := randBytes(1 << 20)
+	p := testutil.RandBytes(1 << 20)
 	var pws []*PendingWrite
 	done := make(chan struct{})
 	var err error

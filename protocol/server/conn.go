@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
 )
@@ -29,12 +30,7 @@ const (
 
 var connStateNames = [...]string{"auth", "open", "closing", "closed"}
 
-func (s connState) String() string {
-	if int(s) < len(connStateNames) {
-		return connStateNames[s]
-	}
-	return fmt.Sprintf("connState(%d)", uint8(s))
-}
+func (s connState) String() string { return enum.Name(connStateNames[:], s, "connState") }
 
 // conn is one accepted RDMA connection.
 type conn struct {

@@ -15,7 +15,7 @@ func (e *env) gated(id uint64) (protocol.ResumeKey, *servertest.GatedFile) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	f.Write(randBytes(64 << 10))
+	f.Write(testutil.RandBytes(64 << 10))
 	e.t.Cleanup(func() { f.Close() })
 	g := servertest.NewGatedFile(osFile{f})
 	e.t.Cleanup(g.Open)
@@ -25,19 +25,19 @@ func (e *env) gated(id uint64) (protocol.ResumeKey, *servertest.GatedFile) {
 // wantDelta reads the next message and checks that it is a delta-credit
 // message (FIG. 11A: Cookie 0, LWIO_NOTIFY_CREDIT) offering n.
 func (p *peer) wantDelta(n int32) {
-	p.t.Helper()
+	p.T.Helper()
 	if r := p.wantResponse("delta credit"); !r.IsDeltaCredit() || r.CreditDelta() != n {
-		p.t.Fatalf("delta message %+v, want Cookie 0, %+d, LWIO_NOTIFY_CREDIT", r, n)
+		p.T.Fatalf("delta message %+v, want Cookie 0, %+d, LWIO_NOTIFY_CREDIT", r, n)
 	}
 }
 
 // credit sends a CREDIT message (count, the credits hint, cookie) and
 // checks that it completes with want.
 func (p *peer) credit(count int32, hint uint8, cookie uint64, want protocol.Status) {
-	p.t.Helper()
+	p.T.Helper()
 	p.sendHeader(protocol.NewCreditRequest(count, hint, cookie))
 	if r := p.wantResponse("CREDIT"); r.Cookie != cookie || r.Ios.Status != want {
-		p.t.Fatalf("CREDIT %d completion %+v, want Cookie %d, %v", count, r, cookie, want)
+		p.T.Fatalf("CREDIT %d completion %+v, want Cookie %d, %v", count, r, cookie, want)
 	}
 }
 
@@ -83,7 +83,7 @@ func TestCreditHandshake(t *testing.T) {
 	}
 	// A CREDIT with no transaction open is a violation.
 	p.sendHeader(protocol.NewCreditRequest(0, 0, 1))
-	p.wantClosed("CREDIT out of turn")
+	p.WantClosed("CREDIT out of turn")
 	testutil.Eventually(t, "the budget all given back", 5*time.Second, func() bool { return e.srv.budget.Used() == 0 })
 }
 
@@ -99,7 +99,7 @@ func TestCreditGrantFromHint(t *testing.T) {
 	p.wantDelta(2) // doubling
 	p.credit(0, 2, 2, protocol.StatusSuccess)
 	g.Open()
-	if imm := p.wantImm("READ"); imm != 1 {
+	if imm := p.WantImm("READ"); imm != 1 {
 		t.Fatalf("imm %d", imm)
 	}
 }
@@ -134,7 +134,7 @@ func gatedPeer(t *testing.T, cfg Config) (*peer, uint16, *servertest.GatedFile) 
 
 // responses collects the next n STATUS_RESPONSEs by cookie.
 func (p *peer) responses(n int, why string) map[uint64]protocol.Status {
-	p.t.Helper()
+	p.T.Helper()
 	got := map[uint64]protocol.Status{}
 	for len(got) < n {
 		r := p.wantResponse(why)
@@ -157,12 +157,12 @@ func TestCancelQueued(t *testing.T) {
 		t.Fatalf("completions %v, want cookie 4 success, 2 and 3 cancelled", got)
 	}
 	g.Open()
-	if imm := p.wantImm("the executing READ"); imm != 1 {
+	if imm := p.WantImm("the executing READ"); imm != 1 {
 		t.Fatalf("imm %d, want 1", imm)
 	}
 	// The Fid still works after CANCEL.
 	p.read(fid, 0, 10, 1, 5)
-	if imm := p.wantImm("READ after CANCEL"); imm != 5 {
+	if imm := p.WantImm("READ after CANCEL"); imm != 5 {
 		t.Fatalf("imm %d", imm)
 	}
 }
@@ -180,7 +180,7 @@ func TestCloseInFlight(t *testing.T) {
 		t.Fatalf("completions %v", got)
 	}
 	g.Open()
-	p.wantImm("the executing READ finishes")
+	p.WantImm("the executing READ finishes")
 	p.read(fid, 0, 10, 1, 5)
 	if r := p.wantResponse("READ after CLOSE"); r.Ios.Status != protocol.StatusInvalidHandle {
 		t.Fatalf("READ after CLOSE: %v", r.Ios.Status)
@@ -191,8 +191,8 @@ func TestCloseInFlight(t *testing.T) {
 // one while it is held is refused.
 func TestInterruptHeld(t *testing.T) {
 	p, fid, g := gatedPeer(t, Config{})
-	ios := p.data.Addr() + 1<<20
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.PollingMode(ios, p.data.Handle())))
+	ios := p.Data.Addr() + 1<<20
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 1, protocol.PollingMode(ios, p.Data.Handle())))
 	<-g.Entered
 	p.sendHeader(protocol.NewInterruptRequest(2, 50))
 	p.sendHeader(protocol.NewInterruptRequest(3, 51))
@@ -203,7 +203,7 @@ func TestInterruptHeld(t *testing.T) {
 	if r := p.wantResponse("held INTERRUPT"); r.Cookie != 50 || r.Ios.Status != protocol.StatusSuccess {
 		t.Fatalf("held INTERRUPT: %+v", r)
 	}
-	st, _ := protocol.DecodeIOStatusBlock(p.data.Bytes()[1<<20 : 1<<20+8])
+	st, _ := protocol.DecodeIOStatusBlock(p.Data.Bytes()[1<<20 : 1<<20+8])
 	if st.Status != protocol.StatusSuccess || st.Information != 4096 {
 		t.Fatalf("status block %+v", st)
 	}

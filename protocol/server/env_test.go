@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"os"
@@ -43,12 +42,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := srv.Listen(soft.New(soft.Options{}), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.srv, e.addr = srv, l.Addr()
-	go srv.Serve(l)
+	e.srv, e.addr = srv, servertest.ServeOn(t, srv, soft.New(soft.Options{}))
 	t.Cleanup(func() { srv.Close() })
 	return e
 }
@@ -87,18 +81,9 @@ func (e *env) serverConn() *conn {
 	return nil
 }
 
-// peer is a hand-driven client: the test writes each message and checks
-// each answer, transcript style.
-type peer struct {
-	t      *testing.T
-	tc     transport.Conn
-	send   transport.Region
-	recv   transport.Region
-	data   transport.Region // remote-writable: AUTH params, read data, status blocks
-	queue  []transport.Completion
-	nrecv  int
-	closed bool
-}
+// peer is a hand-driven client (servertest.Peer) with the messages these
+// tests send.
+type peer struct{ *servertest.Peer }
 
 const (
 	peerRecvs    = 16
@@ -107,46 +92,16 @@ const (
 )
 
 func (e *env) dial() *peer {
-	t := e.t
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	tc, err := soft.New(soft.Options{}).Dial(ctx, e.addr, transport.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tc.Close() })
-	p := &peer{t: t, tc: tc}
-	dom := tc.Domain()
-	p.send = mustAlloc(t, dom, 3<<20, transport.AccessLocal)
-	p.recv = mustAlloc(t, dom, peerRecvs*peerRecvSize, transport.AccessLocal)
-	p.data = mustAlloc(t, dom, peerDataSize, transport.AccessLocal|transport.AccessRemoteWrite)
-	for i := 0; i < peerRecvs; i++ {
-		p.postRecv(i)
-	}
-	return p
-}
-
-func mustAlloc(t *testing.T, dom transport.Domain, n int, a transport.Access) transport.Region {
-	r, err := dom.Alloc(n, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func (p *peer) postRecv(i int) {
-	if err := p.tc.PostRecv(transport.RecvWR{ID: uint64(i), Buf: transport.Segment{Region: p.recv, Offset: i * peerRecvSize, Length: peerRecvSize}}); err != nil && !errors.Is(err, transport.ErrClosed) {
-		p.t.Fatal(err)
-	}
+	e.t.Helper()
+	shape := servertest.PeerShape{Recvs: peerRecvs, RecvSize: peerRecvSize, SendSize: 3 << 20, DataSize: peerDataSize}
+	return &peer{servertest.DialPeer(e.t, soft.New(soft.Options{}), e.addr, shape)}
 }
 
 // sendMsg sends msg (copied into registered memory) as one SEND.
 func (p *peer) sendMsg(msg []byte) {
-	p.t.Helper()
-	n := copy(p.send.Bytes(), msg)
-	if err := p.tc.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{{Region: p.send, Length: n}}}); err != nil {
-		p.t.Fatal(err)
+	p.T.Helper()
+	if err := p.Post(msg); err != nil {
+		p.T.Fatal(err)
 	}
 }
 
@@ -154,14 +109,13 @@ func (p *peer) sendHeader(h protocol.Header) { p.sendMsg(h.Append(nil)) }
 
 // trySend sends msg, reporting false if the connection is gone.
 func (p *peer) trySend(msg []byte) bool {
-	n := copy(p.send.Bytes(), msg)
-	err := p.tc.Post(transport.SendWR{ID: 1, Op: transport.OpSend, SGL: []transport.Segment{{Region: p.send, Length: n}}})
+	err := p.Post(msg)
 	if errors.Is(err, transport.ErrClosed) {
-		p.closed = true
+		p.Closed = true
 		return false
 	}
 	if err != nil {
-		p.t.Fatal(err)
+		p.T.Fatal(err)
 	}
 	return true
 }
@@ -169,76 +123,18 @@ func (p *peer) trySend(msg []byte) bool {
 // next returns the next receive completion, skipping our send completions.
 // ok is false if the connection ended instead.
 func (p *peer) next() (transport.Completion, bool) {
-	p.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		for len(p.queue) > 0 {
-			wc := p.queue[0]
-			p.queue = p.queue[1:]
-			if wc.Status != transport.StatusSuccess {
-				p.closed = true
-				return wc, false
-			}
-			if wc.Op == transport.OpRecv {
-				return wc, true
-			}
-		}
-		var wcs [16]transport.Completion
-		n, err := p.tc.CQ().Wait(ctx, wcs[:])
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				p.t.Fatal("no completion within 10s")
-			}
-			p.closed = true
-			return transport.Completion{}, false
-		}
-		p.queue = append(p.queue, wcs[:n]...)
-	}
+	p.T.Helper()
+	return p.Next(10 * time.Second)
 }
 
 // wantResponse expects a STATUS_RESPONSE send and reposts its receive.
 func (p *peer) wantResponse(why string) protocol.StatusResponse {
-	p.t.Helper()
+	p.T.Helper()
 	wc, ok := p.next()
 	if !ok {
-		p.t.Fatalf("%s: connection ended (%v)", why, wc.Status)
+		p.T.Fatalf("%s: connection ended (%v)", why, wc.Status)
 	}
-	if wc.HasImm {
-		p.t.Fatalf("%s: got immediate data %#x, want a STATUS_RESPONSE", why, wc.Imm)
-	}
-	r, err := protocol.DecodeStatusResponse(p.recv.Bytes()[int(wc.ID)*peerRecvSize : int(wc.ID)*peerRecvSize+wc.Len])
-	if err != nil {
-		p.t.Fatalf("%s: %v", why, err)
-	}
-	p.postRecv(int(wc.ID))
-	return r
-}
-
-// wantImm expects an RDMA WRITE WITH IMMEDIATE.
-func (p *peer) wantImm(why string) uint32 {
-	p.t.Helper()
-	wc, ok := p.next()
-	if !ok {
-		p.t.Fatalf("%s: connection ended (%v)", why, wc.Status)
-	}
-	if !wc.HasImm {
-		p.t.Fatalf("%s: got a %d-byte SEND, want immediate data", why, wc.Len)
-	}
-	p.postRecv(int(wc.ID))
-	return wc.Imm
-}
-
-// wantClosed expects the server to end the connection.
-func (p *peer) wantClosed(why string) {
-	p.t.Helper()
-	for {
-		if wc, ok := p.next(); !ok {
-			return
-		} else if wc.Op == transport.OpRecv {
-			p.t.Fatalf("%s: got a message, want the connection to end", why)
-		}
-	}
+	return p.StatusResponse(why, wc)
 }
 
 func (p *peer) authParams(key [16]byte, credits int) protocol.AuthParams {
@@ -251,17 +147,17 @@ func (p *peer) authParams(key [16]byte, credits int) protocol.AuthParams {
 
 // auth authenticates and returns the server's parameters.
 func (p *peer) auth(key [16]byte, signing []byte, credits int) protocol.AuthParams {
-	p.t.Helper()
+	p.T.Helper()
 	r := p.tryAuth(key, signing, credits, 42)
 	if r.Cookie != 42 || r.Ios.Status != protocol.StatusSuccess {
-		p.t.Fatalf("AUTH response %+v", r)
+		p.T.Fatalf("AUTH response %+v", r)
 	}
-	sp, n, err := protocol.DecodeAuthParamsPrefix(p.data.Bytes())
+	sp, n, err := protocol.DecodeAuthParamsPrefix(p.Data.Bytes())
 	if err != nil {
-		p.t.Fatal(err)
+		p.T.Fatal(err)
 	}
 	if int(r.Ios.Information) != n+protocol.AuthInformationExtra {
-		p.t.Fatalf("AUTH Information %d, params %d bytes", r.Ios.Information, n)
+		p.T.Fatalf("AUTH Information %d, params %d bytes", r.Ios.Information, n)
 	}
 	return sp
 }
@@ -269,10 +165,10 @@ func (p *peer) auth(key [16]byte, signing []byte, credits int) protocol.AuthPara
 // tryAuth sends an AUTH for key signed with signing, asking for the
 // server's parameters in the data region, and returns the answer.
 func (p *peer) tryAuth(key [16]byte, signing []byte, credits int, cookie uint64) protocol.StatusResponse {
-	p.t.Helper()
+	p.T.Helper()
 	ap := p.authParams(key, credits)
 	ap.Sign(signing)
-	req := protocol.NewAuthRequest(ap, p.data.Addr(), p.data.Handle(), cookie)
+	req := protocol.NewAuthRequest(ap, p.Data.Addr(), p.Data.Handle(), cookie)
 	p.sendMsg(req.Append(nil))
 	return p.wantResponse("AUTH")
 }
@@ -289,11 +185,11 @@ func (e *env) open(key [16]byte, signing []byte, id uint64, rk protocol.ResumeKe
 // read sends an interrupt-mode READ of n bytes at off into the data region,
 // with c as both cookies.
 func (p *peer) read(fid uint16, off uint64, n uint32, credits uint8, c uint64) {
-	p.sendHeader(protocol.NewReadRequest(fid, off, n, p.data.Addr(), p.data.Handle(), credits, protocol.InterruptMode(uint32(c), c)))
+	p.sendHeader(protocol.NewReadRequest(fid, off, n, p.Data.Addr(), p.Data.Handle(), credits, protocol.InterruptMode(uint32(c), c)))
 }
 
 func (p *peer) register(key protocol.ResumeKey, session uint64, flags uint32) protocol.StatusResponse {
-	p.t.Helper()
+	p.T.Helper()
 	req := protocol.NewRegisterRequest(protocol.FidParams{ResumeKey: key, SessionID: session, FlagsAndAttributes: flags}, 1, 77)
 	p.sendMsg(req.Append(nil))
 	return p.wantResponse("REGISTER")

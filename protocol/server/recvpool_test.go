@@ -18,14 +18,14 @@ func servePeers(t *testing.T, e *env, n, credits int) []*peer {
 	for i := range n {
 		id := uint64(10 + i)
 		key, signing := e.session(id)
-		rk, _ := e.file(id, fmt.Sprintf("f%d", i), randBytes(64<<10))
+		rk, _ := e.file(id, fmt.Sprintf("f%d", i), testutil.RandBytes(64<<10))
 		p := e.dial()
 		p.auth(key, signing, credits)
 		fid := uint16(p.register(rk, id, 0).Ios.Information)
 		peers = append(peers, p)
 		for j := range 3 {
 			p.read(fid, uint64(j)*4096, 4096, 1, uint64(j+1))
-			p.wantImm("READ")
+			p.WantImm("READ")
 		}
 	}
 	return peers
@@ -53,7 +53,7 @@ func TestConnectionsShareReceiveQueue(t *testing.T) {
 	// Once the last connection has gone the queue goes with every buffer,
 	// and the next connection gets a new one.
 	for _, p := range peers {
-		p.tc.Close()
+		p.Conn.Close()
 	}
 	testutil.Eventually(t, "the queue and its buffers gone", 5*time.Second, func() bool { bi = e.srv.Budget(); return bi.RecvQueues == 0 && bi.RecvBuffers == 0 })
 	servePeers(t, e, 1, 4)
@@ -95,7 +95,7 @@ func TestOwnReceiveQueues(t *testing.T) {
 		t.Fatalf("3 connections of 4 credits with their own queues: %+v, want 3 queues of 4 buffers", bi)
 	}
 	for _, p := range peers {
-		p.tc.Close()
+		p.Conn.Close()
 	}
 	testutil.Eventually(t, "the queues and buffers gone", 5*time.Second, func() bool { bi = e.srv.Budget(); return bi.RecvQueues == 0 && bi.RecvBuffers == 0 })
 }
@@ -109,7 +109,7 @@ func TestBeyondCreditsSparesOthers(t *testing.T) {
 	hostile, fid := heldReads(t, e)
 
 	keyB, signingB := e.session(6)
-	rkB, _ := e.file(6, "b", randBytes(64<<10))
+	rkB, _ := e.file(6, "b", testutil.RandBytes(64<<10))
 	b := e.dial()
 	b.auth(keyB, signingB, 2)
 	fidB := uint16(b.register(rkB, 6, 0).Ios.Information)
@@ -117,12 +117,12 @@ func TestBeyondCreditsSparesOthers(t *testing.T) {
 	// Its two reads held at the disk, it sends more than the shared queue
 	// holds (2 + 2 credits and the headroom).
 	for i := 0; i < 8; i++ {
-		h := protocol.NewReadRequest(fid, 0, 10, hostile.data.Addr(), hostile.data.Handle(), 1, protocol.InterruptMode(1, uint64(i+3)))
+		h := protocol.NewReadRequest(fid, 0, 10, hostile.Data.Addr(), hostile.Data.Handle(), 1, protocol.InterruptMode(1, uint64(i+3)))
 		if !hostile.trySend(h.Append(nil)) {
 			break
 		}
 	}
-	hostile.wantClosed("requests beyond two credits")
+	hostile.WantClosed("requests beyond two credits")
 	// Its connection is not torn down while its two reads are held at the
 	// disk (their credits still count), but what it took beyond them is
 	// posted again: every buffer, a READ giving its own back as it starts.
@@ -134,6 +134,6 @@ func TestBeyondCreditsSparesOthers(t *testing.T) {
 	})
 	for j := range 4 {
 		b.read(fidB, 0, 4096, 1, uint64(j+1))
-		b.wantImm(fmt.Sprintf("READ %d beside a hostile client", j))
+		b.WantImm(fmt.Sprintf("READ %d beside a hostile client", j))
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"sync"
@@ -22,6 +21,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/defaults"
+	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -120,34 +121,19 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&c.Credits, DefaultCredits)
-	def(&c.MaxCredits, DefaultMaxCredits)
-	if c.MaxCredits < c.Credits {
-		c.MaxCredits = c.Credits
-	}
-	def(&c.MaxRdmaWindowSize, DefaultMaxRdmaWindowSize)
-	def(&c.MaxRecvBufferSize, DefaultMaxRecvBufferSize)
-	if c.MaxBufferMemory <= 0 {
-		c.MaxBufferMemory = DefaultMaxBufferMemory
-	}
-	if c.CreditBudget <= 0 {
-		c.CreditBudget = max(int(c.MaxBufferMemory/int64(c.bufferBytes())), 1)
-	}
-	def(&c.MinCredits, DefaultMinCredits)
+	defaults.Set(&c.Credits, DefaultCredits)
+	defaults.Set(&c.MaxCredits, DefaultMaxCredits)
+	c.MaxCredits = max(c.MaxCredits, c.Credits)
+	defaults.Set(&c.MaxRdmaWindowSize, DefaultMaxRdmaWindowSize)
+	defaults.Set(&c.MaxRecvBufferSize, DefaultMaxRecvBufferSize)
+	defaults.Set(&c.MaxBufferMemory, DefaultMaxBufferMemory)
+	defaults.Set(&c.CreditBudget, max(int(c.MaxBufferMemory/int64(c.bufferBytes())), 1))
+	defaults.Set(&c.MinCredits, DefaultMinCredits)
 	c.MinCredits = min(c.MinCredits, c.Credits)
-	def(&c.Workers, DefaultWorkers)
-	def(&c.PageSize, DefaultPageSize)
-	if c.AuthTimeout <= 0 {
-		c.AuthTimeout = DefaultAuthTimeout
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
+	defaults.Set(&c.Workers, DefaultWorkers)
+	defaults.Set(&c.PageSize, DefaultPageSize)
+	defaults.Set(&c.AuthTimeout, DefaultAuthTimeout)
+	defaults.Set(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	c.Transport.SendQueueDepth = cmp.Or(c.Transport.SendQueueDepth, DefaultSendQueueDepth)
 	c.Transport.RecvQueueDepth = cmp.Or(c.Transport.RecvQueueDepth, c.MaxCredits+8)
 	if c.Transport.MaxMessageSize != 0 && c.Transport.MaxMessageSize < c.MaxRdmaWindowSize {
@@ -214,12 +200,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PageSize > 0xFFFF {
 		return nil, fmt.Errorf("lwio server: PageSize %d does not fit the wire", cfg.PageSize)
 	}
-	log := cfg.Logger
-	if log == nil {
-		l := logrus.New()
-		l.Out = io.Discard
-		log = l
-	}
+	log := quietlog.Or(cfg.Logger)
 	s := &Server{
 		cfg:       cfg,
 		log:       log,

@@ -13,12 +13,6 @@ import (
 	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 )
 
-func randBytes(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b)
-	return b
-}
-
 // FIG. 6A–C: the server writes its parameters to DataVa/DataMh, then
 // completes AUTH with a STATUS_RESPONSE.
 func TestAuth(t *testing.T) {
@@ -57,25 +51,25 @@ func TestAuthViolations(t *testing.T) {
 	t.Run("opcode before AUTH", func(t *testing.T) {
 		e, _, _ := setup(t, 0)
 		p := e.dial()
-		p.sendHeader(protocol.NewReadRequest(1, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 1)))
-		p.wantClosed("READ before AUTH")
+		p.sendHeader(protocol.NewReadRequest(1, 0, 10, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(1, 1)))
+		p.WantClosed("READ before AUTH")
 	})
 	t.Run("timeout", func(t *testing.T) {
 		e, _, _ := setup(t, 200*time.Millisecond)
 		p := e.dial()
-		p.wantClosed("no AUTH within AuthTimeout")
+		p.WantClosed("no AUTH within AuthTimeout")
 	})
 	t.Run("bad signature", func(t *testing.T) {
 		e, key, _ := setup(t, 0)
 		p := e.dial()
 		ap := p.authParams(key, 4)
 		ap.Sign([]byte("not the session key"))
-		req := protocol.NewAuthRequest(ap, p.data.Addr(), p.data.Handle(), 9)
+		req := protocol.NewAuthRequest(ap, p.Data.Addr(), p.Data.Handle(), 9)
 		p.sendMsg(req.Append(nil))
 		if r := p.wantResponse("AUTH"); r.Ios.Status != protocol.StatusAccessDenied || r.Cookie != 9 {
 			t.Fatalf("AUTH with a bad signature: %+v, want STATUS_ACCESS_DENIED", r)
 		}
-		p.wantClosed("after ACCESS_DENIED")
+		p.WantClosed("after ACCESS_DENIED")
 	})
 	t.Run("wrong key", func(t *testing.T) {
 		e, _, signing := setup(t, 0)
@@ -85,7 +79,7 @@ func TestAuthViolations(t *testing.T) {
 		if r := p.tryAuth(other, signing, 4, 9); r.Ios.Status != protocol.StatusAccessDenied {
 			t.Fatalf("AUTH with an unknown Key: %+v, want STATUS_ACCESS_DENIED", r)
 		}
-		p.wantClosed("after ACCESS_DENIED")
+		p.WantClosed("after ACCESS_DENIED")
 	})
 }
 
@@ -93,7 +87,7 @@ func TestAuthViolations(t *testing.T) {
 func TestTranscriptIO(t *testing.T) {
 	e := newEnv(t, Config{})
 	key, signing := e.session(5)
-	content := randBytes(100 << 10)
+	content := testutil.RandBytes(100 << 10)
 	rk, f := e.file(5, "f", content)
 	p := e.dial()
 	p.auth(key, signing, 8)
@@ -110,28 +104,28 @@ func TestTranscriptIO(t *testing.T) {
 		t.Fatalf("REGISTER: %+v", r)
 	}
 	fid := uint16(r.Ios.Information)
-	dst := p.data.Bytes()
+	dst := p.Data.Bytes()
 
 	// A full interrupt-mode read completes with the immediate cookie.
-	p.sendHeader(protocol.NewReadRequest(fid, 1000, 8192, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(0xABCD, 5)))
-	if imm := p.wantImm("READ"); imm != 0xABCD {
+	p.sendHeader(protocol.NewReadRequest(fid, 1000, 8192, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(0xABCD, 5)))
+	if imm := p.WantImm("READ"); imm != 0xABCD {
 		t.Fatalf("immediate data %#x, want the ImmediateCookie 0xABCD", imm)
 	}
 	if !bytes.Equal(dst[:8192], content[1000:9192]) {
 		t.Fatal("READ data differs")
 	}
 	// A short read completes with a STATUS_RESPONSE carrying the count.
-	p.sendHeader(protocol.NewReadRequest(fid, uint64(len(content)-100), 4096, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 6)))
+	p.sendHeader(protocol.NewReadRequest(fid, uint64(len(content)-100), 4096, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(1, 6)))
 	if r := p.wantResponse("short READ"); r.Cookie != 6 || r.Ios.Status != protocol.StatusSuccess || r.Ios.Information != 100 {
 		t.Fatalf("short READ: %+v", r)
 	}
 	// Past the end: STATUS_END_OF_FILE.
-	p.sendHeader(protocol.NewReadRequest(fid, uint64(len(content)+1), 4096, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 7)))
+	p.sendHeader(protocol.NewReadRequest(fid, uint64(len(content)+1), 4096, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(1, 7)))
 	if r := p.wantResponse("READ past EOF"); r.Ios.Status != protocol.StatusEndOfFile {
 		t.Fatalf("READ past EOF: %+v", r)
 	}
 	// Beyond MaxRdmaWindowSize: refused.
-	p.sendHeader(protocol.NewReadRequest(fid, 0, DefaultMaxRdmaWindowSize+1, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 8)))
+	p.sendHeader(protocol.NewReadRequest(fid, 0, DefaultMaxRdmaWindowSize+1, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(1, 8)))
 	if r := p.wantResponse("READ beyond the window"); r.Ios.Status != protocol.StatusInvalidParameter {
 		t.Fatalf("READ beyond the window: %+v", r)
 	}
@@ -139,7 +133,7 @@ func TestTranscriptIO(t *testing.T) {
 	// is answered once the read completes, so its arrival orders the test's
 	// look at memory after the server's writes.
 	iosOff := uint64(2 << 20)
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 1, protocol.PollingMode(p.data.Addr()+iosOff, p.data.Handle())))
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 1, protocol.PollingMode(p.Data.Addr()+iosOff, p.Data.Handle())))
 	p.sendHeader(protocol.NewInterruptRequest(2, 99))
 	if r := p.wantResponse("INTERRUPT"); r.Cookie != 99 || r.Ios.Status != protocol.StatusSuccess {
 		t.Fatalf("INTERRUPT: %+v", r)
@@ -150,7 +144,7 @@ func TestTranscriptIO(t *testing.T) {
 	}
 
 	// WRITE, interrupt mode.
-	data := randBytes(5000)
+	data := testutil.RandBytes(5000)
 	w := protocol.NewWriteRequest(fid, 10, data, 1, protocol.InterruptMode(0, 11))
 	p.sendMsg(w.Append(nil))
 	if r := p.wantResponse("WRITE"); r.Cookie != 11 || r.Ios.Status != protocol.StatusSuccess || r.Ios.Information != 5000 {
@@ -158,8 +152,8 @@ func TestTranscriptIO(t *testing.T) {
 	}
 	copy(content[10:], data)
 	// WRITE, polling mode, then INTERRUPT to learn it is done.
-	data = randBytes(300)
-	w = protocol.NewWriteRequest(fid, 20000, data, 1, protocol.PollingMode(p.data.Addr()+iosOff, p.data.Handle()))
+	data = testutil.RandBytes(300)
+	w = protocol.NewWriteRequest(fid, 20000, data, 1, protocol.PollingMode(p.Data.Addr()+iosOff, p.Data.Handle()))
 	p.sendMsg(w.Append(nil))
 	p.sendHeader(protocol.NewInterruptRequest(2, 100))
 	p.wantResponse("INTERRUPT")
@@ -178,7 +172,7 @@ func TestTranscriptIO(t *testing.T) {
 	if r := p.wantResponse("CLOSE"); r.Cookie != 13 || r.Ios.Status != protocol.StatusSuccess {
 		t.Fatalf("CLOSE: %+v", r)
 	}
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 14)))
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(1, 14)))
 	if r := p.wantResponse("READ after CLOSE"); r.Ios.Status != protocol.StatusInvalidHandle {
 		t.Fatalf("READ after CLOSE: %+v", r)
 	}
@@ -187,7 +181,7 @@ func TestTranscriptIO(t *testing.T) {
 	w = protocol.NewWriteRequest(fid, 0, data, 1, protocol.InterruptMode(0, 12))
 	w.Header.Length++
 	p.sendMsg(w.Append(nil))
-	p.wantClosed("WRITE with a bad Length")
+	p.WantClosed("WRITE with a bad Length")
 	if disk, _ := os.ReadFile(f.Name()); !bytes.Equal(disk, content) {
 		t.Fatal("a malformed WRITE changed the file")
 	}
@@ -197,7 +191,7 @@ func TestTranscriptIO(t *testing.T) {
 func TestTranscriptVecRead(t *testing.T) {
 	e := newEnv(t, Config{})
 	key, signing := e.session(5)
-	content := randBytes(64 << 10)
+	content := testutil.RandBytes(64 << 10)
 	rk, _ := e.file(5, "f", content)
 	p, fid := e.open(key, signing, 5, rk)
 	// Four pages of 4 KiB scattered in reverse order, the last one 1 KiB.
@@ -205,15 +199,15 @@ func TestTranscriptVecRead(t *testing.T) {
 	length := 3*ps + 1024
 	regions := make([]protocol.RDMARegion, 4)
 	for i := range regions {
-		regions[i] = protocol.RDMARegion{DataVa: p.data.Addr() + uint64((3-i)*ps), DataMh: p.data.Handle(), Length: ps}
+		regions[i] = protocol.RDMARegion{DataVa: p.Data.Addr() + uint64((3-i)*ps), DataMh: p.Data.Handle(), Length: ps}
 	}
 	regions[3].Length = 1024
 	req := protocol.NewVecReadRequest(fid, 8192, uint32(length), ps, regions, 1, protocol.InterruptMode(0x1234, 3))
 	p.sendMsg(req.Append(nil))
-	if imm := p.wantImm("VEC_READ"); imm != 0x1234 {
+	if imm := p.WantImm("VEC_READ"); imm != 0x1234 {
 		t.Fatalf("immediate %#x", imm)
 	}
-	dst := p.data.Bytes()
+	dst := p.Data.Bytes()
 	for i := 0; i < 4; i++ {
 		n := ps
 		if i == 3 {
@@ -229,7 +223,7 @@ func TestTranscriptVecRead(t *testing.T) {
 	regions[1].Length = 512
 	req = protocol.NewVecReadRequest(fid, 0, uint32(length), ps, regions, 1, protocol.InterruptMode(1, 4))
 	p.sendMsg(req.Append(nil))
-	p.wantClosed("VEC_READ with a short middle region")
+	p.WantClosed("VEC_READ with a short middle region")
 }
 
 // FIG. 17A–C: VEC_WRITE, collapsed only on a file registered with
@@ -242,7 +236,7 @@ func TestTranscriptVecWrite(t *testing.T) {
 	p.auth(key, signing, 8)
 	plain := uint16(p.register(rk, 5, 0).Ios.Information)
 	direct := uint16(p.register(rk, 5, protocol.FileNoIntermediateBuffering).Ios.Information)
-	page := randBytes(4096)
+	page := testutil.RandBytes(4096)
 	w := protocol.NewCollapsedVecWriteRequest(plain, 0, 3*4096+100, page, 1, protocol.InterruptMode(0, 1))
 	p.sendMsg(w.Append(nil))
 	if r := p.wantResponse("COLLAPSE without the flag"); r.Ios.Status != protocol.StatusInvalidParameter {
@@ -253,7 +247,7 @@ func TestTranscriptVecWrite(t *testing.T) {
 	if r := p.wantResponse("COLLAPSE"); r.Ios.Status != protocol.StatusSuccess || r.Ios.Information != 3*4096+100 {
 		t.Fatalf("COLLAPSE: %+v", r)
 	}
-	data := randBytes(2 * 4096)
+	data := testutil.RandBytes(2 * 4096)
 	w = protocol.NewVecWriteRequest(plain, 40000, data, 4096, 1, protocol.InterruptMode(0, 3))
 	p.sendMsg(w.Append(nil))
 	if r := p.wantResponse("VEC_WRITE"); r.Ios.Status != protocol.StatusSuccess || r.Ios.Information != 8192 {
@@ -279,9 +273,9 @@ func TestWriteAboveMaxRecvBufferSize(t *testing.T) {
 	p := e.dial()
 	p.auth(key, signing, 4)
 	fid := uint16(p.register(rk, 5, 0).Ios.Information)
-	w := protocol.NewWriteRequest(fid, 0, randBytes(8192), 1, protocol.InterruptMode(0, 1))
+	w := protocol.NewWriteRequest(fid, 0, testutil.RandBytes(8192), 1, protocol.InterruptMode(0, 1))
 	p.sendMsg(w.Append(nil))
-	p.wantClosed("write above MaxRecvBufferSize")
+	p.WantClosed("write above MaxRecvBufferSize")
 	testutil.Eventually(t, "no connection left", 5*time.Second, func() bool { return e.srv.NumConns() == 0 })
 }
 
@@ -290,13 +284,13 @@ func TestFidOfAnotherSession(t *testing.T) {
 	e := newEnv(t, Config{})
 	keyA, sigA := e.session(1)
 	keyB, sigB := e.session(2)
-	rk, _ := e.file(1, "f", randBytes(100))
+	rk, _ := e.file(1, "f", testutil.RandBytes(100))
 	a := e.dial()
 	a.auth(keyA, sigA, 4)
 	fid := uint16(a.register(rk, 1, 0).Ios.Information)
 	b := e.dial()
 	b.auth(keyB, sigB, 4)
-	b.sendHeader(protocol.NewReadRequest(fid, 0, 10, b.data.Addr(), b.data.Handle(), 1, protocol.InterruptMode(1, 1)))
+	b.sendHeader(protocol.NewReadRequest(fid, 0, 10, b.Data.Addr(), b.Data.Handle(), 1, protocol.InterruptMode(1, 1)))
 	if r := b.wantResponse("READ with session A's Fid"); r.Ios.Status != protocol.StatusInvalidHandle {
 		t.Fatalf("READ with another session's Fid: %+v", r)
 	}
@@ -310,8 +304,8 @@ func TestFidOfAnotherSession(t *testing.T) {
 func TestBeyondCredits(t *testing.T) {
 	e := newEnv(t, Config{})
 	p, fid := heldReads(t, e)
-	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, 3)))
-	p.wantClosed("third request on two credits")
+	p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(1, 3)))
+	p.WantClosed("third request on two credits")
 }
 
 // heldReads authenticates a connection of session 5 with two credits and
@@ -331,7 +325,7 @@ func heldReads(t *testing.T, e *env) (*peer, uint16) {
 	p.auth(key, signing, 2)
 	fid := uint16(p.register(rk, 5, 0).Ios.Information)
 	for i := 0; i < 2; i++ {
-		p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 1, protocol.InterruptMode(1, uint64(i+1))))
+		p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(1, uint64(i+1))))
 	}
 	<-g.Entered
 	<-g.Entered
@@ -343,7 +337,7 @@ func heldReads(t *testing.T, e *env) (*peer, uint16) {
 func TestHostileMessages(t *testing.T) {
 	e := newEnv(t, Config{Credits: 8})
 	key, signing := e.session(5)
-	content := randBytes(64 << 10)
+	content := testutil.RandBytes(64 << 10)
 	rk, _ := e.file(5, "f", content)
 	good := e.dial()
 	good.auth(key, signing, 4)
@@ -357,7 +351,7 @@ func TestHostileMessages(t *testing.T) {
 		p := e.dial()
 		p.auth(e.auth.AnotherKey(hkey), hsigning, 8)
 		p.register(hrk, 6, protocol.FileNoIntermediateBuffering)
-		for j := 0; j < 4 && !p.closed; j++ {
+		for j := 0; j < 4 && !p.Closed; j++ {
 			h := protocol.Header{
 				Length: uint32(rng.Intn(3 << 20)), Opcode: protocol.Opcode(rng.Intn(12)),
 				Flags: uint8(rng.Intn(256)), Credits: uint8(rng.Intn(256)), Fid: uint16(rng.Intn(3)),
@@ -365,7 +359,7 @@ func TestHostileMessages(t *testing.T) {
 				IosMh: rng.Uint32(), IosVa: rng.Uint64(),
 			}
 			msg := h.Append(nil)
-			msg = append(msg, randBytes(rng.Intn(200))...)
+			msg = append(msg, testutil.RandBytes(rng.Intn(200))...)
 			if rng.Intn(4) == 0 {
 				msg = msg[:rng.Intn(len(msg))]
 			}
@@ -378,11 +372,11 @@ func TestHostileMessages(t *testing.T) {
 				continue
 			}
 		}
-		p.tc.Close()
+		p.Conn.Close()
 	}
 	// The well-behaved connection still works.
-	good.sendHeader(protocol.NewReadRequest(fid, 0, 4096, good.data.Addr(), good.data.Handle(), 1, protocol.InterruptMode(7, 7)))
-	if imm := good.wantImm("READ after the hostile ones"); imm != 7 || !bytes.Equal(good.data.Bytes()[:4096], content[:4096]) {
+	good.sendHeader(protocol.NewReadRequest(fid, 0, 4096, good.Data.Addr(), good.Data.Handle(), 1, protocol.InterruptMode(7, 7)))
+	if imm := good.WantImm("READ after the hostile ones"); imm != 7 || !bytes.Equal(good.Data.Bytes()[:4096], content[:4096]) {
 		t.Fatal("the good connection was disturbed")
 	}
 	testutil.Eventually(t, "the good connection alone left", 5*time.Second, func() bool { return e.srv.NumConns() == 1 })

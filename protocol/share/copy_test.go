@@ -3,7 +3,6 @@ package share
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -27,21 +26,12 @@ func (e *env) open(t *testing.T, rel string, flags int) *OpenFile {
 	return f
 }
 
-func randomBytes(t *testing.T, n int) []byte {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestCopyRange: the server copies between two files of the share; a
 // cancelled context still copies one piece and stops there (the bound of
 // one request); the end of the source gives a short count, then 0.
 func TestCopyRange(t *testing.T) {
 	e := newEnv(t, false)
-	data := randomBytes(t, 2*copyPiece+12345)
+	data := testutil.RandBytes(2*copyPiece + 12345)
 	e.writeFile(t, "src", string(data))
 	src := e.open(t, "src", os.O_RDONLY)
 	dst := e.open(t, "dst", os.O_RDWR|os.O_CREATE)
@@ -100,7 +90,7 @@ func TestCopyRangeRights(t *testing.T) {
 // filesystems inside a share) is done by pread/pwrite, bytes for bytes.
 func TestCopyByHand(t *testing.T) {
 	dir := t.TempDir()
-	data := randomBytes(t, 3*copyByHandBuf+17)
+	data := testutil.RandBytes(3*copyByHandBuf + 17)
 	os.WriteFile(filepath.Join(dir, "a"), data, 0o644)
 	a, _ := os.Open(filepath.Join(dir, "a"))
 	defer a.Close()
@@ -127,7 +117,7 @@ func statOf(t *testing.T, p string) (size, blocks int64) {
 // file beside it; a read-only handle and an unknown mode are refused.
 func TestAllocate(t *testing.T) {
 	e := newEnv(t, false)
-	data := randomBytes(t, 1<<20)
+	data := testutil.RandBytes(1 << 20)
 	e.writeFile(t, "f", string(data))
 	ref := filepath.Join(e.outside, "ref")
 	os.WriteFile(ref, data, 0o644)
@@ -185,7 +175,7 @@ func TestSeek(t *testing.T) {
 	e := newEnv(t, false)
 	const at = 5 << 30
 	w, _ := os.Create(filepath.Join(e.share, "sparse"))
-	w.WriteAt(randomBytes(t, 64<<10), at)
+	w.WriteAt(testutil.RandBytes(64<<10), at)
 	w.Close()
 	f := e.open(t, "sparse", os.O_RDONLY)
 	if pos, err := f.Seek(0, unix.SEEK_DATA); err != nil || pos != at {

@@ -62,5 +62,5 @@ func TestSessionSurvivesEMFILE(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	figure(t, "session listener survived 3 EMFILE accept errors and served a client after them")
+	figures.Add(t, "session listener survived 3 EMFILE accept errors and served a client after them")
 }

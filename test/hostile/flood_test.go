@@ -17,6 +17,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/protocol/session"
 	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/test/hostile/rig"
@@ -123,7 +124,7 @@ func TestRandomBytesOnListeners(t *testing.T) {
 	if n := s.WaitConns(0, 5*time.Second); n != 0 {
 		t.Errorf("%d LWIO connections remain", n)
 	}
-	figure(t, "%d connections of random bytes (%d sizes 1 B–1 MiB × 3 seeds × 3 listeners): %d closed by the server (slowest %v after half-close), %d session answers; legitimate client served after each seed",
+	figures.Add(t, "%d connections of random bytes (%d sizes 1 B–1 MiB × 3 seeds × 3 listeners): %d closed by the server (slowest %v after half-close), %d session answers; legitimate client served after each seed",
 		conns, len(sizes), conns, slowest.Round(time.Microsecond), answered)
 }
 
@@ -228,7 +229,7 @@ func TestSlowLorisDoesNotBlock(t *testing.T) {
 	if n := s.WaitConns(0, 5*time.Second); n != 0 {
 		t.Errorf("%d LWIO connections remain after the slow clients closed", n)
 	}
-	figure(t, "legitimate client while %d slow connections (%d kinds × %d) were held, timeouts %v: served in %v, and again in %v",
+	figures.Add(t, "legitimate client while %d slow connections (%d kinds × %d) were held, timeouts %v: served in %v, and again in %v",
 		len(all), len(slowKinds), per, limit, during.Round(time.Millisecond), during2.Round(time.Millisecond))
 }
 
@@ -273,14 +274,14 @@ func TestSlowLorisDropped(t *testing.T) {
 		if dropped[k] != per {
 			t.Errorf("%s: %d of %d dropped within %v", kind.name, dropped[k], per, limit+10*time.Second)
 		}
-		figure(t, "%-45s %d held, %d dropped by the server, longest held %v (timeout %v)", kind.name+":", per, dropped[k], longest[k].Round(time.Millisecond), limit)
+		figures.Add(t, "%-45s %d held, %d dropped by the server, longest held %v (timeout %v)", kind.name+":", per, dropped[k], longest[k].Round(time.Millisecond), limit)
 	}
 	if n := s.WaitConns(0, 5*time.Second); n != 0 {
 		t.Errorf("%d LWIO connections remain", n)
 	}
 	after := s.Check(t)
 	goroutinesAfter := settled(t, goroutinesBefore, "the slow connections were dropped")
-	figure(t, "after %d slow connections were dropped: legitimate client served in %v; goroutines %d before, %d after",
+	figures.Add(t, "after %d slow connections were dropped: legitimate client served in %v; goroutines %d before, %d after",
 		len(all), after.Round(time.Millisecond), goroutinesBefore, goroutinesAfter)
 }
 
@@ -311,7 +312,7 @@ func TestHandshakeSlotsNotExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("legitimate client with %d silent softrdma connections held: %v", n, err)
 	}
-	figure(t, "legitimate client with %d silent softrdma connections held: served in %v", n, d.Round(time.Millisecond))
+	figures.Add(t, "legitimate client with %d silent softrdma connections held: served in %v", n, d.Round(time.Millisecond))
 	if d > 2*time.Second {
 		t.Errorf("legitimate client took %v with %d silent softrdma connections held", d, n)
 	}
@@ -410,8 +411,8 @@ func TestConnectionFlood(t *testing.T) {
 	after := s.Check(t)
 	// Nothing the flood started may linger: goroutines settle back.
 	goroutinesAfter := settled(t, goroutinesBefore, "the flood")
-	figure(t, "goroutines in the process: %d before the flood, %d after", goroutinesBefore, goroutinesAfter)
-	figure(t, "%d connection attempts in %v (%.0f/s, %d goroutines): %d ended as expected (reset, closed or refused), %d forged AUTHs denied, %d wrong-password setups refused, %d authenticated, %d unexpected errors; %d legitimate checks during the flood, %d failed; served after in %v",
+	figures.Add(t, "goroutines in the process: %d before the flood, %d after", goroutinesBefore, goroutinesAfter)
+	figures.Add(t, "%d connection attempts in %v (%.0f/s, %d goroutines): %d ended as expected (reset, closed or refused), %d forged AUTHs denied, %d wrong-password setups refused, %d authenticated, %d unexpected errors; %d legitimate checks during the flood, %d failed; served after in %v",
 		made.Load(), elapsed.Round(time.Millisecond), float64(made.Load())/elapsed.Seconds(), workers,
 		connected.Load(), denied.Load(), logonFailed.Load(), authenticated.Load(), failed.Load(),
 		checks.Load(), checkFails.Load(), after.Round(time.Millisecond))
@@ -585,28 +586,25 @@ func TestStalledPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	p := &peer{t: t, tc: tc}
-	p.send = alloc(t, tc.Domain(), 1<<20, transport.AccessLocal)
-	p.recv = alloc(t, tc.Domain(), peerRecvs*peerRecvSize, transport.AccessLocal)
-	p.data = alloc(t, tc.Domain(), peerDataSize, transport.AccessLocal|transport.AccessRemoteWrite)
-	p.postRecv(0)
+	p := &peer{servertest.NewPeer(t, tc, peerShape(1<<20))}
+	p.PostRecv(0)
 	ap := authParams(ls.fresh(t), 4)
 	ap.Sign(ls.signing)
 	if err := p.sendMsg(p.authMsg(ap, 1)); err != nil {
 		t.Fatal(err)
 	}
-	wc, ok := p.next(10 * time.Second)
+	wc, ok := p.Next(10 * time.Second)
 	if !ok || wc.Len != protocol.StatusResponseSize {
 		t.Fatalf("AUTH: %+v %v", wc, ok)
 	}
 	start := time.Now()
 	for i := 0; i < 3; i++ {
-		if err := p.sendHeader(protocol.NewReadRequest(999, 0, 10, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, uint64(i+2)))); err != nil {
+		if err := p.sendHeader(protocol.NewReadRequest(999, 0, 10, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(1, uint64(i+2)))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	during := s.Check(t)
-	p.wantClosed("peer with no receives posted")
+	p.WantClosed("peer with no receives posted")
 	rnrEnd := time.Since(start)
 
 	// Stops reading: hello, one SEND frame carrying a valid AUTH, then
@@ -635,7 +633,7 @@ func TestStalledPeers(t *testing.T) {
 	}
 	deafEnd := time.Since(start)
 	s.Check(t)
-	figure(t, "peer with no receives: connection ended %v after its requests (RNR timeout %v), legitimate client served meanwhile in %v; peer that stopped reading: ended after %v (transport timeout %v + RNR %v), legitimate client served in %v",
+	figures.Add(t, "peer with no receives: connection ended %v after its requests (RNR timeout %v), legitimate client served meanwhile in %v; peer that stopped reading: ended after %v (transport timeout %v + RNR %v), legitimate client served in %v",
 		rnrEnd.Round(time.Millisecond), rnr, during.Round(time.Millisecond), deafEnd.Round(time.Millisecond), transportTimeout, rnr, during2.Round(time.Millisecond))
 }
 
@@ -681,7 +679,7 @@ func TestLogonFlood(t *testing.T) {
 	if n := answered.Load(); n < 1 || n > 10 {
 		t.Errorf("%d guesses answered in 4 s from %d connections at a time, want a handful (1 to 10)", n, workers)
 	}
-	figure(t, "%d connections at a time guessing for 4 s from one address: %d guesses answered; the user's logon from another address meanwhile took %v (%d guesses waiting their turn)",
+	figures.Add(t, "%d connections at a time guessing for 4 s from one address: %d guesses answered; the user's logon from another address meanwhile took %v (%d guesses waiting their turn)",
 		workers, answered.Load(), took.Round(time.Millisecond), stillWaiting)
 }
 
@@ -730,6 +728,6 @@ func TestIdleConnectionsBeforeLogon(t *testing.T) {
 		t.Errorf("%d connections before logon kept, %d refused; want at most %d kept", kept, refusedN.Load(), session.DefaultMaxPending)
 	}
 	took := s.Check(t)
-	figure(t, "%d connections that never log on from %d addresses: %d kept, %d closed at accept; a legitimate client served in %v",
+	figures.Add(t, "%d connections that never log on from %d addresses: %d kept, %d closed at accept; a legitimate client served in %v",
 		len(conns), addrs, kept, refusedN.Load(), took.Round(time.Millisecond))
 }

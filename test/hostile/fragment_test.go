@@ -35,7 +35,7 @@ func TestFragmentSequences(t *testing.T) {
 		return msgs
 	}
 	read := func(p *peer, fid uint16) []byte {
-		h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, 9))
+		h := protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(1, 9))
 		return h.Append(nil)
 	}
 
@@ -106,6 +106,6 @@ func TestFragmentSequences(t *testing.T) {
 		{"more messages than credits", "", func(p *peer, fid uint16) [][]byte { return seq(fid, 0, 5*4096, 1, 9) }},
 	}
 	e.wantEnded(t, cases)
-	figure(t, "a fragmented write served; %d malformed, overlong or interleaved fragment sequences: %d connections ended at the offending message (the rule logged), nothing of them written, another client served after each",
+	figures.Add(t, "a fragmented write served; %d malformed, overlong or interleaved fragment sequences: %d connections ended at the offending message (the rule logged), nothing of them written, another client served after each",
 		len(cases), len(cases))
 }

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/client"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/test/hostile/rig"
 	"github.com/lwiofs/lwiofs/transport"
@@ -51,11 +53,7 @@ func newServer(t *testing.T, o rig.Options) *rig.Server {
 	return s
 }
 
-func ctx10(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctx10(t testing.TB) context.Context { return testutil.Context(t, 10*time.Second) }
 
 // victim is a legitimate client with one registered file, whose Fid a
 // hostile peer aims at.
@@ -115,11 +113,11 @@ func TestOpcodesBeforeAuth(t *testing.T) {
 		msg  func(p *peer) []byte
 	}{
 		{"READ", func(p *peer) []byte {
-			h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, 9))
+			h := protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(1, 9))
 			return h.Append(nil)
 		}},
 		{"READ polling", func(p *peer) []byte {
-			h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.PollingMode(p.data.Addr()+8192, p.data.Handle()))
+			h := protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 0, protocol.PollingMode(p.Data.Addr()+8192, p.Data.Handle()))
 			return h.Append(nil)
 		}},
 		{"WRITE", func(p *peer) []byte {
@@ -127,7 +125,7 @@ func TestOpcodesBeforeAuth(t *testing.T) {
 			return r.Append(nil)
 		}},
 		{"VEC_READ", func(p *peer) []byte {
-			regs := []protocol.RDMARegion{{DataVa: p.data.Addr(), DataMh: p.data.Handle(), Length: 4096}, {DataVa: p.data.Addr() + 4096, DataMh: p.data.Handle(), Length: 4096}}
+			regs := []protocol.RDMARegion{{DataVa: p.Data.Addr(), DataMh: p.Data.Handle(), Length: 4096}, {DataVa: p.Data.Addr() + 4096, DataMh: p.Data.Handle(), Length: 4096}}
 			r := protocol.NewVecReadRequest(fid, 0, 8192, 4096, regs, 0, protocol.InterruptMode(1, 9))
 			return r.Append(nil)
 		}},
@@ -159,7 +157,7 @@ func TestOpcodesBeforeAuth(t *testing.T) {
 		if err := p.sendMsg(c.msg(p)); err != nil {
 			t.Fatal(err)
 		}
-		d := p.wantClosed(c.name + " before AUTH")
+		d := p.WantClosed(c.name + " before AUTH")
 		// Dropped at the message, not at the AUTH timeout.
 		if d > testAuthLimit/2 {
 			t.Errorf("%s before AUTH: connection ended after %v (AUTH timeout %v)", c.name, d, testAuthLimit)
@@ -174,7 +172,7 @@ func TestOpcodesBeforeAuth(t *testing.T) {
 		}
 		s.Check(t)
 	}
-	figure(t, "%d opcodes sent before AUTH: %d connections dropped without an answer, slowest drop %v; victim's file intact, legitimate client served after each",
+	figures.Add(t, "%d opcodes sent before AUTH: %d connections dropped without an answer, slowest drop %v; victim's file intact, legitimate client served after each",
 		len(cases), len(cases), worst.Round(time.Microsecond))
 }
 
@@ -257,7 +255,7 @@ func TestAuthRefused(t *testing.T) {
 		if r.Ios.Status != protocol.StatusAccessDenied || r.Cookie != 5 {
 			t.Fatalf("%s: AUTH answered %+v, want STATUS_ACCESS_DENIED", c.name, r)
 		}
-		p.wantClosed(c.name + ": after ACCESS_DENIED")
+		p.WantClosed(c.name + ": after ACCESS_DENIED")
 		if !p.untouched(0, 4096) {
 			t.Errorf("%s: the server wrote its AUTH parameters although it refused", c.name)
 		}
@@ -268,7 +266,7 @@ func TestAuthRefused(t *testing.T) {
 	pa.auth(a, 4)
 	pb := dialPeer(t, s)
 	pb.auth(b, 4)
-	figure(t, "%d forged AUTHs: %d answered STATUS_ACCESS_DENIED and disconnected, 0 authenticated; the genuine AUTHs of both sessions still succeed",
+	figures.Add(t, "%d forged AUTHs: %d answered STATUS_ACCESS_DENIED and disconnected, 0 authenticated; the genuine AUTHs of both sessions still succeed",
 		len(cases), len(cases))
 }
 
@@ -308,7 +306,7 @@ func TestFidGuessing(t *testing.T) {
 	}
 	start := time.Now()
 	reads := guess(t, p, credits, fids, func(i int, fid uint16) []byte {
-		h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(uint32(i), uint64(i+1)))
+		h := protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(uint32(i), uint64(i+1)))
 		return h.Append(nil)
 	})
 	readTime := time.Since(start)
@@ -345,15 +343,15 @@ func TestFidGuessing(t *testing.T) {
 	if st != protocol.StatusSuccess {
 		t.Fatalf("B's REGISTER of its own file: %v", st)
 	}
-	if err := p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(0xfeed, 1))); err != nil {
+	if err := p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(0xfeed, 1))); err != nil {
 		t.Fatal(err)
 	}
-	p.wantImm("B's READ of its own Fid")
-	if !bytes.Equal(p.data.Bytes()[:4096], mine) {
+	p.WantImm("B's READ of its own Fid")
+	if !bytes.Equal(p.Data.Bytes()[:4096], mine) {
 		t.Errorf("B's Fid %d does not read B's file", fid)
 	}
 	s.Check(t)
-	figure(t, "session B guessed Fids: %d READs (%d distinct Fids, incl. session A's %d) in %v, %d WRITEs, %d CANCELs, %d CLOSEs — all STATUS_INVALID_HANDLE, 0 bytes read or written, A's Fids intact",
+	figures.Add(t, "session B guessed Fids: %d READs (%d distinct Fids, incl. session A's %d) in %v, %d WRITEs, %d CANCELs, %d CLOSEs — all STATUS_INVALID_HANDLE, 0 bytes read or written, A's Fids intact",
 		reads, distinct(fids), len(vs), readTime.Round(time.Millisecond), writes, cancels, closes)
 }
 
@@ -421,7 +419,7 @@ func TestOversizeWrite(t *testing.T) {
 	if err := p.sendMsg(w.Append(nil)); err != nil {
 		t.Fatal(err)
 	}
-	d := p.wantClosed("WRITE one byte over MaxRecvBufferSize")
+	d := p.WantClosed("WRITE one byte over MaxRecvBufferSize")
 	disk, err := os.ReadFile(filepath.Join(s.Dir, "big"))
 	if err != nil {
 		t.Fatal(err)
@@ -441,12 +439,12 @@ func TestOversizeWrite(t *testing.T) {
 	if err := p2.sendMsg(w.Append(nil)); err != nil {
 		t.Fatal(err)
 	}
-	p2.wantClosed("3 MiB WRITE")
+	p2.WantClosed("3 MiB WRITE")
 	if disk, _ := os.ReadFile(filepath.Join(s.Dir, "big")); !bytes.Equal(disk, fits) {
 		t.Error("the 3 MiB write changed the file")
 	}
 	s.Check(t)
-	figure(t, "WRITE of %d bytes (MaxRecvBufferSize) served; %d and %d bytes: connection ended (after %v), 0 bytes written",
+	figures.Add(t, "WRITE of %d bytes (MaxRecvBufferSize) served; %d and %d bytes: connection ended (after %v), 0 bytes written",
 		testMaxRecv, testMaxRecv+1, len(huge)+protocol.HeaderSize, d.Round(time.Microsecond))
 }
 
@@ -492,7 +490,7 @@ func TestBeyondCredits(t *testing.T) {
 		t.Fatal(st)
 	}
 	for i := 0; i < credits; i++ {
-		if err := p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, uint64(i+1)))); err != nil {
+		if err := p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(1, uint64(i+1)))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -503,16 +501,16 @@ func TestBeyondCredits(t *testing.T) {
 			t.Fatalf("only %d of %d requests executing", i, credits)
 		}
 	}
-	if err := p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, 99))); err != nil {
+	if err := p.sendHeader(protocol.NewReadRequest(fid, 0, 10, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(1, 99))); err != nil {
 		t.Fatal(err)
 	}
-	d := p.wantClosed("a request beyond the credits granted")
+	d := p.WantClosed("a request beyond the credits granted")
 	release()
 	if n := s.WaitConns(0, 5*time.Second); n != 0 {
 		t.Errorf("%d server connections remain after the violation", n)
 	}
 	s.Check(t)
-	figure(t, "%d requests held on %d credits, request %d: connection ended after %v; legitimate client served",
+	figures.Add(t, "%d requests held on %d credits, request %d: connection ended after %v; legitimate client served",
 		credits, credits, credits+1, d.Round(time.Microsecond))
 }
 
@@ -531,10 +529,10 @@ func TestNoRemoteWritableServerMemory(t *testing.T) {
 	if st != protocol.StatusSuccess {
 		t.Fatal(st)
 	}
-	if err := live.sendHeader(protocol.NewReadRequest(fid, 0, 8192, live.data.Addr(), live.data.Handle(), 0, protocol.InterruptMode(0xfeed, 1))); err != nil {
+	if err := live.sendHeader(protocol.NewReadRequest(fid, 0, 8192, live.Data.Addr(), live.Data.Handle(), 0, protocol.InterruptMode(0xfeed, 1))); err != nil {
 		t.Fatal(err)
 	}
-	live.wantImm("READ")
+	live.WantImm("READ")
 	regions := s.Regions.Snapshot()
 	if len(regions) == 0 {
 		t.Fatal("the rig saw no server registrations")
@@ -578,7 +576,7 @@ func TestNoRemoteWritableServerMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		src := alloc(t, tc.Domain(), 16, transport.AccessLocal)
+		src := servertest.Alloc(t, tc.Domain(), 16, transport.AccessLocal)
 		copy(src.Bytes(), "overwrite server")
 		if err := tc.Post(transport.SendWR{ID: 1, Op: transport.OpWrite, SGL: []transport.Segment{transport.Whole(src)}, RemoteAddr: tg.Addr, RKey: tg.Handle}); err != nil {
 			t.Fatal(err)
@@ -593,11 +591,11 @@ func TestNoRemoteWritableServerMemory(t *testing.T) {
 	}
 	// The authenticated connection itself: its own write at the server's
 	// memory is refused the same way, and ends it.
-	src := alloc(t, live.tc.Domain(), 16, transport.AccessLocal)
-	if err := live.tc.Post(transport.SendWR{ID: 2, Op: transport.OpWrite, SGL: []transport.Segment{transport.Whole(src)}, RemoteAddr: targets[0].Addr, RKey: targets[0].Handle}); err != nil {
+	src := servertest.Alloc(t, live.Conn.Domain(), 16, transport.AccessLocal)
+	if err := live.Conn.Post(transport.SendWR{ID: 2, Op: transport.OpWrite, SGL: []transport.Segment{transport.Whole(src)}, RemoteAddr: targets[0].Addr, RKey: targets[0].Handle}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitSend(t, live.tc, 2); wc.Status != transport.StatusRemoteAccess {
+	if wc := waitSend(t, live.Conn, 2); wc.Status != transport.StatusRemoteAccess {
 		t.Fatalf("authenticated RDMA WRITE at the server: %v", wc.Status)
 	}
 	refused++
@@ -605,7 +603,7 @@ func TestNoRemoteWritableServerMemory(t *testing.T) {
 	if n := s.Regions.RemoteWritable(); n != 0 {
 		t.Fatalf("the server registered %d regions with AccessRemoteWrite", n)
 	}
-	figure(t, "server registered %d regions (%d bytes), %d with remote-write access; %d RDMA WRITEs at its real and guessed handles: %d remote access errors, 0 landed",
+	figures.Add(t, "server registered %d regions (%d bytes), %d with remote-write access; %d RDMA WRITEs at its real and guessed handles: %d remote access errors, 0 landed",
 		s.Regions.Count(), total, s.Regions.RemoteWritable(), len(targets)+1, refused)
 }
 
@@ -652,7 +650,7 @@ func TestRandomLWIOMessages(t *testing.T) {
 					t.Fatalf("random %d-byte first message (seed %d) answered %+v", n, seed, resp)
 				}
 				denied++
-				p.wantClosed("after ACCESS_DENIED")
+				p.WantClosed("after ACCESS_DENIED")
 			}
 			closed++
 			if !p.untouched(0, 4096) {
@@ -670,7 +668,7 @@ func TestRandomLWIOMessages(t *testing.T) {
 			if err := p.sendMsg(msg); err != nil {
 				t.Fatal(err)
 			}
-			p.wantClosed(fmt.Sprintf("random %d-byte message after AUTH", n))
+			p.WantClosed(fmt.Sprintf("random %d-byte message after AUTH", n))
 			closed++
 		}
 		s.Check(t)
@@ -678,7 +676,7 @@ func TestRandomLWIOMessages(t *testing.T) {
 	if n := s.WaitConns(0, 5*time.Second); n != 0 {
 		t.Errorf("%d server connections remain", n)
 	}
-	figure(t, "%d random LWIO messages: %d connections ended (%d of them after STATUS_ACCESS_DENIED), 0 authenticated", closed, closed, denied)
+	figures.Add(t, "%d random LWIO messages: %d connections ended (%d of them after STATUS_ACCESS_DENIED), 0 authenticated", closed, closed, denied)
 }
 
 // TestBadTargets has an authenticated peer name memory it does not own as
@@ -696,23 +694,23 @@ func TestBadTargets(t *testing.T) {
 		msg  func(p *peer, fid uint16) []byte
 	}{
 		{"READ into a guessed handle", func(p *peer, fid uint16) []byte {
-			h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), r.Uint32()|1, 0, protocol.InterruptMode(1, 1))
+			h := protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), r.Uint32()|1, 0, protocol.InterruptMode(1, 1))
 			return h.Append(nil)
 		}},
 		{"READ past the end of the peer's region", func(p *peer, fid uint16) []byte {
-			h := protocol.NewReadRequest(fid, 0, 8192, p.data.Addr()+peerDataSize-4096, p.data.Handle(), 0, protocol.InterruptMode(1, 1))
+			h := protocol.NewReadRequest(fid, 0, 8192, p.Data.Addr()+peerDataSize-4096, p.Data.Handle(), 0, protocol.InterruptMode(1, 1))
 			return h.Append(nil)
 		}},
 		{"READ into the peer's local-only send buffer", func(p *peer, fid uint16) []byte {
-			h := protocol.NewReadRequest(fid, 0, 4096, p.send.Addr(), p.send.Handle(), 0, protocol.InterruptMode(1, 1))
+			h := protocol.NewReadRequest(fid, 0, 4096, p.Send.Addr(), p.Send.Handle(), 0, protocol.InterruptMode(1, 1))
 			return h.Append(nil)
 		}},
 		{"polling status block at a guessed handle", func(p *peer, fid uint16) []byte {
-			h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.PollingMode(p.data.Addr(), r.Uint32()|1))
+			h := protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 0, protocol.PollingMode(p.Data.Addr(), r.Uint32()|1))
 			return h.Append(nil)
 		}},
 		{"VEC_READ with one region at a guessed handle", func(p *peer, fid uint16) []byte {
-			regs := []protocol.RDMARegion{{DataVa: p.data.Addr(), DataMh: p.data.Handle(), Length: 4096}, {DataVa: p.data.Addr() + 4096, DataMh: r.Uint32() | 1, Length: 4096}}
+			regs := []protocol.RDMARegion{{DataVa: p.Data.Addr(), DataMh: p.Data.Handle(), Length: 4096}, {DataVa: p.Data.Addr() + 4096, DataMh: r.Uint32() | 1, Length: 4096}}
 			v := protocol.NewVecReadRequest(fid, 0, 8192, 4096, regs, 0, protocol.InterruptMode(1, 1))
 			return v.Append(nil)
 		}},
@@ -727,7 +725,7 @@ func TestBadTargets(t *testing.T) {
 		if err := p.sendMsg(c.msg(p, fid)); err != nil {
 			t.Fatal(err)
 		}
-		p.wantClosed(c.name)
+		p.WantClosed(c.name)
 		if c.name != "VEC_READ with one region at a guessed handle" && !p.untouched(peerDataSize-4096, 4096) {
 			t.Errorf("%s: data landed in the peer's region", c.name)
 		}
@@ -736,5 +734,5 @@ func TestBadTargets(t *testing.T) {
 		}
 		s.Check(t)
 	}
-	figure(t, "%d requests aiming the server's RDMA WRITEs at memory the peer does not own: %d connections ended by the remote access check, legitimate client served after each", len(cases), len(cases))
+	figures.Add(t, "%d requests aiming the server's RDMA WRITEs at memory the peer does not own: %d connections ended by the remote access check, legitimate client served after each", len(cases), len(cases))
 }

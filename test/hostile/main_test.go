@@ -7,13 +7,8 @@ import (
 )
 
 // figures collects the numbers the tests measured; TestMain prints them
-// after the run, so one summary holds them all.
+// after the run, so one summary holds them all (figures.Add also logs
+// each line in its test).
 var figures rig.Figures
-
-// figure records one line of the summary and logs it in the test.
-func figure(t testing.TB, format string, args ...any) {
-	t.Helper()
-	figures.Add(t, format, args...)
-}
 
 func TestMain(m *testing.M) { figures.Main(m, "hostile-client figures:") }

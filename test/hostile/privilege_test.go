@@ -88,5 +88,5 @@ func TestPrivilegedRequests(t *testing.T) {
 		t.Errorf("GETATTR of a FIFO: %v (they are stat-able)", err)
 	}
 	s.Check(t)
-	figure(t, "SETXATTR security.*/trusted.*: PRIVILEGE_NOT_HELD; SETATTR 6755: set-id bits cleared; %d FIFO opens: ACCESS_DENIED at once, and the server serves on", fifos)
+	figures.Add(t, "SETXATTR security.*/trusted.*: PRIVILEGE_NOT_HELD; SETATTR 6755: set-id bits cleared; %d FIFO opens: ACCESS_DENIED at once, and the server serves on", fifos)
 }

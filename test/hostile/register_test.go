@@ -67,7 +67,7 @@ func TestRegisterForeignKeys(t *testing.T) {
 		t.Fatalf("own resume key: %v", st)
 	}
 	s.Check(t)
-	figure(t, "%d REGISTERs of foreign, guessed (%d), closed and mislabelled resume keys: %d refused, connection kept; own key then registered", refused, guesses, refused)
+	figures.Add(t, "%d REGISTERs of foreign, guessed (%d), closed and mislabelled resume keys: %d refused, connection kept; own key then registered", refused, guesses, refused)
 }
 
 // TestCreditBudgetHog has one authenticated session open LWIO connections
@@ -109,14 +109,14 @@ func TestCreditBudgetHog(t *testing.T) {
 		r, ok := p.response()
 		switch {
 		case ok && r.Ios.Status == protocol.StatusSuccess:
-			sp, _, err := protocol.DecodeAuthParamsPrefix(p.data.Bytes())
+			sp, _, err := protocol.DecodeAuthParamsPrefix(p.Data.Bytes())
 			if err != nil || int(sp.Credits) != server.DefaultMinCredits {
 				t.Fatalf("AUTH with the budget spent granted %d credits (%v), want the minimal %d", sp.Credits, err, server.DefaultMinCredits)
 			}
 			overdraft += int(sp.Credits)
 			peers = append(peers, p)
 		case ok && r.Ios.Status == protocol.StatusInsufficientResources:
-			p.wantClosed("after INSUFFICIENT_RESOURCES")
+			p.WantClosed("after INSUFFICIENT_RESOURCES")
 			refused = true
 		default:
 			t.Fatalf("AUTH with the budget spent: %+v (ok %v)", r, ok)
@@ -130,7 +130,7 @@ func TestCreditBudgetHog(t *testing.T) {
 	}
 	// The hog leaves: its credits return, clients are served again.
 	for _, hp := range peers {
-		hp.tc.Close()
+		hp.Conn.Close()
 	}
 	if n := s.WaitConns(0, 5*time.Second); n != 0 {
 		t.Fatalf("%d connections remain", n)
@@ -145,5 +145,5 @@ func TestCreditBudgetHog(t *testing.T) {
 	if again != budget {
 		t.Errorf("after the hog left, %d of %d credits could be granted again", again, budget)
 	}
-	figure(t, "one session took the whole budget (%d credits on %d connections); new clients then got the minimal grant until %d credits (a quarter) were overdrawn, the next AUTH: STATUS_INSUFFICIENT_RESOURCES and disconnected; after the hog left all %d credits were granted again", budget, budget/credits, overdraft, again)
+	figures.Add(t, "one session took the whole budget (%d credits on %d connections); new clients then got the minimal grant until %d credits (a quarter) were overdrawn, the next AUTH: STATUS_INSUFFICIENT_RESOURCES and disconnected; after the hog left all %d credits were granted again", budget, budget/credits, overdraft, again)
 }

@@ -32,7 +32,7 @@ func TestAuthReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.DataVa, h.DataMh = attacker.data.Addr(), attacker.data.Handle()
+	h.DataVa, h.DataMh = attacker.Data.Addr(), attacker.Data.Handle()
 	h.Put(replay)
 	if err := attacker.sendMsg(replay); err != nil {
 		t.Fatal(err)

@@ -240,7 +240,7 @@ func TestSessionFrames(t *testing.T) {
 		other.wantEcho() // the other session goes on
 		s.Check(t)
 	}
-	figure(t, "%d forged or replayed session frames: %d connections closed without an answer; the other session and a new client served after each", len(cases), len(cases))
+	figures.Add(t, "%d forged or replayed session frames: %d connections closed without an answer; the other session and a new client served after each", len(cases), len(cases))
 }
 
 // TestSessionSetupRefused: commands before setup are refused without
@@ -316,7 +316,7 @@ func TestSessionSetupRefused(t *testing.T) {
 		t.Fatalf("a replayed AUTHENTICATE answered %v, want LOGON_FAILURE", f.Status)
 	}
 	s.Check(t)
-	figure(t, "6 commands before session setup: STATUS_ACCESS_DENIED; %d wrong-password setups: LOGON_FAILURE, the third on one connection closes it; a captured AUTHENTICATE replayed on a new connection: LOGON_FAILURE", failures)
+	figures.Add(t, "6 commands before session setup: STATUS_ACCESS_DENIED; %d wrong-password setups: LOGON_FAILURE, the third on one connection closes it; a captured AUTHENTICATE replayed on a new connection: LOGON_FAILURE", failures)
 }
 
 // TestPathEscapes tries to leave the share through the client API: ..,
@@ -454,7 +454,7 @@ func pathEscapes(t *testing.T, walk bool) {
 		t.Errorf("something was created outside the share: %v", names)
 	}
 	s.Check(t)
-	figure(t, "%d path escapes through the client API (.., absolute, absolute/relative/nested symlinks, /proc magic link, create/rename/link/unlink/setattr through them): %d refused, outside directory unchanged",
+	figures.Add(t, "%d path escapes through the client API (.., absolute, absolute/relative/nested symlinks, /proc magic link, create/rename/link/unlink/setattr through them): %d refused, outside directory unchanged",
 		len(attempts), refused)
 }
 
@@ -536,6 +536,6 @@ func TestSessionNonReader(t *testing.T) {
 	ended := time.Since(start)
 	goroutinesAfter := settled(t, goroutinesBefore, "the non-reader was dropped")
 	s.Check(t)
-	figure(t, "session pipelining %d of %d 1 MiB READs without reading for %v: connection ended (all read by %v; WriteTimeout %v; %.1f MiB had been buffered toward it); legitimate client served in %v before, %v meanwhile; goroutines %d before, %d after",
+	figures.Add(t, "session pipelining %d of %d 1 MiB READs without reading for %v: connection ended (all read by %v; WriteTimeout %v; %.1f MiB had been buffered toward it); legitimate client served in %v before, %v meanwhile; goroutines %d before, %d after",
 		sent, reads, writeTimeout+2*time.Second, ended.Round(time.Millisecond), writeTimeout, float64(got)/(1<<20), base.Round(time.Millisecond), during.Round(time.Millisecond), goroutinesBefore, goroutinesAfter)
 }

@@ -30,7 +30,7 @@ func TestWireRulesEndConnection(t *testing.T) {
 	set := func(b []byte, off int, v byte) []byte { b[off] = v; return b }
 	put32 := func(b []byte, off int, v uint32) []byte { binary.LittleEndian.PutUint32(b[off:], v); return b }
 	read := func(p *peer, fid uint16) []byte {
-		h := protocol.NewReadRequest(fid, 0, 4096, p.data.Addr(), p.data.Handle(), 0, protocol.InterruptMode(1, 9))
+		h := protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr(), p.Data.Handle(), 0, protocol.InterruptMode(1, 9))
 		return h.Append(nil)
 	}
 	write := func(fid uint16) []byte {
@@ -39,8 +39,8 @@ func TestWireRulesEndConnection(t *testing.T) {
 	}
 	vecRead := func(p *peer, fid uint16, last uint32) []byte {
 		regs := []protocol.RDMARegion{
-			{DataVa: p.data.Addr(), DataMh: p.data.Handle(), Length: 4096},
-			{DataVa: p.data.Addr() + 4096, DataMh: p.data.Handle(), Length: last},
+			{DataVa: p.Data.Addr(), DataMh: p.Data.Handle(), Length: 4096},
+			{DataVa: p.Data.Addr() + 4096, DataMh: p.Data.Handle(), Length: last},
 		}
 		r := protocol.NewVecReadRequest(fid, 0, 4096+last, 4096, regs, 0, protocol.InterruptMode(1, 9))
 		return r.Append(nil)
@@ -105,7 +105,7 @@ func TestWireRulesEndConnection(t *testing.T) {
 		breaks[i] = ruleBreak{c.name, c.rule, func(p *peer, fid uint16) [][]byte { return [][]byte{c.msg(p, fid)} }}
 	}
 	e.wantEnded(t, breaks)
-	figure(t, "%d messages breaking a wire rule after AUTH: %d connections ended with the rule logged, nothing read or written, another client served after each",
+	figures.Add(t, "%d messages breaking a wire rule after AUTH: %d connections ended with the rule logged, nothing read or written, another client served after each",
 		len(cases), len(cases))
 }
 
@@ -160,7 +160,7 @@ func (e *ruleEnv) wantEnded(t *testing.T, breaks []ruleBreak) {
 		if err := p.sendChain(c.msgs(p, fid)); err != nil {
 			t.Fatal(err)
 		}
-		p.wantClosed(c.name)
+		p.WantClosed(c.name)
 		if !p.untouched(0, peerDataSize) {
 			t.Errorf("%s: the server wrote into the peer's memory", c.name)
 		}

@@ -160,7 +160,7 @@ func runFaulted(t *testing.T, name string, f soft.Faults, popts, serverOpts soft
 		slowest = max(slowest, o.slowest)
 		toDone = max(toDone, o.toDone)
 	}
-	figure(t, "%s on %d faulted clients (%d healthy alongside): %d calls succeeded before the fault, then every connection lost within %v of the first failure; %d calls after: all failed; slowest call %v (limit %v); healthy clients %d verified ops, %d errors; server back to %d connections; newcomer served in %v; faults over in %v",
+	figures.Add(t, "%s on %d faulted clients (%d healthy alongside): %d calls succeeded before the fault, then every connection lost within %v of the first failure; %d calls after: all failed; slowest call %v (limit %v); healthy clients %d verified ops, %d errors; server back to %d connections; newcomer served in %v; faults over in %v",
 		name, faulted, healthy, okCalls, toDone.Round(time.Millisecond), after, slowest.Round(time.Millisecond), limit,
 		st.ops.Load(), healthyErrs, n, check.Round(time.Millisecond), faultTime.Round(time.Millisecond))
 }
@@ -229,6 +229,6 @@ func TestFaultDelay(t *testing.T) {
 		t.Errorf("server has %d connections, want the client's %d", n, connsPerClient)
 	}
 	check := s.Check(t)
-	figure(t, "delay=%v on one client: 3 READs with a 20 ms deadline returned context.DeadlineExceeded in ≤ %v; 3 WRITE+READ pairs waited (≥ %v each) and verified; server served a newcomer in %v",
+	figures.Add(t, "delay=%v on one client: 3 READs with a 20 ms deadline returned context.DeadlineExceeded in ≤ %v; 3 WRITE+READ pairs waited (≥ %v each) and verified; server served a newcomer in %v",
 		delay, slowestShort.Round(time.Millisecond), fastestLong.Round(time.Millisecond), check.Round(time.Millisecond))
 }

@@ -36,11 +36,6 @@ import (
 // after the run.
 var figures rig.Figures
 
-func figure(t testing.TB, format string, args ...any) {
-	t.Helper()
-	figures.Add(t, format, args...)
-}
-
 func TestMain(m *testing.M) { figures.Main(m, "load figures:") }
 
 // The server's shape for the load: small buffers so 32 clients fit a
@@ -440,16 +435,16 @@ func TestLoad(t *testing.T) {
 	for k, name := range kindNames {
 		kinds += fmt.Sprintf(" %s %d,", name, st.byKind[k].Load())
 	}
-	figure(t, "%d clients × %d connections × %d jobs, %v: %d ops (%s) %.1f MiB moved (%.1f MiB/s), max call latency %v, %d verification errors, %d final-check errors, %d failed calls; newcomer served during the load in %v",
+	figures.Add(t, "%d clients × %d connections × %d jobs, %v: %d ops (%s) %.1f MiB moved (%.1f MiB/s), max call latency %v, %d verification errors, %d final-check errors, %d failed calls; newcomer served during the load in %v",
 		clients, connsPerClient, jobsPerClient, elapsed.Round(time.Millisecond), st.ops.Load(), kinds[1:len(kinds)-1],
 		float64(st.bytes.Load())/mib, float64(st.bytes.Load())/mib/elapsed.Seconds(), time.Duration(st.maxLatency.Load()).Round(time.Millisecond),
 		st.verifyErrs.Load(), finalErrs, st.callErrs.Load(), checkDuring.Round(time.Millisecond))
-	figure(t, "server memory: %.1f MiB registered in %d regions over the run (0 remote-writable) ≤ bound %.1f MiB = budget %d credits × (MaxRecvBufferSize %d + 2 × window %d) + %d conns × %d B",
+	figures.Add(t, "server memory: %.1f MiB registered in %d regions over the run (0 remote-writable) ≤ bound %.1f MiB = budget %d credits × (MaxRecvBufferSize %d + 2 × window %d) + %d conns × %d B",
 		float64(registered)/mib, s.Regions.Count(), float64(bound)/mib, budget, maxRecv, window, conns, 1024+2*creditsPerConn*128)
-	figure(t, "registrations during the load (after every client was set up): server %d regions (%.1f MiB), clients %d regions (%.1f MiB)",
+	figures.Add(t, "registrations during the load (after every client was set up): server %d regions (%.1f MiB), clients %d regions (%.1f MiB)",
 		s.Regions.Count()-serverAtStart, float64(s.Regions.Bytes()-serverBytesAtStart)/mib,
 		clientRegions.Count()-clientAtStart, float64(clientRegions.Bytes()-clientBytesAtStart)/mib)
-	figure(t, "process heap (server + %d clients + test): in use %.1f MiB before, peak %.1f MiB (growth %.1f MiB ≤ %.1f MiB = 2 × (server bound + clients' %.1f MiB registered + %.1f MiB shadows) + 64 MiB); peak Sys %.1f MiB",
+	figures.Add(t, "process heap (server + %d clients + test): in use %.1f MiB before, peak %.1f MiB (growth %.1f MiB ≤ %.1f MiB = 2 × (server bound + clients' %.1f MiB registered + %.1f MiB shadows) + 64 MiB); peak Sys %.1f MiB",
 		clients, float64(before.HeapInuse)/mib, float64(mem.peakHeap.Load())/mib, float64(heapGrowth)/mib, float64(heapBound)/mib,
 		float64(clientRegions.Bytes())/mib, float64(shadowBytes)/mib, float64(mem.peakSys.Load())/mib)
 }

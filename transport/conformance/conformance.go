@@ -121,7 +121,19 @@ func (e *Env) pair(t *testing.T) (cli, srv transport.Conn) {
 
 func (e *Env) connect(t *testing.T, ln transport.Listener) (cli, srv transport.Conn) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), e.Timeout)
+	cli, srv = Connect(t, e.Client, ln, ln.Addr(), e.Config, e.Timeout)
+	if e.Connected != nil {
+		e.Connected(t, cli, srv)
+	}
+	return cli, srv
+}
+
+// Connect dials addr through client while ln accepts, within timeout, and
+// returns both ends, closed when the test ends; the test fails if either
+// side fails. addr is ln's address, or a proxy's in front of it.
+func Connect(tb testing.TB, client transport.Provider, ln transport.Listener, addr string, cfg transport.Config, timeout time.Duration) (cli, srv transport.Conn) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	type accepted struct {
 		c   transport.Conn
@@ -132,19 +144,16 @@ func (e *Env) connect(t *testing.T, ln transport.Listener) (cli, srv transport.C
 		c, err := ln.Accept(ctx)
 		ch <- accepted{c, err}
 	}()
-	cli, err := e.Client.Dial(ctx, ln.Addr(), e.Config)
+	cli, err := client.Dial(ctx, addr, cfg)
 	if err != nil {
-		t.Fatalf("Dial(%s): %v", ln.Addr(), err)
+		tb.Fatalf("Dial(%s): %v", addr, err)
 	}
-	t.Cleanup(func() { _ = cli.Close() })
+	tb.Cleanup(func() { _ = cli.Close() })
 	a := <-ch
 	if a.err != nil {
-		t.Fatalf("Accept: %v", a.err)
+		tb.Fatalf("Accept: %v", a.err)
 	}
-	t.Cleanup(func() { _ = a.c.Close() })
-	if e.Connected != nil {
-		e.Connected(t, cli, a.c)
-	}
+	tb.Cleanup(func() { _ = a.c.Close() })
 	return cli, a.c
 }
 
@@ -290,4 +299,21 @@ func wantFilled(t *testing.T, what string, b []byte, fill byte) {
 			return
 		}
 	}
+}
+
+// WaitOK waits for completions on c's queue into comps and returns those
+// that came; an error from Wait or in any completion fails the test (a
+// benchmark's loop, where every work request must succeed).
+func WaitOK(ctx context.Context, tb testing.TB, c transport.Conn, comps []transport.Completion) []transport.Completion {
+	tb.Helper()
+	n, err := c.CQ().Wait(ctx, comps)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, wc := range comps[:n] {
+		if wc.Status != transport.StatusSuccess {
+			tb.Fatal(wc.Err())
+		}
+	}
+	return comps[:n]
 }

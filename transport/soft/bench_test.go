@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 )
 
 // The benchmarks put softrdma next to a raw TCP socket doing the same
@@ -58,23 +59,8 @@ func benchSoftWrite(b *testing.B, size int, sealed bool) {
 			}
 			posted++
 		}
-		done += len(waitOK(ctx, b, cli, comps))
+		done += len(conformance.WaitOK(ctx, b, cli, comps))
 	}
-}
-
-// waitOK waits for completions on c's queue into comps and returns them,
-// failing b on a wait error or any completion that did not succeed.
-func waitOK(ctx context.Context, b *testing.B, c transport.Conn, comps []transport.Completion) []transport.Completion {
-	n, err := c.CQ().Wait(ctx, comps)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, wc := range comps[:n] {
-		if wc.Status != transport.StatusSuccess {
-			b.Fatal(wc.Err())
-		}
-	}
-	return comps[:n]
 }
 
 // tcpPair returns a connected loopback TCP pair.
@@ -175,7 +161,7 @@ func benchSoftRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 		for got := false; !got; {
-			for _, c := range waitOK(ctx, b, cli, comps) {
+			for _, c := range conformance.WaitOK(ctx, b, cli, comps) {
 				got = got || c.Op == transport.OpRecv
 			}
 		}

@@ -49,26 +49,7 @@ func pairVia(t testing.TB, cp, sp *Provider, cfg transport.Config, via func(stri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ch := make(chan transport.Conn, 1)
-	go func() {
-		c, err := ln.Accept(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		ch <- c
-	}()
-	cli, err = cp.Dial(ctx, via(ln.Addr()), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv = <-ch
-	if srv == nil {
-		t.FailNow()
-	}
-	t.Cleanup(func() { _ = cli.Close(); _ = srv.Close() })
-	return cli, srv
+	return conformance.Connect(t, cp, ln, via(ln.Addr()), cfg, 10*time.Second)
 }
 
 func mustAlloc(t testing.TB, c transport.Conn, n int, acc transport.Access) transport.Region {

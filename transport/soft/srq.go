@@ -19,9 +19,8 @@ type srq struct {
 	mu         sync.Mutex
 	ring       []transport.RecvWR
 	head, tail uint64
-	limit      int  // armed low watermark; 0: disarmed
-	users      int  // connections using it
-	closed     bool // destroyed
+	limit      int // armed low watermark; 0: disarmed
+	users      transport.SRQUsers
 	// waiters are reader goroutines waiting for a receive; posted is
 	// closed (and replaced) when receives are posted while some wait.
 	waiters int
@@ -32,18 +31,13 @@ type srq struct {
 
 var _ transport.SRQ = (*srq)(nil)
 
-// defaultSRQDepth is SRQConfig.Depth's zero value.
-const defaultSRQDepth = 4096
-
 // CreateSRQ makes a shared receive queue in this domain.
 func (d *domain) CreateSRQ(cfg transport.SRQConfig) (transport.SRQ, error) {
-	if cfg.Depth < 0 {
-		return nil, fmt.Errorf("softrdma: SRQ depth %d", cfg.Depth)
+	depth, err := cfg.QueueDepth()
+	if err != nil {
+		return nil, fmt.Errorf("softrdma: %w", err)
 	}
-	if cfg.Depth == 0 {
-		cfg.Depth = defaultSRQDepth
-	}
-	return &srq{pd: d, ring: make([]transport.RecvWR, cfg.Depth), posted: make(chan struct{}), event: make(chan struct{}, 1)}, nil
+	return &srq{pd: d, ring: make([]transport.RecvWR, depth), posted: make(chan struct{}), event: make(chan struct{}, 1)}, nil
 }
 
 // CreateCQ makes a completion queue connections of this domain may share.
@@ -62,7 +56,7 @@ func (s *srq) PostRecv(wrs ...transport.RecvWR) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.users.Closed() {
 		return transport.ErrClosed
 	}
 	if !fits(s.head, s.tail, len(s.ring), len(wrs)) {
@@ -82,11 +76,11 @@ func (s *srq) PostRecv(wrs ...transport.RecvWR) error {
 func (s *srq) SetLimit(n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.users.Closed() {
 		return transport.ErrClosed
 	}
-	if n < 0 || n > len(s.ring) {
-		return fmt.Errorf("softrdma: SRQ limit %d outside 0..%d", n, len(s.ring))
+	if err := transport.CheckSRQLimit(n, len(s.ring)); err != nil {
+		return fmt.Errorf("softrdma: %w", err)
 	}
 	s.limit = n
 	return nil
@@ -97,13 +91,10 @@ func (s *srq) LimitReached() <-chan struct{} { return s.event }
 func (s *srq) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return transport.ErrClosed
+	if err := s.users.CanClose(); err != nil {
+		return err
 	}
-	if s.users > 0 {
-		return transport.ErrInUse
-	}
-	s.closed = true
+	s.users.MarkClosed()
 	clear(s.ring)
 	s.head = s.tail
 	return nil
@@ -112,16 +103,15 @@ func (s *srq) Close() error {
 func (s *srq) attach() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.users.Attach() != nil {
 		return errors.New("softrdma: shared receive queue is closed")
 	}
-	s.users++
 	return nil
 }
 
 func (s *srq) detach() {
 	s.mu.Lock()
-	s.users--
+	s.users.Detach()
 	s.mu.Unlock()
 }
 

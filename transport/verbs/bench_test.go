@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 )
 
 // benchPair connects two verbs providers, or skips the benchmark (with the
@@ -19,40 +20,12 @@ func benchPair(b *testing.B) (cli, srv transport.Conn) {
 // connections and the listener are closed when the test ends.
 func connectPair(tb testing.TB, addr string) (cli, srv transport.Conn) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	ln, err := New(Options{}).Listen(addr, transport.Config{})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ln.Close() })
-	ch := make(chan transport.Conn, 1)
-	go func() { c, _ := ln.Accept(ctx); ch <- c }()
-	cli, err = New(Options{}).Dial(ctx, ln.Addr(), transport.Config{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { cli.Close() })
-	if srv = <-ch; srv == nil {
-		tb.Fatal("Accept failed")
-	}
-	tb.Cleanup(func() { srv.Close() })
-	return cli, srv
-}
-
-// benchWait waits for completions on c into comps and returns those that
-// came; an error from Wait or in any completion fails the benchmark.
-func benchWait(ctx context.Context, b *testing.B, c transport.Conn, comps []transport.Completion) []transport.Completion {
-	n, err := c.CQ().Wait(ctx, comps)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, c := range comps[:n] {
-		if c.Err() != nil {
-			b.Fatal(c.Err())
-		}
-	}
-	return comps[:n]
+	return conformance.Connect(tb, New(Options{}), ln, ln.Addr(), transport.Config{}, 30*time.Second)
 }
 
 func benchAlloc(b *testing.B, c transport.Conn, n int, acc transport.Access) transport.Region {
@@ -84,7 +57,7 @@ func benchWrite(b *testing.B, size int) {
 			}
 			posted++
 		}
-		done += len(benchWait(ctx, b, cli, comps))
+		done += len(conformance.WaitOK(ctx, b, cli, comps))
 	}
 }
 
@@ -142,7 +115,7 @@ func BenchmarkSendRoundTrip64(b *testing.B) {
 			b.Fatal(err)
 		}
 		for got := false; !got; {
-			for _, c := range benchWait(ctx, b, cli, comps) {
+			for _, c := range conformance.WaitOK(ctx, b, cli, comps) {
 				if c.Op == transport.OpRecv {
 					got = true
 					if err := cli.PostRecv(transport.RecvWR{Buf: cr}); err != nil {

@@ -32,10 +32,9 @@ type srq struct {
 	ids      []uint64 // by slot
 	free     []int32  // free slots
 	rwr      []C.struct_lwv_rwr
-	wrs      unsafe.Pointer // C staging: ibv_recv_wr
-	sges     unsafe.Pointer // C staging: ibv_sge
-	users    int            // queue pairs taking receives here
-	closed   bool
+	wrs      unsafe.Pointer     // C staging: ibv_recv_wr
+	sges     unsafe.Pointer     // C staging: ibv_sge
+	users    transport.SRQUsers // queue pairs taking receives here
 	freeOnce sync.Once
 }
 
@@ -44,33 +43,28 @@ var _ transport.SRQ = (*srq)(nil)
 // srqBit marks a receive posted to an SRQ (with recvBit).
 const srqBit = 1 << 62
 
-// defaultSRQDepth is SRQConfig.Depth's zero value.
-const defaultSRQDepth = 4096
-
 // CreateSRQ makes a shared receive queue on the domain's device and
 // starts listening for its limit events.
 func (d *domain) CreateSRQ(cfg transport.SRQConfig) (transport.SRQ, error) {
-	if cfg.Depth < 0 {
-		return nil, fmt.Errorf("verbs: SRQ depth %d", cfg.Depth)
-	}
-	if cfg.Depth == 0 {
-		cfg.Depth = defaultSRQDepth
+	depth, err := cfg.QueueDepth()
+	if err != nil {
+		return nil, fmt.Errorf("verbs: %w", err)
 	}
 	if err := d.startEvents(); err != nil {
 		return nil, err
 	}
-	p, err := C.lwv_create_srq(d.pd, C.int(cfg.Depth))
+	p, err := C.lwv_create_srq(d.pd, C.int(depth))
 	if p == nil {
-		return nil, fmt.Errorf("verbs: ibv_create_srq(%d) on %s: %w", cfg.Depth, d.dev, errnoOr(err))
+		return nil, fmt.Errorf("verbs: ibv_create_srq(%d) on %s: %w", depth, d.dev, errnoOr(err))
 	}
-	s := &srq{dom: d, srq: p, event: make(chan struct{}, 1), ids: make([]uint64, cfg.Depth)}
-	s.free = make([]int32, cfg.Depth)
+	s := &srq{dom: d, srq: p, event: make(chan struct{}, 1), ids: make([]uint64, depth)}
+	s.free = make([]int32, depth)
 	for i := range s.free {
-		s.free[i] = int32(cfg.Depth - 1 - i)
+		s.free[i] = int32(depth - 1 - i)
 	}
-	s.rwr, _ = cArray[C.struct_lwv_rwr](cfg.Depth)
-	_, s.wrs = cArray[C.struct_ibv_recv_wr](cfg.Depth)
-	_, s.sges = cArray[C.struct_ibv_sge](cfg.Depth)
+	s.rwr, _ = cArray[C.struct_lwv_rwr](depth)
+	_, s.wrs = cArray[C.struct_ibv_recv_wr](depth)
+	_, s.sges = cArray[C.struct_ibv_sge](depth)
 	d.mu.Lock()
 	d.srqs[p] = s
 	d.mu.Unlock()
@@ -84,7 +78,7 @@ func (s *srq) PostRecv(wrs ...transport.RecvWR) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.users.Closed() {
 		return transport.ErrClosed
 	}
 	if len(wrs) > len(s.free) {
@@ -126,11 +120,11 @@ func (s *srq) retire(slot uint64) uint64 {
 func (s *srq) SetLimit(n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.users.Closed() {
 		return transport.ErrClosed
 	}
-	if n < 0 || n > len(s.ids) {
-		return fmt.Errorf("verbs: SRQ limit %d outside 0..%d", n, len(s.ids))
+	if err := transport.CheckSRQLimit(n, len(s.ids)); err != nil {
+		return fmt.Errorf("verbs: %w", err)
 	}
 	if r := C.lwv_srq_limit(s.srq, C.int(n)); r != 0 {
 		return fmt.Errorf("verbs: ibv_modify_srq(srq_limit %d): %w", n, syscall.Errno(r))
@@ -145,16 +139,13 @@ func (s *srq) LimitReached() <-chan struct{} { return s.event }
 func (s *srq) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return transport.ErrClosed
-	}
-	if s.users > 0 {
-		return transport.ErrInUse
+	if err := s.users.CanClose(); err != nil {
+		return err
 	}
 	if r := C.lwv_destroy_srq(s.srq); r != 0 {
 		return fmt.Errorf("verbs: ibv_destroy_srq: %w", syscall.Errno(r))
 	}
-	s.closed = true
+	s.users.MarkClosed()
 	s.dom.mu.Lock()
 	delete(s.dom.srqs, s.srq)
 	s.dom.mu.Unlock()
@@ -168,16 +159,15 @@ func (s *srq) Close() error {
 func (s *srq) attach() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("verbs: shared receive queue is closed: %w", transport.ErrClosed)
+	if err := s.users.Attach(); err != nil {
+		return fmt.Errorf("verbs: shared receive queue is closed: %w", err)
 	}
-	s.users++
 	return nil
 }
 
 func (s *srq) detach() {
 	s.mu.Lock()
-	s.users--
+	s.users.Detach()
 	s.mu.Unlock()
 }
 

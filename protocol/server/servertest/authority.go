@@ -1,8 +1,9 @@
 // Package servertest holds what tests of the LWIO server and of its
 // clients need alike: an Authority over maps, standing in for the session
-// layer that issues negotiate Keys and resume keys, and a GatedFile that
-// holds the server's reads and writes until the test lets them go. It is
-// for _test.go files only.
+// layer that issues negotiate Keys and resume keys; a GatedFile that holds
+// the server's reads and writes until the test lets them go; ServeOn, a
+// server serving on a loopback port; and Peer, a hand-driven LWIO client
+// for transcript tests. It is for _test.go files only.
 package servertest
 
 import (
