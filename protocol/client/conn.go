@@ -92,6 +92,7 @@ type conn struct {
 	// so the background reaper keeps the role (see reap.go).
 	lastPolled atomic.Bool
 	reapKick   chan struct{}            // one slot: wakes the background reaper
+	idlePoll   [2]time.Duration         // idlePoll and idlePollMax when the connection was made
 	wcs        [64]transport.Completion // the role holder's batch
 	// dying: a receive could not be reposted (the transport is closing).
 	// The connection ends once the role holder's batch is dispatched, not
@@ -176,6 +177,7 @@ func dial(ctx context.Context, cl *Client, idx int, p transport.Provider, addr s
 		log:      cl.log.WithFields(logrus.Fields{"conn": idx, "provider": tc.Provider(), "remote": tc.RemoteAddr()}),
 		free:     make(chan *slot, maxSlots),
 		reapKick: make(chan struct{}, 1),
+		idlePoll: [2]time.Duration{idlePoll, idlePollMax},
 		wake:     make(chan struct{}),
 		dead:     make(chan struct{}),
 	}
@@ -613,8 +615,10 @@ func (c *conn) postChain(sl *slot, wrs []transport.SendWR) error {
 		c.die(fmt.Errorf("post: %w", err))
 		return c.connErr()
 	}
-	if sl.polling && !c.reaping.Load() {
-		signal(c.reapKick) // the background reaper takes the role (lastPolled)
+	if (sl.polling || sl.pw != nil) && !c.reaping.Load() {
+		// The background reaper takes the role: lastPolled, or a posted
+		// write nobody waits for yet (reap.go).
+		signal(c.reapKick)
 	}
 	return nil
 }

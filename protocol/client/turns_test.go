@@ -137,29 +137,55 @@ func TestWriteAsyncBeyondCreditsInEachMode(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			e := newEnv(t, server.Config{Credits: 24, MaxCredits: 24})
 			_, f := oneConnFile(t, e, mode, 24, 24, 8<<20)
-			p := testutil.RandBytes(1 << 20)
-			var pws []*PendingWrite
-			done := make(chan struct{})
-			var err error
-			go func() {
-				defer close(done)
-				for i := 0; i < 8; i++ {
-					var pw *PendingWrite
-					if pw, err = f.WriteAsync(context.Background(), p, int64(i)<<20); err != nil {
-						return
-					}
-					pws = append(pws, pw)
-				}
-			}()
-			watchdog(t, "8 posted 1 MiB writes on 24 credits", time.Minute, done)
-			if err != nil {
-				t.Fatal(err)
+			postThenWait(t, f, 8, "8 posted 1 MiB writes on 24 credits", time.Minute)
+		})
+	}
+}
+
+// postThenWait posts n 1 MiB writes with WriteAsync, none waited for until
+// all are posted (under a watchdog of limit), then waits for each.
+func postThenWait(t *testing.T, f *File, n int, what string, limit time.Duration) {
+	t.Helper()
+	p := testutil.RandBytes(1 << 20)
+	var pws []*PendingWrite
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i++ {
+			var pw *PendingWrite
+			if pw, err = f.WriteAsync(context.Background(), p, int64(i)<<20); err != nil {
+				return
 			}
-			for i, pw := range pws {
-				if n, err := pw.Wait(context.Background()); err != nil || n != len(p) {
-					t.Fatalf("write %d: %d bytes, %v", i, n, err)
-				}
-			}
+			pws = append(pws, pw)
+		}
+	}()
+	watchdog(t, what, limit, done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, pw := range pws {
+		if n, err := pw.Wait(context.Background()); err != nil || n != len(p) {
+			t.Fatalf("write %d: %d bytes, %v", i, n, err)
+		}
+	}
+}
+
+// Posted writes that need every credit of the connection, none waited
+// for (fs's write-behind waits only once its queue is full): the next post
+// gets its credits from the earlier write's answer as it comes, not from
+// the background reaper's next idle look at the CQ. With the looks an hour
+// apart the posts must still go on (the first buffered 1 MiB writes after
+// an idle spell stalled 30–100 ms each waiting for a look, in auto and
+// interrupt mode; make bench's seqwrite-qd1-buffered gap of issue 17).
+func TestPostedWritesNeedNoIdleLook(t *testing.T) {
+	defer func(p, m time.Duration) { idlePoll, idlePollMax = p, m }(idlePoll, idlePollMax)
+	idlePoll, idlePollMax = time.Hour, time.Hour
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, server.Config{Credits: 8, MaxCredits: 8})
+			_, f := oneConnFile(t, e, mode, 8, 8, 4<<20)
+			postThenWait(t, f, 4, "4 posted 1 MiB writes on 8 credits, none waited for", 30*time.Second)
 		})
 	}
 }
