@@ -30,19 +30,7 @@ func TestLeasesAsTheUser(t *testing.T) {
 		os.Chmod(filepath.Join(dir, d.name), os.FileMode(d.mode))
 	}
 	sh := leasingShare(t, dir)
-	tree := func(id Identity) *Tree {
-		tr, err := sh.Connect(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr.EnableLeases(func(b LeaseBreak) {
-			if b.Ack {
-				go tr.AckLease(b.ID)
-			}
-		})
-		return tr
-	}
-	root, a := tree(Identity{User: "admin"}), tree(Identity{User: acctA.Name, Account: acctA})
+	root, a := leasingTree(t, sh, Identity{User: "admin"}), leasingTree(t, sh, Identity{User: acctA.Name, Account: acctA})
 
 	// The server's own account watches "private" for its lease; a may
 	// search it, not list it: no lease for a, its attributes still.
@@ -84,4 +72,19 @@ func TestLeasesAsTheUser(t *testing.T) {
 			t.Errorf("%s is %d:%d, want a's %d:%d", p, uid, gid, acctA.Uid, acctA.Gid)
 		}
 	}
+}
+
+// leasingTree connects id to sh with leases on, every break acknowledged.
+func leasingTree(t *testing.T, sh *Share, id Identity) *Tree {
+	t.Helper()
+	tr, err := sh.Connect(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.EnableLeases(func(b LeaseBreak) {
+		if b.Ack {
+			go tr.AckLease(b.ID)
+		}
+	})
+	return tr
 }

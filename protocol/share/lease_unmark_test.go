@@ -46,19 +46,7 @@ func TestUnmarkAsTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh := leasingShare(t, dir)
-	tree := func(id Identity) *Tree {
-		tr, err := sh.Connect(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr.EnableLeases(func(b LeaseBreak) {
-			if b.Ack {
-				go tr.AckLease(b.ID)
-			}
-		})
-		return tr
-	}
-	root, a := tree(Identity{User: "admin"}), tree(Identity{User: acctA.Name, Account: acctA})
+	root, a := leasingTree(t, sh, Identity{User: "admin"}), leasingTree(t, sh, Identity{User: acctA.Name, Account: acctA})
 	if n := fanotifyMarks(t, sh); n != 0 {
 		t.Fatalf("%d marks before any lease", n)
 	}

@@ -23,6 +23,13 @@ import (
 // identity threads.
 func TestWritesKeepTheirUser(t *testing.T) {
 	needPerUser(t)
+	eachWritePath(t, checkWritesKeepTheirUser)
+}
+
+// eachWritePath runs check twice: writes through io_uring personalities
+// ("uring"; skipped where io_uring cannot be set up) and, with io_uring
+// off, through the identity threads ("threads").
+func eachWritePath(t *testing.T, check func(t *testing.T)) {
 	for _, ring := range []bool{true, false} {
 		t.Run(map[bool]string{true: "uring", false: "threads"}[ring], func(t *testing.T) {
 			if !ring {
@@ -33,7 +40,7 @@ func TestWritesKeepTheirUser(t *testing.T) {
 			} else {
 				putRing(r)
 			}
-			checkWritesKeepTheirUser(t)
+			check(t)
 		})
 	}
 }
@@ -152,25 +159,19 @@ func BenchmarkWriteAt(b *testing.B) {
 // EINVAL — and nothing is written.
 func TestWriteNegativeOffset(t *testing.T) {
 	needPerUser(t)
-	for _, ring := range []bool{true, false} {
-		t.Run(map[bool]string{true: "uring", false: "threads"}[ring], func(t *testing.T) {
-			if !ring {
-				uringOff.Store(true)
-				t.Cleanup(func() { uringOff.Store(false) })
-			}
-			dir := sharedDir(t)
-			a := connectAs(t, dir, acctA, Config{})
-			f, _, err := a.Open("f", os.O_CREATE|os.O_RDWR, 0o644)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			if _, err := f.WriteAt([]byte("XYZ"), -1); err == nil {
-				t.Error("WriteAt at offset -1 succeeded")
-			}
-			if b, _ := os.ReadFile(filepath.Join(dir, "f")); len(b) != 0 {
-				t.Errorf("the file holds %q after a refused write", b)
-			}
-		})
-	}
+	eachWritePath(t, func(t *testing.T) {
+		dir := sharedDir(t)
+		a := connectAs(t, dir, acctA, Config{})
+		f, _, err := a.Open("f", os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte("XYZ"), -1); err == nil {
+			t.Error("WriteAt at offset -1 succeeded")
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "f")); len(b) != 0 {
+			t.Errorf("the file holds %q after a refused write", b)
+		}
+	})
 }
