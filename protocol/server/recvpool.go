@@ -59,6 +59,10 @@ type recvPool struct {
 	authing int              // connections using it not yet past AUTH
 	live    int              // buffers posted or held by a request (not spare)
 	posted  int              // of the live ones, those posted
+	// pending counts the live buffers a fill is still registering or
+	// posting; settled (on mu) is broadcast as each is done.
+	pending int
+	settled sync.Cond
 	wr      [1]transport.RecvWR
 	closed  bool
 }
@@ -99,6 +103,7 @@ const (
 // receive queue.
 func newRecvPool(s *Server, dom transport.Domain, srq transport.SRQ, tc transport.Conn) *recvPool {
 	p := &recvPool{s: s, dom: dom, srq: srq, tc: tc, authAllowance: 1}
+	p.settled.L = &p.mu
 	if srq != nil {
 		p.headroom, p.authAllowance = srqHeadroom, srqAuthAllowance
 	}
@@ -152,42 +157,54 @@ func (p *recvPool) authEnd() {
 }
 
 // fill posts receive buffers until live reaches want: spares first, then
-// new ones.
+// new ones. It returns only when every live buffer is posted or held —
+// none still being registered by another fill — since its caller sends a
+// grant next, and a SEND on that grant must find its buffer posted. If
+// another fill's registration fails meanwhile, this one makes up for it.
 func (p *recvPool) fill() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for {
-		p.mu.Lock()
 		if p.closed {
-			p.mu.Unlock()
 			return transport.ErrClosed
 		}
 		if p.live >= p.want() {
-			p.mu.Unlock()
-			return nil
+			if p.pending == 0 {
+				return nil
+			}
+			p.settled.Wait()
+			continue
 		}
 		p.live++
+		p.pending++
 		var rb *recvBuf
 		if l := len(p.spare); l > 0 {
 			rb = p.spare[l-1]
 			p.spare = p.spare[:l-1]
 		}
-		p.mu.Unlock()
+		var err error
 		if rb == nil {
-			var err error
-			if rb, err = p.alloc(); err != nil {
-				p.mu.Lock()
-				p.live--
-				p.mu.Unlock()
-				return err
-			}
-		}
-		p.mu.Lock()
-		err := p.postLocked(rb)
-		p.mu.Unlock()
-		if err != nil {
-			p.mu.Lock()
-			p.live--
 			p.mu.Unlock()
-			p.free(rb)
+			rb, err = p.alloc()
+			p.mu.Lock()
+		}
+		if err == nil && p.closed { // released while it registered
+			err = transport.ErrClosed
+		}
+		if err == nil {
+			err = p.postLocked(rb)
+		}
+		p.pending--
+		p.settled.Broadcast()
+		if err != nil {
+			if !p.closed { // release zeroed the counts
+				p.live--
+			}
+			if rb != nil {
+				p.mu.Unlock()
+				p.free(rb)
+				p.mu.Lock()
+			}
 			return err
 		}
 	}
@@ -318,6 +335,7 @@ func (p *recvPool) usage() int {
 func (p *recvPool) release() {
 	p.mu.Lock()
 	p.closed = true
+	p.settled.Broadcast()
 	bufs := p.bufs
 	p.spare = nil
 	p.live, p.posted = 0, 0
