@@ -41,6 +41,7 @@ import (
 //	max_rdma_window = 1048576         # bytes one READ/WRITE may carry
 //	max_recv_buffer = 131120          # a receive buffer: 128 KiB of WRITE data + header
 //	workers = 0                       # disk I/O goroutines; 0 = engine default
+//	shared_receive_queue = true       # false: a receive queue per connection
 //	max_open_files = 0                # handles of all users; 0 = 3/4 of RLIMIT_NOFILE
 //	max_open_files_per_user = 16384
 //	max_pending_connections = 512     # connections not logged on yet; beyond, the oldest is closed
@@ -114,6 +115,10 @@ type LimitsConfig struct {
 	MaxRDMAWindow int `toml:"max_rdma_window"`
 	MaxRecvBuffer int `toml:"max_recv_buffer"`
 	Workers       int `toml:"workers"`
+	// SharedReceiveQueue (default true) posts every connection's receive
+	// buffers to its device's shared receive queue; false gives each
+	// connection a queue of its own (issue 20; docs/security.md).
+	SharedReceiveQueue *bool `toml:"shared_receive_queue"`
 	// LeaseBreakTimeout bounds, in seconds, how long a change waits for
 	// a client to acknowledge a lease break (0: the share's default).
 	LeaseBreakTimeout float64 `toml:"lease_break_timeout"`

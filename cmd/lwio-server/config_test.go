@@ -254,6 +254,7 @@ max_pending_connections = 20
 max_pending_per_address = 5
 idle_timeout = -1
 logon_delay_max = 7
+shared_receive_queue = false
 [shares.s]
 path = "`+dir+`"
 allow_root = true
@@ -275,8 +276,14 @@ account = "unix-u"
 	if s := sc.Shares[0]; !s.AllowRoot || !s.AllowSetid || !s.AllowDevices {
 		t.Errorf("share config %+v", s)
 	}
+	if !fc.Engine.PrivateReceiveQueues {
+		t.Error("shared_receive_queue = false: the engine still shares receive queues")
+	}
 
 	t.Setenv("LWIO_PASSWORD", "pw")
+	if qs, err := serverConfig(mustBuild(t, "-share", "q="+dir, "-user", "demo"), logrus.New()); err != nil || qs.Engine.PrivateReceiveQueues {
+		t.Errorf("shared receive queues off by default (%v)", err)
+	}
 	if c := mustBuild(t, "-share", "demo="+dir, "-user", "demo", "-account", "root", "-allow-root"); c.Users["demo"].Account != "root" || !c.Shares["demo"].AllowRoot {
 		t.Errorf("-account root -allow-root: %+v", c)
 	}

@@ -111,6 +111,8 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 			Workers:           c.Limits.Workers,
 			TrustedFabric:     c.TrustedFabric,
 			ShutdownTimeout:   drainTimeout,
+			// shared_receive_queue = false
+			PrivateReceiveQueues: c.Limits.SharedReceiveQueue != nil && !*c.Limits.SharedReceiveQueue,
 		},
 		SessionAddr: c.sessionAddr(),
 		MetricsAddr: c.Listen.Metrics,

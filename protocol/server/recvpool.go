@@ -91,9 +91,10 @@ func (p *recvPool) kind() string {
 func (b *recvBuf) wr() transport.RecvWR { return transport.RecvWR{ID: b.id, Buf: b.seg} }
 
 // A shared pool's headroom: one receive beyond the credits, and the AUTH
-// receives of at most srqAuthAllowance connections authenticating at once
-// (more wait receiver-not-ready for one to be posted again: an AUTH is
-// answered at once).
+// receives of at most srqAuthAllowance connections authenticating at once.
+// More AUTHs arriving together take receives posted for credits, and an
+// authenticated client's SEND may then wait receiver-not-ready for a
+// repost (docs/engine.md, "What the shared queue does not isolate").
 const (
 	srqHeadroom      = 1
 	srqAuthAllowance = 16

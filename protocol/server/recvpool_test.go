@@ -87,7 +87,17 @@ func (*noSharing) ChooseQueues(transport.QueueDomain) (transport.Queues, error) 
 // Where the provider gives a connection no shared receive queue, it gets
 // its own, filled the same way, and freed with it.
 func TestOwnReceiveQueues(t *testing.T) {
-	e := newEnv(t, Config{Credits: 4, Transport: transport.Config{Queues: &noSharing{}}})
+	for name, cfg := range map[string]Config{
+		"chooser": {Credits: 4, Transport: transport.Config{Queues: &noSharing{}}},
+		// lwio.toml's shared_receive_queue = false
+		"PrivateReceiveQueues": {Credits: 4, PrivateReceiveQueues: true},
+	} {
+		t.Run(name, func(t *testing.T) { checkOwnReceiveQueues(t, cfg) })
+	}
+}
+
+func checkOwnReceiveQueues(t *testing.T, cfg Config) {
+	e := newEnv(t, cfg)
 	peers := servePeers(t, e, 3, 4)
 	var bi BudgetInfo
 	testutil.Eventually(t, "three connections with 4 buffers each in their own queues", 5*time.Second, func() bool { bi = e.srv.Budget(); return bi.RecvBuffers == 3*4 })

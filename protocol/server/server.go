@@ -118,6 +118,12 @@ type Config struct {
 	// cannot seal (verbs) carry data in clear; false refuses them at AUTH
 	// (lwio.toml's trusted_fabric, docs/security.md).
 	TrustedFabric bool
+	// PrivateReceiveQueues gives every connection a receive queue of its
+	// own instead of its device's shared one (lwio.toml's
+	// shared_receive_queue = false): more memory per connection, but a
+	// peer flooding the listener before AUTH cannot take the receives
+	// posted for other clients' credits (docs/security.md).
+	PrivateReceiveQueues bool
 }
 
 func (c Config) withDefaults() Config {
@@ -229,12 +235,12 @@ func (s *Server) TransportConfig() transport.Config { return s.cfg.Transport }
 
 // Listen listens on addr with provider p, shaped by TransportConfig, its
 // connections taking their receives from their domain's shared receive
-// queue unless Config.Transport.Queues names a chooser. Pass the listener
-// to Serve.
+// queue unless Config.Transport.Queues names a chooser or
+// Config.PrivateReceiveQueues is set. Pass the listener to Serve.
 func (s *Server) Listen(p transport.Provider, addr string) (transport.Listener, error) {
 	cfg := s.cfg.Transport
 	var q *listenQueues
-	if cfg.Queues == nil {
+	if cfg.Queues == nil && !s.cfg.PrivateReceiveQueues {
 		// Shared receive queues (recvpool.go).
 		q = &listenQueues{s: s, pools: make(map[*recvPool]struct{})}
 		cfg.Queues = q
