@@ -36,7 +36,7 @@ func (f *lwioFlags) Set(v string) error { *f = append(*f, v); return nil }
 // part is mount=OPTIONS, server=FLAG,FLAG… or bin=DIR:
 //
 //	lwio-auto=completion=auto
-//	lwio-sealed=mount=completion=interrupt,seal;server=-encrypt=required
+//	lwio-sealed=mount=completion=auto,seal;server=-encrypt=required   (the default run's)
 //	lwio-before=mount=completion=interrupt;bin=/tmp/bin-main
 func parseLWIOSpec(s string) (lwioSpec, error) {
 	name, rest, ok := strings.Cut(s, "=")
