@@ -46,11 +46,11 @@ const (
 	uringOpWrite  = 23 // IORING_OP_WRITE
 	uringOpWritev = 2  // IORING_OP_WRITEV
 
-	uringEnterGetEvents       = 1 // IORING_ENTER_GETEVENTS
-	uringRegisterPersonality  = 9
-	uringUnregisterPersonalty = 10
-	uringFeatSingleMmap       = 1 // IORING_FEAT_SINGLE_MMAP
-	uringSetupClamp           = 1 << 4
+	uringEnterGetEvents        = 1 // IORING_ENTER_GETEVENTS
+	uringRegisterPersonality   = 9
+	uringUnregisterPersonality = 10
+	uringFeatSingleMmap        = 1 // IORING_FEAT_SINGLE_MMAP
+	uringSetupClamp            = 1 << 4
 
 	uringOffSQRing = 0
 	uringOffCQRing = 0x8000000
@@ -257,7 +257,7 @@ func (r *uring) personality(c *cred) (uint16, error) {
 	}
 	if len(r.pers) >= maxPersonalities {
 		for _, id := range r.pers {
-			unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), uringUnregisterPersonalty, 0, uintptr(id), 0, 0)
+			unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), uringUnregisterPersonality, 0, uintptr(id), 0, 0)
 		}
 		clear(r.pers)
 	}
@@ -375,17 +375,15 @@ func (w userWriter) pwritev(fd int, iov []unix.Iovec, off int64) (int, error) {
 
 // writeAs runs fn with f's descriptor and a writer that writes as the
 // tree's user: on the calling goroutine through a ring when io_uring is
-// available (no hand-off), else on an identity thread (Tree.as) — in place
-// when the caller is on one in the user's credentials already (inside
-// Tree.Run). fn must write only through w.
+// available (no hand-off; inside Tree.Run too, where the personality is
+// the thread's own credentials again), else on an identity thread
+// (Tree.asFd). fn must write only through w.
 func (t *Tree) writeAs(f *OpenFile, fn func(fd int, w userWriter) error) error {
 	c, err := t.treeCred()
 	if err != nil {
 		return err
 	}
-	if c != nil && !(runsActive.Load() > 0 && c.inPlace()) {
-		// (In place, inside Tree.Run on a thread in c's credentials, a
-		// plain pwrite is the user's already: c.run below runs it there.)
+	if c != nil {
 		if r := getRing(c); r != nil {
 			pers, err := r.personality(c)
 			if err == nil {
@@ -402,5 +400,5 @@ func (t *Tree) writeAs(f *OpenFile, fn func(fd int, w userWriter) error) error {
 			}
 		}
 	}
-	return fail(c.run(func() error { return f.withFd(func(fd int) error { return fn(fd, userWriter{}) }) }))
+	return t.asFd(f, func(fd int) error { return fn(fd, userWriter{}) })
 }
