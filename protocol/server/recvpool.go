@@ -139,6 +139,9 @@ func (p *recvPool) addCredits(n int) error {
 	p.mu.Lock()
 	p.credits += n
 	p.mu.Unlock()
+	if n <= 0 {
+		return nil // nothing to post (and no other connection's registration to wait for)
+	}
 	return p.fill()
 }
 
