@@ -305,10 +305,9 @@ type PendingWrite struct {
 	// the slot is free again by then.
 	res      result
 	answered chan struct{}
-	// For the counters (stats.go): when it was posted, in which mode,
-	// with how many bytes.
+	// For the counters (stats.go): when it was posted, with how many
+	// bytes (always in interrupt mode: WriteAsync).
 	start   time.Time
-	polling bool
 	payload int
 }
 
@@ -348,7 +347,6 @@ func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) (*PendingWri
 	copy(dst, p)
 	w := &PendingWrite{c: c, sl: sl, start: time.Now(), payload: len(p), answered: make(chan struct{})}
 	w.req = protocol.NewWriteRequest(f.fid, uint64(off), dst, c.hint(), c.prepare(sl, kindIO, len(p)))
-	w.polling = sl.polling
 	sl.pw = w
 	if err := c.postWrite(sl, &w.req, seg); err != nil {
 		return nil, err
@@ -379,7 +377,7 @@ func (w *PendingWrite) Wait(ctx context.Context) (int, error) {
 		return w.n, nil
 	}
 	r, err := c.waitPosted(ctx, w)
-	c.count(w.req.Header.Opcode, w.polling, w.payload, r, err, w.start)
+	c.count(w.req.Header.Opcode, false, w.payload, r, err, w.start)
 	if err != nil {
 		return 0, err
 	}
