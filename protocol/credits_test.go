@@ -14,12 +14,7 @@ import (
 func TestCreditsChargeRelease(t *testing.T) {
 	c := NewCredits(2)
 	ctx := context.Background()
-	if err := c.Charge(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Charge(ctx); err != nil {
-		t.Fatal(err)
-	}
+	charge(t, c, 2)
 	if c.TryCharge() {
 		t.Fatal("TryCharge succeeded with every credit in use")
 	}
@@ -41,9 +36,7 @@ func TestCreditsChargeRelease(t *testing.T) {
 func TestCreditsFIFOAndUrgent(t *testing.T) {
 	c := NewCredits(1)
 	ctx := context.Background()
-	if err := c.Charge(ctx); err != nil {
-		t.Fatal(err)
-	}
+	charge(t, c, 1)
 	order := make(chan string, 3)
 	var wg sync.WaitGroup
 	start := func(name string, urgent bool, n int) {
@@ -99,12 +92,7 @@ func TestCreditsLoanWakesWaiters(t *testing.T) {
 
 func TestCreditsRetire(t *testing.T) {
 	c := NewCredits(3)
-	ctx := context.Background()
-	for i := 0; i < 3; i++ {
-		if err := c.Charge(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	charge(t, c, 3)
 	c.Retire()
 	c.Release()
 	wantCredits(t, c, 1, 2)
@@ -289,6 +277,16 @@ func creditsMust(t *testing.T, err error) {
 
 // waitPending waits until n requests are outstanding or waiting on c
 // (Pending): the Charges started before it are in c's queue.
+// charge charges n credits one at a time, failing the test on an error.
+func charge(t *testing.T, c *Credits, n int) {
+	t.Helper()
+	for range n {
+		if err := c.Charge(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // wantCredits fails the test unless c has used credits charged of limit
 // held.
 func wantCredits(t *testing.T, c *Credits, used, limit int) {
