@@ -14,12 +14,7 @@ import (
 func TestCreditsChargeRelease(t *testing.T) {
 	c := NewCredits(2)
 	ctx := context.Background()
-	if err := c.Charge(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Charge(ctx); err != nil {
-		t.Fatal(err)
-	}
+	charge(t, c, 2)
 	if c.TryCharge() {
 		t.Fatal("TryCharge succeeded with every credit in use")
 	}
@@ -35,17 +30,13 @@ func TestCreditsChargeRelease(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	if c.Used() != 2 || c.Limit() != 2 {
-		t.Fatalf("used %d limit %d, want 2 2", c.Used(), c.Limit())
-	}
+	wantCredits(t, c, 2, 2)
 }
 
 func TestCreditsFIFOAndUrgent(t *testing.T) {
 	c := NewCredits(1)
 	ctx := context.Background()
-	if err := c.Charge(ctx); err != nil {
-		t.Fatal(err)
-	}
+	charge(t, c, 1)
 	order := make(chan string, 3)
 	var wg sync.WaitGroup
 	start := func(name string, urgent bool, n int) {
@@ -96,24 +87,15 @@ func TestCreditsLoanWakesWaiters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c.Used() != 2 || c.Limit() != 2 {
-		t.Fatalf("used %d limit %d", c.Used(), c.Limit())
-	}
+	wantCredits(t, c, 2, 2)
 }
 
 func TestCreditsRetire(t *testing.T) {
 	c := NewCredits(3)
-	ctx := context.Background()
-	for i := 0; i < 3; i++ {
-		if err := c.Charge(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	charge(t, c, 3)
 	c.Retire()
 	c.Release()
-	if c.Limit() != 2 || c.Used() != 1 {
-		t.Fatalf("limit %d used %d, want 2 1", c.Limit(), c.Used())
-	}
+	wantCredits(t, c, 1, 2)
 	if !c.TryCharge() || c.TryCharge() {
 		t.Fatal("after retiring one of 3 credits, exactly one more charge should fit")
 	}
@@ -295,6 +277,25 @@ func creditsMust(t *testing.T, err error) {
 
 // waitPending waits until n requests are outstanding or waiting on c
 // (Pending): the Charges started before it are in c's queue.
+// charge charges n credits one at a time, failing the test on an error.
+func charge(t *testing.T, c *Credits, n int) {
+	t.Helper()
+	for range n {
+		if err := c.Charge(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// wantCredits fails the test unless c has used credits charged of limit
+// held.
+func wantCredits(t *testing.T, c *Credits, used, limit int) {
+	t.Helper()
+	if c.Used() != used || c.Limit() != limit {
+		t.Fatalf("used %d limit %d, want %d %d", c.Used(), c.Limit(), used, limit)
+	}
+}
+
 func waitPending(t *testing.T, c *Credits, n int) {
 	t.Helper()
 	testutil.Eventually(t, fmt.Sprintf("%d credits pending", n), 5*time.Second, func() bool { return c.Pending() == n })
@@ -387,7 +388,5 @@ func TestCreditsRetireFailsWaiterAtOnce(t *testing.T) {
 	if err := <-behind; err != nil {
 		t.Fatalf("single charge behind it: %v", err)
 	}
-	if c.Limit() != 7 || c.Used() != 1 {
-		t.Fatalf("limit %d used %d, want 7 1", c.Limit(), c.Used())
-	}
+	wantCredits(t, c, 1, 7)
 }

@@ -68,8 +68,10 @@ func TestCompletionErr(t *testing.T) {
 	if got := Status(200).String(); got != "Status(200)" {
 		t.Errorf("unknown status: %q", got)
 	}
-	if got := Op(9).String(); got != "Op(9)" {
-		t.Errorf("unknown op: %q", got)
+	for o, want := range map[Op]string{OpSend: "SEND", OpWrite: "RDMA_WRITE", OpRecv: "RECV", 0: "Op(0)", 9: "Op(9)"} {
+		if got := o.String(); got != want {
+			t.Errorf("Op(%d).String() = %q, want %q", o, got, want)
+		}
 	}
 }
 

@@ -41,24 +41,30 @@ func (u *SRQUsers) Detach() { u.n-- }
 // Closed reports whether the queue is destroyed.
 func (u *SRQUsers) Closed() bool { return u.closed }
 
-// CanClose is what SRQ.Close returns before it destroys anything:
-// ErrClosed a second time, ErrInUse while a connection still uses the
-// queue, nil when it may go.
-func (u *SRQUsers) CanClose() error {
+// Close is SRQ.Close's bookkeeping around destroy, the provider's
+// teardown: ErrClosed a second time and ErrInUse while a connection still
+// uses the queue, without calling destroy; otherwise destroy's error, and
+// the queue counts as destroyed only when destroy succeeded.
+func (u *SRQUsers) Close(destroy func() error) error {
 	if u.closed {
 		return ErrClosed
 	}
 	if u.n > 0 {
 		return ErrInUse
 	}
+	if err := destroy(); err != nil {
+		return err
+	}
+	u.closed = true
 	return nil
 }
 
-// MarkClosed records that the queue is destroyed.
-func (u *SRQUsers) MarkClosed() { u.closed = true }
-
-// CheckSRQLimit is SRQ.SetLimit's check of n against the queue's depth.
-func CheckSRQLimit(n, depth int) error {
+// CheckLimit is SRQ.SetLimit's check: ErrClosed once the queue is
+// destroyed, an error for n outside 0..depth.
+func (u *SRQUsers) CheckLimit(n, depth int) error {
+	if u.closed {
+		return ErrClosed
+	}
 	if n < 0 || n > depth {
 		return fmt.Errorf("SRQ limit %d outside 0..%d", n, depth)
 	}

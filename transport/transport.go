@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+
+	"github.com/lwiofs/lwiofs/internal/enum"
 )
 
 // Access says what a registered region may be used for.
@@ -87,17 +89,9 @@ const (
 	OpRecv
 )
 
-func (o Op) String() string {
-	switch o {
-	case OpSend:
-		return "SEND"
-	case OpWrite:
-		return "RDMA_WRITE"
-	case OpRecv:
-		return "RECV"
-	}
-	return "Op(" + strconv.Itoa(int(o)) + ")"
-}
+var opNames = [...]string{OpSend: "SEND", OpWrite: "RDMA_WRITE", OpRecv: "RECV"}
+
+func (o Op) String() string { return enum.Name(opNames[:], o, "Op") }
 
 // SendWR is a work request on the send queue (ibv_send_wr).
 type SendWR struct {
@@ -156,12 +150,7 @@ var statusNames = [...]string{
 	StatusTransportError:       "transport error",
 }
 
-func (s Status) String() string {
-	if int(s) < len(statusNames) {
-		return statusNames[s]
-	}
-	return "Status(" + strconv.Itoa(int(s)) + ")"
-}
+func (s Status) String() string { return enum.Name(statusNames[:], s, "Status") }
 
 // Completion is one reaped work completion (ibv_wc).
 type Completion struct {

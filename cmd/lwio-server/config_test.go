@@ -14,6 +14,10 @@ import (
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
+// pwHash is the nt_hash the configurations below give their users: the
+// password "pw".
+var pwHash = smbauth.FormatNTHash(smbauth.NTHash("pw"))
+
 func writeFile(t *testing.T, dir, name, text string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
@@ -40,7 +44,6 @@ func mustBuild(t *testing.T, args ...string) *Config {
 
 func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
-	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
 	p := writeFile(t, dir, "s.toml", `
 server_name = "fs1"
 [log]
@@ -59,7 +62,7 @@ path = "`+dir+`"
 read_only = true
 users = ["alice"]
 [users.alice]
-nt_hash = "`+hash+`"
+nt_hash = "`+pwHash+`"
 `)
 	c, err := loadConfig(p)
 	if err != nil {
@@ -90,11 +93,10 @@ nt_hash = "`+hash+`"
 
 func TestValidate(t *testing.T) {
 	dir := t.TempDir()
-	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
 	good := func() *Config {
 		return &Config{
 			Shares: map[string]ShareConfig{"s": {Path: dir}},
-			Users:  map[string]UserConfig{"u": {NTHash: hash}},
+			Users:  map[string]UserConfig{"u": {NTHash: pwHash}},
 		}
 	}
 	if err := good().validate(); err != nil {
@@ -161,7 +163,7 @@ func TestBuildConfigQuickStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Shares["demo"].ReadOnly || c.Users["demo"].NTHash != smbauth.FormatNTHash(smbauth.NTHash("pw")) {
+	if !c.Shares["demo"].ReadOnly || c.Users["demo"].NTHash != pwHash {
 		t.Errorf("quick start config %+v", c)
 	}
 	if a, _ := c.softrdmaAddrs(); len(a) != 0 {
@@ -217,9 +219,8 @@ func TestAddUser(t *testing.T) {
 // encrypt = server-wide and per share, and -encrypt over the file.
 func TestEncryptSetting(t *testing.T) {
 	dir := t.TempDir()
-	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
 	p := writeFile(t, dir, "s.toml", "encrypt = \"desired\"\n[shares.open]\npath = \""+dir+"\"\n"+
-		"[shares.secret]\npath = \""+dir+"\"\nencrypt = \"required\"\n[users.u]\nnt_hash = \""+hash+"\"\n")
+		"[shares.secret]\npath = \""+dir+"\"\nencrypt = \"required\"\n[users.u]\nnt_hash = \""+pwHash+"\"\n")
 	c := mustBuild(t, "-config", p)
 	if c.encrypt() != session.EncryptDesired || c.Shares["secret"].encrypt() != session.EncryptRequired ||
 		c.Shares["open"].encrypt() != session.EncryptIfRequired {
@@ -233,7 +234,7 @@ func TestEncryptSetting(t *testing.T) {
 	if _, err := buildConfig(f); err == nil || !strings.Contains(err.Error(), "want off, if_required, desired or required") {
 		t.Errorf("-encrypt mandatory: %v", err)
 	}
-	bad := writeFile(t, dir, "bad.toml", "[shares.s]\npath = \""+dir+"\"\nencrypt = \"yes\"\n[users.u]\nnt_hash = \""+hash+"\"\n")
+	bad := writeFile(t, dir, "bad.toml", "[shares.s]\npath = \""+dir+"\"\nencrypt = \"yes\"\n[users.u]\nnt_hash = \""+pwHash+"\"\n")
 	f, _ = parseFlags([]string{"-config", bad}, io.Discard)
 	if _, err := buildConfig(f); err == nil || !strings.Contains(err.Error(), "shares.s") {
 		t.Errorf("share encrypt = yes: %v", err)
@@ -244,7 +245,6 @@ func TestEncryptSetting(t *testing.T) {
 // -account and -allow-root do the same for a quick start.
 func TestIdentityAndLimitSettings(t *testing.T) {
 	dir := t.TempDir()
-	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
 	p := writeFile(t, dir, "s.toml", `
 guest_account = "nobody"
 [limits]
@@ -261,7 +261,7 @@ allow_root = true
 allow_setid = true
 allow_devices = true
 [users.u]
-nt_hash = "`+hash+`"
+nt_hash = "`+pwHash+`"
 account = "unix-u"
 `)
 	fc, err := serverConfig(mustBuild(t, "-config", p), logrus.New())
@@ -297,8 +297,7 @@ account = "unix-u"
 // refused, naming the file and the fix; without hashes it is not.
 func TestConfigWithHashesMustBePrivate(t *testing.T) {
 	dir := t.TempDir()
-	hash := smbauth.FormatNTHash(smbauth.NTHash("pw"))
-	p := writeFile(t, dir, "s.toml", "[shares.s]\npath = \""+dir+"\"\n[users.u]\nnt_hash = \""+hash+"\"\n")
+	p := writeFile(t, dir, "s.toml", "[shares.s]\npath = \""+dir+"\"\n[users.u]\nnt_hash = \""+pwHash+"\"\n")
 	if err := os.Chmod(p, 0o644); err != nil {
 		t.Fatal(err)
 	}

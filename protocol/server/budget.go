@@ -1,7 +1,11 @@
 package server
 
 import (
+	"maps"
+	"slices"
 	"time"
+
+	"github.com/lwiofs/lwiofs/protocol"
 )
 
 // The memory budget (issue 20; docs/engine.md, "Credits"): each credit is
@@ -110,12 +114,7 @@ func (s *Server) balance() {
 		case <-s.quit:
 			return
 		}
-		s.mu.Lock()
-		conns := make([]*conn, 0, len(s.conns))
-		for c := range s.conns {
-			conns = append(conns, c)
-		}
-		s.mu.Unlock()
+		conns := s.connList()
 		now := time.Now()
 		for _, p := range s.recvPools() {
 			if int(s.recvBufs.Load()) > s.budget.Total() {
@@ -195,19 +194,11 @@ func (s *Server) Budget() BudgetInfo {
 		Credits:         s.budget.Total(),
 		Granted:         s.budget.Used(),
 	}
-	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
-		c.mu.Lock()
-		if c.state == stateOpen && c.grant != nil {
+	for _, c := range s.connList() {
+		if g := c.openGrant(); g != nil {
 			bi.Connections++
-			bi.Outstanding += c.grant.Outstanding()
+			bi.Outstanding += g.Outstanding()
 		}
-		c.mu.Unlock()
 	}
 	for _, p := range s.recvPools() {
 		bi.RecvQueues++
@@ -215,4 +206,22 @@ func (s *Server) Budget() BudgetInfo {
 	}
 	bi.RecvBytes = int64(bi.RecvBuffers) * int64(bi.BufferSize)
 	return bi
+}
+
+// connList returns the server's connections at this moment.
+func (s *Server) connList() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.conns))
+}
+
+// openGrant is c's credit grant while c is open (authenticated); nil
+// before AUTH and once it closes.
+func (c *conn) openGrant() *protocol.CreditGrant {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateOpen {
+		return nil
+	}
+	return c.grant
 }

@@ -159,22 +159,22 @@ func (c *conn) control(sl *slot) (protocol.Status, uint32) {
 	case protocol.OpClose:
 		// FIG. 12A/B: later requests on the Fid fail; queued ones are
 		// cancelled, executing ones finish.
-		e := c.sess.unregister(h.Fid)
-		if e == nil {
-			return protocol.StatusInvalidHandle, 0
-		}
-		e.close()
-		return protocol.StatusSuccess, 0
+		return onFid(c.sess.unregister(h.Fid), (*fidEntry).close)
 	case protocol.OpCancel:
 		// FIG. 13A/B: queued requests complete with STATUS_CANCELLED.
-		e := c.sess.lookup(h.Fid)
-		if e == nil {
-			return protocol.StatusInvalidHandle, 0
-		}
-		e.cancel()
-		return protocol.StatusSuccess, 0
+		return onFid(c.sess.lookup(h.Fid), (*fidEntry).cancel)
 	}
 	return protocol.StatusAccessDenied, 0 // AUTH on an authenticated connection
+}
+
+// onFid runs CLOSE's or CANCEL's action on the Fid's entry: SUCCESS, or
+// STATUS_INVALID_HANDLE when the Fid names no registered file.
+func onFid(e *fidEntry, action func(*fidEntry)) (protocol.Status, uint32) {
+	if e == nil {
+		return protocol.StatusInvalidHandle, 0
+	}
+	action(e)
+	return protocol.StatusSuccess, 0
 }
 
 // register handles REGISTER (FIG. 7A/B): the resume key must resolve on the

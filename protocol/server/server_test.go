@@ -176,6 +176,16 @@ func TestTranscriptIO(t *testing.T) {
 	if r := p.wantResponse("READ after CLOSE"); r.Ios.Status != protocol.StatusInvalidHandle {
 		t.Fatalf("READ after CLOSE: %+v", r)
 	}
+	// CLOSE and CANCEL of a Fid no longer registered: INVALID_HANDLE, the
+	// connection kept.
+	p.sendHeader(protocol.NewCloseRequest(fid, 1, 15))
+	if r := p.wantResponse("second CLOSE"); r.Cookie != 15 || r.Ios.Status != protocol.StatusInvalidHandle {
+		t.Fatalf("second CLOSE: %+v, want STATUS_INVALID_HANDLE", r)
+	}
+	p.sendHeader(protocol.NewCancelRequest(fid, 1, 16))
+	if r := p.wantResponse("CANCEL after CLOSE"); r.Cookie != 16 || r.Ios.Status != protocol.StatusInvalidHandle {
+		t.Fatalf("CANCEL after CLOSE: %+v, want STATUS_INVALID_HANDLE", r)
+	}
 	// Length disagreeing with the data breaks a wire rule: the connection
 	// ends, and nothing is written.
 	w = protocol.NewWriteRequest(fid, 0, data, 1, protocol.InterruptMode(0, 12))

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"maps"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +96,7 @@ type Stats struct {
 
 // Stats returns the engine's counters and its live connections' state.
 func (s *Server) Stats() Stats {
+	bi := s.Budget()
 	st := Stats{
 		Ops: s.ctr.ops.Snapshot(),
 		Completions: map[string]uint64{
@@ -105,31 +104,22 @@ func (s *Server) Stats() Stats {
 			CompletionStatus:    s.ctr.status.Load(),
 			CompletionPolling:   s.ctr.polling.Load(),
 		},
-		RDMABytes:    s.ctr.rdma.Snapshot(),
-		Connections:  map[string]int{},
-		CreditBudget: s.budget.Total(),
-		BufferMemory: s.cfg.MaxBufferMemory,
-		AuthRefused:  s.ctr.authRefused.Load(),
+		RDMABytes:       s.ctr.rdma.Snapshot(),
+		Connections:     map[string]int{},
+		CreditsInUse:    bi.Outstanding,
+		CreditBudget:    bi.Credits,
+		BufferMemory:    bi.MaxBufferMemory,
+		RecvBufferBytes: bi.RecvBytes,
+		AuthRefused:     s.ctr.authRefused.Load(),
 	}
 	s.mu.Lock()
 	st.Sessions = len(s.sessions)
-	conns := slices.Collect(maps.Keys(s.conns))
 	s.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range s.connList() {
 		st.Connections[c.tc.Provider()]++
-		c.mu.Lock()
-		var g *protocol.CreditGrant
-		if c.state == stateOpen {
-			g = c.grant
-		}
-		c.mu.Unlock()
-		if g != nil {
+		if g := c.openGrant(); g != nil {
 			st.CreditsGranted += g.Granted()
-			st.CreditsInUse += g.Outstanding()
 		}
-	}
-	for _, p := range s.recvPools() {
-		st.RecvBufferBytes += int64(p.usage()) * int64(s.cfg.bufferBytes())
 	}
 	return st
 }

@@ -151,12 +151,17 @@ func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
 		pageBufs[i] = make([]byte, 4096)
 	}
 	seq := 0
-	call := func(kind int, n int, f func(ctx context.Context) error) bool {
+	// call runs one request, f, that should move n bytes, and counts it;
+	// false when it failed or came up short.
+	call := func(kind int, n int, f func(ctx context.Context) (int, error)) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		start := time.Now()
-		err := f(ctx)
+		got, err := f(ctx)
 		st.latency(time.Since(start))
+		if err == nil && got != n {
+			err = fmt.Errorf("short: %d bytes of %d", got, n)
+		}
 		st.ops.Add(1)
 		st.byKind[kind].Add(1)
 		if err != nil {
@@ -175,33 +180,21 @@ func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
 		case 0: // WRITE
 			data := scratch[:n]
 			fillPattern(data, c.idx, j, seq)
-			if call(kind, n, func(ctx context.Context) error {
-				got, err := c.f.WriteAt(ctx, data, base+int64(off))
-				if err == nil && got != n {
-					err = fmt.Errorf("short write %d of %d", got, n)
-				}
-				return err
+			if call(kind, n, func(ctx context.Context) (int, error) {
+				return c.f.WriteAt(ctx, data, base+int64(off))
 			}) {
 				copy(shadow[off:], data)
 			}
 		case 1: // READ and verify
 			got := scratch[:n]
-			if call(kind, n, func(ctx context.Context) error {
-				k, err := c.f.ReadAt(ctx, got, base+int64(off))
-				if err == nil && k != n {
-					err = fmt.Errorf("short read %d of %d", k, n)
-				}
-				return err
+			if call(kind, n, func(ctx context.Context) (int, error) {
+				return c.f.ReadAt(ctx, got, base+int64(off))
 			}) && !bytes.Equal(got, shadow[off:off+n]) {
 				st.verifyErrs.Add(1)
 				st.err("client %d job %d: READ of %d at %d differs from what was written", c.idx, j, n, base+int64(off))
 			}
 		case 2, 5: // VEC_WRITE of 4 KiB pages, collapsed when all pages are equal
-			np := max(n/4096, 1)
-			off = off &^ 4095
-			if off+np*4096 > regionSize {
-				off = regionSize - np*4096
-			}
+			np, off := pageSpan(n, off)
 			pages := pageBufs[:np:np]
 			if kind == 5 {
 				one := pageBufs[0]
@@ -215,30 +208,18 @@ func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
 					fillPattern(pages[i], c.idx, j, seq*1000+i)
 				}
 			}
-			if call(kind, np*4096, func(ctx context.Context) error {
-				got, err := c.f.WriteV(ctx, pages, base+int64(off))
-				if err == nil && got != np*4096 {
-					err = fmt.Errorf("short vectored write %d of %d", got, np*4096)
-				}
-				return err
+			if call(kind, np*4096, func(ctx context.Context) (int, error) {
+				return c.f.WriteV(ctx, pages, base+int64(off))
 			}) {
 				for i, p := range pages {
 					copy(shadow[off+i*4096:], p)
 				}
 			}
 		case 3: // VEC_READ of 4 KiB pages
-			np := max(n/4096, 1)
-			off = off &^ 4095
-			if off+np*4096 > regionSize {
-				off = regionSize - np*4096
-			}
+			np, off := pageSpan(n, off)
 			pages := pageBufs[:np:np]
-			if call(kind, np*4096, func(ctx context.Context) error {
-				got, err := c.f.ReadV(ctx, pages, base+int64(off))
-				if err == nil && got != np*4096 {
-					err = fmt.Errorf("short vectored read %d of %d", got, np*4096)
-				}
-				return err
+			if call(kind, np*4096, func(ctx context.Context) (int, error) {
+				return c.f.ReadV(ctx, pages, base+int64(off))
 			}) {
 				for i, p := range pages {
 					if !bytes.Equal(p, shadow[off+i*4096:off+(i+1)*4096]) {
@@ -251,13 +232,12 @@ func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
 		case 4: // zero-copy READ into a pooled registered buffer
 			n = min(n, c.cl.MaxRead())
 			var buf client.Buffer
-			if call(kind, n, func(ctx context.Context) error {
+			if call(kind, n, func(ctx context.Context) (int, error) {
 				var err error
-				buf, err = c.f.ReadBuf(ctx, make([]byte, n), base+int64(off))
-				if err == nil && len(buf.Bytes()) != n {
-					err = fmt.Errorf("short ReadBuf %d of %d", len(buf.Bytes()), n)
+				if buf, err = c.f.ReadBuf(ctx, make([]byte, n), base+int64(off)); err != nil {
+					return 0, err
 				}
-				return err
+				return len(buf.Bytes()), nil
 			}) {
 				if !bytes.Equal(buf.Bytes(), shadow[off:off+n]) {
 					st.verifyErrs.Add(1)
@@ -269,6 +249,14 @@ func job(c *loadClient, j int, until time.Time, st *stats, shadow []byte) {
 			}
 		}
 	}
+}
+
+// pageSpan is a vectored request's 4 KiB pages for about n bytes at off:
+// how many, and off rounded down to a page and kept within the region.
+func pageSpan(n, off int) (pages, pageOff int) {
+	pages = max(n/4096, 1)
+	pageOff = min(off&^4095, regionSize-pages*4096)
+	return pages, pageOff
 }
 
 // fillPattern fills b with bytes no other (client, job, seq) produces at

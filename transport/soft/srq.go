@@ -76,10 +76,7 @@ func (s *srq) PostRecv(wrs ...transport.RecvWR) error {
 func (s *srq) SetLimit(n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.users.Closed() {
-		return transport.ErrClosed
-	}
-	if err := transport.CheckSRQLimit(n, len(s.ring)); err != nil {
+	if err := s.users.CheckLimit(n, len(s.ring)); err != nil {
 		return fmt.Errorf("softrdma: %w", err)
 	}
 	s.limit = n
@@ -91,13 +88,11 @@ func (s *srq) LimitReached() <-chan struct{} { return s.event }
 func (s *srq) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.users.CanClose(); err != nil {
-		return err
-	}
-	s.users.MarkClosed()
-	clear(s.ring)
-	s.head = s.tail
-	return nil
+	return s.users.Close(func() error {
+		clear(s.ring)
+		s.head = s.tail
+		return nil
+	})
 }
 
 func (s *srq) attach() error {

@@ -120,10 +120,7 @@ func (s *srq) retire(slot uint64) uint64 {
 func (s *srq) SetLimit(n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.users.Closed() {
-		return transport.ErrClosed
-	}
-	if err := transport.CheckSRQLimit(n, len(s.ids)); err != nil {
+	if err := s.users.CheckLimit(n, len(s.ids)); err != nil {
 		return fmt.Errorf("verbs: %w", err)
 	}
 	if r := C.lwv_srq_limit(s.srq, C.int(n)); r != 0 {
@@ -139,13 +136,15 @@ func (s *srq) LimitReached() <-chan struct{} { return s.event }
 func (s *srq) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.users.CanClose(); err != nil {
-		return err
-	}
+	return s.users.Close(s.destroy)
+}
+
+// destroy is Close's teardown, under s.mu: the SRQ, its place in the
+// domain and its C staging arrays.
+func (s *srq) destroy() error {
 	if r := C.lwv_destroy_srq(s.srq); r != 0 {
 		return fmt.Errorf("verbs: ibv_destroy_srq: %w", syscall.Errno(r))
 	}
-	s.users.MarkClosed()
 	s.dom.mu.Lock()
 	delete(s.dom.srqs, s.srq)
 	s.dom.mu.Unlock()
