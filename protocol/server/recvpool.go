@@ -59,6 +59,7 @@ type recvPool struct {
 	authing int              // connections using it not yet past AUTH
 	live    int              // buffers posted or held by a request (not spare)
 	posted  int              // of the live ones, those posted
+	auths   int              // small AUTH receives registered (own queue; not live)
 	// pending counts the live buffers a fill is still registering or
 	// posting; settled (on mu) is broadcast as each is done.
 	pending int
@@ -76,6 +77,7 @@ type recvBuf struct {
 	region transport.Region
 	seg    transport.Segment
 	owner  *conn
+	auth   bool // a small AUTH receive (authRecvSize): freed once given back
 }
 
 // kind names where the pool's receives are posted, for logs: "shared" (a
@@ -100,10 +102,19 @@ const (
 	srqAuthAllowance = 16
 )
 
+// authRecvSize is the receive a connection with a queue of its own posts
+// for its AUTH, before it has credits: an AUTH is a header and its
+// parameters (under 200 bytes), and nothing else may come first — a longer
+// message fails the receive (local length) and ends the connection. So a
+// connection that never authenticates holds 1 KiB, not a full receive
+// buffer. A shared queue cannot do the same: its receives go to whichever
+// connection's message arrives next, so each must hold the largest.
+const authRecvSize = 1024
+
 // newRecvPool returns a pool posting to srq, or, with srq nil, to tc's own
-// receive queue.
+// receive queue (whose AUTH receive is a small one outside want: authStart).
 func newRecvPool(s *Server, dom transport.Domain, srq transport.SRQ, tc transport.Conn) *recvPool {
-	p := &recvPool{s: s, dom: dom, srq: srq, tc: tc, authAllowance: 1}
+	p := &recvPool{s: s, dom: dom, srq: srq, tc: tc}
 	p.settled.L = &p.mu
 	if srq != nil {
 		p.headroom, p.authAllowance = srqHeadroom, srqAuthAllowance
@@ -145,13 +156,32 @@ func (p *recvPool) addCredits(n int) error {
 	return p.fill()
 }
 
-// authStart counts a connection that will send AUTH and posts its receive;
-// authEnd counts its AUTH received (or the connection gone before).
+// authStart counts a connection that will send AUTH and posts its receive:
+// on a shared queue one of the pool's buffers (within authAllowance), on a
+// connection's own queue a small one of its own (authRecvSize). authEnd
+// counts its AUTH received (or the connection gone before).
 func (p *recvPool) authStart() error {
 	p.mu.Lock()
 	p.authing++
 	p.mu.Unlock()
-	return p.fill()
+	if p.srq != nil {
+		return p.fill()
+	}
+	rb, err := p.alloc(true)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.closed {
+		err = transport.ErrClosed
+	} else {
+		err = p.postLocked(rb)
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.free(rb)
+	}
+	return err
 }
 
 func (p *recvPool) authEnd() {
@@ -189,7 +219,7 @@ func (p *recvPool) fill() error {
 		var err error
 		if rb == nil {
 			p.mu.Unlock()
-			rb, err = p.alloc()
+			rb, err = p.alloc(false)
 			p.mu.Lock()
 		}
 		if err == nil && p.closed { // released while it registered
@@ -214,27 +244,37 @@ func (p *recvPool) fill() error {
 	}
 }
 
-// alloc registers a new receive buffer and gives it an id.
-func (p *recvPool) alloc() (*recvBuf, error) {
-	size := p.s.cfg.MaxRecvBufferSize
+// alloc registers a new receive buffer and gives it an id: a full one
+// (MaxRecvBufferSize, counted in the server's buffers), or with auth a
+// small AUTH receive (authRecvSize, counted in auths).
+func (p *recvPool) alloc(auth bool) (*recvBuf, error) {
+	size, pad := p.s.cfg.MaxRecvBufferSize, recvPad
+	if auth {
+		size, pad = authRecvSize, 0 // an AUTH carries no data to align
+	}
 	p.mu.Lock()
 	dom := p.dom
 	p.mu.Unlock()
-	r, err := dom.Alloc(recvPad+size, transport.AccessLocal)
+	r, err := dom.Alloc(pad+size, transport.AccessLocal)
 	if err != nil {
 		return nil, err
 	}
-	p.s.recvBufs.Add(1)
-	seg := transport.Segment{Region: r, Offset: recvPad, Length: size}
+	if !auth {
+		p.s.recvBufs.Add(1)
+	}
+	seg := transport.Segment{Region: r, Offset: pad, Length: size}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if auth {
+		p.auths++
+	}
 	for _, rb := range p.bufs { // an entry whose buffer went
 		if rb.region == nil {
-			rb.region, rb.seg = r, seg
+			rb.region, rb.seg, rb.auth = r, seg, auth
 			return rb, nil
 		}
 	}
-	rb := &recvBuf{id: uint64(len(p.bufs)), region: r, seg: seg}
+	rb := &recvBuf{id: uint64(len(p.bufs)), region: r, seg: seg, auth: auth}
 	p.bufs = append(p.bufs, rb)
 	return rb, nil
 }
@@ -242,12 +282,17 @@ func (p *recvPool) alloc() (*recvBuf, error) {
 // free deregisters rb's memory; its entry stays for its id.
 func (p *recvPool) free(rb *recvBuf) {
 	p.mu.Lock()
-	r := rb.region
-	rb.region, rb.seg, rb.owner = nil, transport.Segment{}, nil
+	r, auth := rb.region, rb.auth
+	rb.region, rb.seg, rb.owner, rb.auth = nil, transport.Segment{}, nil, false
+	if r != nil && auth {
+		p.auths--
+	}
 	p.mu.Unlock()
 	if r != nil {
 		r.Deregister()
-		p.s.recvBufs.Add(-1)
+		if !auth {
+			p.s.recvBufs.Add(-1)
+		}
 	}
 }
 
@@ -279,6 +324,11 @@ func (p *recvPool) give(c *conn, rb *recvBuf) error {
 		return nil
 	}
 	rb.owner = nil
+	if rb.auth {
+		p.mu.Unlock()
+		p.free(rb) // never live, never posted again
+		return nil
+	}
 	var err error
 	if !p.closed && p.live <= p.want() {
 		if err = p.postLocked(rb); err == nil {
@@ -326,11 +376,20 @@ func (p *recvPool) dropSpares() {
 	}
 }
 
-// usage is the pool's registered buffers, posted, held or spare.
+// usage is the pool's registered buffers, posted, held or spare (not the
+// small AUTH receives: see bytes).
 func (p *recvPool) usage() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.live + len(p.spare)
+}
+
+// bytes is the memory the pool has registered: its buffers and its small
+// AUTH receives.
+func (p *recvPool) bytes() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int64(p.live+len(p.spare))*int64(p.s.cfg.bufferBytes()) + int64(p.auths)*authRecvSize
 }
 
 // release frees every buffer once no connection uses the pool any more:

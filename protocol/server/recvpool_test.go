@@ -147,3 +147,47 @@ func TestBeyondCreditsSparesOthers(t *testing.T) {
 		b.WantImm(fmt.Sprintf("READ %d beside a hostile client", j))
 	}
 }
+
+// A connection with a receive queue of its own that has not authenticated
+// holds a small AUTH receive, not a full receive buffer (~132 KiB): a
+// thousand idle TCP-like connections cost a megabyte. A message longer
+// than an AUTH sent first ends the connection; an AUTH after it still
+// gets the full buffers for its credits.
+func TestPreAuthConnectionHoldsSmallReceive(t *testing.T) {
+	e := newEnv(t, Config{Credits: 4, PrivateReceiveQueues: true})
+	const n = 4
+	var idle []*peer
+	for range n {
+		idle = append(idle, e.dial())
+	}
+	var bytes int64
+	testutil.Eventually(t, "every connection's AUTH receive posted", 5*time.Second, func() bool {
+		posted := 0
+		bytes = 0
+		for _, p := range e.srv.recvPools() {
+			p.mu.Lock()
+			posted += p.posted
+			for _, rb := range p.bufs {
+				if rb.region != nil {
+					bytes += int64(len(rb.region.Bytes()))
+				}
+			}
+			p.mu.Unlock()
+		}
+		return posted == n
+	})
+	if per := bytes / n; per > 4<<10 {
+		t.Errorf("%d bytes registered per connection before AUTH, want at most 4 KiB (a full receive is %d)", per, e.srv.cfg.bufferBytes())
+	}
+	if st := e.srv.Stats(); st.RecvBufferBytes != bytes {
+		t.Errorf("Stats().RecvBufferBytes = %d, want the %d registered", st.RecvBufferBytes, bytes)
+	}
+
+	// A 4 KiB message where the AUTH should be: the receive fails.
+	idle[0].sendMsg(make([]byte, 4096))
+	idle[0].WantClosed("a 4 KiB message before AUTH")
+	// The others authenticate as usual and get full buffers.
+	peers := servePeers(t, e, 2, 4)
+	_ = peers
+	testutil.Eventually(t, "2 connections × 4 full buffers", 5*time.Second, func() bool { return e.srv.Budget().RecvBuffers == 2*4 })
+}

@@ -129,7 +129,7 @@ func (s *Server) Stats() Stats {
 		}
 	}
 	for _, p := range s.recvPools() {
-		st.RecvBufferBytes += int64(p.usage()) * int64(s.cfg.bufferBytes())
+		st.RecvBufferBytes += p.bytes()
 	}
 	return st
 }
