@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
@@ -51,34 +52,48 @@ type recvPool struct {
 	// headroom and authAllowance: see want.
 	headroom, authAllowance int
 
+	// bufs is every entry, by RecvWR.ID. take reads it without mu (the
+	// receive path); alloc replaces it under mu, never changing an
+	// element below the old length. An entry whose buffer went is reused
+	// (freeIDs).
+	bufs atomic.Pointer[[]*recvBuf]
+
 	mu      sync.Mutex
 	dom     transport.Domain // where its buffers are registered
-	bufs    []*recvBuf       // by RecvWR.ID; an entry whose buffer went is reused
+	freeIDs []uint64         // entries of bufs without a buffer
 	spare   []*recvBuf       // registered, not posted
 	credits int              // credits granted to the connections using the pool
 	authing int              // connections using it not yet past AUTH
 	live    int              // buffers posted or held by a request (not spare)
-	posted  int              // of the live ones, those posted
 	auths   int              // small AUTH receives registered (own queue; not live)
 	// pending counts the live buffers a fill is still registering or
 	// posting; settled (on mu) is broadcast as each is done.
 	pending int
 	settled sync.Cond
-	wr      [1]transport.RecvWR
 	closed  bool
 }
 
 // recvBuf is one receive buffer: seg is where in its region the message
 // lands (recvPad bytes in, so that data after a 48-byte header starts on
-// a page). owner is the connection whose request holds it, from its
-// receive completion until it is given back; nil while posted or spare.
+// a page). region, seg, wr and auth change under the pool's mu, only
+// while owner is goneOwner (no buffer) or being set up by alloc.
 type recvBuf struct {
 	id     uint64
 	region transport.Region
 	seg    transport.Segment
-	owner  *conn
-	auth   bool // a small AUTH receive (authRecvSize): freed once given back
+	wr     [1]transport.RecvWR // what posts it: no allocation per post
+	auth   bool                // a small AUTH receive (authRecvSize): freed once given back
+	// owner is the connection whose request holds it, from its receive
+	// completion until it is given back; nil while posted, being
+	// posted, or spare; givingOwner while give decides; goneOwner while
+	// the entry has no buffer. take and give change it by
+	// compare-and-swap, without the pool's mu: a buffer is taken once and
+	// given back once.
+	owner atomic.Pointer[conn]
 }
+
+// Markers for recvBuf.owner.
+var givingOwner, goneOwner = new(conn), new(conn)
 
 // kind names where the pool's receives are posted, for logs: "shared" (a
 // shared receive queue) or "own" (one connection's own receive queue).
@@ -89,8 +104,6 @@ func (p *recvPool) kind() string {
 	return "own"
 }
 
-// wr is the receive work request that posts b.
-func (b *recvBuf) wr() transport.RecvWR { return transport.RecvWR{ID: b.id, Buf: b.seg} }
 
 // A shared pool's headroom: one receive beyond the credits, and the AUTH
 // receives of at most srqAuthAllowance connections authenticating at once.
@@ -115,6 +128,7 @@ const authRecvSize = 1024
 // receive queue (whose AUTH receive is a small one outside want: authStart).
 func newRecvPool(s *Server, dom transport.Domain, srq transport.SRQ, tc transport.Conn) *recvPool {
 	p := &recvPool{s: s, dom: dom, srq: srq, tc: tc}
+	p.bufs.Store(new([]*recvBuf))
 	p.settled.L = &p.mu
 	if srq != nil {
 		p.headroom, p.authAllowance = srqHeadroom, srqAuthAllowance
@@ -127,20 +141,13 @@ func (p *recvPool) want() int {
 	return p.credits + min(p.authing, p.authAllowance) + p.headroom
 }
 
-// postLocked posts rb (p.mu held; p.wr makes the list without an
-// allocation per receive).
-func (p *recvPool) postLocked(rb *recvBuf) error {
-	p.wr[0] = rb.wr()
-	var err error
+// post posts rb, with or without p.mu (the providers' PostRecv may be
+// called concurrently).
+func (p *recvPool) post(rb *recvBuf) error {
 	if p.srq != nil {
-		err = p.srq.PostRecv(p.wr[:]...)
-	} else {
-		err = p.tc.PostRecv(p.wr[:]...)
+		return p.srq.PostRecv(rb.wr[:]...)
 	}
-	if err == nil {
-		p.posted++
-	}
-	return err
+	return p.tc.PostRecv(rb.wr[:]...)
 }
 
 // addCredits counts n credits granted (negative: given back) to a
@@ -175,7 +182,7 @@ func (p *recvPool) authStart() error {
 	if p.closed {
 		err = transport.ErrClosed
 	} else {
-		err = p.postLocked(rb)
+		err = p.post(rb)
 	}
 	p.mu.Unlock()
 	if err != nil {
@@ -226,7 +233,7 @@ func (p *recvPool) fill() error {
 			err = transport.ErrClosed
 		}
 		if err == nil {
-			err = p.postLocked(rb)
+			err = p.post(rb)
 		}
 		p.pending--
 		p.settled.Broadcast()
@@ -268,23 +275,36 @@ func (p *recvPool) alloc(auth bool) (*recvBuf, error) {
 	if auth {
 		p.auths++
 	}
-	for _, rb := range p.bufs { // an entry whose buffer went
-		if rb.region == nil {
-			rb.region, rb.seg, rb.auth = r, seg, auth
-			return rb, nil
-		}
+	var rb *recvBuf
+	if n := len(p.freeIDs); n > 0 { // an entry whose buffer went
+		rb = (*p.bufs.Load())[p.freeIDs[n-1]]
+		p.freeIDs = p.freeIDs[:n-1]
+	} else {
+		bufs := *p.bufs.Load()
+		rb = &recvBuf{id: uint64(len(bufs))}
+		bufs = append(bufs, rb) // past the old length: take never reads it there
+		p.bufs.Store(&bufs)
 	}
-	rb := &recvBuf{id: uint64(len(p.bufs)), region: r, seg: seg, auth: auth}
-	p.bufs = append(p.bufs, rb)
+	rb.region, rb.seg, rb.auth = r, seg, auth
+	rb.wr[0] = transport.RecvWR{ID: rb.id, Buf: seg}
+	rb.owner.Store(nil) // set up: take may find it once it is posted
 	return rb, nil
 }
 
-// free deregisters rb's memory; its entry stays for its id.
+// free deregisters rb's memory; its entry stays for its id, and is used
+// again by the next alloc.
 func (p *recvPool) free(rb *recvBuf) {
 	p.mu.Lock()
 	r, auth := rb.region, rb.auth
-	rb.region, rb.seg, rb.owner, rb.auth = nil, transport.Segment{}, nil, false
-	if r != nil && auth {
+	if r == nil {
+		p.mu.Unlock()
+		return
+	}
+	rb.owner.Store(goneOwner)
+	rb.region, rb.seg, rb.auth = nil, transport.Segment{}, false
+	rb.wr[0] = transport.RecvWR{}
+	p.freeIDs = append(p.freeIDs, rb.id)
+	if auth {
 		p.auths--
 	}
 	p.mu.Unlock()
@@ -297,19 +317,17 @@ func (p *recvPool) free(rb *recvBuf) {
 }
 
 // take hands the buffer of receive id, just completed on c, to c; false
-// if no posted buffer has that id (a provider's bug or a stale id).
+// if no posted buffer has that id (a provider's bug or a stale id). It
+// takes no lock: the receive path of every connection of a device.
 func (p *recvPool) take(c *conn, id uint64) (*recvBuf, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if id >= uint64(len(p.bufs)) {
+	bufs := *p.bufs.Load()
+	if id >= uint64(len(bufs)) {
 		return nil, false
 	}
-	rb := p.bufs[id]
-	if rb.region == nil || rb.owner != nil {
+	rb := bufs[id]
+	if !rb.owner.CompareAndSwap(nil, c) {
 		return nil, false
 	}
-	rb.owner = c
-	p.posted--
 	return rb, true
 }
 
@@ -317,27 +335,51 @@ func (p *recvPool) take(c *conn, id uint64) (*recvBuf, bool) {
 // buffers are within want, else kept as a spare (a few, while the server's
 // buffers are within the budget) or freed. A no-op when c no longer holds
 // it (reclaim took it).
+//
+// The repost is made after p.mu is let go, and before give returns. That
+// keeps fill's promise (every live buffer posted or held when a grant goes
+// out): a buffer between the two is still held as far as credits go — the
+// message it carried keeps its sender's credit until the response, which
+// its request sends after give returns — so what can arrive unannounced
+// still finds a buffer posted.
 func (p *recvPool) give(c *conn, rb *recvBuf) error {
-	p.mu.Lock()
-	if rb.owner != c || rb.region == nil {
-		p.mu.Unlock()
+	if rb.owner.Load() != c {
 		return nil
 	}
-	rb.owner = nil
 	if rb.auth {
-		p.mu.Unlock()
-		p.free(rb) // never live, never posted again
+		if rb.owner.CompareAndSwap(c, givingOwner) {
+			p.free(rb) // never live, never posted again
+		}
 		return nil
 	}
-	var err error
-	if !p.closed && p.live <= p.want() {
-		if err = p.postLocked(rb); err == nil {
-			p.mu.Unlock()
-			return nil
-		}
+	p.mu.Lock()
+	if !rb.owner.CompareAndSwap(c, nil) { // nil before the post: its completion may come at once
+		p.mu.Unlock()
+		return nil
 	}
+	if p.closed || p.live > p.want() {
+		return p.unlive(rb, nil)
+	}
+	p.mu.Unlock()
+	err := p.post(rb)
+	if err == nil || !rb.owner.CompareAndSwap(nil, givingOwner) {
+		return err // posted; or completed anyway, or the pool was released
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.free(rb)
+		return err
+	}
+	return p.unlive(rb, err)
+}
+
+// unlive takes rb, given back and not posted, out of the live buffers: a
+// spare or freed. p.mu held; unlive lets it go.
+func (p *recvPool) unlive(rb *recvBuf, err error) error {
 	p.live--
 	if !p.closed && len(p.spare) < p.s.cfg.MinCredits && int(p.s.recvBufs.Load()) <= p.s.budget.Total() {
+		rb.owner.Store(nil)
 		p.spare = append(p.spare, rb)
 		p.mu.Unlock()
 		return err
@@ -351,16 +393,10 @@ func (p *recvPool) give(c *conn, rb *recvBuf) error {
 // request never released (a fragmented write cut short, a held INTERRUPT,
 // a message after the connection failed).
 func (p *recvPool) reclaim(c *conn) {
-	p.mu.Lock()
-	var held []*recvBuf
-	for _, rb := range p.bufs {
-		if rb.owner == c {
-			held = append(held, rb)
+	for _, rb := range *p.bufs.Load() {
+		if rb.owner.Load() == c {
+			p.give(c, rb)
 		}
-	}
-	p.mu.Unlock()
-	for _, rb := range held {
-		p.give(c, rb)
 	}
 }
 
@@ -399,9 +435,9 @@ func (p *recvPool) release() {
 	p.mu.Lock()
 	p.closed = true
 	p.settled.Broadcast()
-	bufs := p.bufs
+	bufs := *p.bufs.Load()
 	p.spare = nil
-	p.live, p.posted = 0, 0
+	p.live = 0
 	p.mu.Unlock()
 	for _, rb := range bufs {
 		p.free(rb)

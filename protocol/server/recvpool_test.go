@@ -44,10 +44,7 @@ func TestConnectionsShareReceiveQueue(t *testing.T) {
 		t.Fatalf("3 connections of 4 credits: %+v, want 1 receive queue holding 13 buffers", bi)
 	}
 	p := sharedPool(t, e)
-	p.mu.Lock()
-	posted := p.posted
-	p.mu.Unlock()
-	if posted != 13 {
+	if posted := postedIn(p); posted != 13 {
 		t.Fatalf("%d receives posted to the shared queue with nothing outstanding, want 13", posted)
 	}
 	// Once the last connection has gone the queue goes with every buffer,
@@ -58,6 +55,20 @@ func TestConnectionsShareReceiveQueue(t *testing.T) {
 	testutil.Eventually(t, "the queue and its buffers gone", 5*time.Second, func() bool { bi = e.srv.Budget(); return bi.RecvQueues == 0 && bi.RecvBuffers == 0 })
 	servePeers(t, e, 1, 4)
 	testutil.Eventually(t, "a new queue for the new connection", 5*time.Second, func() bool { bi = e.srv.Budget(); return bi.RecvQueues == 1 && bi.RecvBuffers == 4+srqHeadroom })
+}
+
+// postedIn is how many of p's buffers are posted, once nothing is in
+// flight: those with memory that no request holds, and not spare.
+func postedIn(p *recvPool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := -len(p.spare)
+	for _, rb := range *p.bufs.Load() {
+		if rb.region != nil && rb.owner.Load() == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // sharedPool is the server's one shared receive queue.
@@ -138,9 +149,7 @@ func TestBeyondCreditsSparesOthers(t *testing.T) {
 	// posted again: every buffer, a READ giving its own back as it starts.
 	p := sharedPool(t, e)
 	testutil.Eventually(t, "the hostile client's buffers posted again", 5*time.Second, func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.posted == 2+2+srqHeadroom
+		return postedIn(p) == 2+2+srqHeadroom
 	})
 	for j := range 4 {
 		b.read(fidB, 0, 4096, 1, uint64(j+1))
@@ -165,9 +174,9 @@ func TestPreAuthConnectionHoldsSmallReceive(t *testing.T) {
 		posted := 0
 		bytes = 0
 		for _, p := range e.srv.recvPools() {
+			posted += postedIn(p)
 			p.mu.Lock()
-			posted += p.posted
-			for _, rb := range p.bufs {
+			for _, rb := range *p.bufs.Load() {
 				if rb.region != nil {
 					bytes += int64(len(rb.region.Bytes()))
 				}
