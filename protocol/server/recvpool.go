@@ -104,7 +104,6 @@ func (p *recvPool) kind() string {
 	return "own"
 }
 
-
 // A shared pool's headroom: one receive beyond the credits, and the AUTH
 // receives of at most srqAuthAllowance connections authenticating at once.
 // More AUTHs arriving together take receives posted for credits, and an
