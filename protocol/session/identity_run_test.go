@@ -137,3 +137,63 @@ func writeShared(t *testing.T, p string) {
 		t.Fatal(err)
 	}
 }
+
+// TestTwoUsersRunConcurrently: two users' OPEN and MKDIR requests, each
+// run whole on an identity thread (Tree.Run), interleave on the server;
+// every file and directory ends up owned by the user whose request made
+// it — no request runs in the other's credentials, or the server's.
+func TestTwoUsersRunConcurrently(t *testing.T) {
+	e := perUserEnv(t)
+	users := []struct {
+		name, password string
+		uid            uint32
+	}{{testUser, testPassword, 61001}, {"bob", "bob's", 61002}}
+	ctx := ctxT(t)
+	const rounds = 40
+	var wg sync.WaitGroup
+	for _, u := range users {
+		for conn := range 2 { // two sessions each, so requests overlap
+			tr := e.treeAs(u.name, u.password, "data")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range rounds {
+					name := fmt.Sprintf("%s-%d-%d", u.name, conn, i)
+					h, _, err := tr.Open(ctx, name, syscall.O_CREAT|syscall.O_WRONLY, 0o644)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					tr.CloseHandle(ctx, h)
+					if _, err := tr.Mkdir(ctx, name+".d", 0o755); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	ents, err := os.ReadDir(e.share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ent := range ents {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(e.share, ent.Name()), &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range users {
+			if len(ent.Name()) > len(u.name) && ent.Name()[:len(u.name)+1] == u.name+"-" {
+				n++
+				if st.Uid != u.uid || st.Gid != u.uid {
+					t.Errorf("%s is %d:%d, want %s's %d:%d", ent.Name(), st.Uid, st.Gid, u.name, u.uid, u.uid)
+				}
+			}
+		}
+	}
+	if want := len(users) * 2 * rounds * 2; n != want {
+		t.Errorf("%d files and directories, want %d", n, want)
+	}
+}
