@@ -69,7 +69,9 @@ var identityThreads struct {
 // is looked up by thread id, and only after the kernel said that the
 // calling thread has a user's credentials: then it is an identity thread
 // and the caller its own locked goroutine ("Nested runs" below), so the
-// id cannot go stale.
+// id cannot go stale. An operation with the server's credentials inside a Run
+// (runAsServer: a goroutine of its own, which the identity thread waits
+// for) still waits where it is: that goroutine is not an identity thread's.
 
 // afterRun runs wait when the operation in progress returns to its caller:
 // at once when the calling goroutine is not an identity thread's, else
