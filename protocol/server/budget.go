@@ -178,7 +178,9 @@ type BudgetInfo struct {
 	// Connections is the number of authenticated connections.
 	Connections int
 	// RecvBuffers and RecvBytes are the receive buffers registered now,
-	// posted, held by requests or spare, and their memory. RecvQueues is
+	// posted, held by requests or spare, and their memory (RecvBytes also
+	// counts the small AUTH receives of connections with queues of their
+	// own). RecvQueues is
 	// the number of receive queues they are posted to: one per shared
 	// receive queue, one per connection that has its own.
 	RecvBuffers int
@@ -203,8 +205,8 @@ func (s *Server) Budget() BudgetInfo {
 	for _, p := range s.recvPools() {
 		bi.RecvQueues++
 		bi.RecvBuffers += p.usage()
+		bi.RecvBytes += p.bytes()
 	}
-	bi.RecvBytes = int64(bi.RecvBuffers) * int64(bi.BufferSize)
 	return bi
 }
 

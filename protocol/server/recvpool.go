@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
@@ -51,32 +52,48 @@ type recvPool struct {
 	// headroom and authAllowance: see want.
 	headroom, authAllowance int
 
+	// bufs is every entry, by RecvWR.ID. take reads it without mu (the
+	// receive path); alloc replaces it under mu, never changing an
+	// element below the old length. An entry whose buffer went is reused
+	// (freeIDs).
+	bufs atomic.Pointer[[]*recvBuf]
+
 	mu      sync.Mutex
 	dom     transport.Domain // where its buffers are registered
-	bufs    []*recvBuf       // by RecvWR.ID; an entry whose buffer went is reused
+	freeIDs []uint64         // entries of bufs without a buffer
 	spare   []*recvBuf       // registered, not posted
 	credits int              // credits granted to the connections using the pool
 	authing int              // connections using it not yet past AUTH
 	live    int              // buffers posted or held by a request (not spare)
-	posted  int              // of the live ones, those posted
+	auths   int              // small AUTH receives registered (own queue; not live)
 	// pending counts the live buffers a fill is still registering or
 	// posting; settled (on mu) is broadcast as each is done.
 	pending int
 	settled sync.Cond
-	wr      [1]transport.RecvWR
 	closed  bool
 }
 
 // recvBuf is one receive buffer: seg is where in its region the message
 // lands (recvPad bytes in, so that data after a 48-byte header starts on
-// a page). owner is the connection whose request holds it, from its
-// receive completion until it is given back; nil while posted or spare.
+// a page). region, seg, wr and auth change under the pool's mu, only
+// while owner is goneOwner (no buffer) or being set up by alloc.
 type recvBuf struct {
 	id     uint64
 	region transport.Region
 	seg    transport.Segment
-	owner  *conn
+	wr     [1]transport.RecvWR // what posts it: no allocation per post
+	auth   bool                // a small AUTH receive (authRecvSize): freed once given back
+	// owner is the connection whose request holds it, from its receive
+	// completion until it is given back; nil while posted, being
+	// posted, or spare; givingOwner while give decides; goneOwner while
+	// the entry has no buffer. take and give change it by
+	// compare-and-swap, without the pool's mu: a buffer is taken once and
+	// given back once.
+	owner atomic.Pointer[conn]
 }
+
+// Markers for recvBuf.owner.
+var givingOwner, goneOwner = new(conn), new(conn)
 
 // kind names where the pool's receives are posted, for logs: "shared" (a
 // shared receive queue) or "own" (one connection's own receive queue).
@@ -86,9 +103,6 @@ func (p *recvPool) kind() string {
 	}
 	return "own"
 }
-
-// wr is the receive work request that posts b.
-func (b *recvBuf) wr() transport.RecvWR { return transport.RecvWR{ID: b.id, Buf: b.seg} }
 
 // A shared pool's headroom: one receive beyond the credits, and the AUTH
 // receives of at most srqAuthAllowance connections authenticating at once.
@@ -100,10 +114,20 @@ const (
 	srqAuthAllowance = 16
 )
 
+// authRecvSize is the receive a connection with a queue of its own posts
+// for its AUTH, before it has credits: an AUTH is a header and its
+// parameters (under 200 bytes), and nothing else may come first — a longer
+// message fails the receive (local length) and ends the connection. So a
+// connection that never authenticates holds 1 KiB, not a full receive
+// buffer. A shared queue cannot do the same: its receives go to whichever
+// connection's message arrives next, so each must hold the largest.
+const authRecvSize = 1024
+
 // newRecvPool returns a pool posting to srq, or, with srq nil, to tc's own
-// receive queue.
+// receive queue (whose AUTH receive is a small one outside want: authStart).
 func newRecvPool(s *Server, dom transport.Domain, srq transport.SRQ, tc transport.Conn) *recvPool {
-	p := &recvPool{s: s, dom: dom, srq: srq, tc: tc, authAllowance: 1}
+	p := &recvPool{s: s, dom: dom, srq: srq, tc: tc}
+	p.bufs.Store(new([]*recvBuf))
 	p.settled.L = &p.mu
 	if srq != nil {
 		p.headroom, p.authAllowance = srqHeadroom, srqAuthAllowance
@@ -116,20 +140,13 @@ func (p *recvPool) want() int {
 	return p.credits + min(p.authing, p.authAllowance) + p.headroom
 }
 
-// postLocked posts rb (p.mu held; p.wr makes the list without an
-// allocation per receive).
-func (p *recvPool) postLocked(rb *recvBuf) error {
-	p.wr[0] = rb.wr()
-	var err error
+// post posts rb, with or without p.mu (the providers' PostRecv may be
+// called concurrently).
+func (p *recvPool) post(rb *recvBuf) error {
 	if p.srq != nil {
-		err = p.srq.PostRecv(p.wr[:]...)
-	} else {
-		err = p.tc.PostRecv(p.wr[:]...)
+		return p.srq.PostRecv(rb.wr[:]...)
 	}
-	if err == nil {
-		p.posted++
-	}
-	return err
+	return p.tc.PostRecv(rb.wr[:]...)
 }
 
 // addCredits counts n credits granted (negative: given back) to a
@@ -145,13 +162,32 @@ func (p *recvPool) addCredits(n int) error {
 	return p.fill()
 }
 
-// authStart counts a connection that will send AUTH and posts its receive;
-// authEnd counts its AUTH received (or the connection gone before).
+// authStart counts a connection that will send AUTH and posts its receive:
+// on a shared queue one of the pool's buffers (within authAllowance), on a
+// connection's own queue a small one of its own (authRecvSize). authEnd
+// counts its AUTH received (or the connection gone before).
 func (p *recvPool) authStart() error {
 	p.mu.Lock()
 	p.authing++
 	p.mu.Unlock()
-	return p.fill()
+	if p.srq != nil {
+		return p.fill()
+	}
+	rb, err := p.alloc(true)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.closed {
+		err = transport.ErrClosed
+	} else {
+		err = p.post(rb)
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.free(rb)
+	}
+	return err
 }
 
 func (p *recvPool) authEnd() {
@@ -189,14 +225,14 @@ func (p *recvPool) fill() error {
 		var err error
 		if rb == nil {
 			p.mu.Unlock()
-			rb, err = p.alloc()
+			rb, err = p.alloc(false)
 			p.mu.Lock()
 		}
 		if err == nil && p.closed { // released while it registered
 			err = transport.ErrClosed
 		}
 		if err == nil {
-			err = p.postLocked(rb)
+			err = p.post(rb)
 		}
 		p.pending--
 		p.settled.Broadcast()
@@ -214,57 +250,83 @@ func (p *recvPool) fill() error {
 	}
 }
 
-// alloc registers a new receive buffer and gives it an id.
-func (p *recvPool) alloc() (*recvBuf, error) {
-	size := p.s.cfg.MaxRecvBufferSize
+// alloc registers a new receive buffer and gives it an id: a full one
+// (MaxRecvBufferSize, counted in the server's buffers), or with auth a
+// small AUTH receive (authRecvSize, counted in auths).
+func (p *recvPool) alloc(auth bool) (*recvBuf, error) {
+	size, pad := p.s.cfg.MaxRecvBufferSize, recvPad
+	if auth {
+		size, pad = authRecvSize, 0 // an AUTH carries no data to align
+	}
 	p.mu.Lock()
 	dom := p.dom
 	p.mu.Unlock()
-	r, err := dom.Alloc(recvPad+size, transport.AccessLocal)
+	r, err := dom.Alloc(pad+size, transport.AccessLocal)
 	if err != nil {
 		return nil, err
 	}
-	p.s.recvBufs.Add(1)
-	seg := transport.Segment{Region: r, Offset: recvPad, Length: size}
+	if !auth {
+		p.s.recvBufs.Add(1)
+	}
+	seg := transport.Segment{Region: r, Offset: pad, Length: size}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, rb := range p.bufs { // an entry whose buffer went
-		if rb.region == nil {
-			rb.region, rb.seg = r, seg
-			return rb, nil
-		}
+	if auth {
+		p.auths++
 	}
-	rb := &recvBuf{id: uint64(len(p.bufs)), region: r, seg: seg}
-	p.bufs = append(p.bufs, rb)
+	var rb *recvBuf
+	if n := len(p.freeIDs); n > 0 { // an entry whose buffer went
+		rb = (*p.bufs.Load())[p.freeIDs[n-1]]
+		p.freeIDs = p.freeIDs[:n-1]
+	} else {
+		bufs := *p.bufs.Load()
+		rb = &recvBuf{id: uint64(len(bufs))}
+		bufs = append(bufs, rb) // past the old length: take never reads it there
+		p.bufs.Store(&bufs)
+	}
+	rb.region, rb.seg, rb.auth = r, seg, auth
+	rb.wr[0] = transport.RecvWR{ID: rb.id, Buf: seg}
+	rb.owner.Store(nil) // set up: take may find it once it is posted
 	return rb, nil
 }
 
-// free deregisters rb's memory; its entry stays for its id.
+// free deregisters rb's memory; its entry stays for its id, and is used
+// again by the next alloc.
 func (p *recvPool) free(rb *recvBuf) {
 	p.mu.Lock()
-	r := rb.region
-	rb.region, rb.seg, rb.owner = nil, transport.Segment{}, nil
+	r, auth := rb.region, rb.auth
+	if r == nil {
+		p.mu.Unlock()
+		return
+	}
+	rb.owner.Store(goneOwner)
+	rb.region, rb.seg, rb.auth = nil, transport.Segment{}, false
+	rb.wr[0] = transport.RecvWR{}
+	p.freeIDs = append(p.freeIDs, rb.id)
+	if auth {
+		p.auths--
+	}
 	p.mu.Unlock()
 	if r != nil {
 		r.Deregister()
-		p.s.recvBufs.Add(-1)
+		if !auth {
+			p.s.recvBufs.Add(-1)
+		}
 	}
 }
 
 // take hands the buffer of receive id, just completed on c, to c; false
-// if no posted buffer has that id (a provider's bug or a stale id).
+// if no posted buffer has that id (a provider's bug or a stale id). It
+// takes no lock: the receive path of every connection of a device.
 func (p *recvPool) take(c *conn, id uint64) (*recvBuf, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if id >= uint64(len(p.bufs)) {
+	bufs := *p.bufs.Load()
+	if id >= uint64(len(bufs)) {
 		return nil, false
 	}
-	rb := p.bufs[id]
-	if rb.region == nil || rb.owner != nil {
+	rb := bufs[id]
+	if !rb.owner.CompareAndSwap(nil, c) {
 		return nil, false
 	}
-	rb.owner = c
-	p.posted--
 	return rb, true
 }
 
@@ -272,22 +334,51 @@ func (p *recvPool) take(c *conn, id uint64) (*recvBuf, bool) {
 // buffers are within want, else kept as a spare (a few, while the server's
 // buffers are within the budget) or freed. A no-op when c no longer holds
 // it (reclaim took it).
+//
+// The repost is made after p.mu is let go, and before give returns. That
+// keeps fill's promise (every live buffer posted or held when a grant goes
+// out): a buffer between the two is still held as far as credits go — the
+// message it carried keeps its sender's credit until the response, which
+// its request sends after give returns — so what can arrive unannounced
+// still finds a buffer posted.
 func (p *recvPool) give(c *conn, rb *recvBuf) error {
+	if rb.owner.Load() != c {
+		return nil
+	}
+	if rb.auth {
+		if rb.owner.CompareAndSwap(c, givingOwner) {
+			p.free(rb) // never live, never posted again
+		}
+		return nil
+	}
 	p.mu.Lock()
-	if rb.owner != c || rb.region == nil {
+	if !rb.owner.CompareAndSwap(c, nil) { // nil before the post: its completion may come at once
 		p.mu.Unlock()
 		return nil
 	}
-	rb.owner = nil
-	var err error
-	if !p.closed && p.live <= p.want() {
-		if err = p.postLocked(rb); err == nil {
-			p.mu.Unlock()
-			return nil
-		}
+	if p.closed || p.live > p.want() {
+		return p.unlive(rb, nil)
 	}
+	p.mu.Unlock()
+	err := p.post(rb)
+	if err == nil || !rb.owner.CompareAndSwap(nil, givingOwner) {
+		return err // posted; or completed anyway, or the pool was released
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.free(rb)
+		return err
+	}
+	return p.unlive(rb, err)
+}
+
+// unlive takes rb, given back and not posted, out of the live buffers: a
+// spare or freed. p.mu held; unlive lets it go.
+func (p *recvPool) unlive(rb *recvBuf, err error) error {
 	p.live--
 	if !p.closed && len(p.spare) < p.s.cfg.MinCredits && int(p.s.recvBufs.Load()) <= p.s.budget.Total() {
+		rb.owner.Store(nil)
 		p.spare = append(p.spare, rb)
 		p.mu.Unlock()
 		return err
@@ -301,16 +392,10 @@ func (p *recvPool) give(c *conn, rb *recvBuf) error {
 // request never released (a fragmented write cut short, a held INTERRUPT,
 // a message after the connection failed).
 func (p *recvPool) reclaim(c *conn) {
-	p.mu.Lock()
-	var held []*recvBuf
-	for _, rb := range p.bufs {
-		if rb.owner == c {
-			held = append(held, rb)
+	for _, rb := range *p.bufs.Load() {
+		if rb.owner.Load() == c {
+			p.give(c, rb)
 		}
-	}
-	p.mu.Unlock()
-	for _, rb := range held {
-		p.give(c, rb)
 	}
 }
 
@@ -326,11 +411,20 @@ func (p *recvPool) dropSpares() {
 	}
 }
 
-// usage is the pool's registered buffers, posted, held or spare.
+// usage is the pool's registered buffers, posted, held or spare (not the
+// small AUTH receives: see bytes).
 func (p *recvPool) usage() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.live + len(p.spare)
+}
+
+// bytes is the memory the pool has registered: its buffers and its small
+// AUTH receives.
+func (p *recvPool) bytes() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int64(p.live+len(p.spare))*int64(p.s.cfg.bufferBytes()) + int64(p.auths)*authRecvSize
 }
 
 // release frees every buffer once no connection uses the pool any more:
@@ -340,9 +434,9 @@ func (p *recvPool) release() {
 	p.mu.Lock()
 	p.closed = true
 	p.settled.Broadcast()
-	bufs := p.bufs
+	bufs := *p.bufs.Load()
 	p.spare = nil
-	p.live, p.posted = 0, 0
+	p.live = 0
 	p.mu.Unlock()
 	for _, rb := range bufs {
 		p.free(rb)

@@ -44,10 +44,7 @@ func TestConnectionsShareReceiveQueue(t *testing.T) {
 		t.Fatalf("3 connections of 4 credits: %+v, want 1 receive queue holding 13 buffers", bi)
 	}
 	p := sharedPool(t, e)
-	p.mu.Lock()
-	posted := p.posted
-	p.mu.Unlock()
-	if posted != 13 {
+	if posted := postedIn(p); posted != 13 {
 		t.Fatalf("%d receives posted to the shared queue with nothing outstanding, want 13", posted)
 	}
 	// Once the last connection has gone the queue goes with every buffer,
@@ -58,6 +55,20 @@ func TestConnectionsShareReceiveQueue(t *testing.T) {
 	testutil.Eventually(t, "the queue and its buffers gone", 5*time.Second, func() bool { bi = e.srv.Budget(); return bi.RecvQueues == 0 && bi.RecvBuffers == 0 })
 	servePeers(t, e, 1, 4)
 	testutil.Eventually(t, "a new queue for the new connection", 5*time.Second, func() bool { bi = e.srv.Budget(); return bi.RecvQueues == 1 && bi.RecvBuffers == 4+srqHeadroom })
+}
+
+// postedIn is how many of p's buffers are posted, once nothing is in
+// flight: those with memory that no request holds, and not spare.
+func postedIn(p *recvPool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := -len(p.spare)
+	for _, rb := range *p.bufs.Load() {
+		if rb.region != nil && rb.owner.Load() == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // sharedPool is the server's one shared receive queue.
@@ -138,12 +149,54 @@ func TestBeyondCreditsSparesOthers(t *testing.T) {
 	// posted again: every buffer, a READ giving its own back as it starts.
 	p := sharedPool(t, e)
 	testutil.Eventually(t, "the hostile client's buffers posted again", 5*time.Second, func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.posted == 2+2+srqHeadroom
+		return postedIn(p) == 2+2+srqHeadroom
 	})
 	for j := range 4 {
 		b.read(fidB, 0, 4096, 1, uint64(j+1))
 		b.WantImm(fmt.Sprintf("READ %d beside a hostile client", j))
 	}
+}
+
+// A connection with a receive queue of its own that has not authenticated
+// holds a small AUTH receive, not a full receive buffer (~132 KiB): a
+// thousand idle TCP-like connections cost a megabyte. A message longer
+// than an AUTH sent first ends the connection; an AUTH after it still
+// gets the full buffers for its credits.
+func TestPreAuthConnectionHoldsSmallReceive(t *testing.T) {
+	e := newEnv(t, Config{Credits: 4, PrivateReceiveQueues: true})
+	const n = 4
+	var idle []*peer
+	for range n {
+		idle = append(idle, e.dial())
+	}
+	var bytes int64
+	testutil.Eventually(t, "every connection's AUTH receive posted", 5*time.Second, func() bool {
+		posted := 0
+		bytes = 0
+		for _, p := range e.srv.recvPools() {
+			posted += postedIn(p)
+			p.mu.Lock()
+			for _, rb := range *p.bufs.Load() {
+				if rb.region != nil {
+					bytes += int64(len(rb.region.Bytes()))
+				}
+			}
+			p.mu.Unlock()
+		}
+		return posted == n
+	})
+	if per := bytes / n; per > 4<<10 {
+		t.Errorf("%d bytes registered per connection before AUTH, want at most 4 KiB (a full receive is %d)", per, e.srv.cfg.bufferBytes())
+	}
+	if st := e.srv.Stats(); st.RecvBufferBytes != bytes {
+		t.Errorf("Stats().RecvBufferBytes = %d, want the %d registered", st.RecvBufferBytes, bytes)
+	}
+
+	// A 4 KiB message where the AUTH should be: the receive fails.
+	idle[0].sendMsg(make([]byte, 4096))
+	idle[0].WantClosed("a 4 KiB message before AUTH")
+	// The others authenticate as usual and get full buffers.
+	peers := servePeers(t, e, 2, 4)
+	_ = peers
+	testutil.Eventually(t, "2 connections × 4 full buffers", 5*time.Second, func() bool { return e.srv.Budget().RecvBuffers == 2*4 })
 }

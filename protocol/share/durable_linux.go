@@ -314,20 +314,23 @@ func (t *Tree) Reopen(fileID []byte, p string, flags int) (*OpenFile, Attr, erro
 
 // isExactly reports whether the open file is the one want names by more
 // than its inode number, which a deleted file's successor may reuse: its
-// kernel handle (which carries the inode's generation) equals want's, or,
-// when there is no handle to compare, both record the same nonzero
-// btime. The caller has already checked sameFile.
+// kernel handle (which carries the inode's generation) equals want's. The
+// caller has already checked sameFile (and with it the btime, where the
+// filesystem records one). Only asked after a directory search, which
+// happens only when want's handle opened the file (whereUnnamed: whereIs
+// answers whereNot for an identity without a handle), so there is always
+// a handle to compare; without one it answers false.
 func (f *OpenFile) isExactly(want *identity) bool {
-	if len(want.handle) > 0 {
-		same := false
-		f.withFd(func(fd int) error {
-			h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
-			same = err == nil && h.Type() == want.htype && bytes.Equal(h.Bytes(), want.handle)
-			return nil
-		})
-		return same
+	if len(want.handle) == 0 {
+		return false
 	}
-	return want.btimeSec != 0 || want.btimeNsec != 0
+	same := false
+	f.withFd(func(fd int) error {
+		h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
+		same = err == nil && h.Type() == want.htype && bytes.Equal(h.Bytes(), want.handle)
+		return nil
+	})
+	return same
 }
 
 // maxFindEntries bounds the entries findIn looks at.

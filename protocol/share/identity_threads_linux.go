@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
 
 // Identity threads (see identity_linux.go for why an operation for a user
@@ -27,6 +29,9 @@ var maxIdleThreads = 4 + 2*runtime.GOMAXPROCS(0)
 type identityThread struct {
 	work chan identityJob
 	cur  *cred
+	// after is what the job in progress left for its caller to wait
+	// for (afterRun).
+	after []func()
 }
 
 // identityJob is one operation and where its result goes. A panic in fn
@@ -42,11 +47,61 @@ type identityResult struct {
 	err      error
 	panicked bool
 	value    any
+	after    []func() // afterRun's waits, for the caller
 }
 
 var identityThreads struct {
 	sync.Mutex
-	idle []*identityThread // most recently idle last
+	idle  []*identityThread       // most recently idle last
+	byTid map[int]*identityThread // every live one, by its thread id (afterRun)
+	live  int                     // len(byTid): LiveIdentityThreads
+}
+
+// Waits after a run. An operation that must wait for something that is
+// not a disk operation — a lease break's acknowledgement from another
+// client, up to the break timeout — does not wait on its identity thread:
+// the pool has no cap (a thread per operation in flight), and many changes
+// waiting for a silent client would each hold an OS thread for seconds.
+// It hands the wait to afterRun instead, which the goroutine that handed
+// the operation over (runAs, after the thread's answer) runs before it
+// returns: the operation still returns only after the wait, on a goroutine
+// that is not locked to a thread. Which identity thread the caller is on
+// is looked up by thread id, and only after the kernel said that the
+// calling thread has a user's credentials: then it is an identity thread
+// and the caller its own locked goroutine ("Nested runs" below), so the
+// id cannot go stale. An operation with the server's credentials inside a Run
+// (runAsServer: a goroutine of its own, which the identity thread waits
+// for) still waits where it is: that goroutine is not an identity thread's.
+
+// afterRun runs wait when the operation in progress returns to its caller:
+// at once when the calling goroutine is not an identity thread's, else
+// when the identity thread hands its result back (runAs).
+func afterRun(wait func()) {
+	if t := currentThread(); t != nil {
+		t.after = append(t.after, wait)
+		return
+	}
+	wait()
+}
+
+// currentThread is the identity thread the caller runs on in a user's
+// credentials; nil on any other thread.
+func currentThread() *identityThread {
+	if !self.perUser || selfInPlace() {
+		return nil
+	}
+	p := &identityThreads
+	p.Lock()
+	defer p.Unlock()
+	return p.byTid[unix.Gettid()]
+}
+
+// LiveIdentityThreads is how many identity threads exist, busy or idle.
+func LiveIdentityThreads() int {
+	p := &identityThreads
+	p.Lock()
+	defer p.Unlock()
+	return p.live
 }
 
 var doneChans = sync.Pool{New: func() any { return make(chan identityResult, 1) }}
@@ -88,6 +143,9 @@ func runAs(c *cred, fn func() error) error {
 	takeThread(c).work <- identityJob{c: c, fn: fn, done: done}
 	r := <-done
 	doneChans.Put(done)
+	for _, w := range r.after {
+		afterRun(w) // the caller may be an identity thread itself (another user's)
+	}
 	if r.panicked {
 		panic(r.value)
 	}
@@ -172,8 +230,24 @@ func giveBack(t *identityThread) bool {
 // could not be changed back.
 func (t *identityThread) loop() {
 	runtime.LockOSThread() // never unlocked: see identity_linux.go
+	tid := unix.Gettid()
+	p := &identityThreads
+	p.Lock()
+	if p.byTid == nil {
+		p.byTid = map[int]*identityThread{}
+	}
+	p.byTid[tid] = t
+	p.live++
+	p.Unlock()
+	defer func() {
+		p.Lock()
+		delete(p.byTid, tid)
+		p.live--
+		p.Unlock()
+	}()
 	for j := range t.work {
 		r, ok := t.serve(j)
+		r.after, t.after = t.after, nil
 		if !ok {
 			restoreFailures.Add(1)
 		}

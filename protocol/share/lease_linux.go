@@ -580,24 +580,51 @@ func (lt *leaseTable) breakHolders(o *leaseObj, actor *Tree, keep LeaseState, na
 
 // deliver sends breaks and waits for the acknowledgements they need, at
 // most the break timeout; a holder that does not answer in time loses
-// every lease it holds on the share (suspend).
+// every lease it holds on the share (suspend). The wait is afterRun's:
+// on an identity thread it happens once the operation is handed back, off
+// the thread, still before the operation returns — except for a break
+// that takes Write, which is waited for here: its holder sends the data it
+// held back before it acknowledges, and what the operation does next
+// (read attributes, grant a lease) must see that data.
 func (lt *leaseTable) deliver(ps []pending) {
+	var waits []pending
+	takesWrite := false
 	for _, p := range ps {
 		p.t.lease.send(p.b)
-	}
-	var deadline <-chan time.Time
-	for _, p := range ps {
-		if p.done == nil {
-			continue
+		if p.done != nil {
+			waits = append(waits, p)
+			takesWrite = takesWrite || p.b.Current&^p.b.New&LeaseWrite != 0
 		}
-		if deadline == nil {
-			tm := time.NewTimer(lt.timeout)
-			defer tm.Stop()
-			deadline = tm.C
+	}
+	if len(waits) == 0 {
+		return
+	}
+	deadline := time.Now().Add(lt.timeout)
+	if takesWrite {
+		lt.await(waits, deadline)
+		return
+	}
+	afterRun(func() { lt.await(waits, deadline) })
+}
+
+// await waits for breaks' acknowledgements until deadline, suspending the
+// holders that do not answer by then.
+func (lt *leaseTable) await(ps []pending, deadline time.Time) {
+	tm := time.NewTimer(time.Until(deadline))
+	defer tm.Stop()
+	expired := false
+	for _, p := range ps {
+		if !expired {
+			select {
+			case <-p.done:
+				continue
+			case <-tm.C:
+				expired = true
+			}
 		}
 		select {
 		case <-p.done:
-		case <-deadline:
+		default:
 			lt.suspend(p.t, p.b.ID)
 		}
 	}
