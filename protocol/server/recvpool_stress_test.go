@@ -45,7 +45,7 @@ func (q *nicSRQ) consume() (uint64, bool) {
 	return 0, false
 }
 
-func (q *nicSRQ) count() int                    { q.mu.Lock(); defer q.mu.Unlock(); return len(q.posted) }
+func (q *nicSRQ) count() int                  { q.mu.Lock(); defer q.mu.Unlock(); return len(q.posted) }
 func (*nicSRQ) SetLimit(int) error            { return nil }
 func (*nicSRQ) LimitReached() <-chan struct{} { return nil }
 func (*nicSRQ) Close() error                  { return nil }
