@@ -196,7 +196,6 @@ func TestPreAuthConnectionHoldsSmallReceive(t *testing.T) {
 	idle[0].sendMsg(make([]byte, 4096))
 	idle[0].WantClosed("a 4 KiB message before AUTH")
 	// The others authenticate as usual and get full buffers.
-	peers := servePeers(t, e, 2, 4)
-	_ = peers
+	servePeers(t, e, 2, 4)
 	testutil.Eventually(t, "2 connections × 4 full buffers", 5*time.Second, func() bool { return e.srv.Budget().RecvBuffers == 2*4 })
 }

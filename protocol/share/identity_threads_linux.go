@@ -54,7 +54,6 @@ var identityThreads struct {
 	sync.Mutex
 	idle  []*identityThread       // most recently idle last
 	byTid map[int]*identityThread // every live one, by its thread id (afterRun)
-	live  int                     // len(byTid): LiveIdentityThreads
 }
 
 // Waits after a run. An operation that must wait for something that is
@@ -101,7 +100,7 @@ func LiveIdentityThreads() int {
 	p := &identityThreads
 	p.Lock()
 	defer p.Unlock()
-	return p.live
+	return len(p.byTid)
 }
 
 var doneChans = sync.Pool{New: func() any { return make(chan identityResult, 1) }}
@@ -237,12 +236,10 @@ func (t *identityThread) loop() {
 		p.byTid = map[int]*identityThread{}
 	}
 	p.byTid[tid] = t
-	p.live++
 	p.Unlock()
 	defer func() {
 		p.Lock()
 		delete(p.byTid, tid)
-		p.live--
 		p.Unlock()
 	}()
 	for j := range t.work {
