@@ -175,3 +175,56 @@ func TestWriteNegativeOffset(t *testing.T) {
 		}
 	})
 }
+
+// TestWriteInRunIsInPlace: inside Tree.Run (a BATCH's held-back writes),
+// WriteAtInRun writes on the identity thread Run handed the caller to —
+// no ring, whose buffered writes the kernel may hand to a worker thread —
+// and as the tree's user: the owner's write leaves set-group-ID (it is in
+// the file's group) and clears set-user-ID, as in TestWritesKeepTheirUser.
+// Outside a Run it is WriteAt, through the ring when there is one.
+func TestWriteInRunIsInPlace(t *testing.T) {
+	needPerUser(t)
+	dir := sharedDir(t)
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, int(acctA.Uid), int(acctA.Gid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Chmod(p, 0o6767); err != nil {
+		t.Fatal(err)
+	}
+	tr := connectAs(t, dir, acctA, Config{AllowSetid: true})
+	f, _, err := tr.Open("f", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := ringOps.Load()
+	if err := tr.Run(func() error {
+		_, err := f.WriteAtInRun([]byte("xy"), 3)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ringOps.Load() - before; n != 0 {
+		t.Errorf("a write inside Tree.Run went through a ring (%d operations): it belongs on the identity thread", n)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "012xy56789" {
+		t.Errorf("file holds %q after the write, want 012xy56789", got)
+	}
+	if got := testutil.Stat(t, p).Mode & 0o7777; got != 0o2767 {
+		t.Errorf("mode %o after its owner's write inside Run, want 2767 (6767: written as the server; 767: as another user)", got)
+	}
+	if r := getRing(nil); r != nil {
+		putRing(r)
+		before = ringOps.Load()
+		if _, err := f.WriteAtInRun([]byte("z"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if ringOps.Load() == before {
+			t.Error("a write outside Tree.Run did not use the ring")
+		}
+	}
+}
