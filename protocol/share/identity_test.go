@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -744,6 +745,48 @@ func TestRunNested(t *testing.T) {
 					t.Errorf("%s, made outside the Run in progress, owned by %d:%d, want %d:%d", name, uid, gid, acct.Uid, acct.Gid)
 				}
 			}
+		}
+	}
+}
+
+// TestRootAccountRunsInPlace: a root server acting for an account of uid
+// 0 and the server's gid whose supplementary groups differ from the
+// server's (root in group root, the server with none) hands nothing to an
+// identity thread: with the file capabilities the groups decide nothing,
+// and each request would pay a thread hand-off and back. Files it creates
+// are root's.
+func TestRootAccountRunsInPlace(t *testing.T) {
+	needPerUser(t)
+	if self.uid != 0 || !self.fsCapable() {
+		t.Skip("SKIP: needs a root server with the file capabilities")
+	}
+	uringOff.Store(true) // the write counts as a hand-off too
+	t.Cleanup(func() { uringOff.Store(false) })
+	dir := sharedDir(t)
+	root := Account{Name: "root", Uid: 0, Gid: self.gid, Groups: append(slices.Clone(self.groups), acctA.Gid)}
+	a := connectAs(t, dir, root, Config{AllowRoot: true})
+	before := handoffs.Load()
+	err := a.Run(func() error {
+		f, _, err := a.Open("f", os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = f.WriteAt([]byte("x"), 0)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Mkdir("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if n := handoffs.Load() - before; n != 0 {
+		t.Errorf("%d hand-offs for root's account (groups %v, the server's %v), want 0", n, root.Groups, self.groups)
+	}
+	for _, name := range []string{"f", "d"} {
+		if st := testutil.Stat(t, filepath.Join(dir, name)); st.Uid != 0 || st.Gid != self.gid {
+			t.Errorf("%s is owned by %d:%d, want 0:%d", name, st.Uid, st.Gid, self.gid)
 		}
 	}
 }
