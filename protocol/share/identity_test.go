@@ -230,22 +230,7 @@ func TestOwnershipAndPermissions(t *testing.T) {
 func TestWriteClearsSetuid(t *testing.T) {
 	needPerUser(t)
 	dir := sharedDir(t)
-	p := filepath.Join(dir, "prog")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(p, int(acctA.Uid), int(acctA.Gid)); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Chmod(p, 0o4777); err != nil {
-		t.Fatal(err)
-	}
-	a := connectAs(t, dir, acctA, Config{AllowSetid: true})
-	f, _, err := a.Open("prog", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	p, _, f := openOwned(t, dir, "prog", "#!/bin/sh\n", acctA, 0o4777)
 	if _, err := f.WriteAt([]byte("x"), 20); err != nil {
 		t.Fatal(err)
 	}
@@ -633,13 +618,7 @@ func TestRunInPlaceUnsortedGroups(t *testing.T) {
 			if _, err := a.Mkdir(fmt.Sprintf("d%d", i), 0o755); err != nil {
 				return err
 			}
-			f, _, err := a.Open(fmt.Sprintf("f%d", i), os.O_CREATE|os.O_RDWR, 0o644)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = f.WriteAt([]byte("x"), 0)
-			return err
+			return createAndWrite(a, fmt.Sprintf("f%d", i))
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -766,16 +745,7 @@ func TestRootAccountRunsInPlace(t *testing.T) {
 	root := Account{Name: "root", Uid: 0, Gid: self.gid, Groups: append(slices.Clone(self.groups), acctA.Gid)}
 	a := connectAs(t, dir, root, Config{AllowRoot: true})
 	before := handoffs.Load()
-	err := a.Run(func() error {
-		f, _, err := a.Open("f", os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = f.WriteAt([]byte("x"), 0)
-		return err
-	})
-	if err != nil {
+	if err := a.Run(func() error { return createAndWrite(a, "f") }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Mkdir("d", 0o755); err != nil {
@@ -789,4 +759,47 @@ func TestRootAccountRunsInPlace(t *testing.T) {
 			t.Errorf("%s is owned by %d:%d, want 0:%d", name, st.Uid, st.Gid, self.gid)
 		}
 	}
+}
+
+// createAndWrite creates name in tr and writes a byte to it.
+func createAndWrite(tr *Tree, name string) error {
+	f, _, err := tr.Open(name, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteAt([]byte("x"), 0)
+	return err
+}
+
+// ownedFile writes data to dir/name, owned by acct with mode (set-id bits
+// included, which chown would clear), and returns its path.
+func ownedFile(t *testing.T, dir, name, data string, acct Account, mode uint32) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, int(acct.Uid), int(acct.Gid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// openOwned makes dir/name as ownedFile does and opens it for writing
+// through a tree of acct's (set-id bits allowed); the file closes at the
+// test's end.
+func openOwned(t *testing.T, dir, name, data string, acct Account, mode uint32) (string, *Tree, *OpenFile) {
+	t.Helper()
+	p := ownedFile(t, dir, name, data, acct, mode)
+	tr := connectAs(t, dir, acct, Config{AllowSetid: true})
+	f, _, err := tr.Open(name, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return p, tr, f
 }

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
@@ -52,16 +50,7 @@ func checkWritesKeepTheirUser(t *testing.T) {
 	const files = 40
 	open := func(u, i int) *OpenFile {
 		name := fmt.Sprintf("%s-%d", accts[u].Name, i)
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(p, int(accts[u].Uid), int(accts[u].Gid)); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Chmod(p, 0o6767); err != nil {
-			t.Fatal(err)
-		}
+		ownedFile(t, dir, name, "0123456789", accts[u], 0o6767)
 		f, _, err := trees[u].Open(name, os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -185,22 +174,7 @@ func TestWriteNegativeOffset(t *testing.T) {
 func TestWriteInRunIsInPlace(t *testing.T) {
 	needPerUser(t)
 	dir := sharedDir(t)
-	p := filepath.Join(dir, "f")
-	if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(p, int(acctA.Uid), int(acctA.Gid)); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Chmod(p, 0o6767); err != nil {
-		t.Fatal(err)
-	}
-	tr := connectAs(t, dir, acctA, Config{AllowSetid: true})
-	f, _, err := tr.Open("f", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	p, tr, f := openOwned(t, dir, "f", "0123456789", acctA, 0o6767)
 	before := ringOps.Load()
 	if err := tr.Run(func() error {
 		_, err := f.WriteAtInRun([]byte("xy"), 3)
