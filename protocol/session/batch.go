@@ -176,6 +176,9 @@ func (c *serverConn) batch(ss *serverSession, h Header, req *batchReq) (message,
 		if err := unmarshal(op.Body, subs[i]); err != nil {
 			return nil, nil, fmt.Errorf("batch request %d (%v): %w", i, cmd, err)
 		}
+		if w, ok := subs[i].(*writeReq); ok {
+			w.inRun = true // a BATCH runs whole on its tree's identity thread (onTree)
+		}
 	}
 	resp := &batchResp{}
 	for i, sub := range subs {

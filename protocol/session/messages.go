@@ -240,6 +240,8 @@ type writeReq struct {
 	Handle Handle
 	Offset uint64
 	Data   []byte
+
+	inRun bool // not on the wire: part of a BATCH, run inside Tree.Run
 }
 
 func (m *writeReq) code(c coder) { handle(c, &m.Handle); c.u64(&m.Offset); c.blob(&m.Data) }

@@ -221,7 +221,11 @@ func (s *Server) dispatch(ss *serverSession, h Header, req message) (message, er
 		if r.Offset > 1<<63-1 {
 			return nil, protocol.StatusInvalidParameter
 		}
-		n, err := of.file.WriteAt(r.Data, int64(r.Offset))
+		write := of.file.WriteAt
+		if r.inRun {
+			write = of.file.WriteAtInRun
+		}
+		n, err := write(r.Data, int64(r.Offset))
 		return &writeResp{Count: uint32(n), End: r.Offset + uint64(n)}, err
 	case *twoPathReq:
 		switch h.Command {

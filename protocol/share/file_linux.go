@@ -229,8 +229,26 @@ func (f *OpenFile) WriteAt(p []byte, off int64) (int, error) {
 	// charges the blocks to quotas without CAP_SYS_RESOURCE's overrides.
 	// Through an io_uring personality when it can: no hand-off to an
 	// identity thread (uring_linux.go).
+	return f.writeAt(p, off, f.tree.writeAs)
+}
+
+// WriteAtInRun is WriteAt for a caller inside Tree.Run of the file's tree
+// (a BATCH's held-back writes): on the identity thread Run handed it to,
+// already in the user's credentials, a plain pwrite(2) is the user's — and
+// costs no ring, whose buffered writes the kernel hands to a worker thread
+// on filesystems that cannot write without blocking (tmpfs): a wake-up
+// and two context switches per write. Anywhere else it is WriteAt.
+func (f *OpenFile) WriteAtInRun(p []byte, off int64) (int, error) {
+	if f.readOnly {
+		return 0, protocol.StatusAccessDenied
+	}
+	return f.writeAt(p, off, f.tree.writeInRun)
+}
+
+// writeAt writes all of p at off through writeAs.
+func (f *OpenFile) writeAt(p []byte, off int64, writeAs func(*OpenFile, func(int, userWriter) error) error) (int, error) {
 	n := 0
-	err := f.tree.writeAs(f, func(fd int, w userWriter) error {
+	err := writeAs(f, func(fd int, w userWriter) error {
 		for n < len(p) {
 			k, err := w.pwrite(fd, p[n:], off+int64(n))
 			if err != nil {

@@ -127,6 +127,15 @@ func readSelf() *selfCred {
 	return s
 }
 
+// fsCapable reports whether the server has every capability that makes
+// the kernel's file permission checks pass without asking the groups:
+// CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID.
+func (s *selfCred) fsCapable() bool {
+	const need = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH |
+		1<<unix.CAP_FOWNER | 1<<unix.CAP_FSETID
+	return s.caps[0].Effective&need == need
+}
+
 // PerUser reports whether this process can act as each user (it has
 // CAP_SETUID and CAP_SETGID, as root does). Without it every Tree acts
 // with the server's own credentials, whoever logged on.
@@ -156,8 +165,14 @@ func newCred(a Account) *cred {
 	c.setGroups = !slices.Equal(c.groups, self.groups)
 	c.setGid = c.gid != self.gid
 	c.dropCaps = c.uid != 0 && self.extraCaps
-	if c.uid == self.uid && !c.setGid && !c.setGroups {
-		return nil // the server's own credentials: nothing to change
+	if c.uid == self.uid && !c.setGid && (!c.setGroups || c.uid == 0 && self.fsCapable()) {
+		// The server's own credentials: nothing to change. Also root's
+		// account (root in its own group, say) run by a root server
+		// whose own group list differs: with the file capabilities
+		// effective no permission check of the share consults the
+		// supplementary groups — and each request would cost a hand-off
+		// to an identity thread and back for nothing.
+		return nil
 	}
 	return c
 }

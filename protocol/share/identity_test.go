@@ -229,22 +229,7 @@ func TestOwnershipAndPermissions(t *testing.T) {
 func TestWriteClearsSetuid(t *testing.T) {
 	needPerUser(t)
 	dir := sharedDir(t)
-	p := filepath.Join(dir, "prog")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(p, int(acctA.Uid), int(acctA.Gid)); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Chmod(p, 0o4777); err != nil {
-		t.Fatal(err)
-	}
-	a := connectAs(t, dir, acctA, Config{AllowSetid: true})
-	f, _, err := a.Open("prog", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	p, _, f := openOwned(t, dir, "prog", "#!/bin/sh\n", acctA, 0o4777)
 	if _, err := f.WriteAt([]byte("x"), 20); err != nil {
 		t.Fatal(err)
 	}
@@ -632,13 +617,7 @@ func TestRunInPlaceUnsortedGroups(t *testing.T) {
 			if _, err := a.Mkdir(fmt.Sprintf("d%d", i), 0o755); err != nil {
 				return err
 			}
-			f, _, err := a.Open(fmt.Sprintf("f%d", i), os.O_CREATE|os.O_RDWR, 0o644)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = f.WriteAt([]byte("x"), 0)
-			return err
+			return createAndWrite(a, fmt.Sprintf("f%d", i))
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -281,11 +281,15 @@ func (r *uring) personality(c *cred) (uint16, error) {
 // for its completion: its result (bytes, or an error). addr (and what it
 // points to) must stay alive and unmoved until rw returns: the callers
 // hold it in keepB or iov.
+// ringOps counts the operations submitted to rings (tests).
+var ringOps atomic.Int64
+
 func (r *uring) rw(op uint8, fd int, addr unsafe.Pointer, n uint32, off int64, pers uint16) (int, error) {
 	if off < 0 {
 		// -1 is "the file position" to io_uring; pwrite(2) refuses it.
 		return 0, unix.EINVAL
 	}
+	ringOps.Add(1)
 	tail := *r.sqTail // only this goroutine moves the tail
 	idx := tail & r.sqMask
 	sqe := (*uringSQE)(unsafe.Add(unsafe.Pointer(&r.sqeMem[0]), uintptr(idx)*unsafe.Sizeof(uringSQE{})))
@@ -401,4 +405,18 @@ func (t *Tree) writeAs(f *OpenFile, fn func(fd int, w userWriter) error) error {
 		}
 	}
 	return t.asFd(f, func(fd int) error { return fn(fd, userWriter{}) })
+}
+
+// writeInRun is writeAs for a caller inside Tree.Run: in place, with a
+// plain writer, when the calling thread has the tree's credentials (an
+// identity thread Run handed the caller to), else writeAs.
+func (t *Tree) writeInRun(f *OpenFile, fn func(fd int, w userWriter) error) error {
+	c, err := t.treeCred()
+	if err != nil {
+		return err
+	}
+	if c != nil && runsActive.Load() > 0 && c.inPlace() {
+		return f.withFd(func(fd int) error { return fn(fd, userWriter{}) })
+	}
+	return t.writeAs(f, fn)
 }

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
@@ -52,16 +50,7 @@ func checkWritesKeepTheirUser(t *testing.T) {
 	const files = 40
 	open := func(u, i int) *OpenFile {
 		name := fmt.Sprintf("%s-%d", accts[u].Name, i)
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(p, int(accts[u].Uid), int(accts[u].Gid)); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Chmod(p, 0o6767); err != nil {
-			t.Fatal(err)
-		}
+		ownedFile(t, dir, name, "0123456789", accts[u], 0o6767)
 		f, _, err := trees[u].Open(name, os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -174,4 +163,42 @@ func TestWriteNegativeOffset(t *testing.T) {
 			t.Errorf("the file holds %q after a refused write", b)
 		}
 	})
+}
+
+// TestWriteInRunIsInPlace: inside Tree.Run (a BATCH's held-back writes),
+// WriteAtInRun writes on the identity thread Run handed the caller to —
+// no ring, whose buffered writes the kernel may hand to a worker thread —
+// and as the tree's user: the owner's write leaves set-group-ID (it is in
+// the file's group) and clears set-user-ID, as in TestWritesKeepTheirUser.
+// Outside a Run it is WriteAt, through the ring when there is one.
+func TestWriteInRunIsInPlace(t *testing.T) {
+	needPerUser(t)
+	dir := sharedDir(t)
+	p, tr, f := openOwned(t, dir, "f", "0123456789", acctA, 0o6767)
+	before := ringOps.Load()
+	if err := tr.Run(func() error {
+		_, err := f.WriteAtInRun([]byte("xy"), 3)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ringOps.Load() - before; n != 0 {
+		t.Errorf("a write inside Tree.Run went through a ring (%d operations): it belongs on the identity thread", n)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "012xy56789" {
+		t.Errorf("file holds %q after the write, want 012xy56789", got)
+	}
+	if got := testutil.Stat(t, p).Mode & 0o7777; got != 0o2767 {
+		t.Errorf("mode %o after its owner's write inside Run, want 2767 (6767: written as the server; 767: as another user)", got)
+	}
+	if r := getRing(nil); r != nil {
+		putRing(r)
+		before = ringOps.Load()
+		if _, err := f.WriteAtInRun([]byte("z"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if ringOps.Load() == before {
+			t.Error("a write outside Tree.Run did not use the ring")
+		}
+	}
 }
