@@ -13,7 +13,8 @@ import (
 // TestWriteClearsSetID: a write through the mount by a user other than the
 // owner of a set-user-ID, set-group-ID file clears both bits on the
 // server's disk, on the LWIO data path (O_DIRECT, 4 KiB and 1 MiB) and on
-// the session channel (a small buffered write). The mount asks the kernel
+// the session channel (a small buffered write); so do truncate(2) and
+// open(2) with O_TRUNC. The mount asks the kernel
 // for HANDLE_KILLPRIV_V2 (fs/mount.go): the client's kernel then neither
 // asks for security.capability nor sends a SETATTR before a write, and the
 // bits are the server's to clear — its kernel does, for it writes as the
@@ -39,6 +40,8 @@ func TestWriteClearsSetID(t *testing.T) {
 		{"direct-1m", unix.O_DIRECT, 1 << 20, false, 0},
 		{"buffered-small", 0, 100, false, 0},
 		{"owner-direct-4k", unix.O_DIRECT, 4096, true, 0},
+		{"truncate", -1, 0, false, 0},
+		{"open-trunc", unix.O_TRUNC, 0, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "f-" + tc.name
@@ -64,23 +67,36 @@ func TestWriteClearsSetID(t *testing.T) {
 			if err := unix.Stat(p, &st); err != nil || st.Mode&0o6000 != 0o6000 {
 				t.Fatalf("stat through the writer's mount: mode %o, %v", st.Mode&0o7777, err)
 			}
-			f, err := os.OpenFile(p, os.O_WRONLY|tc.flags, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			buf := alignedBuf(t, tc.n)
-			if _, err := f.WriteAt(buf, 0); err != nil {
+			switch {
+			case tc.flags == -1: // truncate(2)
+				if err := os.Truncate(p, 100); err != nil {
+					t.Fatal(err)
+				}
+			case tc.n == 0: // open(2) with O_TRUNC
+				f, err := os.OpenFile(p, os.O_WRONLY|tc.flags, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
 				f.Close()
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
+			default:
+				f, err := os.OpenFile(p, os.O_WRONLY|tc.flags, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := alignedBuf(t, tc.n)
+				if _, err := f.WriteAt(buf, 0); err != nil {
+					f.Close()
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := unix.Stat(filepath.Join(dir, name), &st); err != nil {
 				t.Fatal(err)
 			}
 			if st.Mode&0o6000 != 0 {
-				t.Errorf("mode %o on the server's disk after a %d-byte write; want the set-id bits cleared (0777)", st.Mode&0o7777, tc.n)
+				t.Errorf("mode %o on the server's disk after %s; want the set-id bits cleared (0777)", st.Mode&0o7777, tc.name)
 			}
 			if err := unix.Stat(p, &st); err != nil || st.Mode&0o6000 != 0 {
 				t.Errorf("mode %o through the writer's mount after the write (%v); want the set-id bits cleared", st.Mode&0o7777, err)
