@@ -41,6 +41,7 @@ type fileHandle struct {
 	h     session.Handle
 	flags int
 	log   logrus.FieldLogger
+	watch *watchList // the mount's (watch.go)
 
 	data     atomic.Pointer[dataBox] // nil until attached
 	attachMu sync.Mutex
@@ -119,7 +120,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 func (n *Node) newHandle(p string, h session.Handle, flags int) *fileHandle {
 	n.fs.open.opened(n, flags)
-	return &fileHandle{node: n, h: h, flags: flags,
+	return &fileHandle{node: n, h: h, flags: flags, watch: &n.fs.watch,
 		log: n.fs.log.WithFields(logrus.Fields{"path": p, "handle": uint64(h)})}
 }
 
@@ -310,7 +311,9 @@ const interruptGrace = time.Second
 // goroutine switches per 4 KiB read, on a machine whose two CPUs run fio,
 // the mount and the server (docs/bench.md, "Where a 4K read's time
 // goes"). Nearly every request is over long before; an interrupted one
-// still gets at least interruptGrace from the INTERRUPT.
+// still gets at least interruptGrace from the INTERRUPT. The mount's one
+// watchList (watch.go) starts the watches, between interruptWatch and twice
+// that after the request began.
 const interruptWatch = 20 * time.Millisecond
 
 // run runs one data request. The kernel sends a FUSE INTERRUPT whenever the
@@ -328,7 +331,7 @@ func (f *fileHandle) run(ctx context.Context, op func(context.Context) (int, err
 	rctx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon() // last: it also ends a watch started below
 	var interrupted atomic.Bool
-	watch := time.AfterFunc(interruptWatch, func() {
+	w := &watchReq{watch: func() {
 		stop := context.AfterFunc(ctx, func() {
 			t := time.NewTimer(interruptGrace)
 			defer t.Stop()
@@ -341,8 +344,9 @@ func (f *fileHandle) run(ctx context.Context, op func(context.Context) (int, err
 			}
 		})
 		context.AfterFunc(rctx, func() { stop() }) // rctx is package context's: no goroutine until it ends
-	})
-	defer watch.Stop()
+	}}
+	f.watch.add(w) // watch.go: one timer for the mount, not one per request
+	defer f.watch.remove(w)
 	for attempt := 0; ; attempt++ {
 		n, err := op(rctx)
 		if err == nil || isEOF(err) || interrupted.Load() {

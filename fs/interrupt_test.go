@@ -21,7 +21,7 @@ func (c *cancelCounter) Cancel(context.Context) error { c.n.Add(1); return nil }
 func TestRunInterrupt(t *testing.T) {
 	newHandle := func() (*fileHandle, *cancelCounter) {
 		cc := &cancelCounter{}
-		f := &fileHandle{log: Options{}.logger()}
+		f := &fileHandle{log: Options{}.logger(), watch: &watchList{}}
 		f.data.Store(&dataBox{cc})
 		return f, cc
 	}

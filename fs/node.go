@@ -30,6 +30,7 @@ type filesystem struct {
 
 	extras *requestExtras // what rawFS kept of requests in flight
 	open   openNodes      // nodes with open files (lock.go)
+	watch  watchList      // data requests' interrupt watches (watch.go)
 }
 
 // Node is one file, directory or symlink of the share. It keeps no path:

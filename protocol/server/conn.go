@@ -72,13 +72,18 @@ type conn struct {
 
 	// The reaper role (see reap): hand is epoch<<1 | 1 while the reaper
 	// runs a request inline; stall hands the role to a new goroutine if
-	// that takes longer than stallAfter. reapEnd is closed by the reaper
-	// that sees the CQ close. pend is the request the reaper runs inline
-	// after its batch.
-	hand    atomic.Uint64
-	stall   *time.Timer
-	reapEnd chan struct{}
-	pend    *slot
+	// one inline run lasts a whole stallAfter (runInline, takeOver).
+	// inlineSeq counts inline runs; stallSeen is the run the stall timer
+	// saw running at its last look; stallArmed: the timer is set. reapEnd
+	// is closed by the reaper that sees the CQ close. pend is the request
+	// the reaper runs inline after its batch.
+	hand       atomic.Uint64
+	inlineSeq  atomic.Uint64
+	stallSeen  atomic.Uint64
+	stallArmed atomic.Bool
+	stall      *time.Timer
+	reapEnd    chan struct{}
+	pend       *slot
 
 	rdma *atomic.Uint64 // the provider's RDMA bytes (stats.go)
 }
@@ -248,7 +253,7 @@ func (c *conn) reap() {
 }
 
 // stallAfter is how long an inline request may hold the reaper before the
-// role moves to a new goroutine.
+// role moves to a new goroutine; the stall timer's period.
 const stallAfter = 100 * time.Microsecond
 
 // inlineMax is the largest request run inline on the reaper.
@@ -256,23 +261,56 @@ const inlineMax = 128 << 10
 
 // runInline runs an I/O request on the reaper; false if the role was
 // taken over meanwhile.
+//
+// The stall timer is not set for each inline run: setting a Go timer due
+// before every other one wakes the runtime's poller thread
+// (runtime.wakeNetPoller), a thread wake-up per 4 KiB request (issue 16).
+// It is set by the first inline run after an idle spell and then ticks
+// every stallAfter while inline runs go on (takeOver), so a run that
+// outlasts stallAfter is taken over after between one and two periods.
 func (c *conn) runInline(sl *slot) bool {
 	v := c.hand.Load() &^ 1
+	seq := c.inlineSeq.Add(1)
 	c.hand.Store(v | 1)
-	c.stall.Reset(stallAfter)
+	if c.stallArmed.CompareAndSwap(false, true) {
+		c.stallSeen.Store(seq)
+		c.stall.Reset(stallAfter)
+	}
 	c.execIO(sl, true)
-	c.stall.Stop()
 	return c.hand.CompareAndSwap(v|1, v)
 }
 
-// takeOver is the stall timer: the reaper is busy with a slow inline
-// request, so this goroutine becomes the reaper.
+// takeOver is the stall timer's tick. If the inline run it saw at its last
+// look is still running, the reaper is busy with a slow request: this
+// goroutine becomes the reaper. Otherwise it looks again a period later
+// while inline runs go on, and lets the timer rest once none ran for a
+// whole period.
 func (c *conn) takeOver() {
+	// hand first: a run it shows running has counted itself in inlineSeq
+	// already, so if inlineSeq has not moved since the last look, that run
+	// was running then.
 	v := c.hand.Load()
-	if v&1 == 0 || !c.hand.CompareAndSwap(v, (v>>1+1)<<1) {
-		return
+	seq := c.inlineSeq.Load()
+	if seq == c.stallSeen.Load() {
+		if v&1 != 0 && c.hand.CompareAndSwap(v, (v>>1+1)<<1) {
+			c.stallArmed.Store(false) // the new reaper's inline runs set it again
+			c.reap()
+			return
+		}
+		if v&1 == 0 {
+			// Nothing ran inline for a whole period. A run that began
+			// after the loads above may have seen the timer still set:
+			// it is watched from here.
+			c.stallArmed.Store(false)
+			if c.inlineSeq.Load() != seq && c.stallArmed.CompareAndSwap(false, true) {
+				c.stallSeen.Store(c.inlineSeq.Load())
+				c.stall.Reset(stallAfter)
+			}
+			return
+		}
 	}
-	c.reap()
+	c.stallSeen.Store(seq)
+	c.stall.Reset(stallAfter)
 }
 
 // onSent handles the completion of one of our SENDs or RDMA WRITEs.

@@ -1,0 +1,106 @@
+package test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestWriteClearsSetID: a write through the mount by a user other than the
+// owner of a set-user-ID, set-group-ID file clears both bits on the
+// server's disk, on the LWIO data path (O_DIRECT, 4 KiB and 1 MiB) and on
+// the session channel (a small buffered write); so do truncate(2) and
+// open(2) with O_TRUNC. The mount asks the kernel
+// for HANDLE_KILLPRIV_V2 (fs/mount.go): the client's kernel then neither
+// asks for security.capability nor sends a SETATTR before a write, and the
+// bits are the server's to clear — its kernel does, for it writes as the
+// user, without CAP_FSETID.
+func TestWriteClearsSetID(t *testing.T) {
+	needLWIO(t)
+	dir := openShareDir(t)
+	accts := localAccounts(t, 2)
+	a, b := accts[0], accts[1]
+	conf := usersConfig(t, accts, fmt.Sprintf("[shares.setid]\npath = %q\nallow_setid = true\n", dir))
+	s := startServer(t, ServerConfig{Args: []string{"-config", conf}})
+	ma := mountShare(t, s, MountConfig{Share: "setid", User: a.name, Password: a.password})
+	mb := mountShare(t, s, MountConfig{Share: "setid", User: b.name, Password: b.password})
+
+	for _, tc := range []struct {
+		name   string
+		flags  int
+		n      int
+		byA    bool // the owner writes instead
+		wantOn os.FileMode
+	}{
+		{"direct-4k", unix.O_DIRECT, 4096, false, 0},
+		{"direct-1m", unix.O_DIRECT, 1 << 20, false, 0},
+		{"buffered-small", 0, 100, false, 0},
+		{"owner-direct-4k", unix.O_DIRECT, 4096, true, 0},
+		{"truncate", -1, 0, false, 0},
+		{"open-trunc", unix.O_TRUNC, 0, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "f-" + tc.name
+			mustWrite(t, filepath.Join(ma.Dir, name), bytes.Repeat([]byte("a"), 8192))
+			// Set-user-ID, set-group-ID with group execute, writable by all.
+			if err := unix.Chmod(filepath.Join(ma.Dir, name), 0o6777); err != nil {
+				t.Fatal(err)
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(dir, name), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode&0o6000 != 0o6000 {
+				t.Fatalf("mode %o on the server's disk after chmod 6777: the share dropped the bits already", st.Mode&0o7777)
+			}
+			m := mb
+			if tc.byA {
+				m = ma
+			}
+			p := filepath.Join(m.Dir, name)
+			// Looked at through the writer's mount first: the kernel has
+			// the set-id mode cached when it writes.
+			if err := unix.Stat(p, &st); err != nil || st.Mode&0o6000 != 0o6000 {
+				t.Fatalf("stat through the writer's mount: mode %o, %v", st.Mode&0o7777, err)
+			}
+			switch {
+			case tc.flags == -1: // truncate(2)
+				if err := os.Truncate(p, 100); err != nil {
+					t.Fatal(err)
+				}
+			case tc.n == 0: // open(2) with O_TRUNC
+				f, err := os.OpenFile(p, os.O_WRONLY|tc.flags, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+			default:
+				f, err := os.OpenFile(p, os.O_WRONLY|tc.flags, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := alignedBuf(t, tc.n)
+				if _, err := f.WriteAt(buf, 0); err != nil {
+					f.Close()
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := unix.Stat(filepath.Join(dir, name), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode&0o6000 != 0 {
+				t.Errorf("mode %o on the server's disk after %s; want the set-id bits cleared (0777)", st.Mode&0o7777, tc.name)
+			}
+			if err := unix.Stat(p, &st); err != nil || st.Mode&0o6000 != 0 {
+				t.Errorf("mode %o through the writer's mount after the write (%v); want the set-id bits cleared", st.Mode&0o7777, err)
+			}
+		})
+	}
+}
