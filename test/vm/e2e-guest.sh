@@ -27,6 +27,13 @@
 #      rxe0's shared receive queue (issue 20).
 #   6. control: on mount C, provider=softrdma, the byte check must fail.
 #      Then the server stops on SIGTERM (exit 0).
+#   7. private receive queues: lwio-server again, with [limits]
+#      shared_receive_queue = false (a configuration file beside the same
+#      flags); mount D, provider=verbs: fio --verify=crc32c (O_DIRECT,
+#      psync and io_uring, 4 MiB each, by RDMA on verbs) and a cp+cmp of
+#      a 3 MiB file; every verbs connection must have logged recv=own (a
+#      receive queue of its own), none recv=shared; mount D and the server
+#      stop on SIGTERM (exit 0).
 #
 # What carried the bytes is checked around the fio jobs and the tar
 # read-back: datapath_stat (below) is the one function that knows where the
@@ -205,13 +212,35 @@ wait_for() {
 
 fuse_mounted() { awk -v m="$1" '$5 == m && $0 ~ / - fuse/ {f=1} END{exit !f}' /proc/self/mountinfo; }
 
+# start_server LOG [ARGS...]: lwio-server on verbs and softrdma, with ARGS
+# before the quick-start flags (-config FILE), logging to $out/LOG (kept
+# in server_log).
+server_log=
 start_server() {
-	LWIO_PASSWORD=$password "$share/lwio-server" -listen "$session" -verbs "$ip:7446" -soft "$ip:7447" \
-		-user alice -account root -allow-root -share "e2e=$backing" >"$out/lwio-server.log" 2>&1 &
+	server_log=$out/$1
+	shift
+	LWIO_PASSWORD=$password "$share/lwio-server" "$@" -listen "$session" -verbs "$ip:7446" -soft "$ip:7447" \
+		-user alice -account root -allow-root -share "e2e=$backing" >"$server_log" 2>&1 &
 	server_pid=$!
-	wait_for 30 "lwio-server listening on verbs" grep -q 'msg=listening.*provider=verbs' "$out/lwio-server.log" ||
-		{ cat "$out/lwio-server.log"; return 1; }
-	grep 'msg=listening' "$out/lwio-server.log" | sed 's/^/  /'
+	wait_for 30 "lwio-server listening on verbs" grep -q 'msg=listening.*provider=verbs' "$server_log" ||
+		{ cat "$server_log"; return 1; }
+	grep 'msg=listening' "$server_log" | sed 's/^/  /'
+}
+
+# stop_server: SIGTERM must stop it with exit 0 and no error logged.
+stop_server() {
+	local rc
+	kill -TERM "$server_pid"
+	wait "$server_pid"
+	rc=$?
+	server_pid=
+	if [ $rc != 0 ]; then
+		fail "lwio-server on SIGTERM: exit $rc"
+	elif grep -E 'level=(error|fatal|panic)' "$server_log"; then
+		fail "lwio-server logged errors (above)"
+	else
+		pass "lwio-server stopped on SIGTERM (exit 0), no error logged"
+	fi
 }
 
 # start_mount NAME OPTIONS [DATAPATH]: lwio-mount of the share at
@@ -265,46 +294,48 @@ uring-direct     io_uring 1 randwrite 256k 4
 uring-buffered   io_uring 0 randwrite 256k 4'
 fio_mib=4
 
-# fio_verify runs fio_jobs on mount A: each job writes its file with crc32c
-# checksums in every block, then reads it all back and verifies (the
-# options of fioVerify in test/integrity_test.go). The RDMA check covers
-# the four jobs at once; its TCP bound (an eighth of the data) is less than
-# one job's file, so any one job falling back to TCP fails it.
+# fio_verify NAME JOBS runs JOBS (fio_jobs' form) on mount NAME: each job
+# writes its file with crc32c checksums in every block, then reads it all
+# back and verifies (the options of fioVerify in test/integrity_test.go).
+# The RDMA check covers the jobs at once; its TCP bound (an eighth of the
+# data) is less than one job's file, so any one job falling back to TCP
+# fails it. fio's report is $out/fio-NAME.log.
 fio_verify() {
-	local mnt=$work/a t0 before after args=() name engine direct rw bs qd
+	local mnt=$work/$1 mlog=$out/mount-$1.log flog=$out/fio-$1.log jobs=$2
+	local t0 before after args=() name engine direct rw bs qd
 	while read -r name engine direct rw bs qd; do
 		args+=(--name="$name" --filename="$name.dat" --ioengine="$engine" --direct="$direct"
 			--rw="$rw" --bs="$bs" --iodepth="$qd" --stonewall)
-	done <<<"$fio_jobs"
+	done <<<"$jobs"
 	local n
-	n=$(wc -l <<<"$fio_jobs")
-	before=$(datapath_stat "$mnt" "$out/mount-a.log")
+	n=$(wc -l <<<"$jobs")
+	before=$(datapath_stat "$mnt" "$mlog")
 	t0=$(now)
 	timeout 300 fio --directory="$mnt" --size="${fio_mib}m" \
 		--verify=crc32c --do_verify=1 --verify_fatal=1 --verify_dump=0 \
 		--mem=mmap --iomem_align=2m --randrepeat=0 --output-format=normal \
-		"${args[@]}" >"$out/fio.log" 2>&1
+		"${args[@]}" >"$flog" 2>&1
 	local rc=$?
-	after=$(datapath_stat "$mnt" "$out/mount-a.log")
+	after=$(datapath_stat "$mnt" "$mlog")
 	if [ $rc != 0 ]; then
-		fail "fio: exit $rc"
-		tail -30 "$out/fio.log"
+		fail "fio on mount ${1}: exit $rc"
+		tail -30 "$flog"
 		return
 	fi
 	while read -r name engine direct rw bs qd; do
 		local job disk
 		# A job's report runs from "name: (groupid" to the next one.
-		job=$(awk -v j="$name: (groupid" 'index($0, j) == 1 {on=1; print; next} /: \(groupid/ {on=0} on' "$out/fio.log")
+		job=$(awk -v j="$name: (groupid" 'index($0, j) == 1 {on=1; print; next} /: \(groupid/ {on=0} on' "$flog")
 		disk=$(stat -c %s "$backing/$name.dat" 2>&1)
 		if ! grep -q 'write: IOPS' <<<"$job" || ! grep -q 'read: IOPS' <<<"$job"; then
-			fail "fio $name: no write or no verify-read in its report (fio.log)"
+			fail "fio $name: no write or no verify-read in its report ($(basename "$flog"))"
 		elif [ "$disk" != $((fio_mib << 20)) ]; then
 			fail "fio $name: the server's file has $disk bytes, want $((fio_mib << 20))"
 		else
 			pass "fio $name ($rw $bs, $engine qd$qd, O_DIRECT $direct): $fio_mib MiB written and verified ($(grep -o 'write: IOPS=[^,]*, BW=[^ ]*' <<<"$job" | sed 's/.*BW=//') write, $(grep -o 'read: IOPS=[^,]*, BW=[^ ]*' <<<"$job" | sed 's/.*BW=//') verify)"
 		fi
 		rm -f "$mnt/$name.dat"
-	done <<<"$fio_jobs"
+	done <<<"$jobs"
 	echo "  fio: $(since "$t0") s"
 	check_rdma "fio ($n jobs)" "$before" "$after" $((n * fio_mib << 20)) 8
 }
@@ -420,6 +451,86 @@ posix_subset() {
 	fi
 }
 
+# check_server_conns RECV CONNS WHO: the server (server_log) saw the
+# mounts' connections, all on verbs: none on softrdma, though it was
+# offered; it authenticated CONNS, what the mounts report (WHO says whose).
+# Every verbs connection must have logged recv=RECV and none the other
+# kind: shared, from rxe0's shared receive queue (issue 20: rxe has SRQs,
+# so a connection with a queue of its own there is a failure), or own, a
+# receive queue of its own ([limits] shared_receive_queue = false). A
+# connection whose AUTH timed out (the mount retries it; under TCG on a
+# busy host 5 s can pass) carried nothing and is only counted.
+check_server_conns() {
+	local want=$1 conns=$2 who=$3 log=$server_log accepted on_verbs authed recv other
+	accepted=$(grep -c 'msg="lwio: connection accepted"' "$log")
+	on_verbs=$(grep 'msg="lwio: connection accepted"' "$log" | grep -c 'provider=verbs')
+	authed=$(grep 'msg="lwio: connection authenticated"' "$log" | grep -c 'provider=verbs')
+	recv=$(grep 'msg="lwio: connection accepted"' "$log" | grep 'provider=verbs' | grep -c "recv=$want\b")
+	other=$(grep 'msg="lwio: connection accepted"' "$log" | grep 'recv=' | grep -vc "recv=$want\b")
+	local queue="rxe0's shared receive queue"
+	[ "$want" = shared ] || queue="a receive queue of their own"
+	if [ "$on_verbs" -gt 0 ] && [ "$recv" = "$on_verbs" ] && [ "$other" = 0 ]; then
+		pass "lwio-server: all $on_verbs verbs connections take their receives from $queue (recv=$want)"
+	else
+		fail "lwio-server: $recv of $on_verbs verbs connections logged recv=$want, $other another kind"
+		grep -E 'shared receive queue|lwio: connection accepted' "$log" | head -10
+	fi
+	if [ "$accepted" -gt 0 ] && [ "$accepted" = "$on_verbs" ] && [ "$authed" = "$conns" ]; then
+		pass "lwio-server authenticated $authed LWIO connections, all on verbs ($who); none on softrdma; $((accepted - authed)) attempt(s) without AUTH"
+	else
+		fail "lwio-server accepted $accepted LWIO connections ($on_verbs on verbs) and authenticated $authed; the mounts report $conns ($who)"
+		grep 'lwio: connection' "$log" | head -20
+	fi
+}
+
+# ------------------------------------------------------- private queues ----
+
+# fio_jobs_own are phase 7's fio jobs: O_DIRECT, psync and io_uring.
+fio_jobs_own='own-psync        psync    1 write     1m   1
+own-uring        io_uring 1 randwrite 256k 4'
+
+# copy_compare NAME: a file of 3 MiB and an odd tail is copied into mount
+# NAME with cp; after the page cache is dropped, cmp reads it back from the
+# mount, and the server's copy from its disk: both must equal the original.
+copy_compare() {
+	local mnt=$work/$1 src=$work/copy.src size=$((3 << 20 | 4321))
+	head -c $size /dev/urandom >"$src"
+	if ! timeout 120 cp "$src" "$mnt/copy"; then
+		fail "cp into mount $1"
+	else
+		sync
+		echo 3 >/proc/sys/vm/drop_caches
+		if ! timeout 120 cmp "$src" "$mnt/copy"; then
+			fail "cp+cmp on mount $1: the file read back from the mount differs"
+		elif ! cmp "$src" "$backing/copy"; then
+			fail "cp+cmp on mount $1: the server's copy differs"
+		else
+			pass "cp+cmp on mount $1: $(mib $size) copied in, read back with the page cache dropped, equal on the mount and on the server's disk"
+		fi
+	fi
+	rm -f "$mnt/copy" "$src"
+}
+
+# private_queues is phase 7: the server again, with [limits]
+# shared_receive_queue = false in a configuration file beside the same
+# flags, so each connection has a receive queue of its own (and a 1 KiB
+# AUTH receive before AUTH); one mount over verbs runs a short fio
+# verification and a cp+cmp; then its connections must all have logged
+# recv=own.
+private_queues() {
+	local conf=$work/server-own.toml conns=0
+	printf '[limits]\nshared_receive_queue = false\n' >"$conf"
+	start_server lwio-server-own.log -config "$conf" || return
+	if start_mount d provider=verbs,completion=auto; then
+		conns=$(datapath_stat "$work/d" "$out/mount-d.log" | field connections)
+		fio_verify d "$fio_jobs_own"
+		copy_compare d
+		stop_mount d
+	fi
+	check_server_conns own "$conns" "mount d: $conns"
+	stop_server
+}
+
 # ----------------------------------------------------------------- main ----
 
 modprobe fuse || fail "modprobe fuse"
@@ -428,12 +539,12 @@ mtu=$(ibv_devinfo -d "$dev" | awk '$1 == "active_mtu:" {print $2; exit}')
 echo "e2e: $dev active MTU $mtu"
 
 t_all=$(now)
-start_server || exit 1
+start_server lwio-server.log || exit 1
 start_mount a provider=verbs,completion=auto || exit 1
 a_conns=$(datapath_stat "$work/a" "$out/mount-a.log" | field connections)
 
 t0=$(now)
-fio_verify
+fio_verify a "$fio_jobs"
 echo "e2e: fio phase $(since "$t0") s"
 
 t0=$(now)
@@ -450,45 +561,13 @@ fi
 echo "e2e: POSIX phase $(since "$t0") s"
 stop_mount a
 
-# The server saw the mounts' connections, all on verbs: none on softrdma,
-# though it was offered. A connection whose AUTH timed out (the mount
-# retries it; under TCG on a busy host 5 s can pass) carried nothing and
-# is only counted.
-check_server_conns() {
-	local log=$out/lwio-server.log accepted on_verbs authed shared
-	accepted=$(grep -c 'msg="lwio: connection accepted"' "$log")
-	on_verbs=$(grep 'msg="lwio: connection accepted"' "$log" | grep -c 'provider=verbs')
-	authed=$(grep 'msg="lwio: connection authenticated"' "$log" | grep -c 'provider=verbs')
-	# Issue 20: every verbs connection takes its receives from the device's
-	# shared receive queue (rxe has SRQs), not a queue of its own.
-	shared=$(grep 'msg="lwio: connection accepted"' "$log" | grep 'provider=verbs' | grep -c 'recv=shared')
-	if [ "$on_verbs" -gt 0 ] && [ "$shared" = "$on_verbs" ]; then
-		pass "lwio-server: all $on_verbs verbs connections take their receives from rxe0's shared receive queue"
-	else
-		fail "lwio-server: $shared of $on_verbs verbs connections use a shared receive queue"
-		grep -E 'shared receive queue|lwio: connection accepted' "$log" | head -10
-	fi
-	if [ "$accepted" -gt 0 ] && [ "$accepted" = "$on_verbs" ] && [ "$authed" = $((a_conns + ${b_conns:-0})) ]; then
-		pass "lwio-server authenticated $authed LWIO connections, all on verbs (mount a: $a_conns, mount b: ${b_conns:-0}); none on softrdma; $((accepted - authed)) attempt(s) without AUTH"
-	else
-		fail "lwio-server accepted $accepted LWIO connections ($on_verbs on verbs) and authenticated $authed; the mounts report $a_conns + ${b_conns:-0}"
-		grep 'lwio: connection' "$log" | head -20
-	fi
-}
-check_server_conns
+check_server_conns shared $((a_conns + ${b_conns:-0})) "mount a: $a_conns, mount b: ${b_conns:-0}"
 control_softrdma
+stop_server
 
-kill -TERM "$server_pid"
-wait "$server_pid"
-rc=$?
-server_pid=
-if [ $rc != 0 ]; then
-	fail "lwio-server on SIGTERM: exit $rc"
-elif grep -E 'level=(error|fatal|panic)' "$out/lwio-server.log"; then
-	fail "lwio-server logged errors (above)"
-else
-	pass "lwio-server stopped on SIGTERM (exit 0), no error logged"
-fi
+t0=$(now)
+private_queues
+echo "e2e: private receive queue phase $(since "$t0") s"
 
 echo "e2e: $failures failure(s) in $(since "$t_all") s"
 [ "$failures" = 0 ]

@@ -2,7 +2,8 @@
 # e2e.sh is the end-to-end phase of the verbs rig: lwiofs itself over real
 # verbs in the Soft-RoCE guest — lwio-server and lwio-mount built with verbs
 # support, fio with verification, a tar round trip and the POSIX checks on
-# the mount, and proof that the data moved by RDMA on verbs (the guest half
+# the mount, proof that the data moved by RDMA on verbs, and the server's
+# per-connection receive queues (shared_receive_queue = false) (the guest half
 # is test/vm/e2e-guest.sh; docs/verbs.md says what it proves).
 #
 #   test/vm/e2e.sh      # on its own: build, one boot of the guest, report
@@ -45,7 +46,7 @@ e2e_report() {
 		echo "e2e: FAIL: lwiofs end to end over verbs (exit $rc; logs in $out/e2e, $out/e2e-guest.sh.log)" >&2
 		return 1
 	fi
-	echo "e2e: PASS: lwiofs end to end over verbs (Soft-RoCE): mounts, fio, tar, POSIX checks, data by RDMA"
+	echo "e2e: PASS: lwiofs end to end over verbs (Soft-RoCE): mounts, fio, tar, POSIX checks, data by RDMA, shared and private receive queues"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
