@@ -344,10 +344,7 @@ func (s *Server) Close() error {
 // Abort drops every connection at once, without letting requests finish:
 // to clients it looks like a crash. The server goes on accepting.
 func (s *Server) Abort() {
-	s.mu.Lock()
-	conns := slices.Collect(maps.Keys(s.conns))
-	s.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range s.connList() {
 		c.fail(errors.New("aborted"))
 	}
 }
@@ -370,11 +367,10 @@ type ConnInfo struct {
 
 // Conns describes the live connections.
 func (s *Server) Conns() []ConnInfo {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]ConnInfo, 0, len(s.conns))
-	for c := range s.conns {
-		out = append(out, c.info())
+	conns := s.connList()
+	out := make([]ConnInfo, len(conns))
+	for i, c := range conns {
+		out[i] = c.info()
 	}
 	return out
 }

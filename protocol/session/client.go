@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/defaults"
 	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/ntstatus"
@@ -142,9 +143,7 @@ func (c *Client) keepAlive(interval time.Duration) {
 }
 
 func newClient(nc net.Conn, cfg ClientConfig) *Client {
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 30 * time.Second
-	}
+	defaults.Set(&cfg.WriteTimeout, 30*time.Second)
 	if cfg.Workstation == "" {
 		cfg.Workstation, _ = os.Hostname()
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/protocol"
 )
 
@@ -132,12 +133,7 @@ var commandNames = [cmdLimit]string{
 }
 
 // String returns the command's name, e.g. "READDIR".
-func (c Command) String() string {
-	if c < cmdLimit && commandNames[c] != "" {
-		return commandNames[c]
-	}
-	return fmt.Sprintf("Command(%d)", uint16(c))
-}
+func (c Command) String() string { return enum.Name(commandNames[:], c, "Command") }
 
 // Header is a decoded frame header.
 type Header struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
@@ -42,12 +43,7 @@ const (
 var encryptNames = [...]string{"if_required", "off", "desired", "required"}
 
 // String is the setting's name, as ParseEncrypt accepts it.
-func (e Encrypt) String() string {
-	if int(e) < len(encryptNames) {
-		return encryptNames[e]
-	}
-	return fmt.Sprintf("Encrypt(%d)", uint8(e))
-}
+func (e Encrypt) String() string { return enum.Name(encryptNames[:], e, "Encrypt") }
 
 // ParseEncrypt parses an encrypt setting: off, if_required, desired or
 // required; "" and "default" are if_required.
@@ -84,12 +80,7 @@ const (
 var sealModeNames = [...]string{"auto", "required", "never"}
 
 // String is the mode's name: auto, required or never.
-func (m SealMode) String() string {
-	if int(m) < len(sealModeNames) {
-		return sealModeNames[m]
-	}
-	return fmt.Sprintf("SealMode(%d)", uint8(m))
-}
+func (m SealMode) String() string { return enum.Name(sealModeNames[:], m, "SealMode") }
 
 // StatusSealRequired refuses a SESSION_SETUP or TREE_CONNECT on sealing
 // grounds: the server or share requires sealing and the session is not

@@ -171,6 +171,20 @@ func TestParseEncrypt(t *testing.T) {
 	}
 }
 
+// The session's enums print their names, and a value without one as
+// Type(n).
+func TestEnumStrings(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{EncryptDesired.String(), "desired"}, {Encrypt(9).String(), "Encrypt(9)"},
+		{SealNever.String(), "never"}, {SealMode(3).String(), "SealMode(3)"},
+		{stateEstablished.String(), "ESTABLISHED"}, {connState(4).String(), "connState(4)"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
 // dialSeal dials e with a sealing mode and ciphers (through addr, when not
 // empty: a proxy).
 func (e *env) dialSeal(addr string, mode SealMode, ciphers ...smbauth.Cipher) (*Client, error) {

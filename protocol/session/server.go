@@ -15,6 +15,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/defaults"
 	"github.com/lwiofs/lwiofs/internal/quietlog"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/share"
@@ -175,36 +176,18 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Domain == "" {
 		cfg.Domain = "LWIO"
 	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 64
-	}
-	if cfg.MaxHandles <= 0 {
-		cfg.MaxHandles = DefaultMaxHandles
-	}
-	if cfg.MaxUserHandles <= 0 {
-		cfg.MaxUserHandles = DefaultMaxUserHandles
-	}
-	if cfg.MaxOpenFiles <= 0 {
-		cfg.MaxOpenFiles = DefaultMaxOpenFiles()
-	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = DefaultMaxPending
-	}
-	if cfg.MaxPendingPerAddr <= 0 {
-		cfg.MaxPendingPerAddr = DefaultMaxPendingPerAddr
-	}
-	if cfg.IdleTimeout == 0 {
+	defaults.Set(&cfg.MaxInFlight, 64)
+	defaults.Set(&cfg.MaxHandles, DefaultMaxHandles)
+	defaults.Set(&cfg.MaxUserHandles, DefaultMaxUserHandles)
+	defaults.Set(&cfg.MaxOpenFiles, DefaultMaxOpenFiles())
+	defaults.Set(&cfg.MaxPending, DefaultMaxPending)
+	defaults.Set(&cfg.MaxPendingPerAddr, DefaultMaxPendingPerAddr)
+	if cfg.IdleTimeout == 0 { // negative: no idle timeout
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if cfg.SetupTimeout <= 0 {
-		cfg.SetupTimeout = 30 * time.Second
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 30 * time.Second
-	}
+	defaults.Set(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	defaults.Set(&cfg.SetupTimeout, 30*time.Second)
+	defaults.Set(&cfg.WriteTimeout, 30*time.Second)
 	s := &Server{
 		cfg:          cfg,
 		log:          quietlog.Or(cfg.Logger),

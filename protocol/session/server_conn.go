@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -44,12 +44,7 @@ const (
 
 var connStateNames = [...]string{"NEGOTIATE", "AUTHENTICATE", "ESTABLISHED", "CLOSED"}
 
-func (s connState) String() string {
-	if int(s) < len(connStateNames) {
-		return connStateNames[s]
-	}
-	return "connState(" + strconv.Itoa(int(s)) + ")"
-}
+func (s connState) String() string { return enum.Name(connStateNames[:], s, "connState") }
 
 // serverConn is one client connection. Its reader goroutine decodes
 // frames, enforces the message-id window and signatures in arrival order,

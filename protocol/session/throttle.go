@@ -4,6 +4,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lwiofs/lwiofs/internal/defaults"
 )
 
 // Logon throttling. Every failed logon makes the next attempts for the
@@ -55,12 +57,8 @@ type penalty struct {
 }
 
 func newThrottle(base, max time.Duration) *throttle {
-	if base <= 0 {
-		base = DefaultLogonDelay
-	}
-	if max <= 0 {
-		max = DefaultLogonDelayMax
-	}
+	defaults.Set(&base, DefaultLogonDelay)
+	defaults.Set(&max, DefaultLogonDelayMax)
 	return &throttle{base: base, max: max, now: time.Now, keys: map[throttleKey]*penalty{}}
 }
 
