@@ -48,7 +48,12 @@ import (
 // bounding set leaves none of those (only CAP_SETUID and CAP_SETGID, which
 // a file operation does not use, and CAP_LEASE), so there the two capset
 // calls are skipped. An account whose uid is 0 (a share with allow_root)
-// keeps the server's capabilities: it acts as root.
+// keeps the server's capabilities: it acts as root. The kernel drops the
+// filesystem capabilities only when the fsuid leaves 0: a server that is
+// not root but holds them (User= with AmbientCapabilities=), or runs with
+// SECBIT_NO_SETUID_FIXUP, keeps them through setfsuid, so there they count
+// as extra and capset drops them — for the server's own uid too, which
+// then runs on an identity thread like any other account.
 //
 // Each credential change costs a few microseconds (the kernel copies the
 // credentials and frees the old ones after an RCU grace period); an
@@ -120,12 +125,31 @@ func readSelf() *selfCred {
 	if err := unix.Capget(&hdr, &s.caps[0]); err == nil {
 		const need = 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID
 		s.perUser = s.caps[0].Effective&need == need
-		s.extraCaps = s.caps[0].Effective&^(fsCaps|keptCaps) != 0 || s.caps[1].Effective&^fsCapsHigh != 0
+		// The kernel clears the filesystem capabilities from a thread
+		// whose fsuid leaves 0 — from 0 only, and not with
+		// SECBIT_NO_SETUID_FIXUP. A server that is not root (a unit with
+		// User= and AmbientCapabilities=) or has that bit keeps them
+		// through setfsuid: they are extra, dropped with capset.
+		low, high := uint32(keptCaps), uint32(0)
+		if s.uid == 0 && !noSetuidFixup() {
+			low, high = low|fsCaps, fsCapsHigh
+		}
+		s.extraCaps = s.caps[0].Effective&^low != 0 || s.caps[1].Effective&^high != 0
 	}
 	dropCaps = s.caps
 	dropCaps[0].Effective, dropCaps[1].Effective = 0, 0
 	return s
 }
+
+// noSetuidFixup reports whether the process has SECBIT_NO_SETUID_FIXUP
+// set: then no change of its ids touches its capabilities.
+func noSetuidFixup() bool {
+	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
+	return err == nil && bits&secbitNoSetuidFixup != 0
+}
+
+// secbitNoSetuidFixup is SECBIT_NO_SETUID_FIXUP (linux/securebits.h).
+const secbitNoSetuidFixup = 1 << 2
 
 // fsCapable reports whether the server has every capability that makes
 // the kernel's file permission checks pass without asking the groups:
@@ -165,7 +189,7 @@ func newCred(a Account) *cred {
 	c.setGroups = !slices.Equal(c.groups, self.groups)
 	c.setGid = c.gid != self.gid
 	c.dropCaps = c.uid != 0 && self.extraCaps
-	if c.uid == self.uid && !c.setGid && (!c.setGroups || c.uid == 0 && self.fsCapable()) {
+	if c.uid == self.uid && !c.setGid && !c.dropCaps && (!c.setGroups || c.uid == 0 && self.fsCapable()) {
 		// The server's own credentials: nothing to change. Also root's
 		// account (root in its own group, say) run by a root server
 		// whose own group list differs: with the file capabilities

@@ -1,0 +1,120 @@
+package share
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
+)
+
+// nonRootEnv names the share directory to the child of
+// TestNonRootServerDropsFileCaps; set, the test runs as that child.
+const nonRootEnv = "LWIOFS_TEST_NONROOT_SHARE"
+
+// nonRootUid is the child's uid (nobody's on Debian): a server that is not
+// root but was given what per-user identity needs — a systemd unit with
+// User= and AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_DAC_OVERRIDE …
+const nonRootUid = 65534
+
+// TestNonRootServerDropsFileCaps: a server that is not root but has the
+// file capabilities (ambient, say) acts for a user without them. The
+// kernel drops them from a thread only when its fsuid leaves 0; a fsuid
+// going from the server's uid to the user's keeps CAP_DAC_OVERRIDE and
+// the rest, so the server must drop them itself (capset) — else any user
+// reads root's 0600 files. The server's own uid, connecting as a user,
+// must not keep them either. The test runs itself again as uid 65534 with
+// the unit's capabilities ambient.
+func TestNonRootServerDropsFileCaps(t *testing.T) {
+	if dir := os.Getenv(nonRootEnv); dir != "" {
+		nonRootChild(t, dir)
+		return
+	}
+	needPerUser(t)
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: needs root to start a non-root child with capabilities")
+	}
+	dir := sharedDir(t)
+	for _, name := range []string{"secret", "nobody-only"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("root's"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The test binary, where uid 65534 may run it (go test's own
+	// directory is 0700).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(sharedDir(t), "share.test")
+	copyFile(t, exe, bin)
+	var out strings.Builder
+	cmd := exec.Command(bin, "-test.run=^TestNonRootServerDropsFileCaps$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), nonRootEnv+"="+dir)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: nonRootUid, Gid: nonRootUid, Groups: []uint32{}},
+		AmbientCaps: []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRIDE,
+			unix.CAP_DAC_READ_SEARCH, unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID},
+	}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the non-root server: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "--- PASS") {
+		t.Fatalf("the non-root server did not run the test:\n%s", out.String())
+	}
+	t.Log(out.String())
+}
+
+// nonRootChild is TestNonRootServerDropsFileCaps as the non-root server.
+func nonRootChild(t *testing.T, dir string) {
+	if !PerUser() || os.Geteuid() != nonRootUid {
+		t.Fatalf("the child has uid %d, per-user %v: want uid %d with CAP_SETUID and CAP_SETGID", os.Geteuid(), PerUser(), nonRootUid)
+	}
+	nobody := Account{Name: "nobody", Uid: nonRootUid, Gid: nonRootUid}
+	for _, acct := range []Account{acctA, nobody} {
+		tr := connectAs(t, dir, acct, Config{})
+		if f, _, err := tr.Open("secret", os.O_RDONLY, 0); !errors.Is(err, protocol.StatusAccessDenied) {
+			if err == nil {
+				f.Close()
+			}
+			t.Errorf("%s opens root's 0600 file through a non-root server: %v, want ACCESS_DENIED", acct.Name, err)
+		}
+		_, err := tr.SetAttr("nobody-only", SetAttrIn{Valid: SetMode, Mode: 0o644})
+		if ntstatus.ToErrno(err) != syscall.EPERM {
+			t.Errorf("%s chmods root's file through a non-root server: %v, want EPERM", acct.Name, err)
+		}
+	}
+}
+
+// copyFile copies src to dst, mode 0755.
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
