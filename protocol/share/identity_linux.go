@@ -2,7 +2,9 @@ package share
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -88,6 +90,8 @@ type selfCred struct {
 	// its fsuid and those no file operation uses (keptCaps), which a
 	// user's thread must drop with capset.
 	extraCaps bool
+	// initialUserNS: the process is in the initial user namespace.
+	initialUserNS bool
 }
 
 // fsCaps are the capabilities the kernel clears from a thread's effective
@@ -114,7 +118,7 @@ var (
 )
 
 func readSelf() *selfCred {
-	s := &selfCred{uid: uint32(unix.Geteuid()), gid: uint32(unix.Getegid())}
+	s := &selfCred{uid: uint32(unix.Geteuid()), gid: uint32(unix.Getegid()), initialUserNS: initialUserNS()}
 	if gs, err := unix.Getgroups(); err == nil {
 		for _, g := range gs {
 			s.groups = append(s.groups, uint32(g))
@@ -153,11 +157,26 @@ const secbitNoSetuidFixup = 1 << 2
 
 // fsCapable reports whether the server has every capability that makes
 // the kernel's file permission checks pass without asking the groups:
-// CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID.
+// CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID
+// — and in the initial user namespace: in another (a container) they do
+// not apply to a file whose owner or group the namespace does not map,
+// and the kernel's check asks the groups there.
 func (s *selfCred) fsCapable() bool {
 	const need = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH |
 		1<<unix.CAP_FOWNER | 1<<unix.CAP_FSETID
-	return s.caps[0].Effective&need == need
+	return s.caps[0].Effective&need == need && s.initialUserNS
+}
+
+// initialUserNS reports whether the process is in the initial user
+// namespace: its uid and gid maps are the identity over every id.
+func initialUserNS() bool {
+	for _, m := range []string{"/proc/self/uid_map", "/proc/self/gid_map"} {
+		b, err := os.ReadFile(m)
+		if err != nil || !slices.Equal(strings.Fields(string(b)), []string{"0", "0", "4294967295"}) {
+			return false
+		}
+	}
+	return true
 }
 
 // PerUser reports whether this process can act as each user (it has
