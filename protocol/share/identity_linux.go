@@ -255,14 +255,42 @@ func asServer(fn func() error) error {
 // least (newCred), and no other thread ever has anything but the server's —
 // and then the caller is that thread's own goroutine, locked to it: the
 // answer cannot go stale (identity_threads_linux.go, "Nested runs").
+//
+// The one account whose ids can all be the server's is the server's own
+// uid on a server that is not root but holds capabilities to drop
+// (dropCaps): its identity thread differs from the server's threads only
+// in its effective capabilities, which are asked of the kernel then too.
 func (c *cred) inPlace() bool {
-	return threadHas(c.uid, c.gid, c.groups)
+	if !threadHas(c.uid, c.gid, c.groups) {
+		return false
+	}
+	return !c.dropCaps || !sameIDsAsSelf(c) || threadCapsDropped()
 }
 
 // selfInPlace reports whether the calling thread has the server's own
 // credentials (it is not an identity thread in a user's).
 func selfInPlace() bool {
-	return threadHas(self.uid, self.gid, self.groups)
+	if !threadHas(self.uid, self.gid, self.groups) {
+		return false
+	}
+	return !(self.uid != 0 && self.extraCaps) || !threadCapsDropped()
+}
+
+// sameIDsAsSelf reports whether c's fsuid, fsgid and groups are the
+// server's.
+func sameIDsAsSelf(c *cred) bool {
+	return c.uid == self.uid && !c.setGid && !c.setGroups
+}
+
+// threadCapsDropped reports whether the calling thread's effective
+// capabilities are cleared (capget of the calling thread).
+func threadCapsDropped() bool {
+	var caps [2]unix.CapUserData
+	hdr := capsHeader
+	if err := unix.Capget(&hdr, &caps[0]); err != nil {
+		return false
+	}
+	return caps[0].Effective == 0 && caps[1].Effective == 0
 }
 
 // threadHas reports whether the calling thread's fsuid, fsgid and

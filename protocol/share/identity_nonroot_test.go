@@ -81,8 +81,26 @@ func nonRootChild(t *testing.T, dir string) {
 		t.Fatalf("the child has uid %d, per-user %v: want uid %d with CAP_SETUID and CAP_SETGID", os.Geteuid(), PerUser(), nonRootUid)
 	}
 	nobody := Account{Name: "nobody", Uid: nonRootUid, Gid: nonRootUid}
+	// A Tree.Run in progress (another session's request) makes every
+	// operation ask the kernel whether its thread is in place already: a
+	// thread of the server's has nobody's ids, but not its capabilities.
+	other := connectAs(t, dir, acctB, Config{})
+	release, running := make(chan struct{}), make(chan struct{})
+	go other.Run(func() error { close(running); <-release; return nil })
+	<-running
+	defer close(release)
 	for _, acct := range []Account{acctA, nobody} {
 		tr := connectAs(t, dir, acct, Config{})
+		if err := tr.Run(func() error {
+			// Inside its own Run the server's operations still have the
+			// server's capabilities (open_by_handle_at wants one).
+			if !asServerHasCaps() {
+				return errors.New("asServer inside a Run of " + acct.Name + " runs without the server's capabilities")
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
 		if f, _, err := tr.Open("secret", os.O_RDONLY, 0); !errors.Is(err, protocol.StatusAccessDenied) {
 			if err == nil {
 				f.Close()
@@ -117,4 +135,15 @@ func copyFile(t *testing.T, src, dst string) {
 	if err := os.Chmod(dst, 0o755); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// asServerHasCaps reports whether asServer runs its function with the
+// server's effective capabilities.
+func asServerHasCaps() bool {
+	var caps [2]unix.CapUserData
+	_ = asServer(func() error {
+		hdr := capsHeader
+		return unix.Capget(&hdr, &caps[0])
+	})
+	return caps[0].Effective == self.caps[0].Effective && caps[1].Effective == self.caps[1].Effective
 }
