@@ -147,3 +147,66 @@ func asServerHasCaps() bool {
 	})
 	return caps[0].Effective == self.caps[0].Effective && caps[1].Effective == self.caps[1].Effective
 }
+
+// noSetuidEnv names the share directory to the child of
+// TestRootWithoutSetuidRefusesUsers; set, the test runs as that child.
+const noSetuidEnv = "LWIOFS_TEST_NOSETUID_SHARE"
+
+// TestRootWithoutSetuidRefusesUsers: a root server that lost CAP_SETUID
+// and CAP_SETGID (a drop-in narrowing the unit's CapabilityBoundingSet)
+// cannot act per user; every user would act as the server — as root,
+// reading root's 0600 files on a share that does not allow_root. It
+// refuses the tree connect there (RootRefused), and serves a share that
+// allows root. The test runs itself again under setpriv with those two
+// capabilities out of the bounding set.
+func TestRootWithoutSetuidRefusesUsers(t *testing.T) {
+	if dir := os.Getenv(noSetuidEnv); dir != "" {
+		if PerUser() || os.Geteuid() != 0 {
+			t.Fatalf("the child has uid %d, per-user %v: want root without CAP_SETUID", os.Geteuid(), PerUser())
+		}
+		sh, err := Open(Config{Name: "s", Path: dir}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sh.Close()
+		tr, err := sh.Connect(Identity{User: acctA.Name, Account: acctA})
+		var refused *RootRefused
+		if !errors.As(err, &refused) || !errors.Is(err, protocol.StatusAccessDenied) {
+			if err == nil {
+				if f, _, err := tr.Open("secret", os.O_RDONLY, 0); err == nil {
+					f.Close()
+					t.Errorf("%s reads root's 0600 file through a root server that cannot act per user", acctA.Name)
+				}
+			}
+			t.Errorf("tree connect of %s to a share without allow_root on a root server without CAP_SETUID: %v, want RootRefused", acctA.Name, err)
+		}
+		connectAs(t, dir, acctA, Config{AllowRoot: true})
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: needs root")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("SKIP: needs setpriv (util-linux)")
+	}
+	dir := sharedDir(t)
+	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd := exec.Command(setpriv, "--bounding-set=-setuid,-setgid", "--inh-caps=-all", exe,
+		"-test.run=^TestRootWithoutSetuidRefusesUsers$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), noSetuidEnv+"="+dir)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the root server without CAP_SETUID: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "--- PASS") {
+		t.Fatalf("the root server without CAP_SETUID did not run the test:\n%s", out.String())
+	}
+}
