@@ -3,10 +3,8 @@ package share
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -138,21 +136,11 @@ func TestRootAccountInUserNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
-	cmd := exec.Command(exe, "-test.run=^TestRootAccountInUserNamespace$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), userNSEnv+"="+dir)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
+	runChild(t, "the server in a user namespace", userNSEnv+"="+dir, &syscall.SysProcAttr{
 		Cloneflags:                 syscall.CLONE_NEWUSER,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 65536}},
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 65536}},
 		GidMappingsEnableSetgroups: true,
 		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{0}},
-	}
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("the server in a user namespace: %v\n%s", err, out.String())
-	}
-	if !strings.Contains(out.String(), "--- PASS") {
-		t.Fatalf("the server in a user namespace did not run the test:\n%s", out.String())
-	}
+	}, exe)
 }

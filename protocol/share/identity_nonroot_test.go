@@ -56,23 +56,30 @@ func TestNonRootServerDropsFileCaps(t *testing.T) {
 	}
 	bin := filepath.Join(sharedDir(t), "share.test")
 	copyFile(t, exe, bin)
-	var out strings.Builder
-	cmd := exec.Command(bin, "-test.run=^TestNonRootServerDropsFileCaps$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), nonRootEnv+"="+dir)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
+	runChild(t, "the non-root server", nonRootEnv+"="+dir, &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: nonRootUid, Gid: nonRootUid, Groups: []uint32{}},
 		AmbientCaps: []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_DAC_OVERRIDE,
 			unix.CAP_DAC_READ_SEARCH, unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID},
-	}
+	}, bin)
+}
+
+// runChild runs the calling test again in the test binary exe (after the
+// args, as in setpriv … exe), with env added and attr, and fails unless
+// it passes there.
+func runChild(t *testing.T, what, env string, attr *syscall.SysProcAttr, args ...string) {
+	t.Helper()
+	args = append(args, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
+	var out strings.Builder
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = attr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("the non-root server: %v\n%s", err, out.String())
+		t.Fatalf("%s: %v\n%s", what, err, out.String())
 	}
 	if !strings.Contains(out.String(), "--- PASS") {
-		t.Fatalf("the non-root server did not run the test:\n%s", out.String())
+		t.Fatalf("%s did not run the test:\n%s", what, out.String())
 	}
-	t.Log(out.String())
 }
 
 // nonRootChild is TestNonRootServerDropsFileCaps as the non-root server.
@@ -198,15 +205,6 @@ func TestRootWithoutSetuidRefusesUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
-	cmd := exec.Command(setpriv, "--bounding-set=-setuid,-setgid", "--inh-caps=-all", exe,
-		"-test.run=^TestRootWithoutSetuidRefusesUsers$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), noSetuidEnv+"="+dir)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("the root server without CAP_SETUID: %v\n%s", err, out.String())
-	}
-	if !strings.Contains(out.String(), "--- PASS") {
-		t.Fatalf("the root server without CAP_SETUID did not run the test:\n%s", out.String())
-	}
+	runChild(t, "the root server without CAP_SETUID", noSetuidEnv+"="+dir, nil,
+		setpriv, "--bounding-set=-setuid,-setgid", "--inh-caps=-all", exe)
 }
