@@ -182,9 +182,16 @@ func LookupAccount(name string) (Account, error) {
 // STATUS_ACCESS_DENIED on the wire.
 type RootRefused struct {
 	User, Account, Share string
+	// Server: the server cannot act per user (no CAP_SETUID and
+	// CAP_SETGID), so the user would act as the server, which is root
+	// or overrides the file permission checks.
+	Server bool
 }
 
 func (e *RootRefused) Error() string {
+	if e.Server {
+		return fmt.Sprintf("user %q would act as the server, which is root (or overrides permission checks) but cannot act per user (no CAP_SETUID and CAP_SETGID), and share %q does not allow_root", e.User, e.Share)
+	}
 	return fmt.Sprintf("user %q acts as account %q, which is uid 0 (root), and share %q does not allow_root", e.User, e.Account, e.Share)
 }
 
@@ -245,11 +252,20 @@ func (t *Tree) Run(fn func() error) error {
 	return runAs(c, fn)
 }
 
-// rootAllowed refuses an account with uid 0 unless the share allows root
-// (and the server acts per user at all: otherwise uid 0 is not the user's).
+// rootAllowed refuses an account with uid 0 unless the share allows root.
+// A server that cannot act per user runs every user as itself: it refuses
+// them all there when it is root, or holds a capability that overrides
+// the file permission checks — root without CAP_SETUID or CAP_SETGID (a
+// unit whose bounding set lost them) would otherwise make every user root.
 func (s *Share) rootAllowed(user string, a Account) error {
-	if a.Uid == 0 && self.perUser && !s.AllowRoot {
+	if s.AllowRoot {
+		return nil
+	}
+	if self.perUser && a.Uid == 0 {
 		return &RootRefused{User: user, Account: a.Name, Share: s.Name}
+	}
+	if !self.perUser && (self.uid == 0 || self.caps[0].Effective&fsCaps != 0 || self.caps[1].Effective&fsCapsHigh != 0) {
+		return &RootRefused{User: user, Account: a.Name, Share: s.Name, Server: true}
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package share
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -48,7 +50,12 @@ import (
 // bounding set leaves none of those (only CAP_SETUID and CAP_SETGID, which
 // a file operation does not use, and CAP_LEASE), so there the two capset
 // calls are skipped. An account whose uid is 0 (a share with allow_root)
-// keeps the server's capabilities: it acts as root.
+// keeps the server's capabilities: it acts as root. The kernel drops the
+// filesystem capabilities only when the fsuid leaves 0: a server that is
+// not root but holds them (User= with AmbientCapabilities=), or runs with
+// SECBIT_NO_SETUID_FIXUP, keeps them through setfsuid, so there they count
+// as extra and capset drops them — for the server's own uid too, which
+// then runs on an identity thread like any other account.
 //
 // Each credential change costs a few microseconds (the kernel copies the
 // credentials and frees the old ones after an RCU grace period); an
@@ -83,6 +90,8 @@ type selfCred struct {
 	// its fsuid and those no file operation uses (keptCaps), which a
 	// user's thread must drop with capset.
 	extraCaps bool
+	// initialUserNS: the process is in the initial user namespace.
+	initialUserNS bool
 }
 
 // fsCaps are the capabilities the kernel clears from a thread's effective
@@ -109,7 +118,7 @@ var (
 )
 
 func readSelf() *selfCred {
-	s := &selfCred{uid: uint32(unix.Geteuid()), gid: uint32(unix.Getegid())}
+	s := &selfCred{uid: uint32(unix.Geteuid()), gid: uint32(unix.Getegid()), initialUserNS: initialUserNS()}
 	if gs, err := unix.Getgroups(); err == nil {
 		for _, g := range gs {
 			s.groups = append(s.groups, uint32(g))
@@ -120,20 +129,54 @@ func readSelf() *selfCred {
 	if err := unix.Capget(&hdr, &s.caps[0]); err == nil {
 		const need = 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID
 		s.perUser = s.caps[0].Effective&need == need
-		s.extraCaps = s.caps[0].Effective&^(fsCaps|keptCaps) != 0 || s.caps[1].Effective&^fsCapsHigh != 0
+		// The kernel clears the filesystem capabilities from a thread
+		// whose fsuid leaves 0 — from 0 only, and not with
+		// SECBIT_NO_SETUID_FIXUP. A server that is not root (a unit with
+		// User= and AmbientCapabilities=) or has that bit keeps them
+		// through setfsuid: they are extra, dropped with capset.
+		low, high := uint32(keptCaps), uint32(0)
+		if s.uid == 0 && !noSetuidFixup() {
+			low, high = low|fsCaps, fsCapsHigh
+		}
+		s.extraCaps = s.caps[0].Effective&^low != 0 || s.caps[1].Effective&^high != 0
 	}
 	dropCaps = s.caps
 	dropCaps[0].Effective, dropCaps[1].Effective = 0, 0
 	return s
 }
 
+// noSetuidFixup reports whether the process has SECBIT_NO_SETUID_FIXUP
+// set: then no change of its ids touches its capabilities.
+func noSetuidFixup() bool {
+	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
+	return err == nil && bits&secbitNoSetuidFixup != 0
+}
+
+// secbitNoSetuidFixup is SECBIT_NO_SETUID_FIXUP (linux/securebits.h).
+const secbitNoSetuidFixup = 1 << 2
+
 // fsCapable reports whether the server has every capability that makes
 // the kernel's file permission checks pass without asking the groups:
-// CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID.
+// CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID
+// — and in the initial user namespace: in another (a container) they do
+// not apply to a file whose owner or group the namespace does not map,
+// and the kernel's check asks the groups there.
 func (s *selfCred) fsCapable() bool {
 	const need = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH |
 		1<<unix.CAP_FOWNER | 1<<unix.CAP_FSETID
-	return s.caps[0].Effective&need == need
+	return s.caps[0].Effective&need == need && s.initialUserNS
+}
+
+// initialUserNS reports whether the process is in the initial user
+// namespace: its uid and gid maps are the identity over every id.
+func initialUserNS() bool {
+	for _, m := range []string{"/proc/self/uid_map", "/proc/self/gid_map"} {
+		b, err := os.ReadFile(m)
+		if err != nil || !slices.Equal(strings.Fields(string(b)), []string{"0", "0", "4294967295"}) {
+			return false
+		}
+	}
+	return true
 }
 
 // PerUser reports whether this process can act as each user (it has
@@ -165,7 +208,7 @@ func newCred(a Account) *cred {
 	c.setGroups = !slices.Equal(c.groups, self.groups)
 	c.setGid = c.gid != self.gid
 	c.dropCaps = c.uid != 0 && self.extraCaps
-	if c.uid == self.uid && !c.setGid && (!c.setGroups || c.uid == 0 && self.fsCapable()) {
+	if c.uid == self.uid && !c.setGid && !c.dropCaps && (!c.setGroups || c.uid == 0 && self.fsCapable()) {
 		// The server's own credentials: nothing to change. Also root's
 		// account (root in its own group, say) run by a root server
 		// whose own group list differs: with the file capabilities
@@ -212,14 +255,42 @@ func asServer(fn func() error) error {
 // least (newCred), and no other thread ever has anything but the server's —
 // and then the caller is that thread's own goroutine, locked to it: the
 // answer cannot go stale (identity_threads_linux.go, "Nested runs").
+//
+// The one account whose ids can all be the server's is the server's own
+// uid on a server that is not root but holds capabilities to drop
+// (dropCaps): its identity thread differs from the server's threads only
+// in its effective capabilities, which are asked of the kernel then too.
 func (c *cred) inPlace() bool {
-	return threadHas(c.uid, c.gid, c.groups)
+	if !threadHas(c.uid, c.gid, c.groups) {
+		return false
+	}
+	return !c.dropCaps || !sameIDsAsSelf(c) || threadCapsDropped()
 }
 
 // selfInPlace reports whether the calling thread has the server's own
 // credentials (it is not an identity thread in a user's).
 func selfInPlace() bool {
-	return threadHas(self.uid, self.gid, self.groups)
+	if !threadHas(self.uid, self.gid, self.groups) {
+		return false
+	}
+	return !(self.uid != 0 && self.extraCaps) || !threadCapsDropped()
+}
+
+// sameIDsAsSelf reports whether c's fsuid, fsgid and groups are the
+// server's.
+func sameIDsAsSelf(c *cred) bool {
+	return c.uid == self.uid && !c.setGid && !c.setGroups
+}
+
+// threadCapsDropped reports whether the calling thread's effective
+// capabilities are cleared (capget of the calling thread).
+func threadCapsDropped() bool {
+	var caps [2]unix.CapUserData
+	hdr := capsHeader
+	if err := unix.Capget(&hdr, &caps[0]); err != nil {
+		return false
+	}
+	return caps[0].Effective == 0 && caps[1].Effective == 0
 }
 
 // threadHas reports whether the calling thread's fsuid, fsgid and

@@ -249,6 +249,9 @@ func (r *uring) close() {
 	unix.Close(r.fd)
 }
 
+// ringOps counts the operations submitted to rings (tests).
+var ringOps atomic.Int64
+
 // personality is r's id for c's credentials, registered on an identity
 // thread in them the first time (one hand-off per ring and account).
 func (r *uring) personality(c *cred) (uint16, error) {
@@ -281,9 +284,6 @@ func (r *uring) personality(c *cred) (uint16, error) {
 // for its completion: its result (bytes, or an error). addr (and what it
 // points to) must stay alive and unmoved until rw returns: the callers
 // hold it in keepB or iov.
-// ringOps counts the operations submitted to rings (tests).
-var ringOps atomic.Int64
-
 func (r *uring) rw(op uint8, fd int, addr unsafe.Pointer, n uint32, off int64, pers uint16) (int, error) {
 	if off < 0 {
 		// -1 is "the file position" to io_uring; pwrite(2) refuses it.
