@@ -304,7 +304,7 @@ func TestServerNotRoot(t *testing.T) {
 	if uid, gid := ownerOnDisk(t, filepath.Join(dir, "f")); uid != srv.uid || gid != srv.gid {
 		t.Errorf("a file alice made through a server run by %s is %d:%d, want the server's %d:%d", srv.name, uid, gid, srv.uid, srv.gid)
 	}
-	if n := strings.Count(s.p.out.String(), "not running as root"); n != 1 {
-		t.Errorf("the server said %d times that it is not root, want once:\n%s", n, s.p.out)
+	if n := strings.Count(s.p.out.String(), "cannot act per user"); n != 1 {
+		t.Errorf("the server said %d times that it cannot act per user, want once:\n%s", n, s.p.out)
 	}
 }

@@ -224,7 +224,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if !s.accounts.PerUser() {
 		self := s.accounts.Self()
 		s.log.WithFields(logrus.Fields{"account": self.Name, "uid": self.Uid, "gid": self.Gid}).
-			Warn("not running as root (no CAP_SETUID and CAP_SETGID): every user acts as the server's own account, and the permission checks cannot tell users apart")
+			Warn("cannot act per user (no CAP_SETUID and CAP_SETGID): every user acts as the server's own account, and the permission checks cannot tell users apart; if that account is root or overrides permission checks, only shares with allow_root accept users")
 	}
 	if umask := share.Umask(); umask != 0 {
 		s.log.WithField("umask", fmt.Sprintf("%03o", umask)).Warn("server umask is not 0; modes of created files are corrected after creation")

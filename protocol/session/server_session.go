@@ -149,7 +149,7 @@ func (s *Server) treeConnect(ss *serverSession, name string) (uint32, *share.Tre
 	var refused *share.RootRefused
 	if errors.As(err, &refused) {
 		s.log.WithFields(logrus.Fields{"session": ss.id, "user": ss.user, "share": sh.Name, "account": refused.Account}).
-			Warn("tree connect refused: the user acts as uid 0 (root) and the share does not allow_root")
+			Warn("tree connect refused: " + refused.Error())
 	}
 	if err != nil {
 		return 0, nil, err
