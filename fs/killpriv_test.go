@@ -1,8 +1,12 @@
 package fs
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -82,5 +86,74 @@ func TestRawFSKeepsKillFlags(t *testing.T) {
 	}
 	if _, ok := x.of(&fuse.Context{Cancel: c}); ok {
 		t.Error("a request's extras outlive it")
+	}
+}
+
+// TestKillSetIDRoundTrips: on a mount whose account is root, with
+// allow_other, writes and a truncate by an unprivileged local user
+// (nobody) of a file without set-id bits send no request beyond their
+// own; the first write to a file with them sends one chmod, which clears
+// them on the server's disk, and the next writes none. (The kernel itself
+// sends an empty SETATTR before a write to a file with set-id bits: what
+// is left of its ATTR_KILL_SUID once HANDLE_KILLPRIV_V2 leaves the mode
+// to the filesystem.) It fails with a mount that clears nothing
+// (dc9ac2b), or that chmods on every write.
+func TestKillSetIDRoundTrips(t *testing.T) {
+	backing := t.TempDir()
+	for name, mode := range map[string]uint32{"plain": 0o666, "setid": 0o6777} {
+		p := filepath.Join(backing, name)
+		if err := os.WriteFile(p, []byte("0123456789"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := NewIDMap(IDMapNone, nil, fakeAccounts{}, nil)
+	ids.ActAsForAll(Account{Name: "root"})
+	mnt, tree, _ := mountFake(t, backing, Options{AllowOther: true, Owners: ids, AttrTimeout: time.Second})
+	if err := os.Chmod(filepath.Dir(mnt), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(script string) {
+		t.Helper()
+		// The shell changes into the mount, not the forked child before
+		// exec: this process serves the mount, and holds syscall.ForkLock
+		// until the exec.
+		cmd := exec.Command("/bin/sh", "-ec", `cd "$0"; `+script, mnt)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("as nobody: %s: %v\n%s", script, err, out)
+		}
+	}
+	mode := func(name string) uint32 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(backing, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode & 0o7777
+	}
+	for _, step := range []struct {
+		script           string
+		setattrs, chmods int
+		file             string
+		wantAfter        uint32
+	}{
+		{"printf a 1<>plain; printf b 1<>plain; printf c >>plain", 0, 0, "plain", 0o666},
+		{"truncate -s 3 plain", 1, 0, "plain", 0o666}, // the truncate itself
+		{"printf a 1<>setid", -1, 1, "setid", 0o777},
+		{"printf b 1<>setid; printf c >>setid", 0, 0, "setid", 0o777},
+	} {
+		setattrs, chmods := tree.callCount("setattr"), tree.callCount("chmod")
+		asNobody(step.script)
+		if got := tree.callCount("setattr") - setattrs; step.setattrs >= 0 && got != step.setattrs {
+			t.Errorf("%s: %d SETATTRs, want %d", step.script, got, step.setattrs)
+		}
+		if got := tree.callCount("chmod") - chmods; got != step.chmods {
+			t.Errorf("%s: %d chmods, want %d", step.script, got, step.chmods)
+		}
+		if got := mode(step.file); got != step.wantAfter {
+			t.Errorf("%s: mode %o on disk, want %o", step.script, got, step.wantAfter)
+		}
 	}
 }
