@@ -118,7 +118,12 @@ func (t *dirTree) SetAttr(ctx context.Context, p string, h session.Handle, in se
 	}
 	var err error
 	if in.Valid&session.SetMode != 0 {
-		err = os.Chmod(name, os.FileMode(in.Mode&0777))
+		t.count("chmod")
+		if f != nil { // by handle, as the server does when given one
+			err = syscall.Fchmod(int(f.Fd()), in.Mode&07777)
+		} else {
+			err = syscall.Chmod(name, in.Mode&07777) // set-id bits too (os.FileMode has its own)
+		}
 	}
 	if err == nil && in.Valid&(session.SetUid|session.SetGid) != 0 {
 		uid, gid := -1, -1
@@ -128,7 +133,11 @@ func (t *dirTree) SetAttr(ctx context.Context, p string, h session.Handle, in se
 		if in.Valid&session.SetGid != 0 {
 			gid = int(in.Gid)
 		}
-		err = os.Lchown(name, uid, gid)
+		if f != nil {
+			err = f.Chown(uid, gid)
+		} else {
+			err = os.Lchown(name, uid, gid)
+		}
 	}
 	if err == nil && in.Valid&session.SetSize != 0 {
 		if f != nil {

@@ -69,6 +69,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		fh.Release(ctx) // (kept again, or closed)
 	}
+	req := ctx // the FUSE request's own: what rawFS kept of it is found by it
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	n.fs.wb.barrier() // the open's attributes decide close-to-open
@@ -90,11 +91,18 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	n.rememberAt(g, a)
 	n.brokenDuring(a.Ino, g)
 	fh := n.newHandle(p, h, int(flags))
+	if flags&syscall.O_TRUNC != 0 {
+		if err := n.killSetIDWrite(req, h); err != nil { // killpriv.go
+			fh.Release(ctx)
+			return nil, 0, n.errno("open", p, err)
+		}
+	}
 	fh.writable()
 	return fh, n.openFlags(a, int(flags)), 0
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	req := ctx
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
@@ -110,6 +118,12 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	n.created(child, name, got, g, false, out)
 	cn := child.Operations().(*Node)
 	fh := cn.newHandle(p, h, int(flags))
+	if flags&syscall.O_TRUNC != 0 {
+		if err := cn.killSetIDWrite(req, h); err != nil { // an existing file (killpriv.go)
+			fh.Release(ctx)
+			return nil, nil, 0, n.errno("create", p, err)
+		}
+	}
 	fh.writable()
 	var fl uint32
 	if !cn.freshNode(a) || flags&syscall.O_APPEND != 0 {
@@ -226,6 +240,9 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32
 		if err := f.node.flushAll(ctx, false); err != nil {
 			return 0, f.errno("write", err)
 		}
+		if err := f.node.killSetIDWrite(ctx, f.h); err != nil {
+			return 0, f.errno("write", err)
+		}
 		if x.appending {
 			return f.append(ctx, buf, off)
 		}
@@ -238,6 +255,9 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32
 	}()
 	if done, errno := f.deferWrite(ctx, buf, off); done {
 		return uint32(len(buf)), errno
+	}
+	if err := f.node.killSetIDWrite(ctx, f.h); err != nil { // killpriv.go
+		return 0, f.errno("write", err)
 	}
 	f.dirty()
 	defer f.dirty() // and attributes fetched during the write predate it

@@ -154,9 +154,9 @@ func (o Options) MountOptions() *gofs.Options {
 		// the superblock SB_NOSEC and stops asking for security.capability
 		// (a FUSE round trip, answered locally, before every write: ~20 µs
 		// of a 4 KiB O_DIRECT write's ~120, issue 16). A tree acting as
-		// root (allow_root) keeps CAP_FSETID: there a write by a local
-		// user without it no longer clears the bits.
-		// test/setid_write_test.go.
+		// root (allow_root) keeps CAP_FSETID: there the mount clears the
+		// bits itself for a caller without it, as the kernel flags
+		// (killpriv.go). test/setid_write_test.go.
 		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_HANDLE_KILLPRIV_V2,
 		// Passthrough would hand the kernel a local fd; there is none.
 		DisabledCapabilities: fuse.CAP_PASSTHROUGH,

@@ -57,6 +57,9 @@ type Node struct {
 	// tmp is the open handle of an O_TMPFILE node until it is named
 	// (tmpfile.go).
 	tmp atomic.Pointer[fileHandle]
+	// setID: the last attributes seen had set-id bits a write by a caller
+	// without CAP_FSETID clears (killpriv.go).
+	setID atomic.Bool
 }
 
 // freshAttrAge bounds how long a GETATTR is answered from attributes the
@@ -91,7 +94,11 @@ func (n *Node) gen() uint64 { return n.fs.seq.Load() }
 func (n *Node) rememberAt(g uint64, a session.Attr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.freshGen <= g && !n.ls.wb.predicted {
+	if n.ls.wb.predicted {
+		return
+	}
+	n.sawMode(a.Mode) // even if older than a change: only says where to look
+	if n.freshGen <= g {
 		n.fresh, n.freshAt, n.freshValid = a, time.Now(), true
 	}
 }
@@ -292,6 +299,9 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	s := setAttrIn(in)
 	if errno := n.serverOwner(ctx, &s); errno != 0 {
 		return errno
+	}
+	if err := n.killSetIDSetattr(ctx, in, h, &s); err != nil {
+		return n.errno("setattr", p, err)
 	}
 	if a, ok := n.deferSetattr(f, s); ok {
 		n.fillAttr(&out.Attr, a)

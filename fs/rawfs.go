@@ -21,6 +21,9 @@ import (
 //   - FLUSH's lock owner: every close(2) of a descriptor drops its
 //     process's POSIX locks on the file, and the FLUSH it sends is the
 //     only place FUSE says whose (lock.go).
+//   - WRITE's WRITE_KILL_SUIDGID and OPEN's and CREATE's
+//     OPEN_KILL_SUIDGID: the caller lacks CAP_FSETID, so the write (or
+//     the O_TRUNC) must clear the file's set-id bits (killpriv.go).
 //
 // It also turns a LOOKUP's ENOENT into a negative entry the kernel keeps
 // for the timeout the node set in the reply (Node.negative: under a
@@ -45,6 +48,7 @@ type requestExtras struct {
 type extra struct {
 	appending bool   // a WRITE the kernel marked O_APPEND
 	writeback bool   // a WRITE of cached pages (a shared mapping's)
+	killSetID bool   // a WRITE, OPEN or CREATE flagged *_KILL_SUIDGID
 	owner     uint64 // a FLUSH's lock owner
 }
 
@@ -77,12 +81,15 @@ func (x *requestExtras) of(ctx context.Context) (extra, bool) {
 
 // writeExtra is what a WRITE's flags say: an O_APPEND write (not a
 // writeback, which is at the pages' own offsets), or a writeback of cached
-// pages (twin.go).
+// pages (twin.go); and whether the writer lacks CAP_FSETID.
 func writeExtra(in *fuse.WriteIn) (extra, bool) {
+	e := extra{killSetID: in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0}
 	if in.WriteFlags&fuse.WRITE_CACHE != 0 {
-		return extra{writeback: true}, true
+		e.writeback = true
+	} else {
+		e.appending = in.Flags&syscall.O_APPEND != 0
 	}
-	return extra{appending: true}, in.Flags&syscall.O_APPEND != 0
+	return e, e != extra{}
 }
 
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
@@ -97,6 +104,20 @@ func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) 
 		defer r.x.put(cancel, e)()
 	}
 	return r.RawFileSystem.Writev(cancel, in, data)
+}
+
+func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 { // OpenIn.Mode holds the open_flags
+		defer r.x.put(cancel, extra{killSetID: true})()
+	}
+	return r.RawFileSystem.Open(cancel, in, out)
+}
+
+func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	if in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0 {
+		defer r.x.put(cancel, extra{killSetID: true})()
+	}
+	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
 func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {

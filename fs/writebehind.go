@@ -99,11 +99,13 @@ func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (don
 	if n.fs.lease == nil {
 		return false, 0
 	}
+	kill, mayHold := n.killSetIDHold(ctx)
 	n.mu.Lock()
-	if n.ls.state&LeaseWrite != 0 && f.mayDefer() && n.freshValid && n.ls.wb.err == nil &&
+	if mayHold && n.ls.state&LeaseWrite != 0 && f.mayDefer() && n.freshValid && n.ls.wb.err == nil &&
 		n.ls.wb.bytes+len(buf) <= leaseHoldMax && len(n.ls.wb.ops) < maxDeferredOps &&
 		f.heldBack.Load()+int64(len(buf)) <= leaseHoldMax {
 		f.heldBack.Add(int64(len(buf)))
+		n.killSetIDHeld(kill, f.h)
 		n.hold(session.BatchOp{Command: session.CmdWrite, Handle: f.h, Offset: uint64(off), Data: append([]byte(nil), buf...)})
 		a := n.fresh
 		if end := uint64(off) + uint64(len(buf)); end > a.Size {
@@ -189,6 +191,7 @@ func (n *Node) hold(op session.BatchOp) {
 // sent; a reply to a request in flight must not replace them. Node.mu
 // held.
 func (n *Node) predict(a session.Attr) {
+	n.sawMode(a.Mode)
 	n.fresh, n.freshAt, n.freshValid = a, time.Now(), true
 	n.freshGen = n.fs.seq.Add(1)
 	n.ls.wb.predicted = true
@@ -253,6 +256,7 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 		n.ls.wb.predicted = false
 		if err == nil {
 			n.fresh, n.freshAt, n.freshValid = res[len(res)-1].Attr, time.Now(), true
+			n.sawMode(n.fresh.Mode)
 		} else {
 			n.freshValid = false
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -103,4 +104,88 @@ func TestWriteClearsSetID(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRootAccountWriteClearsSetID: on a mount whose account is root (the
+// share allows it; the server then writes with its own credentials, which
+// keep set-id bits) made with allow_other, an ordinary local user — no
+// CAP_FSETID — who writes to, truncates or opens with O_TRUNC a
+// world-writable set-user-ID, set-group-ID (group execute) file clears
+// both bits on the server's disk, as a local write would: the kernel
+// flags those requests (HANDLE_KILLPRIV_V2) and the mount clears the bits
+// (fs/killpriv.go). Root's own writes keep them, as locally.
+func TestRootAccountWriteClearsSetID(t *testing.T) {
+	needAccounts(t)
+	u := newLocalUser(t)
+	dir := openShareDir(t)
+	s := startServer(t, ServerConfig{Shares: map[string]string{"share": dir}})
+	m := mountShare(t, s, MountConfig{Options: []string{"allow_other"}}) // alice acts as root
+	reachable(t, m.Dir)
+
+	for _, tc := range []struct {
+		name   string
+		script string // run in the mount; "" means root writes instead
+		root   func(p string) error
+		want   uint32 // the mode on the server's disk afterwards
+	}{
+		{name: "direct-4k", script: "dd if=/dev/zero of=F bs=4096 count=1 oflag=direct conv=notrunc status=none", want: 0o777},
+		{name: "direct-1m", script: "dd if=/dev/zero of=F bs=1M count=1 oflag=direct conv=notrunc status=none", want: 0o777},
+		{name: "buffered-small", script: "printf hello 1<>F", want: 0o777},
+		{name: "append", script: "printf hello >>F", want: 0o777},
+		{name: "truncate", script: "truncate -s 100 F", want: 0o777},
+		{name: "open-trunc", script: ": >F", want: 0o777},
+		{name: "twice", script: "printf a 1<>F; printf b 1<>F; dd if=/dev/zero of=F bs=4096 count=1 oflag=direct conv=notrunc status=none", want: 0o777},
+		{name: "root-write", root: func(p string) error {
+			return writeAt(p, 0, []byte("hello"))
+		}, want: 0o6777},
+		{name: "root-direct", root: func(p string) error {
+			return writeAt(p, unix.O_DIRECT, alignedBuf(t, 4096))
+		}, want: 0o6777},
+		{name: "root-truncate", root: func(p string) error { return os.Truncate(p, 100) }, want: 0o6777},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "f-" + tc.name
+			disk := filepath.Join(dir, name)
+			mustWrite(t, disk, bytes.Repeat([]byte("a"), 8192))
+			if err := os.Chmod(disk, 0o777|os.ModeSetuid|os.ModeSetgid); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(m.Dir, name)
+			var st unix.Stat_t
+			// Looked at through the mount first: the kernel, and the
+			// mount, have the set-id mode when the write comes.
+			if err := unix.Stat(p, &st); err != nil || st.Mode&0o7777 != 0o6777 {
+				t.Fatalf("stat through the mount: mode %o, %v", st.Mode&0o7777, err)
+			}
+			if tc.root != nil {
+				if err := tc.root(p); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				mustShAs(t, u, m.Dir, strings.ReplaceAll(tc.script, "F", name))
+			}
+			if err := unix.Stat(disk, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode&0o7777 != tc.want {
+				t.Errorf("mode %o on the server's disk after %s; want %o", st.Mode&0o7777, tc.name, tc.want)
+			}
+			if err := unix.Stat(p, &st); err != nil || st.Mode&0o7777 != tc.want {
+				t.Errorf("mode %o through the mount after %s (%v); want %o", st.Mode&0o7777, tc.name, err, tc.want)
+			}
+		})
+	}
+}
+
+// writeAt writes b at offset 0 of p, opened write-only with flags.
+func writeAt(p string, flags int, b []byte) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|flags, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

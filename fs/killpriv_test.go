@@ -1,0 +1,159 @@
+package fs
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+func TestSetIDCleared(t *testing.T) {
+	for _, tc := range []struct {
+		mode, want uint32
+		ok         bool
+	}{
+		{syscall.S_IFREG | 0o6777, syscall.S_IFREG | 0o777, true},
+		{syscall.S_IFREG | 0o4755, syscall.S_IFREG | 0o755, true},
+		{syscall.S_IFREG | 0o2755, syscall.S_IFREG | 0o755, true},  // group execute: set-group-ID goes
+		{syscall.S_IFREG | 0o6745, syscall.S_IFREG | 0o2745, true}, // none: it stays (mandatory locking's mark)
+		{syscall.S_IFREG | 0o2745, syscall.S_IFREG | 0o2745, false},
+		{syscall.S_IFREG | 0o777, syscall.S_IFREG | 0o777, false},
+		{syscall.S_IFDIR | 0o2775, syscall.S_IFDIR | 0o2775, false}, // only regular files
+	} {
+		if got, ok := setIDCleared(tc.mode); got != tc.want || ok != tc.ok {
+			t.Errorf("setIDCleared(%o) = %o, %v; want %o, %v", tc.mode, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// killSeen is a raw filesystem that records whether the node API would
+// find the request flagged *_KILL_SUIDGID (what rawFS keeps).
+type killSeen struct {
+	fuse.RawFileSystem
+	x    *requestExtras
+	seen []bool
+}
+
+func (k *killSeen) look(cancel <-chan struct{}) {
+	e, _ := k.x.of(&fuse.Context{Cancel: cancel})
+	k.seen = append(k.seen, e.killSetID)
+}
+
+func (k *killSeen) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	k.look(cancel)
+	return fuse.OK
+}
+
+func (k *killSeen) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	k.look(cancel)
+	return fuse.OK
+}
+
+func (k *killSeen) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	k.look(cancel)
+	return uint32(len(data)), fuse.OK
+}
+
+// TestRawFSKeepsKillFlags: the kernel's WRITE_KILL_SUIDGID and
+// OPEN_KILL_SUIDGID reach the node API (for the request they came with
+// only), which go-fuse's would not pass on.
+func TestRawFSKeepsKillFlags(t *testing.T) {
+	x := newRequestExtras()
+	k := &killSeen{RawFileSystem: fuse.NewDefaultRawFileSystem(), x: x}
+	r := &rawFS{RawFileSystem: k, x: x}
+	c := make(chan struct{})
+	r.Open(c, &fuse.OpenIn{Flags: syscall.O_WRONLY | syscall.O_TRUNC, Mode: fuse.OPEN_KILL_SUIDGID}, &fuse.OpenOut{})
+	r.Open(c, &fuse.OpenIn{Flags: syscall.O_WRONLY | syscall.O_TRUNC}, &fuse.OpenOut{})
+	r.Create(c, &fuse.CreateIn{Flags: syscall.O_WRONLY | syscall.O_TRUNC, OpenFlags: fuse.OPEN_KILL_SUIDGID}, "f", &fuse.CreateOut{})
+	r.Create(c, &fuse.CreateIn{Flags: syscall.O_WRONLY}, "f", &fuse.CreateOut{})
+	r.Write(c, &fuse.WriteIn{WriteFlags: fuse.WRITE_KILL_SUIDGID}, []byte("x"))
+	r.Write(c, &fuse.WriteIn{WriteFlags: fuse.WRITE_KILL_SUIDGID | fuse.WRITE_CACHE}, []byte("x"))
+	r.Write(c, &fuse.WriteIn{Flags: syscall.O_APPEND}, []byte("x"))
+	r.Write(c, &fuse.WriteIn{}, []byte("x"))
+	want := []bool{true, false, true, false, true, true, false, false}
+	if len(k.seen) != len(want) {
+		t.Fatalf("seen %v, want %v", k.seen, want)
+	}
+	for i := range want {
+		if k.seen[i] != want[i] {
+			t.Errorf("seen %v, want %v", k.seen, want)
+			break
+		}
+	}
+	if _, ok := x.of(&fuse.Context{Cancel: c}); ok {
+		t.Error("a request's extras outlive it")
+	}
+}
+
+// TestKillSetIDRoundTrips: on a mount whose account is root, with
+// allow_other, writes and a truncate by an unprivileged local user
+// (nobody) of a file without set-id bits send no request beyond their
+// own; the first write to a file with them sends one chmod, which clears
+// them on the server's disk, and the next writes none. (The kernel itself
+// sends an empty SETATTR before a write to a file with set-id bits: what
+// is left of its ATTR_KILL_SUID once HANDLE_KILLPRIV_V2 leaves the mode
+// to the filesystem.) It fails with a mount that clears nothing
+// (dc9ac2b), or that chmods on every write.
+func TestKillSetIDRoundTrips(t *testing.T) {
+	backing := t.TempDir()
+	for name, mode := range map[string]uint32{"plain": 0o666, "setid": 0o6777} {
+		p := filepath.Join(backing, name)
+		if err := os.WriteFile(p, []byte("0123456789"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := NewIDMap(IDMapNone, nil, fakeAccounts{}, nil)
+	ids.ActAsForAll(Account{Name: "root"})
+	mnt, tree, _ := mountFake(t, backing, Options{AllowOther: true, Owners: ids, AttrTimeout: time.Second})
+	if err := os.Chmod(filepath.Dir(mnt), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(script string) {
+		t.Helper()
+		// The shell changes into the mount, not the forked child before
+		// exec: this process serves the mount, and holds syscall.ForkLock
+		// until the exec.
+		cmd := exec.Command("/bin/sh", "-ec", `cd "$0"; `+script, mnt)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("as nobody: %s: %v\n%s", script, err, out)
+		}
+	}
+	mode := func(name string) uint32 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(backing, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode & 0o7777
+	}
+	for _, step := range []struct {
+		script           string
+		setattrs, chmods int
+		file             string
+		wantAfter        uint32
+	}{
+		{"printf a 1<>plain; printf b 1<>plain; printf c >>plain", 0, 0, "plain", 0o666},
+		{"truncate -s 3 plain", 1, 0, "plain", 0o666}, // the truncate itself
+		{"printf a 1<>setid", -1, 1, "setid", 0o777},
+		{"printf b 1<>setid; printf c >>setid", 0, 0, "setid", 0o777},
+	} {
+		setattrs, chmods := tree.callCount("setattr"), tree.callCount("chmod")
+		asNobody(step.script)
+		if got := tree.callCount("setattr") - setattrs; step.setattrs >= 0 && got != step.setattrs {
+			t.Errorf("%s: %d SETATTRs, want %d", step.script, got, step.setattrs)
+		}
+		if got := tree.callCount("chmod") - chmods; got != step.chmods {
+			t.Errorf("%s: %d chmods, want %d", step.script, got, step.chmods)
+		}
+		if got := mode(step.file); got != step.wantAfter {
+			t.Errorf("%s: mode %o on disk, want %o", step.script, got, step.wantAfter)
+		}
+	}
+}
