@@ -185,21 +185,60 @@ func (s *Share) openFileID(b []byte) (identity, bool) {
 	return decodeIdentity(body)
 }
 
-// statIdentity is statxIdentity; a test makes it answer as a filesystem
-// that records no btime.
-var statIdentity = statxIdentity
+// statxFd is statx(2) of what fd holds: all fstat(2) reports, and the
+// btime where the filesystem records one. A test makes it answer as a
+// filesystem that records no btime.
+var statxFd = func(fd int, stx *unix.Statx_t) error {
+	return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, stx)
+}
 
 // statxIdentity reads what identifies the file fd holds.
 func statxIdentity(fd int) (identity, error) {
 	var stx unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_BTIME, &stx); err != nil {
+	if err := statxFd(fd, &stx); err != nil {
 		return identity{}, err
 	}
+	return identityOf(&stx), nil
+}
+
+// identityOf is the identity (less the kernel handle) a statx describes.
+func identityOf(stx *unix.Statx_t) identity {
 	id := identity{dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor), ino: stx.Ino}
 	if stx.Mask&unix.STATX_BTIME != 0 {
 		id.btimeSec, id.btimeNsec = stx.Btime.Sec, stx.Btime.Nsec
 	}
-	return id, nil
+	return id
+}
+
+// statIdent is fstat(2) and statxIdentity in one statx(2): an open reads
+// the attributes it answers with and the identity its FileID seals
+// together. A filesystem whose statx lacks a basic field gets fstat(2)'s.
+func statIdent(fd int) (st unix.Stat_t, id identity, err error) {
+	var stx unix.Statx_t
+	if err := statxFd(fd, &stx); err != nil {
+		return st, id, err
+	}
+	id = identityOf(&stx)
+	if stx.Mask&unix.STATX_BASIC_STATS != unix.STATX_BASIC_STATS {
+		err = unix.Fstat(fd, &st)
+		return st, id, err
+	}
+	st = unix.Stat_t{
+		Dev:     unix.Mkdev(stx.Dev_major, stx.Dev_minor),
+		Ino:     stx.Ino,
+		Nlink:   uint64(stx.Nlink),
+		Mode:    uint32(stx.Mode),
+		Uid:     stx.Uid,
+		Gid:     stx.Gid,
+		Rdev:    unix.Mkdev(stx.Rdev_major, stx.Rdev_minor),
+		Size:    int64(stx.Size),
+		Blksize: int64(stx.Blksize),
+		Blocks:  int64(stx.Blocks),
+		Atim:    unix.Timespec{Sec: stx.Atime.Sec, Nsec: int64(stx.Atime.Nsec)},
+		Mtim:    unix.Timespec{Sec: stx.Mtime.Sec, Nsec: int64(stx.Mtime.Nsec)},
+		Ctim:    unix.Timespec{Sec: stx.Ctime.Sec, Nsec: int64(stx.Ctime.Nsec)},
+	}
+	return st, id, nil
 }
 
 // sameFile reports whether two identities name one file. The kernel handle
@@ -209,10 +248,14 @@ func (id *identity) sameFile(o *identity) bool {
 	return id.dev == o.dev && id.ino == o.ino && id.btimeSec == o.btimeSec && id.btimeNsec == o.btimeNsec
 }
 
-// identityOnce is an open file's sealed FileID, made once.
+// identityOnce is an open file's sealed FileID, made once, from the
+// identity its open read (statIdent) and the kernel handle a lease's
+// watch took (OpenLease), when they are there.
 type identityOnce struct {
 	once sync.Once
 	b    []byte
+	id   identity // the open's statIdent, when read
+	read bool
 }
 
 // FileID returns the open file's sealed identity for a durable reopen
@@ -226,12 +269,17 @@ func (f *OpenFile) FileID() []byte {
 	}
 	f.ident.once.Do(func() {
 		f.withFd(func(fd int) error {
-			id, err := statIdentity(fd)
-			if err != nil {
-				return err
+			id := f.ident.id
+			if !f.ident.read {
+				var err error
+				if id, err = statxIdentity(fd); err != nil {
+					return err
+				}
 			}
-			if h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH); err == nil && len(h.Bytes()) <= maxHandleBytes {
-				id.htype, id.handle = h.Type(), h.Bytes()
+			if id.handle == nil {
+				if h, err := fileHandle(fd); err == nil {
+					id.htype, id.handle = h.Type(), h.Bytes()
+				}
 			}
 			body := id.encode()
 			f.ident.b = append(body, sh.seal(body)...)
@@ -239,6 +287,30 @@ func (f *OpenFile) FileID() []byte {
 		})
 	})
 	return f.ident.b
+}
+
+// fileHandle is the kernel handle of the file fd holds, when its
+// filesystem has handles and it fits a FileID.
+func fileHandle(fd int) (unix.FileHandle, error) {
+	h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
+	if err == nil && len(h.Bytes()) > maxHandleBytes {
+		err = unix.EOVERFLOW
+	}
+	return h, err
+}
+
+// handle is fileHandle of f, kept for its FileID: a lease's watch of the
+// file (OpenLease) and the FileID take it once. ok is false when the
+// file has none. Before f is shared: at its open.
+func (f *OpenFile) handle() (h unix.FileHandle, ok bool) {
+	err := f.withFd(func(fd int) (err error) { h, err = fileHandle(fd); return err })
+	if err != nil {
+		return h, false
+	}
+	if f.ident.read {
+		f.ident.id.htype, f.ident.id.handle = h.Type(), h.Bytes()
+	}
+	return h, true
 }
 
 // Stat returns the open file's attributes (fstat), even on a read-only
@@ -384,7 +456,7 @@ func (t *Tree) openSame(p string, flags int, want *identity) (*OpenFile, Attr, e
 		return nil, Attr{}, err
 	}
 	var got identity
-	if err := f.withFd(func(fd int) (err error) { got, err = statIdentity(fd); return err }); err != nil || !got.sameFile(want) {
+	if err := f.withFd(func(fd int) (err error) { got, err = statxIdentity(fd); return err }); err != nil || !got.sameFile(want) {
 		f.Close()
 		return nil, Attr{}, errStale
 	}
@@ -409,7 +481,7 @@ const (
 // it and the name is beneath the root. The caller re-opens that path
 // confined, so a wrong or stale answer opens nothing outside the share.
 func (s *Share) whereIs(id *identity) (string, where) {
-	rootID, err := statIdentity(s.root.fd)
+	rootID, err := statxIdentity(s.root.fd)
 	if len(id.handle) == 0 || err != nil || rootID.dev != id.dev {
 		return "", whereNot // the root's filesystem cannot decode it
 	}
@@ -425,7 +497,7 @@ func (s *Share) whereIs(id *identity) (string, where) {
 		return "", whereNot // gone (ESTALE), or no CAP_DAC_READ_SEARCH (EPERM)
 	}
 	defer unix.Close(fd)
-	got, err := statIdentity(fd)
+	got, err := statxIdentity(fd)
 	if err != nil || !got.sameFile(id) {
 		return "", whereNot
 	}

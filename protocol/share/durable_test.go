@@ -185,12 +185,12 @@ func TestReopenRenamedKernelNamesNothing(t *testing.T) {
 // generation), or, without a handle, a btime to compare.
 func TestReopenDeletedInodeReused(t *testing.T) {
 	e := durableEnv(t)
-	savedWhere, savedStat := kernelWhereIs, statIdentity
-	t.Cleanup(func() { kernelWhereIs, statIdentity = savedWhere, savedStat })
-	statIdentity = func(fd int) (identity, error) {
-		id, err := statxIdentity(fd)
-		id.btimeSec, id.btimeNsec = 0, 0
-		return id, err
+	savedWhere, savedStat := kernelWhereIs, statxFd
+	t.Cleanup(func() { kernelWhereIs, statxFd = savedWhere, savedStat })
+	statxFd = func(fd int, stx *unix.Statx_t) error {
+		err := savedStat(fd, stx)
+		stx.Mask &^= unix.STATX_BTIME
+		return err
 	}
 	if err := os.Mkdir(filepath.Join(e.share, "d"), 0o755); err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func TestReopenDeletedInodeReused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newID, err := statIdentity(int(newF.Fd()))
+	newID, err := statxIdentity(int(newF.Fd()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestReopenConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer secret.Close()
-	sid, err := statIdentity(int(secret.Fd()))
+	sid, err := statxIdentity(int(secret.Fd()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestWhereIsNeedsAHandle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	id, err := statIdentity(int(fh.Fd()))
+	id, err := statxIdentity(int(fh.Fd()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,8 @@ type File interface {
 type OpenFile struct {
 	tree     *Tree
 	f        *os.File
-	readOnly bool // opened O_RDONLY or on a read-only share
+	readOnly bool   // opened O_RDONLY or on a read-only share
+	typ      uint32 // S_IFREG or S_IFDIR: what was opened (never changes)
 	lease    openLease
 
 	appendMu sync.Mutex   // an append and the position read after it are one step
@@ -74,37 +75,46 @@ func (t *Tree) Open(p string, flags int, mode uint32) (*OpenFile, Attr, error) {
 	}
 	mode = t.sh.setidBits(mode&07777, false)
 	var fd int
-	var a Attr
+	var st unix.Stat_t
+	var id identity
 	err := t.as(func() (err error) {
-		fd, a, err = t.open(p, flags, mode)
+		fd, st, id, err = t.open(p, flags, mode)
 		return err
 	})
 	if err != nil {
 		return nil, Attr{}, err
 	}
-	f := &OpenFile{tree: t, f: os.NewFile(uintptr(fd), p), readOnly: acc == unix.O_RDONLY || t.sh.ReadOnly}
-	t.leaseOpened(f, flags)
+	f := t.newOpenFile(fd, p, acc == unix.O_RDONLY || t.sh.ReadOnly, &st, id)
+	t.leaseOpened(f, flags, &st)
 	if flags&unix.O_CREAT != 0 {
 		t.createdPath(p)
 	}
-	return f, a, nil
+	return f, attrFromStat(&st), nil
+}
+
+// newOpenFile makes the OpenFile of fd, whose stat and identity its open
+// read (opened).
+func (t *Tree) newOpenFile(fd int, name string, readOnly bool, st *unix.Stat_t, id identity) *OpenFile {
+	f := &OpenFile{tree: t, f: os.NewFile(uintptr(fd), name), readOnly: readOnly, typ: st.Mode & unix.S_IFMT}
+	f.ident.id, f.ident.read = id, true
+	return f
 }
 
 // open opens p and puts back the permission bits the server's umask took
 // from a file it created.
-func (t *Tree) open(p string, flags int, mode uint32) (int, Attr, error) {
+func (t *Tree) open(p string, flags int, mode uint32) (int, unix.Stat_t, identity, error) {
 	fd, created, err := t.create(p, flags, mode)
 	if err != nil {
-		return -1, Attr{}, err
+		return -1, unix.Stat_t{}, identity{}, err
 	}
 	return t.opened(fd, created, mode)
 }
 
 // opened finishes an open of fd, the umask fix-up when it created the
-// file, and returns its attributes. It closes fd when it fails.
-func (t *Tree) opened(fd int, created bool, mode uint32) (int, Attr, error) {
-	var st unix.Stat_t
-	err := unix.Fstat(fd, &st)
+// file, and returns its stat and identity (one statx: statIdent). It
+// closes fd when it fails.
+func (t *Tree) opened(fd int, created bool, mode uint32) (int, unix.Stat_t, identity, error) {
+	st, id, err := statIdent(fd)
 	if lost := mode & 0o777 & t.sh.umask; err == nil && created && lost != 0 {
 		if err = unix.Fchmod(fd, (st.Mode&07777)|lost); err == nil {
 			err = unix.Fstat(fd, &st)
@@ -112,9 +122,9 @@ func (t *Tree) opened(fd int, created bool, mode uint32) (int, Attr, error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return -1, Attr{}, err
+		return -1, unix.Stat_t{}, identity{}, err
 	}
-	return fd, attrFromStat(&st), nil
+	return fd, st, id, nil
 }
 
 // create opens p for data, a regular file or a directory only, telling
@@ -281,7 +291,7 @@ func (f *OpenFile) SetAttr(in SetAttrIn) (a Attr, err error) {
 	if err := f.tree.writable(); err != nil {
 		return Attr{}, err
 	}
-	err = f.tree.asFd(f, func(fd int) error { return f.tree.setattrBreaking(fd, in, &a) })
+	err = f.tree.asFd(f, func(fd int) error { return f.tree.setattrBreaking(fd, f.typ, in, &a) })
 	return a, err
 }
 

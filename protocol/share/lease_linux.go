@@ -361,6 +361,12 @@ func (o *leaseObj) allowed(t *Tree, want LeaseState, writer bool) LeaseState {
 // t among the holders. A change between the key's stat and the
 // registration is in the read too. openWrite: t is opening it for writing.
 func (t *Tree) grant(dirfd int, base string, st *unix.Stat_t, want LeaseState, openWrite bool) LeaseState {
+	return t.grantWith(dirfd, base, st, want, openWrite, nil)
+}
+
+// grantWith is grant of a file whose kernel handle h the caller already
+// took (nil: grant takes it).
+func (t *Tree) grantWith(dirfd int, base string, st *unix.Stat_t, want LeaseState, openWrite bool, h *unix.FileHandle) LeaseState {
 	lt := t.sh.leases
 	if lt == nil || t.lease == nil || want == 0 {
 		return 0
@@ -384,7 +390,7 @@ func (t *Tree) grant(dirfd int, base string, st *unix.Stat_t, want LeaseState, o
 	}
 	o := lt.obj(keyOf(st), dir)
 	got := o.allowed(t, want|o.holders[t], openWrite || o.holders[t]&LeaseWrite != 0)
-	if got != 0 && !lt.watch(o, dirfd, base) {
+	if got != 0 && !lt.watch(o, dirfd, base, h) {
 		got = 0
 	}
 	lt.setHolder(o, t, got)
@@ -393,8 +399,9 @@ func (t *Tree) grant(dirfd int, base string, st *unix.Stat_t, want LeaseState, o
 
 // watch makes sure local changes to o are seen: a directory through its
 // own mark, a file through its directory's (dirfd) mark and its file
-// identifier. lt.mu held.
-func (lt *leaseTable) watch(o *leaseObj, dirfd int, base string) bool {
+// identifier (h, the file's kernel handle, when the caller has it). lt.mu
+// held.
+func (lt *leaseTable) watch(o *leaseObj, dirfd int, base string, h *unix.FileHandle) bool {
 	if o.dir {
 		if o.markFd >= 0 {
 			return true
@@ -404,12 +411,13 @@ func (lt *leaseTable) watch(o *leaseObj, dirfd int, base string) bool {
 	// Each time: an inode number freed and used again by a new file
 	// (ext4 does that at once) must not keep the old file's identifier,
 	// which the new file's events do not carry.
-	return lt.watchIn(o, dirfd, base)
+	return lt.watchIn(o, dirfd, base, h)
 }
 
 // watchIn watches file o as base in directory dirfd: through the
-// directory's mark, by its file identifier. lt.mu held.
-func (lt *leaseTable) watchIn(o *leaseObj, dirfd int, base string) bool {
+// directory's mark, by its file identifier (from h, its kernel handle,
+// when not nil). lt.mu held.
+func (lt *leaseTable) watchIn(o *leaseObj, dirfd int, base string, h *unix.FileHandle) bool {
 	if base == "" {
 		return false
 	}
@@ -422,7 +430,7 @@ func (lt *leaseTable) watchIn(o *leaseObj, dirfd int, base string) bool {
 		lt.tidy(p)
 		return false
 	}
-	fid, err := fidOf(dirfd, base, p.key.dev, lt.fsids)
+	fid, err := fidOf(dirfd, base, p.key.dev, lt.fsids, h)
 	if err != nil {
 		lt.tidy(p)
 		return false
@@ -471,7 +479,7 @@ func (lt *leaseTable) markDir(o *leaseObj, dirfd int, base string) bool {
 		unix.Close(fd)
 		return false
 	}
-	fid, err := fidOf(fd, "", o.key.dev, lt.fsids)
+	fid, err := fidOf(fd, "", o.key.dev, lt.fsids, nil)
 	if err == nil {
 		err = lt.w.markDir(fd)
 	}

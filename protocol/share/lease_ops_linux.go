@@ -71,12 +71,20 @@ func (t *Tree) OpenLease(p string, flags int, mode uint32, want LeaseState) (*Op
 		return f, a, 0, err
 	}
 	var got LeaseState
+	// The file's kernel handle, from its descriptor: the watch knows the
+	// file by it, and its FileID seals it (one name_to_handle_at for
+	// both, of this very file whatever its name now holds).
+	h, hok := f.handle()
 	t.at(p, func(dirfd int, base string) error {
 		st, err := statAt(dirfd, base)
 		if err != nil || keyOf(&st) != f.lease.key {
 			return err
 		}
-		got = t.grant(dirfd, base, &st, want, f.lease.write)
+		hp := (*unix.FileHandle)(nil)
+		if hok {
+			hp = &h
+		}
+		got = t.grantWith(dirfd, base, &st, want, f.lease.write, hp)
 		return nil
 	})
 	if got != 0 {
@@ -290,7 +298,7 @@ func (t *Tree) moved(st *unix.Stat_t, nd int, nb string) {
 	if o == nil || o.dir || o.parent == nil {
 		return
 	}
-	if !lt.watchIn(o, nd, nb) {
+	if !lt.watchIn(o, nd, nb, nil) {
 		for ht := range o.holders {
 			lt.dropHolder(o, ht)
 		}
@@ -313,20 +321,17 @@ func (t *Tree) linked(st *unix.Stat_t) {
 	lt.mu.Unlock()
 }
 
-// leaseOpened counts an open of f (flags as Open got them) and breaks what it
-// conflicts with: an open for writing (or truncating) ends the other
-// trees' leases; any other open recalls their Write.
-func (t *Tree) leaseOpened(f *OpenFile, flags int) {
+// leaseOpened counts an open of f (flags as Open got them; st is f's
+// stat, read by its open) and breaks what it conflicts with: an open for
+// writing (or truncating) ends the other trees' leases; any other open
+// recalls their Write.
+func (t *Tree) leaseOpened(f *OpenFile, flags int, st *unix.Stat_t) {
 	lt := t.sh.leases
 	if lt == nil {
 		return
 	}
-	var st unix.Stat_t
-	if f.withFd(func(fd int) error { return unix.Fstat(fd, &st) }) != nil {
-		return
-	}
 	write := flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0
-	f.lease = openLease{key: keyOf(&st), write: write, on: true}
+	f.lease = openLease{key: keyOf(st), write: write, on: true}
 	lt.mu.Lock()
 	o := lt.obj(f.lease.key, st.Mode&unix.S_IFMT == unix.S_IFDIR)
 	c := o.opens[t]
@@ -400,16 +405,17 @@ func (t *Tree) listedRecall(fd int, ents []DirEntry, sts []unix.Stat_t) {
 
 // setattrBreaking is setattrFd between the lease hooks: other trees' Write
 // recalled before (what they held back lands first), their leases broken
-// after (a new size ends Read; other attributes keep it).
-func (t *Tree) setattrBreaking(fd int, in SetAttrIn, a *Attr) error {
+// after (a new size ends Read; other attributes keep it). typ is fd's
+// file type when known (setattrFd).
+func (t *Tree) setattrBreaking(fd int, typ uint32, in SetAttrIn, a *Attr) error {
 	if in.Valid == 0 {
 		// Changes nothing (a client's fstat of a handle).
-		r, err := t.sh.setattrFd(fd, in)
+		r, err := t.sh.setattrFd(fd, typ, in)
 		*a = r
 		return err
 	}
 	t.recallFd(fd)
-	r, err := t.sh.setattrFd(fd, in)
+	r, err := t.sh.setattrFd(fd, typ, in)
 	if err != nil {
 		return err
 	}

@@ -296,21 +296,29 @@ func (t *Tree) SetAttr(p string, in SetAttrIn) (a Attr, err error) {
 	if err := t.writable(); err != nil {
 		return Attr{}, err
 	}
-	err = t.final(p, func(fd int) error { return t.setattrBreaking(fd, in, &a) })
+	err = t.final(p, func(fd int) error { return t.setattrBreaking(fd, 0, in, &a) })
 	return a, err
 }
 
 // setattrFd applies in to the inode fd holds (an O_PATH descriptor or an
-// open file): owner first (chown clears set-id bits), then mode (less the
-// bits the share's policy clears, setidBits), size and times last so that
-// an explicit mtime wins over truncate's.
-func (s *Share) setattrFd(fd int, in SetAttrIn) (Attr, error) {
+// open file) of type typ (S_IFMT bits; 0 when not known: an fstat tells):
+// owner first (chown clears set-id bits), then mode (less the bits the
+// share's policy clears, setidBits), size and times last so that an
+// explicit mtime wins over truncate's. Nothing to change (a client's fstat
+// of a handle) is one fstat.
+func (s *Share) setattrFd(fd int, typ uint32, in SetAttrIn) (Attr, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return Attr{}, err
+	if in.Valid == 0 || typ == 0 {
+		if err := unix.Fstat(fd, &st); err != nil {
+			return Attr{}, err
+		}
+		if in.Valid == 0 {
+			return attrFromStat(&st), nil
+		}
+		typ = st.Mode & unix.S_IFMT
 	}
-	isLink := st.Mode&unix.S_IFMT == unix.S_IFLNK
-	in.Mode = s.setidBits(in.Mode, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+	isLink := typ == unix.S_IFLNK
+	in.Mode = s.setidBits(in.Mode, typ == unix.S_IFDIR)
 	if in.Valid&(SetUid|SetGid) != 0 {
 		uid, gid := -1, -1
 		if in.Valid&SetUid != 0 {

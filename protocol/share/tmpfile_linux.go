@@ -1,8 +1,6 @@
 package share
 
 import (
-	"os"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -33,21 +31,22 @@ func (t *Tree) Tmpfile(dir string, flags int, mode uint32) (*OpenFile, Attr, err
 	}
 	mode = t.sh.setidBits(mode&07777, false)
 	var fd int
-	var a Attr
+	var st unix.Stat_t
+	var id identity
 	err := t.as(func() error { // as the user: the file is the user's
 		var err error
 		if fd, err = t.sh.root.open(dir, flags|unix.O_TMPFILE, mode); err != nil {
 			return err
 		}
-		fd, a, err = t.opened(fd, true, mode)
+		fd, st, id, err = t.opened(fd, true, mode)
 		return err
 	})
 	if err != nil {
 		return nil, Attr{}, err
 	}
-	f := &OpenFile{tree: t, f: os.NewFile(uintptr(fd), dir+"/#tmpfile"), readOnly: false}
-	t.leaseOpened(f, flags)
-	return f, a, nil
+	f := t.newOpenFile(fd, dir+"/#tmpfile", false, &st, id)
+	t.leaseOpened(f, flags, &st)
+	return f, attrFromStat(&st), nil
 }
 
 // LinkAt gives the open file f the name p (linkat(2) of its descriptor

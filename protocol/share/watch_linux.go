@@ -102,16 +102,21 @@ func (w *watcher) mark(op uint, fd int) error {
 
 // fidOf is the file identifier fanotify reports for the object (dirfd,
 // base) — base "" is dirfd itself —: the filesystem id and the file handle
-// (name_to_handle_at(2), not following a final symlink). fsids caches the
-// filesystem ids by device (dev, dirfd's).
-func fidOf(dirfd int, base string, dev uint64, fsids map[uint64]string) (string, error) {
-	flags := 0
-	if base == "" {
-		flags = unix.AT_EMPTY_PATH
-	}
-	h, _, err := unix.NameToHandleAt(dirfd, base, flags)
-	if err != nil {
-		return "", err
+// (name_to_handle_at(2), not following a final symlink; or known, hk,
+// when not nil). fsids caches the filesystem ids by device (dev, dirfd's).
+func fidOf(dirfd int, base string, dev uint64, fsids map[uint64]string, hk *unix.FileHandle) (string, error) {
+	var h unix.FileHandle
+	if hk != nil {
+		h = *hk
+	} else {
+		flags := 0
+		if base == "" {
+			flags = unix.AT_EMPTY_PATH
+		}
+		var err error
+		if h, _, err = unix.NameToHandleAt(dirfd, base, flags); err != nil {
+			return "", err
+		}
 	}
 	fsid, ok := fsids[dev]
 	if !ok {
