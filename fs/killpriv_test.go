@@ -157,3 +157,68 @@ func TestKillSetIDRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestKillSetIDAllocateCopy: on a mount whose account is root, an
+// unprivileged local user's fallocate(2) and copy_file_range(2) into a
+// world-writable set-id file clear its set-id bits on the server's disk,
+// as they do on a local disk (file_modified). The kernel flags neither
+// request (only the SETATTR its file_remove_privs sends first, which
+// HANDLE_KILLPRIV_V2 leaves empty); the server, acting as root, keeps the
+// bits. Root's own keep them.
+func TestKillSetIDAllocateCopy(t *testing.T) {
+	python, err := exec.LookPath("/usr/bin/python3")
+	if err != nil {
+		t.Skip("needs /usr/bin/python3 for copy_file_range")
+	}
+	backing := t.TempDir()
+	for name, mode := range map[string]uint32{"src": 0o644, "falloc": 0o6777, "copied": 0o6777, "rootfalloc": 0o6777} {
+		p := filepath.Join(backing, name)
+		if err := os.WriteFile(p, []byte("0123456789"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := NewIDMap(IDMapNone, nil, fakeAccounts{}, nil)
+	ids.ActAsForAll(Account{Name: "root"})
+	mnt, _, _ := mountFake(t, backing, Options{AllowOther: true, Owners: ids, AttrTimeout: time.Second})
+	if err := os.Chmod(filepath.Dir(mnt), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(asNobody bool, name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = "/"
+		if asNobody {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	mode := func(name string) uint32 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(backing, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode & 0o7777
+	}
+	for _, name := range []string{"falloc", "copied", "rootfalloc"} { // the mount sees the mode
+		if _, err := os.Stat(filepath.Join(mnt, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(true, "fallocate", "-l", "20000", filepath.Join(mnt, "falloc"))
+	run(true, python, "-c", `import os, sys
+s = os.open(sys.argv[1], os.O_RDONLY)
+d = os.open(sys.argv[2], os.O_WRONLY)
+if os.copy_file_range(s, d, 10, 0, 100) != 10:
+    sys.exit("short copy")`, filepath.Join(mnt, "src"), filepath.Join(mnt, "copied"))
+	run(false, "fallocate", "-l", "20000", filepath.Join(mnt, "rootfalloc"))
+	for name, want := range map[string]uint32{"falloc": 0o777, "copied": 0o777, "rootfalloc": 0o6777} {
+		if got := mode(name); got != want {
+			t.Errorf("%s: mode %o on disk, want %o", name, got, want)
+		}
+	}
+}
