@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
 func TestSetIDCleared(t *testing.T) {
@@ -220,5 +222,27 @@ if os.copy_file_range(s, d, 10, 0, 100) != 10:
 		if got := mode(name); got != want {
 			t.Errorf("%s: mode %o on disk, want %o", name, got, want)
 		}
+	}
+}
+
+// TestSawModeStaleReply: attributes answered to a request begun before a
+// change (a GETATTR overtaken by this mount's chmod u+s) do not unmark a
+// node the change showed set-id bits on — a later write must still clear
+// them — while current ones do.
+func TestSawModeStaleReply(t *testing.T) {
+	n := &Node{}
+	n.freshGen = 5 // the chmod's, answered: set-id bits
+	n.setID.Store(true)
+	n.rememberAt(3, session.Attr{Mode: syscall.S_IFREG | 0o777}) // begun before it
+	if !n.setID.Load() {
+		t.Error("a reply older than the chmod u+s unmarked the node")
+	}
+	n.rememberAt(6, session.Attr{Mode: syscall.S_IFREG | 0o777})
+	if n.setID.Load() {
+		t.Error("a current reply without set-id bits left the node marked")
+	}
+	n.rememberAt(4, session.Attr{Mode: syscall.S_IFREG | 0o4777})
+	if !n.setID.Load() {
+		t.Error("an older reply with set-id bits did not mark the node")
 	}
 }
