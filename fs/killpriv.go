@@ -33,7 +33,11 @@ import (
 // lease, writebehind.go) holds the chmod back ahead of it, in the same
 // BATCH; a truncate or chown carries the mode in its own SETATTR; a write
 // sent at once, or an open with O_TRUNC, sends one SETATTR first (after
-// an fstat when the attributes at hand are not fresh). go-fuse does not
+// an fstat when the attributes at hand are not fresh). A FALLOCATE or
+// COPY_FILE_RANGE does too, though the kernel flags neither: it clears
+// the bits before them for a caller without CAP_FSETID (file_modified),
+// but its SETATTR for that arrives empty under HANDLE_KILLPRIV_V2, so the
+// caller's capabilities are read from /proc (callerHasFSETID). go-fuse does not
 // ask for ATOMIC_O_TRUNC, so the kernel truncates for open(O_TRUNC) with a
 // SETATTR, flagged as a truncate is; the OPEN and CREATE flags are
 // honoured should that change. A CREATE cannot tell a file it made from
