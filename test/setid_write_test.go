@@ -134,6 +134,9 @@ func TestRootAccountWriteClearsSetID(t *testing.T) {
 		{name: "append", script: "printf hello >>F", want: 0o777},
 		{name: "truncate", script: "truncate -s 100 F", want: 0o777},
 		{name: "open-trunc", script: ": >F", want: 0o777},
+		// Neither flagged by the kernel: the mount asks /proc.
+		{name: "fallocate", script: "fallocate -l 20000 F", want: 0o777},
+		{name: "copy-range", script: copyRangeScript, want: 0o777},
 		{name: "twice", script: "printf a 1<>F; printf b 1<>F; dd if=/dev/zero of=F bs=4096 count=1 oflag=direct conv=notrunc status=none", want: 0o777},
 		{name: "root-write", root: func(p string) error {
 			return writeAt(p, 0, []byte("hello"))
@@ -176,6 +179,10 @@ func TestRootAccountWriteClearsSetID(t *testing.T) {
 		})
 	}
 }
+
+// copyRangeScript copy_file_range(2)s 100 bytes of F into F itself
+// (offset 0 to 4096), through the mount.
+const copyRangeScript = `/usr/bin/python3 -c 'import os; f = os.open("F", os.O_RDWR); assert os.copy_file_range(f, f, 100, 0, 4096) == 100'`
 
 // writeAt writes b at offset 0 of p, opened write-only with flags.
 func writeAt(p string, flags int, b []byte) error {
