@@ -14,7 +14,8 @@ import (
 // TestWriteClearsSetID: a write through the mount by a user other than the
 // owner of a set-user-ID, set-group-ID file clears both bits on the
 // server's disk, on the LWIO data path (O_DIRECT, 4 KiB and 1 MiB) and on
-// the session channel (a small buffered write); so do truncate(2) and
+// the session channel (a small buffered write); so do truncate(2),
+// fallocate(2), copy_file_range(2) and
 // open(2) with O_TRUNC. The mount asks the kernel
 // for HANDLE_KILLPRIV_V2 (fs/mount.go): the client's kernel then neither
 // asks for security.capability nor sends a SETATTR before a write, and the
@@ -43,6 +44,8 @@ func TestWriteClearsSetID(t *testing.T) {
 		{"owner-direct-4k", unix.O_DIRECT, 4096, true, 0},
 		{"truncate", -1, 0, false, 0},
 		{"open-trunc", unix.O_TRUNC, 0, false, 0},
+		{"fallocate", -2, 0, false, 0},
+		{"copy-range", -3, 0, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "f-" + tc.name
@@ -71,6 +74,25 @@ func TestWriteClearsSetID(t *testing.T) {
 			switch {
 			case tc.flags == -1: // truncate(2)
 				if err := os.Truncate(p, 100); err != nil {
+					t.Fatal(err)
+				}
+			case tc.flags < -1: // fallocate(2), copy_file_range(2) within the file
+				f, err := os.OpenFile(p, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.flags == -2 {
+					err = unix.Fallocate(int(f.Fd()), 0, 0, 20000)
+				} else {
+					var k int
+					in, out := int64(0), int64(4096)
+					k, err = unix.CopyFileRange(int(f.Fd()), &in, int(f.Fd()), &out, 100, 0)
+					if err == nil && k != 100 {
+						err = fmt.Errorf("copied %d bytes of 100", k)
+					}
+				}
+				f.Close()
+				if err != nil {
 					t.Fatal(err)
 				}
 			case tc.n == 0: // open(2) with O_TRUNC
