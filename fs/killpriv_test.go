@@ -143,6 +143,7 @@ func TestKillSetIDRoundTrips(t *testing.T) {
 	}{
 		{"printf a 1<>plain; printf b 1<>plain; printf c >>plain", 0, 0, "plain", 0o666},
 		{"truncate -s 3 plain", 1, 0, "plain", 0o666}, // the truncate itself
+		{"fallocate -l 100 plain", -1, 0, "plain", 0o666},
 		{"printf a 1<>setid", -1, 1, "setid", 0o777},
 		{"printf b 1<>setid; printf c >>setid", 0, 0, "setid", 0o777},
 	} {

@@ -15,12 +15,11 @@ import (
 // owner of a set-user-ID, set-group-ID file clears both bits on the
 // server's disk, on the LWIO data path (O_DIRECT, 4 KiB and 1 MiB) and on
 // the session channel (a small buffered write); so do truncate(2),
-// fallocate(2), copy_file_range(2) and
-// open(2) with O_TRUNC. The mount asks the kernel
-// for HANDLE_KILLPRIV_V2 (fs/mount.go): the client's kernel then neither
-// asks for security.capability nor sends a SETATTR before a write, and the
-// bits are the server's to clear — its kernel does, for it writes as the
-// user, without CAP_FSETID.
+// fallocate(2), copy_file_range(2) and open(2) with O_TRUNC. The mount
+// asks the kernel for HANDLE_KILLPRIV_V2 (fs/mount.go): the client's
+// kernel then neither asks for security.capability nor sends a SETATTR
+// before a write, and the bits are the server's to clear — its kernel
+// does, for it writes as the user, without CAP_FSETID.
 func TestWriteClearsSetID(t *testing.T) {
 	needLWIO(t)
 	dir := openShareDir(t)
