@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,5 +246,83 @@ func TestSawModeStaleReply(t *testing.T) {
 	n.rememberAt(4, session.Attr{Mode: syscall.S_IFREG | 0o4777})
 	if !n.setID.Load() {
 		t.Error("an older reply with set-id bits did not mark the node")
+	}
+}
+
+// TestKillSetIDHeldBack: on a root account's mount with leases, an
+// unprivileged user's write held back under a Write lease takes the
+// clearing of the file's set-id bits with it: the mount shows the mode
+// without them at once, the server's disk keeps both (nothing sent) until
+// the close sends what was held, and then has neither.
+func TestKillSetIDHeldBack(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3 to write without closing")
+	}
+	ids := NewIDMap(IDMapNone, nil, fakeAccounts{}, nil)
+	ids.ActAsForAll(Account{Name: "root"})
+	dir, a, _, _, _, _, _ := leaseRoots(t, Options{AllowOther: true, Owners: ids})
+	if err := os.Chmod(filepath.Dir(a), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(dir, "F")
+	if err := os.WriteFile(disk, []byte("0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Chmod(disk, 0o6777); err != nil {
+		t.Fatal(err)
+	}
+	diskMode := func() uint32 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(disk, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode & 0o7777
+	}
+	// Not a shell: its redirections close dups of the file, whose FLUSH
+	// sends what was held back.
+	cmd := exec.Command("/usr/bin/python3", "-c", `import os, sys
+f = os.open(sys.argv[1], os.O_RDWR)
+os.write(f, b"abcdefghijkl")
+print("written", flush=True)
+sys.stdin.read()
+os.close(f)`, filepath.Join(a, "F"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, len("written\n"))
+	if _, err := io.ReadFull(stdout, line); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("as nobody: %v", err)
+	}
+	// (stat only: an open of the server's file would break its lease)
+	var st syscall.Stat_t
+	if err := syscall.Stat(disk, &st); err != nil || st.Size != 10 {
+		t.Errorf("size %d on disk before the close (%v): the write was not held back", st.Size, err)
+	}
+	if m := diskMode(); m != 0o6777 {
+		t.Errorf("mode %o on disk before the close: the chmod was not held back", m)
+	}
+	if err := syscall.Stat(filepath.Join(a, "F"), &st); err != nil || st.Mode&0o7777 != 0o777 {
+		t.Errorf("mode %o through the mount while held back (%v); want 777", st.Mode&0o7777, err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("as nobody: %v", err)
+	}
+	if b, _ := os.ReadFile(disk); string(b) != "abcdefghijkl" {
+		t.Errorf("the server has %q after the close", b)
+	}
+	if m := diskMode(); m != 0o777 {
+		t.Errorf("mode %o on disk after the close; want 777", m)
 	}
 }
