@@ -92,18 +92,13 @@ func TestRawFSKeepsKillFlags(t *testing.T) {
 	}
 }
 
-// TestKillSetIDRoundTrips: on a mount whose account is root, with
-// allow_other, writes and a truncate by an unprivileged local user
-// (nobody) of a file without set-id bits send no request beyond their
-// own; the first write to a file with them sends one chmod, which clears
-// them on the server's disk, and the next writes none. (The kernel itself
-// sends an empty SETATTR before a write to a file with set-id bits: what
-// is left of its ATTR_KILL_SUID once HANDLE_KILLPRIV_V2 leaves the mode
-// to the filesystem.) It fails with a mount that clears nothing
-// (dc9ac2b), or that chmods on every write.
-func TestKillSetIDRoundTrips(t *testing.T) {
-	backing := t.TempDir()
-	for name, mode := range map[string]uint32{"plain": 0o666, "setid": 0o6777} {
+// rootAccountMount mounts over the fake tree a new directory holding files
+// of ten bytes with the given modes, as a mount whose account is root,
+// with allow_other and reachable by any local user.
+func rootAccountMount(t *testing.T, files map[string]uint32) (backing, mnt string, tree *dirTree) {
+	t.Helper()
+	backing = t.TempDir()
+	for name, mode := range files {
 		p := filepath.Join(backing, name)
 		if err := os.WriteFile(p, []byte("0123456789"), 0o600); err != nil {
 			t.Fatal(err)
@@ -114,10 +109,24 @@ func TestKillSetIDRoundTrips(t *testing.T) {
 	}
 	ids := NewIDMap(IDMapNone, nil, fakeAccounts{}, nil)
 	ids.ActAsForAll(Account{Name: "root"})
-	mnt, tree, _ := mountFake(t, backing, Options{AllowOther: true, Owners: ids, AttrTimeout: time.Second})
+	mnt, tree, _ = mountFake(t, backing, Options{AllowOther: true, Owners: ids, AttrTimeout: time.Second})
 	if err := os.Chmod(filepath.Dir(mnt), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return backing, mnt, tree
+}
+
+// TestKillSetIDRoundTrips: on a mount whose account is root, with
+// allow_other, writes and a truncate by an unprivileged local user
+// (nobody) of a file without set-id bits send no request beyond their
+// own; the first write to a file with them sends one chmod, which clears
+// them on the server's disk, and the next writes none. (The kernel itself
+// sends an empty SETATTR before a write to a file with set-id bits: what
+// is left of its ATTR_KILL_SUID once HANDLE_KILLPRIV_V2 leaves the mode
+// to the filesystem.) It fails with a mount that clears nothing
+// (dc9ac2b), or that chmods on every write.
+func TestKillSetIDRoundTrips(t *testing.T) {
+	backing, mnt, tree := rootAccountMount(t, map[string]uint32{"plain": 0o666, "setid": 0o6777})
 	asNobody := func(script string) {
 		t.Helper()
 		// The shell changes into the mount, not the forked child before
@@ -174,22 +183,7 @@ func TestKillSetIDAllocateCopy(t *testing.T) {
 	if err != nil {
 		t.Skip("needs /usr/bin/python3 for copy_file_range")
 	}
-	backing := t.TempDir()
-	for name, mode := range map[string]uint32{"src": 0o644, "falloc": 0o6777, "copied": 0o6777, "rootfalloc": 0o6777} {
-		p := filepath.Join(backing, name)
-		if err := os.WriteFile(p, []byte("0123456789"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := syscall.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ids := NewIDMap(IDMapNone, nil, fakeAccounts{}, nil)
-	ids.ActAsForAll(Account{Name: "root"})
-	mnt, _, _ := mountFake(t, backing, Options{AllowOther: true, Owners: ids, AttrTimeout: time.Second})
-	if err := os.Chmod(filepath.Dir(mnt), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	backing, mnt, _ := rootAccountMount(t, map[string]uint32{"src": 0o644, "falloc": 0o6777, "copied": 0o6777, "rootfalloc": 0o6777})
 	run := func(asNobody bool, name string, args ...string) {
 		t.Helper()
 		cmd := exec.Command(name, args...)
