@@ -89,6 +89,9 @@ func (n *Node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn ui
 			return 0, f.errno("copy_file_range", err) // the server copies what it has
 		}
 	}
+	if err := dst.node.killSetIDUnflagged(ctx, dst.h); err != nil { // killpriv.go
+		return 0, dst.errno("copy_file_range", err)
+	}
 	dst.dirty()
 	defer dst.dirty()
 	var done int64

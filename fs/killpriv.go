@@ -2,9 +2,13 @@ package fs
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
@@ -29,7 +33,11 @@ import (
 // lease, writebehind.go) holds the chmod back ahead of it, in the same
 // BATCH; a truncate or chown carries the mode in its own SETATTR; a write
 // sent at once, or an open with O_TRUNC, sends one SETATTR first (after
-// an fstat when the attributes at hand are not fresh). go-fuse does not
+// an fstat when the attributes at hand are not fresh). A FALLOCATE or
+// COPY_FILE_RANGE does too, though the kernel flags neither: it clears
+// the bits before them for a caller without CAP_FSETID (file_modified),
+// but its SETATTR for that arrives empty under HANDLE_KILLPRIV_V2, so the
+// caller's capabilities are read from /proc (callerHasFSETID). go-fuse does not
 // ask for ATOMIC_O_TRUNC, so the kernel truncates for open(O_TRUNC) with a
 // SETATTR, flagged as a truncate is; the OPEN and CREATE flags are
 // honoured should that change. A CREATE cannot tell a file it made from
@@ -88,6 +96,57 @@ func (n *Node) killSetIDWrite(ctx context.Context, h session.Handle) error {
 	if !n.setID.Load() || !n.killFlagged(ctx) {
 		return nil
 	}
+	return n.killSetID(ctx, h)
+}
+
+// killSetIDUnflagged is killSetIDWrite for a FALLOCATE or COPY_FILE_RANGE
+// (into n, through h): the kernel clears set-id bits before those
+// (file_modified) for a caller without CAP_FSETID, but flags neither
+// request — the SETATTR it sends first arrives empty under
+// HANDLE_KILLPRIV_V2 — so the caller's capabilities are looked up
+// (callerHasFSETID). Only for a file with the bits on a mount that must
+// clear them.
+func (n *Node) killSetIDUnflagged(ctx context.Context, h session.Handle) error {
+	if !n.setID.Load() {
+		return nil
+	}
+	if clears, _ := n.clearsSetID(ctx); !clears || callerHasFSETID(ctx) {
+		return nil
+	}
+	return n.killSetID(ctx, h)
+}
+
+// callerHasFSETID reports whether the caller of ctx has CAP_FSETID in
+// this process's user namespace, from /proc: its effective set, and its
+// user namespace. Unknown (no pid — another pid namespace — or a caller
+// gone) counts as without, which clears.
+func callerHasFSETID(ctx context.Context) bool {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || c.Pid == 0 {
+		return false
+	}
+	proc := "/proc/" + strconv.FormatUint(uint64(c.Pid), 10)
+	b, err := os.ReadFile(proc + "/status")
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(b), "\nCapEff:")
+	if !ok {
+		return false
+	}
+	line, _, _ := strings.Cut(rest, "\n")
+	caps, err := strconv.ParseUint(strings.TrimSpace(line), 16, 64)
+	if err != nil || caps&(1<<unix.CAP_FSETID) == 0 {
+		return false
+	}
+	theirs, err1 := os.Readlink(proc + "/ns/user")
+	ours, err2 := os.Readlink("/proc/self/ns/user")
+	return err1 == nil && err2 == nil && theirs == ours
+}
+
+// killSetID clears n's set-id bits through h, when the mount must for the
+// caller of ctx (clearsSetID) and the file has them.
+func (n *Node) killSetID(ctx context.Context, h session.Handle) error {
 	clears, known := n.clearsSetID(ctx)
 	if !clears {
 		return nil

@@ -97,9 +97,13 @@ func (n *Node) rememberAt(g uint64, a session.Attr) {
 	if n.ls.wb.predicted {
 		return
 	}
-	n.sawMode(a.Mode) // even if older than a change: only says where to look
 	if n.freshGen <= g {
+		n.sawMode(a.Mode)
 		n.fresh, n.freshAt, n.freshValid = a, time.Now(), true
+	} else if _, has := setIDCleared(a.Mode); has {
+		// Older than a change: only says where to look, and may not
+		// unsay what the change showed (a chmod u+s answered first).
+		n.setID.Store(true)
 	}
 }
 

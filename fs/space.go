@@ -33,10 +33,14 @@ func (n *Node) Allocate(ctx context.Context, f gofs.FileHandle, off, size uint64
 	if off > maxOffset || size > maxOffset {
 		return syscall.EINVAL
 	}
+	req := ctx
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	if err := n.flushDeferred(ctx, false); err != nil {
 		return fh.errno("fallocate", err) // what a Write lease held back lands first
+	}
+	if err := n.killSetIDUnflagged(req, fh.h); err != nil { // killpriv.go
+		return fh.errno("fallocate", err)
 	}
 	fh.dirty()
 	defer fh.dirty()

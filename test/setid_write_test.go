@@ -14,12 +14,12 @@ import (
 // TestWriteClearsSetID: a write through the mount by a user other than the
 // owner of a set-user-ID, set-group-ID file clears both bits on the
 // server's disk, on the LWIO data path (O_DIRECT, 4 KiB and 1 MiB) and on
-// the session channel (a small buffered write); so do truncate(2) and
-// open(2) with O_TRUNC. The mount asks the kernel
-// for HANDLE_KILLPRIV_V2 (fs/mount.go): the client's kernel then neither
-// asks for security.capability nor sends a SETATTR before a write, and the
-// bits are the server's to clear — its kernel does, for it writes as the
-// user, without CAP_FSETID.
+// the session channel (a small buffered write); so do truncate(2),
+// fallocate(2), copy_file_range(2) and open(2) with O_TRUNC. The mount
+// asks the kernel for HANDLE_KILLPRIV_V2 (fs/mount.go): the client's
+// kernel then neither asks for security.capability nor sends a SETATTR
+// before a write, and the bits are the server's to clear — its kernel
+// does, for it writes as the user, without CAP_FSETID.
 func TestWriteClearsSetID(t *testing.T) {
 	needLWIO(t)
 	dir := openShareDir(t)
@@ -43,6 +43,8 @@ func TestWriteClearsSetID(t *testing.T) {
 		{"owner-direct-4k", unix.O_DIRECT, 4096, true, 0},
 		{"truncate", -1, 0, false, 0},
 		{"open-trunc", unix.O_TRUNC, 0, false, 0},
+		{"fallocate", -2, 0, false, 0},
+		{"copy-range", -3, 0, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "f-" + tc.name
@@ -71,6 +73,25 @@ func TestWriteClearsSetID(t *testing.T) {
 			switch {
 			case tc.flags == -1: // truncate(2)
 				if err := os.Truncate(p, 100); err != nil {
+					t.Fatal(err)
+				}
+			case tc.flags < -1: // fallocate(2), copy_file_range(2) within the file
+				f, err := os.OpenFile(p, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.flags == -2 {
+					err = unix.Fallocate(int(f.Fd()), 0, 0, 20000)
+				} else {
+					var k int
+					in, out := int64(0), int64(4096)
+					k, err = unix.CopyFileRange(int(f.Fd()), &in, int(f.Fd()), &out, 100, 0)
+					if err == nil && k != 100 {
+						err = fmt.Errorf("copied %d bytes of 100", k)
+					}
+				}
+				f.Close()
+				if err != nil {
 					t.Fatal(err)
 				}
 			case tc.n == 0: // open(2) with O_TRUNC
@@ -134,6 +155,9 @@ func TestRootAccountWriteClearsSetID(t *testing.T) {
 		{name: "append", script: "printf hello >>F", want: 0o777},
 		{name: "truncate", script: "truncate -s 100 F", want: 0o777},
 		{name: "open-trunc", script: ": >F", want: 0o777},
+		// Neither flagged by the kernel: the mount asks /proc.
+		{name: "fallocate", script: "fallocate -l 20000 F", want: 0o777},
+		{name: "copy-range", script: copyRangeScript, want: 0o777},
 		{name: "twice", script: "printf a 1<>F; printf b 1<>F; dd if=/dev/zero of=F bs=4096 count=1 oflag=direct conv=notrunc status=none", want: 0o777},
 		{name: "root-write", root: func(p string) error {
 			return writeAt(p, 0, []byte("hello"))
@@ -176,6 +200,10 @@ func TestRootAccountWriteClearsSetID(t *testing.T) {
 		})
 	}
 }
+
+// copyRangeScript copy_file_range(2)s 100 bytes of F into F itself
+// (offset 0 to 4096), through the mount.
+const copyRangeScript = `/usr/bin/python3 -c 'import os; f = os.open("F", os.O_RDWR); assert os.copy_file_range(f, f, 100, 0, 4096) == 100'`
 
 // writeAt writes b at offset 0 of p, opened write-only with flags.
 func writeAt(p string, flags int, b []byte) error {
