@@ -345,10 +345,15 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		return
 	}
 	if err := wc.Err(); err != nil {
+		limit := c.s.cfg.MaxRecvBufferSize
+		what := "message longer than MaxRecvBufferSize"
+		if rb.auth {
+			limit, what = authRecvSize, "message before AUTH longer than the AUTH receive"
+		}
 		c.pool.give(c, rb)
 		var ce *transport.CompletionError
 		if errors.As(err, &ce) && ce.Status == transport.StatusLocalLength {
-			c.fail(fmt.Errorf("message longer than MaxRecvBufferSize %d: %w", c.s.cfg.MaxRecvBufferSize, err))
+			c.fail(fmt.Errorf("%s (%d bytes): %w", what, limit, err))
 		} else if errors.As(err, &ce) && ce.Status == transport.StatusFlushed {
 			c.fail(transport.ErrClosed)
 		} else {
