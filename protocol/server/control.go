@@ -283,7 +283,30 @@ func (c *conn) policy(hint uint8) {
 // credits (taken from the server-wide budget, their receives posted before
 // the message goes out), −n asks the client to give n back. It reports
 // whether a transaction was started.
+//
+// The balancer calls it from its own goroutine, so it may meet a teardown:
+// a connection that is ending (c.err set, which teardown does before it
+// waits for c.reqs) starts nothing, and the transaction is counted in
+// c.reqs under the same lock before anything else — else its goroutine
+// could start after teardown's wait and its credits' budget be added after
+// teardown gave the connection's back.
 func (c *conn) startDelta(delta int) bool {
+	if delta == 0 {
+		return false
+	}
+	c.mu.Lock()
+	if c.err != nil || c.state == stateClosed {
+		c.mu.Unlock()
+		return false
+	}
+	c.reqs.Add(1)
+	c.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			c.reqs.Done()
+		}
+	}()
 	if delta > 0 {
 		k := c.s.budget.Take(delta)
 		if k == 0 {
@@ -297,14 +320,10 @@ func (c *conn) startDelta(delta int) bool {
 		c.budget += k
 		c.mu.Unlock()
 		delta = k
-	} else if delta < 0 {
-		if !c.grant.StartRetire(-delta) {
-			return false
-		}
-	} else {
+	} else if !c.grant.StartRetire(-delta) {
 		return false
 	}
-	c.reqs.Add(1)
+	started = true
 	go func() {
 		defer c.reqs.Done()
 		if delta > 0 {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -225,4 +226,27 @@ func TestAuthKeyOnce(t *testing.T) {
 	if sp := c.auth(e.auth.AnotherKey(key), signing, 4); sp.Credits == 0 {
 		t.Fatalf("AUTH with a fresh Key of the same session: %+v", sp)
 	}
+}
+
+// A connection that is ending starts no credit transaction: the balancer
+// calls startDelta from its own goroutine, and one started after
+// teardown's wait for the connection's goroutines would run on freed
+// state (and, for a grant, add budget after teardown gave it back). The
+// race detector saw it once in CI as WaitGroup.Add against Wait.
+func TestNoDeltaOnAnEndingConnection(t *testing.T) {
+	e := newEnv(t, Config{Credits: 4})
+	key, signing := e.session(1)
+	p := e.dial()
+	p.auth(key, signing, 4)
+	c := e.serverConn()
+	c.fail(errors.New("test: the connection ends"))
+	if c.startDelta(-1) {
+		t.Error("a credit retire started on a connection that is ending")
+	}
+	if c.startDelta(+1) {
+		t.Error("a credit grant started on a connection that is ending")
+	}
+	testutil.Eventually(t, "the ended connection's credits back in the budget", 5*time.Second, func() bool {
+		return e.srv.budget.Used() == 0
+	})
 }
