@@ -291,7 +291,7 @@ func (p *recvPool) alloc(auth bool) (*recvBuf, error) {
 }
 
 // free deregisters rb's memory; its entry stays for its id, and is used
-// again by the next alloc.
+// again by the next alloc. A no-op for an entry already without a buffer.
 func (p *recvPool) free(rb *recvBuf) {
 	p.mu.Lock()
 	r, auth := rb.region, rb.auth
@@ -307,11 +307,9 @@ func (p *recvPool) free(rb *recvBuf) {
 		p.auths--
 	}
 	p.mu.Unlock()
-	if r != nil {
-		r.Deregister()
-		if !auth {
-			p.s.recvBufs.Add(-1)
-		}
+	r.Deregister()
+	if !auth {
+		p.s.recvBufs.Add(-1)
 	}
 }
 

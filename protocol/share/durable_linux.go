@@ -224,22 +224,28 @@ func statIdent(fd int) (st unix.Stat_t, id identity, err error) {
 		return st, id, err
 	}
 	st = unix.Stat_t{
-		Dev:     unix.Mkdev(stx.Dev_major, stx.Dev_minor),
-		Ino:     stx.Ino,
-		Nlink:   uint64(stx.Nlink),
-		Mode:    uint32(stx.Mode),
-		Uid:     stx.Uid,
-		Gid:     stx.Gid,
-		Rdev:    unix.Mkdev(stx.Rdev_major, stx.Rdev_minor),
-		Size:    int64(stx.Size),
-		Blksize: int64(stx.Blksize),
-		Blocks:  int64(stx.Blocks),
-		Atim:    unix.Timespec{Sec: stx.Atime.Sec, Nsec: int64(stx.Atime.Nsec)},
-		Mtim:    unix.Timespec{Sec: stx.Mtime.Sec, Nsec: int64(stx.Mtime.Nsec)},
-		Ctim:    unix.Timespec{Sec: stx.Ctime.Sec, Nsec: int64(stx.Ctime.Nsec)},
+		Dev:    unix.Mkdev(stx.Dev_major, stx.Dev_minor),
+		Ino:    stx.Ino,
+		Mode:   uint32(stx.Mode),
+		Uid:    stx.Uid,
+		Gid:    stx.Gid,
+		Rdev:   unix.Mkdev(stx.Rdev_major, stx.Rdev_minor),
+		Size:   int64(stx.Size),
+		Blocks: int64(stx.Blocks),
+		Atim:   unix.Timespec{Sec: stx.Atime.Sec, Nsec: int64(stx.Atime.Nsec)},
+		Mtim:   unix.Timespec{Sec: stx.Mtime.Sec, Nsec: int64(stx.Mtime.Nsec)},
+		Ctim:   unix.Timespec{Sec: stx.Ctime.Sec, Nsec: int64(stx.Ctime.Nsec)},
 	}
+	// Their types differ between architectures (uint32 and int32 on
+	// arm64, uint64 and int64 on amd64).
+	setInt(&st.Nlink, stx.Nlink)
+	setInt(&st.Blksize, stx.Blksize)
 	return st, id, nil
 }
+
+// setInt stores v in *dst, whatever integer type the architecture gave
+// that Stat_t field.
+func setInt[T ~int32 | ~int64 | ~uint32 | ~uint64](dst *T, v uint32) { *dst = T(v) }
 
 // sameFile reports whether two identities name one file. The kernel handle
 // is not compared: the triple already says it, and a filesystem may encode
