@@ -28,8 +28,10 @@ import (
 // caller the mount clears them, as the local kernel did before —
 // S_ISUID always, S_ISGID when group execute is set (should_remove_suid).
 //
-// The common case costs nothing: only a node whose last attributes seen
-// had such bits (Node.setID) is looked at. A held-back write (a Write
+// The common case costs nothing on the wire: only a node whose last
+// attributes seen had such bits (Node.setID) is looked at (the raw wrapper
+// still notes the flag of every flagged request, a map insert and delete
+// under a mutex). A held-back write (a Write
 // lease, writebehind.go) holds the chmod back ahead of it, in the same
 // BATCH; a truncate or chown carries the mode in its own SETATTR; a write
 // sent at once, or an open with O_TRUNC, sends one SETATTR first (after
