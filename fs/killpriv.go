@@ -173,8 +173,7 @@ func (n *Node) killSetID(ctx context.Context, h session.Handle) error {
 		}
 		return err
 	}
-	n.rememberAt(g, a)
-	n.sawMode(a.Mode)
+	n.rememberAt(g, a) // and sawMode, unless a change overtook the reply
 	// The kernel shows the old mode until it asks again. Attributes
 	// only: takes no lock a request on this file could hold.
 	n.NotifyContent(-1, 0)
@@ -197,8 +196,7 @@ func (n *Node) currentAttr(ctx context.Context, h session.Handle) (session.Attr,
 	if err != nil {
 		return a, err
 	}
-	n.rememberAt(g, a)
-	n.sawMode(a.Mode)
+	n.rememberAt(g, a) // and sawMode, unless a change overtook the reply
 	return a, nil
 }
 
