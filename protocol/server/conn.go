@@ -72,16 +72,21 @@ type conn struct {
 
 	// The reaper role (see reap): hand is epoch<<1 | 1 while the reaper
 	// runs a request inline; stall hands the role to a new goroutine if
-	// one inline run lasts a whole stallAfter (runInline, takeOver).
-	// inlineSeq counts inline runs; stallSeen is the run the stall timer
-	// saw running at its last look; stallArmed: the timer is set. reapEnd
-	// is closed by the reaper that sees the CQ close. pend is the request
-	// the reaper runs inline after its batch.
+	// one inline run lasts a whole period (runInline, takeOver;
+	// stallPeriod). inlineSeq counts inline runs; stallSeen is the run the
+	// stall timer saw running at its last look; stallArmed: the timer is
+	// set; stallTicks counts its ticks; tookOver is when it last took the
+	// role over (since born; 0: never). reapEnd is closed by the reaper
+	// that sees the CQ close. pend is the request the reaper runs inline
+	// after its batch.
 	hand       atomic.Uint64
 	inlineSeq  atomic.Uint64
 	stallSeen  atomic.Uint64
 	stallArmed atomic.Bool
 	stall      *time.Timer
+	stallTicks atomic.Uint64
+	tookOver   atomic.Int64
+	born       time.Time
 	reapEnd    chan struct{}
 	pend       *slot
 
@@ -111,6 +116,7 @@ func newConn(s *Server, tc transport.Conn, q *listenQueues) *conn {
 	}
 	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
+	c.born = time.Now()
 	c.stall = time.AfterFunc(time.Hour, c.takeOver)
 	c.stall.Stop()
 	c.sq.init(tc.Limits().SendQueueDepth)
@@ -207,9 +213,9 @@ func (c *conn) fail(err error) {
 // request goroutines, send completions return send-queue slots and finish
 // the request they end. One goroutine at a time holds the role. The last
 // I/O request of a batch may run inline, on the reaper, saving the hand-off
-// to a goroutine (see onRecv); if it outlasts stallAfter (a slow disk) a
-// new goroutine takes the role over, so the connection is never stalled
-// for longer, and this one returns once its request is done.
+// to a goroutine (see onRecv); if it outlasts the stall timer's period (a
+// slow disk) a new goroutine takes the role over, so the connection is
+// never stalled for longer, and this one returns once its request is done.
 func (c *conn) reap() {
 	var wcs [64]transport.Completion
 	cq := c.tc.CQ()
@@ -252,9 +258,34 @@ func (c *conn) reap() {
 	}
 }
 
-// stallAfter is how long an inline request may hold the reaper before the
-// role moves to a new goroutine; the stall timer's period.
-const stallAfter = 100 * time.Microsecond
+// The stall timer's period (stallPeriod): about how long an inline
+// request may hold the reaper before the role moves to a new goroutine.
+//
+// stallAfter is the period on a connection whose inline runs have stalled
+// lately (within stallMemory: a slow disk, cache misses): a stalled run
+// holds up the requests behind it for one to two periods. stallQuiet is
+// the period otherwise, when every inline run is quick (data in memory):
+// the timer ticks all the while inline runs go on, and each tick is a
+// thread wake-up in a server that is otherwise asleep between requests —
+// at 100 µs, 0.73 ticks per 4 KiB qd1 request, and the 4 KiB qd1 p50 was
+// 3-6 µs higher, lwio-server 0.6 context switches per request more, than
+// with a period twenty times as long (issue 16). A connection's first
+// stall after a quiet spell is taken over after one to two stallQuiet
+// periods; from then on it is watched with stallAfter again.
+const (
+	stallAfter  = 100 * time.Microsecond
+	stallQuiet  = time.Millisecond
+	stallMemory = 100 * time.Millisecond
+)
+
+// stallPeriod is the stall timer's period now: stallAfter if the timer
+// took the reaper role over within the last stallMemory, else stallQuiet.
+func (c *conn) stallPeriod() time.Duration {
+	if t := c.tookOver.Load(); t != 0 && time.Since(c.born)-time.Duration(t) < stallMemory {
+		return stallAfter
+	}
+	return stallQuiet
+}
 
 // inlineMax is the largest request run inline on the reaper.
 const inlineMax = 128 << 10
@@ -266,15 +297,15 @@ const inlineMax = 128 << 10
 // before every other one wakes the runtime's poller thread
 // (runtime.wakeNetPoller), a thread wake-up per 4 KiB request (issue 16).
 // It is set by the first inline run after an idle spell and then ticks
-// every stallAfter while inline runs go on (takeOver), so a run that
-// outlasts stallAfter is taken over after between one and two periods.
+// every stallPeriod while inline runs go on (takeOver), so a run that
+// outlasts the period is taken over after between one and two periods.
 func (c *conn) runInline(sl *slot) bool {
 	v := c.hand.Load() &^ 1
 	seq := c.inlineSeq.Add(1)
 	c.hand.Store(v | 1)
 	if c.stallArmed.CompareAndSwap(false, true) {
 		c.stallSeen.Store(seq)
-		c.stall.Reset(stallAfter)
+		c.stall.Reset(c.stallPeriod())
 	}
 	c.execIO(sl, true)
 	return c.hand.CompareAndSwap(v|1, v)
@@ -286,6 +317,7 @@ func (c *conn) runInline(sl *slot) bool {
 // while inline runs go on, and lets the timer rest once none ran for a
 // whole period.
 func (c *conn) takeOver() {
+	c.stallTicks.Add(1)
 	// hand first: a run it shows running has counted itself in inlineSeq
 	// already, so if inlineSeq has not moved since the last look, that run
 	// was running then.
@@ -293,6 +325,7 @@ func (c *conn) takeOver() {
 	seq := c.inlineSeq.Load()
 	if seq == c.stallSeen.Load() {
 		if v&1 != 0 && c.hand.CompareAndSwap(v, (v>>1+1)<<1) {
+			c.tookOver.Store(int64(max(time.Since(c.born), 1)))
 			c.stallArmed.Store(false) // the new reaper's inline runs set it again
 			c.reap()
 			return
@@ -304,13 +337,13 @@ func (c *conn) takeOver() {
 			c.stallArmed.Store(false)
 			if c.inlineSeq.Load() != seq && c.stallArmed.CompareAndSwap(false, true) {
 				c.stallSeen.Store(c.inlineSeq.Load())
-				c.stall.Reset(stallAfter)
+				c.stall.Reset(c.stallPeriod())
 			}
 			return
 		}
 	}
 	c.stallSeen.Store(seq)
-	c.stall.Reset(stallAfter)
+	c.stall.Reset(c.stallPeriod())
 }
 
 // onSent handles the completion of one of our SENDs or RDMA WRITEs.
@@ -425,7 +458,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		// free at once and it is small. Not in polling mode: measured
 		// slower there (the client spins, and its INTERRUPT must not wait
 		// behind the reaper's disk work). Not a large one: copying 1 MiB
-		// outlasts stallAfter, and the stall timer's takeover (a new
+		// outlasts the stall timer's period, and its takeover (a new
 		// goroutine each time) costs more than the hand-off saved.
 		if last && h.Flags&protocol.FlagInterrupt != 0 && int(h.Length) <= inlineMax && h.Opcode != protocol.OpVecRead {
 			select {

@@ -64,6 +64,10 @@ func TestSlowInlineRequestIsTakenOver(t *testing.T) {
 		}
 		if c.hand.Load()>>1 == epoch {
 			t.Errorf("round %d: served, but the reaper role was not taken over", round)
+		} else if at := c.tookOver.Load(); at == 0 {
+			t.Errorf("round %d: the takeover was not recorded", round)
+		} else if got := c.stallPeriod(); got != stallAfter && time.Since(c.born)-time.Duration(at) < stallMemory/2 {
+			t.Errorf("round %d: the stall timer's period after a takeover is %v, want %v", round, got, stallAfter)
 		}
 		g.Open()
 		if imm := p.WantImm("the stuck READ, let go"); uint64(imm) != slowCookie&0xffffffff {
@@ -73,5 +77,44 @@ func TestSlowInlineRequestIsTakenOver(t *testing.T) {
 		if c.stallArmed.Load() {
 			t.Errorf("round %d: the stall timer is still set after an idle spell", round)
 		}
+	}
+}
+
+// TestStallTimerQuietWhileInlineRunsAreQuick: while every inline run is
+// quick, the stall timer ticks at stallQuiet, not at stallAfter — each tick
+// is a thread wake-up between requests (issue 16) — and its period is
+// stallAfter again once it has taken a slow run over (the test above).
+func TestStallTimerQuietWhileInlineRunsAreQuick(t *testing.T) {
+	e := newEnv(t, Config{Credits: 8})
+	key, signing := e.session(5)
+	rk, _ := e.file(5, "quick", testutil.RandBytes(64<<10))
+	p, quick := e.open(key, signing, 5, rk)
+	c := e.serverConn()
+	if got := c.stallPeriod(); got != stallQuiet {
+		t.Fatalf("a new connection's stall period is %v, want %v", got, stallQuiet)
+	}
+	cookie := uint64(0)
+	read := func() {
+		cookie++
+		p.read(quick, 0, 4096, 1, cookie)
+		if imm := p.WantImm("quick READ"); uint64(imm) != cookie&0xffffffff {
+			t.Fatalf("quick READ answered %d, want %d", imm, cookie)
+		}
+	}
+	read() // the timer is set
+	ticks0 := c.stallTicks.Load()
+	start := time.Now()
+	n := 0
+	for time.Since(start) < 30*time.Millisecond || n < 100 {
+		read()
+		n++
+	}
+	took := time.Since(start)
+	ticks := c.stallTicks.Load() - ticks0
+	// At stallAfter it would tick about took/stallAfter times (300 in
+	// 30 ms); at stallQuiet about took/stallQuiet (30). Timers fire late
+	// on a busy machine, never early.
+	if most := uint64(took/(5*stallAfter)) + 4; ticks > most {
+		t.Errorf("the stall timer ticked %d times in %v of quick inline reads (%d), want at most %d (period %v)", ticks, took, n, most, stallQuiet)
 	}
 }

@@ -257,21 +257,44 @@ func (f *OpenFile) WriteAtInRun(p []byte, off int64) (int, error) {
 
 // writeAt writes all of p at off through writeAs.
 func (f *OpenFile) writeAt(p []byte, off int64, writeAs func(*OpenFile, func(int, userWriter) error) error) (int, error) {
-	n := 0
-	err := writeAs(f, func(fd int, w userWriter) error {
-		for n < len(p) {
-			k, err := w.pwrite(fd, p[n:], off+int64(n))
-			if err != nil {
-				return err
-			}
-			if k == 0 {
-				return io.ErrShortWrite
-			}
-			n += k
-		}
-		return nil
-	})
+	op := writeOps.Get().(*writeOp)
+	op.p, op.off, op.n = p, off, 0
+	err := writeAs(f, op.fn)
+	n := op.n
+	op.p = nil
+	writeOps.Put(op)
 	return n, err
+}
+
+// writeOp is one writeAt in progress. A closure over p, off and the count
+// would be allocated per write (writeAs takes it as a func value, which
+// escapes); a pooled writeOp, with its method value bound once, is not.
+type writeOp struct {
+	p   []byte
+	off int64
+	n   int
+	fn  func(fd int, w userWriter) error // run, bound once
+}
+
+var writeOps = sync.Pool{New: func() any {
+	op := new(writeOp)
+	op.fn = op.run
+	return op
+}}
+
+// run writes op.p at op.off with w, counting what was written in op.n.
+func (op *writeOp) run(fd int, w userWriter) error {
+	for op.n < len(op.p) {
+		k, err := w.pwrite(fd, op.p[op.n:], op.off+int64(op.n))
+		if err != nil {
+			return err
+		}
+		if k == 0 {
+			return io.ErrShortWrite
+		}
+		op.n += k
+	}
+	return nil
 }
 
 // Fsync flushes the file to stable storage (fsync, or fdatasync when

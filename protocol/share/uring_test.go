@@ -202,3 +202,43 @@ func TestWriteInRunIsInPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestUserWriteAllocatesNothing: a 4 KiB WriteAt as a user through an
+// io_uring personality allocates nothing (the LWIO server makes one per
+// WRITE), and is still the user's write of all of p: the owner's write
+// clears set-user-ID and keeps set-group-ID, as in TestWritesKeepTheirUser.
+func TestUserWriteAllocatesNothing(t *testing.T) {
+	needPerUser(t)
+	r := getRing(nil)
+	if r == nil {
+		t.Skip("SKIP: io_uring cannot be set up here")
+	}
+	putRing(r)
+	if raceEnabled {
+		t.Skip("SKIP: the race detector allocates")
+	}
+	dir := sharedDir(t)
+	path, _, f := openOwned(t, dir, "f", "", acctA, 0o6767)
+	p := make([]byte, 4096)
+	for i := range p {
+		p[i] = byte(i)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if n, err := f.WriteAt(p, 4096); n != len(p) || err != nil {
+			t.Fatalf("WriteAt: %d, %v", n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per 4 KiB WriteAt through a ring, want 0", allocs)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 8192 || string(got[4096:]) != string(p) {
+		t.Errorf("file holds %d bytes, the written ones wrong or missing", len(got))
+	}
+	if m := testutil.Stat(t, path).Mode & 0o7777; m != 0o2767 {
+		t.Errorf("mode %o after its owner's writes, want 2767 (6767: written as the server; 767: as another user)", m)
+	}
+}
