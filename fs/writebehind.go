@@ -49,6 +49,8 @@ type writeBehind struct {
 	err       error // a kept failure (a background flush's, an unlock's), for the next close or fsync
 	timer     *time.Timer
 	fh        *fileHandle // an open handle that may hold back: fchmod and utimens come without one
+	sending   bool        // a BATCH is in flight
+	tracked   bool        // in the mount's held set (asyncclose.go): ops held or sending
 	flushMu   sync.Mutex  // one flush at a time, in order
 }
 
@@ -129,6 +131,17 @@ func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (don
 	return false, 0
 }
 
+// mayHoldSetattr reports whether a setattr through f (nil: by path) could
+// be held back: an open handle of n may hold changes back.
+func (n *Node) mayHoldSetattr(f gofs.FileHandle) bool {
+	if fh, ok := f.(*fileHandle); ok && fh.mayDefer() {
+		return true
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ls.wb.fh != nil
+}
+
 // deferSetattr holds back a setattr through handle f when it may, and
 // returns the attributes predicted after it.
 func (n *Node) deferSetattr(f gofs.FileHandle, in session.SetAttrIn) (session.Attr, bool) {
@@ -182,6 +195,7 @@ func pick(now bool, t, given time.Time) time.Time {
 func (n *Node) hold(op session.BatchOp) {
 	n.ls.wb.ops = append(n.ls.wb.ops, op)
 	n.ls.wb.bytes += len(op.Data)
+	n.tracked()
 	if n.ls.wb.timer == nil {
 		n.ls.wb.timer = time.AfterFunc(wbMaxAge, func() { n.flushDeferred(context.Background(), true) })
 	}
@@ -231,6 +245,7 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 	if !keep {
 		n.ls.wb.err = nil
 	}
+	n.ls.wb.sending = len(ops) > 0
 	n.mu.Unlock()
 	if len(ops) == 0 {
 		return kept
@@ -265,6 +280,8 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 	if err != nil && keep {
 		n.ls.wb.err = err
 	}
+	n.ls.wb.sending = false
+	n.tracked()
 	n.mu.Unlock()
 	if replaced {
 		// The kernel has the predicted attributes: the server's (ctime,
@@ -273,6 +290,7 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 		n.NotifyContent(-1, 0)
 	}
 	if err != nil {
+		n.fs.failed() // the next files' close(2) wait, and report their own (asyncclose.go)
 		n.fs.log.WithError(err).WithField("path", n.path()).Warn("fs: held-back writes failed")
 		return err
 	}
