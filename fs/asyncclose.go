@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -101,8 +102,8 @@ func (n *Node) settle(ctx context.Context) {
 	}
 }
 
-// settleChild is settle for directory n's child name, if the kernel knows
-// it.
+// settleChild is settle for directory n's child name: the node the kernel
+// knows by that name, and the nodes it forgot (below).
 func (n *Node) settleChild(ctx context.Context, name string) {
 	if lc := n.fs.lease; lc == nil || lc.held.n.Load() == 0 {
 		return
@@ -112,13 +113,23 @@ func (n *Node) settleChild(ctx context.Context, name string) {
 			cn.settle(ctx)
 		}
 	}
+	n.settleHeld(ctx, func(string, *gofs.Inode) bool { return false })
 }
 
 // settleChildren settles every child of directory n that holds changes
-// back: a listing returns their attributes.
+// back, and the nodes the kernel forgot: a listing returns their
+// attributes.
 func (n *Node) settleChildren(ctx context.Context) {
+	n.settleHeld(ctx, func(_ string, p *gofs.Inode) bool { return p == n.EmbeddedInode() })
+}
+
+// settleHeld settles the held nodes whose parent match accepts, and those
+// with no parent: the kernel forgot them (a directory's lease that went
+// made it drop their names) while their BATCH was still to come, and a
+// lookup of their name makes a new node, which holds nothing back.
+func (n *Node) settleHeld(ctx context.Context, match func(name string, parent *gofs.Inode) bool) {
 	for _, c := range n.fs.lease.heldNodes() {
-		if _, p := c.Parent(); p != nil && p == n.EmbeddedInode() {
+		if name, p := c.Parent(); p == nil || match(name, p) {
 			c.settle(ctx)
 		}
 	}

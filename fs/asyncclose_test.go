@@ -136,9 +136,9 @@ func TestAsyncCloseTwoMounts(t *testing.T) {
 
 // TestAsyncCloseSameMount: on the mount that closed a file, what comes
 // next sees the file as the close left it though the BATCH is slow: a
-// chmod by path is not overtaken by the held-back fchmod, and stat, a
-// listing's attributes, a reopen and read, and a rename see the written
-// file.
+// chmod by path is not overtaken by the held-back fchmod, and stat (also
+// once the kernel forgot the file), a listing's attributes, a reopen and
+// read, and a rename see the written file.
 func TestAsyncCloseSameMount(t *testing.T) {
 	needFUSE(t)
 	dir := t.TempDir()
@@ -182,6 +182,19 @@ func TestAsyncCloseSameMount(t *testing.T) {
 		writeClose(t, p, data, 0o755)
 		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, data) {
 			t.Errorf("reopen and read after close: %q, %v", got, err)
+		}
+
+		// The kernel forgets the file (drop_caches here; a directory's
+		// lease that goes drops its names) before the BATCH lands: the
+		// lookup that follows makes a new node, which holds nothing.
+		p = filepath.Join(d, "forgotten")
+		writeClose(t, p, data, 0o755)
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // the FORGET is handled
+		if fi, err := os.Stat(p); err != nil || fi.Size() != int64(len(data)) || fi.Mode().Perm() != 0o755 {
+			t.Errorf("stat after close and a forget: %v, %v", fi, err)
 		}
 
 		p = filepath.Join(d, "renamed")

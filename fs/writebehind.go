@@ -19,11 +19,17 @@ import (
 // the server as one BATCH when the file is closed (or synced, read,
 // written further, broken, or after wbMaxAge). `tar -x`'s "create, write,
 // utimens, chown, chmod, close" then costs two round trips instead of
-// eight. The kernel is answered with predicted attributes meanwhile. A
-// failure of the held-back requests is reported by close(2) (or fsync), as
-// NFS reports write errors. Another client's open or stat recalls Write
-// first: this mount sends what it held back before the server lets that
-// client see the file, so nobody else ever sees it stale. Only the first
+// eight — and close(2) does not wait for the BATCH: the kernel's RELEASE,
+// which follows in the background, sends it (asyncclose.go), and whatever
+// on this mount looks at the file next waits for it first (settle). The
+// kernel is answered with predicted attributes meanwhile. A failure of
+// the held-back requests is logged and reported by the file's next write,
+// close(2) or fsync (the close itself with -o sync_close, and for 30 s
+// after any failure), as NFS and local filesystems report write-back
+// errors. Another client's open or stat recalls Write first: this mount
+// sends what it held back (or waits for the BATCH in flight) before the
+// server lets that client see the file, so nobody else ever sees it
+// stale. Only the first
 // leaseHoldMax bytes of a handle are held back, and only before its LWIO
 // data path is attached; never appends, O_DIRECT or O_SYNC. Writes posted
 // over LWIO (writeasync.go) are waited for before a BATCH goes, so the
