@@ -316,7 +316,7 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	if err := n.killSetIDSetattr(ctx, in, h, &s); err != nil {
 		return n.errno("setattr", p, err)
 	}
-	if a, ok := n.deferSetattr(f, s); ok {
+	if a, ok := n.deferSetattr(f, s, n.serverClearsSetID(ctx)); ok {
 		n.fillAttr(&out.Attr, a)
 		out.SetTimeout(predictedTimeout)
 		return 0

@@ -107,7 +107,7 @@ func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (don
 	if n.fs.lease == nil {
 		return false, 0
 	}
-	kill, mayHold := n.killSetIDHold(ctx)
+	kill, serverClears, mayHold := n.killSetIDHold(ctx)
 	n.mu.Lock()
 	if mayHold && n.ls.state&LeaseWrite != 0 && f.mayDefer() && n.freshValid && n.ls.wb.err == nil &&
 		n.ls.wb.bytes+len(buf) <= leaseHoldMax && len(n.ls.wb.ops) < maxDeferredOps &&
@@ -122,6 +122,9 @@ func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (don
 		a.Blocks = (a.Size + 511) / 512
 		now := time.Now()
 		a.Mtime, a.Ctime = now, now
+		if serverClears {
+			a.Mode, _ = setIDCleared(a.Mode) // as the server's write will (killpriv.go)
+		}
 		n.predict(a)
 		n.cache = validator{}
 		n.mu.Unlock()
@@ -149,8 +152,9 @@ func (n *Node) mayHoldSetattr(f gofs.FileHandle) bool {
 }
 
 // deferSetattr holds back a setattr through handle f when it may, and
-// returns the attributes predicted after it.
-func (n *Node) deferSetattr(f gofs.FileHandle, in session.SetAttrIn) (session.Attr, bool) {
+// returns the attributes predicted after it; serverClears: a truncate or
+// chown in it clears the set-id bits on the server (killpriv.go).
+func (n *Node) deferSetattr(f gofs.FileHandle, in session.SetAttrIn, serverClears bool) (session.Attr, bool) {
 	if n.fs.lease == nil || in.Valid == 0 {
 		return session.Attr{}, false
 	}
@@ -184,6 +188,9 @@ func (n *Node) deferSetattr(f gofs.FileHandle, in session.SetAttrIn) (session.At
 	}
 	if in.Valid&session.SetMtime != 0 {
 		a.Mtime = pick(in.MtimeNow, now, in.Mtime)
+	}
+	if serverClears && in.Valid&(session.SetSize|session.SetUid|session.SetGid) != 0 && in.Valid&session.SetMode == 0 {
+		a.Mode, _ = setIDCleared(a.Mode)
 	}
 	a.Ctime = now
 	n.predict(a)
