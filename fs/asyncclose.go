@@ -32,8 +32,8 @@ import (
 // failure turns asynchronous close off for syncCloseBackoff, so that the
 // following files' close(2) report their own errors (a full disk stays
 // full) rather than nothing. close(2) stays synchronous for a handle a
-// lock was taken through (or whose closing process holds POSIX locks on
-// the file), for O_SYNC, O_DSYNC, O_DIRECT and O_APPEND handles, and on a
+// lock was taken through (or while a process took POSIX locks on the file
+// through this mount), for O_SYNC, O_DSYNC, O_DIRECT and O_APPEND handles, and on a
 // mount with Options.SyncClose (-o sync_close, NFS's close-to-open to the
 // letter). fsync(2) always waits.
 
