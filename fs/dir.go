@@ -45,7 +45,8 @@ func (n *Node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 func (d *dirHandle) load(ctx context.Context) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	d.node.fs.wb.barrier() // the listing carries attributes (sizes)
+	d.node.fs.wb.barrier()     // the listing carries attributes (sizes)
+	d.node.settleChildren(ctx) // and of what was held back (asyncclose.go)
 	p := d.node.path()
 	ents, leases, g, leased, err := d.node.listLeased(ctx, p)
 	if !leased {

@@ -63,6 +63,7 @@ var (
 )
 
 func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	n.settle(ctx) // a closed handle's held-back changes land first (asyncclose.go)
 	if fh, ok := n.reuseHandle(int(flags)); ok {
 		if a, ok := n.freshAttr(); ok {
 			return fh, n.openFlags(a, int(flags)), 0
@@ -87,8 +88,11 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		// every transaction on another mount).
 		return nil, 0, syscall.ESTALE
 	}
-	n.fs.lease.install(n, a.Ino, got, g)
-	n.rememberAt(g, a)
+	if n.fs.lease.install(n, a.Ino, got, g) == 0 && n.fs.lease.on() {
+		n.unleasedOpen()
+	} else {
+		n.rememberAt(g, a)
+	}
 	n.brokenDuring(a.Ino, g)
 	fh := n.newHandle(p, h, int(flags))
 	if flags&syscall.O_TRUNC != 0 {
@@ -106,6 +110,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	p := n.childPath(name)
+	n.settleChild(ctx, name) // an existing file: its held-back changes land before an O_TRUNC
 	n.dropAttr()
 	defer n.dropAttr()
 	g := n.gen()
@@ -117,6 +122,10 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	child := n.newChild(ctx, name, a, out, g)
 	n.created(child, name, got, g, false, out)
 	cn := child.Operations().(*Node)
+	if got == 0 && flags&syscall.O_EXCL == 0 && n.fs.lease.on() {
+		cn.unleasedOpen() // an existing file's attributes may predate a recall
+		out.SetAttrTimeout(0)
+	}
 	fh := cn.newHandle(p, h, int(flags))
 	if flags&syscall.O_TRUNC != 0 {
 		if err := cn.killSetIDWrite(req, h); err != nil { // an existing file (killpriv.go)
@@ -399,9 +408,15 @@ func (f *fileHandle) cancel() {
 // then what a Write lease held back (writebehind.go), land on the server
 // before it returns, so the file is consistent there for the next open
 // anywhere, and a failure among them is close's error. Then the closing
-// process's locks on the file go (lock.go).
+// process's locks on the file go (lock.go). But what a Write lease held
+// back goes with the RELEASE that follows, in the background, when
+// nothing else needs to wait (asyncclose.go): whoever looks at the file
+// next waits for it instead.
 func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	f.closing() // a chmod after close(2) must not wait for the release
+	if f.closeAsync() {
+		return f.releaseLocks(ctx)
+	}
 	errno := f.errno("flush", f.node.flushAll(ctx, false))
 	if e := f.releaseLocks(ctx); errno == 0 {
 		errno = e
@@ -431,7 +446,7 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 		f.release()
 		return 0
 	}
-	go f.release()
+	f.node.fs.background(f.release)
 	return 0
 }
 
@@ -439,8 +454,9 @@ func (f *fileHandle) release() {
 	defer f.node.fs.open.closed(f.node, f.flags)
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := f.node.flushAll(ctx, false); err != nil {
-		// Reported by Flush already unless the last close raced it.
+	if err := f.node.flushAll(ctx, true); err != nil {
+		// After an asynchronous close(2), or a last close that raced
+		// Flush: kept for the file's next write, close or fsync.
 		f.log.WithField("op", "release").WithError(err).Warn("fs: a posted or held-back write failed")
 	}
 	if f.keepHandle() {

@@ -138,7 +138,7 @@ func mountFake(t *testing.T, backing string, opts Options) (string, *dirTree, *c
 
 // mounted fails the test at once if a mount failed, and unmounts it when
 // the test ends; an unmount that fails is an error of the test.
-func mounted(t *testing.T, srv *fuse.Server, err error) {
+func mounted(t *testing.T, srv *Server, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

@@ -222,15 +222,35 @@ func (n *Node) killSetIDSetattr(ctx context.Context, in *fuse.SetAttrIn, h sessi
 }
 
 // killSetIDHold says, for a write of ctx that may be held back, whether
-// set-id bits would have to be cleared with it (kill), and whether it may
-// be held back at all: not when the server did not say which account the
-// caller acts as, whose refused chmod would fail the whole BATCH.
-func (n *Node) killSetIDHold(ctx context.Context) (kill, mayHold bool) {
-	if !n.setID.Load() || !n.killFlagged(ctx) {
-		return false, true
+// set-id bits would have to be cleared with it (kill), whether the server
+// clears them itself when the write lands (an ordinary account: the
+// predicted mode must lose them), and whether it may be held back at all:
+// not when the server did not say which account the caller acts as (a
+// refused chmod would fail the whole BATCH, and the mode to predict is not
+// known).
+func (n *Node) killSetIDHold(ctx context.Context) (kill, serverClears, mayHold bool) {
+	if !n.setID.Load() {
+		return false, false, true
 	}
 	clears, known := n.clearsSetID(ctx)
-	return clears && known, known
+	switch {
+	case !known:
+		return false, false, false
+	case !clears:
+		return false, true, true
+	}
+	return n.killFlagged(ctx), false, true
+}
+
+// serverClearsSetID reports whether the server clears n's set-id bits
+// itself when a truncate or chown of ctx lands: it acts as an ordinary
+// account (without CAP_FSETID), and the file has them.
+func (n *Node) serverClearsSetID(ctx context.Context) bool {
+	if !n.setID.Load() {
+		return false
+	}
+	clears, known := n.clearsSetID(ctx)
+	return known && !clears
 }
 
 // killSetIDHeld is the held-back form for a write through a handle of n

@@ -85,6 +85,7 @@ type leaseCtl struct {
 	closes    []pendingClose // released handles, closed together (closeLater)
 	closing   bool
 	cached    []*cachedHandle // handles kept under Handle leases, oldest first
+	held      heldSet         // nodes with changes held back or in flight (asyncclose.go)
 }
 
 func newLeaseCtl(fs *filesystem, tr SessionLeaser) *leaseCtl {

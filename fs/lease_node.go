@@ -176,6 +176,7 @@ func (n *Node) getattrLeased(ctx context.Context, out *fuse.AttrOut) (errno sysc
 		out.SetTimeout(predictedTimeout)
 		return 0, true
 	}
+	n.settle(ctx) // no prediction: the server's, once what was held back is there
 	s0 := n.gen()
 	if a, ok := n.freshAttr(); ok {
 		n.fillAttr(&out.Attr, a)

@@ -120,6 +120,7 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 		}
 		return fh.errno("unlock", err)
 	}
+	n.settle(dctx) // a lock holder reads the file as its last close left it (asyncclose.go)
 	if !wait {
 		ctx = dctx
 	}

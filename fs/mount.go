@@ -76,6 +76,10 @@ type Options struct {
 	// NoLeases asks the server for no leases: only the attribute and
 	// entry timeouts cache (lease.go).
 	NoLeases bool
+	// SyncClose makes close(2) wait until what a Write lease held back is
+	// on the server, as NFS's close does; without it close(2) returns at
+	// once and the changes follow in the background (asyncclose.go).
+	SyncClose bool
 	// Logger receives the filesystem's logs; nil means quiet.
 	Logger logrus.FieldLogger
 }
@@ -217,12 +221,12 @@ func trimNL(p []byte) []byte {
 // mount; the caller runs until Wait returns or calls Unmount.
 // It builds what go-fuse's fs.Mount would, with rawFS between the kernel
 // and the node tree.
-func Mount(mountpoint string, tree Tree, data DataPath, opts Options) (*fuse.Server, error) {
+func Mount(mountpoint string, tree Tree, data DataPath, opts Options) (*Server, error) {
 	return mountRoot(mountpoint, NewRoot(tree, data, opts), opts)
 }
 
 // mountRoot mounts the node tree under root at mountpoint.
-func mountRoot(mountpoint string, root *Node, opts Options) (*fuse.Server, error) {
+func mountRoot(mountpoint string, root *Node, opts Options) (*Server, error) {
 	mo := opts.MountOptions()
 	root.fs.extras = newRequestExtras()
 	raw := &rawFS{RawFileSystem: gofs.NewNodeFS(root, mo), x: root.fs.extras}
@@ -239,7 +243,7 @@ func mountRoot(mountpoint string, root *Node, opts Options) (*fuse.Server, error
 			root.fs.log.WithError(err).WithField("readahead", ra).Info("fs: readahead stays at the kernel's default")
 		}
 	}
-	return srv, nil
+	return &Server{Server: srv, fs: root.fs}, nil
 }
 
 func (o Options) readAhead() int { return min(setting(o.ReadAhead, MaxReadAhead), MaxWrite) }

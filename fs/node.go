@@ -31,6 +31,11 @@ type filesystem struct {
 	extras *requestExtras // what rawFS kept of requests in flight
 	open   openNodes      // nodes with open files (lock.go)
 	watch  watchList      // data requests' interrupt watches (watch.go)
+	// releases counts releases running in the background, and
+	// syncCloseUntil (unix ns) is when close(2) may stop waiting for
+	// held-back changes again after a failure (asyncclose.go).
+	releases       sync.WaitGroup
+	syncCloseUntil atomic.Int64
 }
 
 // Node is one file, directory or symlink of the share. It keeps no path:
@@ -207,7 +212,8 @@ func (n *Node) newChild(ctx context.Context, name string, a session.Attr, out *f
 }
 
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	n.fs.wb.barrier() // the attributes of every write answered so far
+	n.fs.wb.barrier()        // the attributes of every write answered so far
+	n.settleChild(ctx, name) // and of what was held back (asyncclose.go)
 	if n.fs.lease.on() {
 		return n.lookupLeased(ctx, name, out)
 	}
@@ -295,6 +301,9 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	n.fs.wb.barrier() // a truncate must land after the writes before it
+	if !n.mayHoldSetattr(f) {
+		n.settle(ctx) // what a closed handle held back lands first (asyncclose.go)
+	}
 	p := n.path()
 	var h session.Handle
 	if fh, ok := f.(*fileHandle); ok {
@@ -307,14 +316,12 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	if err := n.killSetIDSetattr(ctx, in, h, &s); err != nil {
 		return n.errno("setattr", p, err)
 	}
-	if a, ok := n.deferSetattr(f, s); ok {
+	if a, ok := n.deferSetattr(f, s, n.serverClearsSetID(ctx)); ok {
 		n.fillAttr(&out.Attr, a)
 		out.SetTimeout(predictedTimeout)
 		return 0
 	}
-	if err := n.flushDeferred(ctx, false); err != nil {
-		return n.errno("setattr", p, err)
-	}
+	n.settle(ctx) // a failure stays for the file's next write, close or fsync
 	g := n.dropAttr()
 	a, err := n.fs.tree.SetAttr(ctx, p, h, s)
 	if err != nil {
@@ -396,6 +403,10 @@ func (n *Node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	defer cancel()
 	oldPath := n.childPath(name)
 	newPath := joinPath(newParent.EmbeddedInode().Path(n.Root()), newName)
+	n.settleChild(ctx, name) // the file as its last close left it (asyncclose.go)
+	if np, ok := newParent.(*Node); ok {
+		np.settleChild(ctx, newName)
+	}
 	dropAttrs := func() {
 		n.dropAttr()
 		n.dropChildAttr(name)
@@ -435,6 +446,9 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return n.linkTmp(ctx, tn, fh, name, out) // an O_TMPFILE file has no path
 	}
 	oldPath := target.EmbeddedInode().Path(n.Root())
+	if tn != nil {
+		tn.settle(ctx) // asyncclose.go
+	}
 	return n.makeChild(ctx, "link", name, out, tn, func(ctx context.Context, p string) (session.Attr, LeaseState, error) {
 		a, err := n.fs.tree.Link(ctx, oldPath, p)
 		return a, 0, err // a hard-linked file keeps no lease: created drops tn's
@@ -490,6 +504,7 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.settle(ctx) // asyncclose.go
 	p := n.path()
 	v, err := n.fs.tree.GetXattr(ctx, p, attr)
 	if err != nil {
@@ -527,6 +542,7 @@ func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 func (n *Node) changeXattr(ctx context.Context, op string, change func(ctx context.Context, p string) error) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.settle(ctx) // a held-back chown would clear what is set (asyncclose.go)
 	p := n.path()
 	n.dropAttr()
 	defer n.dropAttr()
@@ -536,6 +552,7 @@ func (n *Node) changeXattr(ctx context.Context, op string, change func(ctx conte
 func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.settle(ctx) // asyncclose.go
 	p := n.path()
 	names, err := n.fs.tree.ListXattr(ctx, p)
 	if err != nil {

@@ -19,11 +19,17 @@ import (
 // the server as one BATCH when the file is closed (or synced, read,
 // written further, broken, or after wbMaxAge). `tar -x`'s "create, write,
 // utimens, chown, chmod, close" then costs two round trips instead of
-// eight. The kernel is answered with predicted attributes meanwhile. A
-// failure of the held-back requests is reported by close(2) (or fsync), as
-// NFS reports write errors. Another client's open or stat recalls Write
-// first: this mount sends what it held back before the server lets that
-// client see the file, so nobody else ever sees it stale. Only the first
+// eight — and close(2) does not wait for the BATCH: the kernel's RELEASE,
+// which follows in the background, sends it (asyncclose.go), and whatever
+// on this mount looks at the file next waits for it first (settle). The
+// kernel is answered with predicted attributes meanwhile. A failure of
+// the held-back requests is logged and reported by the file's next write,
+// close(2) or fsync (the close itself with -o sync_close, and for 30 s
+// after any failure), as NFS and local filesystems report write-back
+// errors. Another client's open or stat recalls Write first: this mount
+// sends what it held back (or waits for the BATCH in flight) before the
+// server lets that client see the file, so nobody else ever sees it
+// stale. Only the first
 // leaseHoldMax bytes of a handle are held back, and only before its LWIO
 // data path is attached; never appends, O_DIRECT or O_SYNC. Writes posted
 // over LWIO (writeasync.go) are waited for before a BATCH goes, so the
@@ -49,6 +55,8 @@ type writeBehind struct {
 	err       error // a kept failure (a background flush's, an unlock's), for the next close or fsync
 	timer     *time.Timer
 	fh        *fileHandle // an open handle that may hold back: fchmod and utimens come without one
+	sending   bool        // a BATCH is in flight
+	tracked   bool        // in the mount's held set (asyncclose.go): ops held or sending
 	flushMu   sync.Mutex  // one flush at a time, in order
 }
 
@@ -99,7 +107,7 @@ func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (don
 	if n.fs.lease == nil {
 		return false, 0
 	}
-	kill, mayHold := n.killSetIDHold(ctx)
+	kill, serverClears, mayHold := n.killSetIDHold(ctx)
 	n.mu.Lock()
 	if mayHold && n.ls.state&LeaseWrite != 0 && f.mayDefer() && n.freshValid && n.ls.wb.err == nil &&
 		n.ls.wb.bytes+len(buf) <= leaseHoldMax && len(n.ls.wb.ops) < maxDeferredOps &&
@@ -114,6 +122,9 @@ func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (don
 		a.Blocks = (a.Size + 511) / 512
 		now := time.Now()
 		a.Mtime, a.Ctime = now, now
+		if serverClears {
+			a.Mode, _ = setIDCleared(a.Mode) // as the server's write will (killpriv.go)
+		}
 		n.predict(a)
 		n.cache = validator{}
 		n.mu.Unlock()
@@ -129,9 +140,21 @@ func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (don
 	return false, 0
 }
 
+// mayHoldSetattr reports whether a setattr through f (nil: by path) could
+// be held back: an open handle of n may hold changes back.
+func (n *Node) mayHoldSetattr(f gofs.FileHandle) bool {
+	if fh, ok := f.(*fileHandle); ok && fh.mayDefer() {
+		return true
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ls.wb.fh != nil
+}
+
 // deferSetattr holds back a setattr through handle f when it may, and
-// returns the attributes predicted after it.
-func (n *Node) deferSetattr(f gofs.FileHandle, in session.SetAttrIn) (session.Attr, bool) {
+// returns the attributes predicted after it; serverClears: a truncate or
+// chown in it clears the set-id bits on the server (killpriv.go).
+func (n *Node) deferSetattr(f gofs.FileHandle, in session.SetAttrIn, serverClears bool) (session.Attr, bool) {
 	if n.fs.lease == nil || in.Valid == 0 {
 		return session.Attr{}, false
 	}
@@ -166,6 +189,9 @@ func (n *Node) deferSetattr(f gofs.FileHandle, in session.SetAttrIn) (session.At
 	if in.Valid&session.SetMtime != 0 {
 		a.Mtime = pick(in.MtimeNow, now, in.Mtime)
 	}
+	if serverClears && in.Valid&(session.SetSize|session.SetUid|session.SetGid) != 0 && in.Valid&session.SetMode == 0 {
+		a.Mode, _ = setIDCleared(a.Mode)
+	}
 	a.Ctime = now
 	n.predict(a)
 	return a, true
@@ -182,6 +208,7 @@ func pick(now bool, t, given time.Time) time.Time {
 func (n *Node) hold(op session.BatchOp) {
 	n.ls.wb.ops = append(n.ls.wb.ops, op)
 	n.ls.wb.bytes += len(op.Data)
+	n.tracked()
 	if n.ls.wb.timer == nil {
 		n.ls.wb.timer = time.AfterFunc(wbMaxAge, func() { n.flushDeferred(context.Background(), true) })
 	}
@@ -231,6 +258,7 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 	if !keep {
 		n.ls.wb.err = nil
 	}
+	n.ls.wb.sending = len(ops) > 0
 	n.mu.Unlock()
 	if len(ops) == 0 {
 		return kept
@@ -265,6 +293,8 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 	if err != nil && keep {
 		n.ls.wb.err = err
 	}
+	n.ls.wb.sending = false
+	n.tracked()
 	n.mu.Unlock()
 	if replaced {
 		// The kernel has the predicted attributes: the server's (ctime,
@@ -273,6 +303,7 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 		n.NotifyContent(-1, 0)
 	}
 	if err != nil {
+		n.fs.failed() // the next files' close(2) wait, and report their own (asyncclose.go)
 		n.fs.log.WithError(err).WithField("path", n.path()).Warn("fs: held-back writes failed")
 		return err
 	}

@@ -111,7 +111,18 @@ func mustWrite(t testing.TB, path string, data []byte) {
 
 func wantContent(t testing.TB, path string, want []byte) {
 	t.Helper()
-	got, err := os.ReadFile(path)
+	// A path on the server's disk, read there directly, may lag a file
+	// closed through a mount by the BATCH of what a Write lease held back,
+	// sent right after close(2) (docs/usage.md, "What close(2) promises"):
+	// wait a little for it.
+	var got []byte
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got, err = os.ReadFile(path)
+		if err == nil && bytes.Equal(got, want) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

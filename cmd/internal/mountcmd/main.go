@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/cmd/internal/cli"
@@ -154,6 +153,7 @@ options (comma separated, mount(8) style):
   conns=N            RDMA connections to open (default: one per CPU, 2–16)
   readahead=KIB      readahead window (default 1024; 0 keeps the kernel's 128)
   writebehind=N      buffered writes of a file in flight (default 8; 0 writes through)
+  sync_close         close(2) waits until the file's held-back writes are on the server
   pool_memory=MIB    registered data buffers kept between requests (default 32; 0: unbounded)
   reconnect_timeout=SEC  how long file operations wait for a lost server (default 30)
   debug              log every FUSE request
@@ -353,7 +353,7 @@ func mount(o *Options, log *logrus.Logger, ready *readyReporter) error {
 }
 
 // unmount unmounts, detaching (lazily) when the mount is busy.
-func unmount(srv *fuse.Server, mountpoint string, log *logrus.Logger) {
+func unmount(srv *fs.Server, mountpoint string, log *logrus.Logger) {
 	if err := srv.Unmount(); err != nil {
 		// Busy: detach it so the name is free at once; the kernel
 		// finishes with open files, and we exit after.

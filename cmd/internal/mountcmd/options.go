@@ -41,6 +41,7 @@ type Options struct {
 	NoExec       bool   // -o noexec: programs on the mount may not be executed
 	Seal         bool   // require sealing of the session channel (-o seal)
 	NoLeases     bool   // ask the server for no leases (-o noleases)
+	SyncClose    bool   // close(2) waits for held-back writes (-o sync_close)
 	Provider     string // auto, verbs, softrdma, none
 	Completion   string // auto, interrupt, polling
 	AttrTimeout  time.Duration
@@ -163,6 +164,8 @@ func (o *Options) applyOption(opt string) error {
 		o.ReadOnly = true
 	case "noleases":
 		o.NoLeases = true
+	case "sync_close":
+		o.SyncClose = true
 	case "noexec":
 		o.NoExec = true
 	case "exec":
@@ -385,6 +388,7 @@ func (o *Options) fsOptions() fs.Options {
 		EntryTimeout: o.EntryTimeout,
 		ReadOnly:     o.ReadOnly,
 		NoLeases:     o.NoLeases,
+		SyncClose:    o.SyncClose,
 		NoExec:       o.NoExec,
 		AllowOther:   o.AllowOther,
 		Debug:        o.Debug,

@@ -1,0 +1,233 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Asynchronous close: a close(2) of a file whose changes a Write lease
+// held back (writebehind.go) is answered at once; the BATCH carrying them
+// goes from the kernel's RELEASE, which the kernel sends in the background
+// right after. Nobody can tell, but for a process on the server host
+// reading the export directly:
+//
+//   - another client's open or stat recalls Write, and the recall waits
+//     for a BATCH in flight (flushMu) before it is acknowledged;
+//   - on this mount, what could observe the file's server state or
+//     overtake the BATCH — an open of it (exec too), a lookup or listing
+//     that returns its attributes, a GETATTR not answered from the
+//     prediction, a setattr, rename or link of it, its xattrs, a lock,
+//     copy_file_range, fallocate, SEEK_DATA — waits for the BATCH first
+//     (settle);
+//   - unmounting waits for releases in flight and sends what is still
+//     held (Server.Wait, Server.Unmount).
+//
+// A BATCH that fails after close(2) returned is logged and kept on the
+// node for the next write, close or fsync of that file; and every
+// failure turns asynchronous close off for syncCloseBackoff, so that the
+// following files' close(2) report their own errors (a full disk stays
+// full) rather than nothing. close(2) stays synchronous for a handle a
+// lock was taken through (or while a process took POSIX locks on the file
+// through this mount), for O_SYNC, O_DSYNC, O_DIRECT and O_APPEND handles, and on a
+// mount with Options.SyncClose (-o sync_close, NFS's close-to-open to the
+// letter). fsync(2) always waits.
+
+// syncCloseBackoff is how long close(2) waits for the BATCH again after a
+// BATCH failed.
+const syncCloseBackoff = 30 * time.Second
+
+// heldSet is the mount's nodes with changes held back or a BATCH in
+// flight: what a listing and unmounting wait for.
+type heldSet struct {
+	n  atomic.Int64 // len(m): the barriers' fast path
+	mu sync.Mutex
+	m  map[*Node]struct{}
+}
+
+// tracked updates n's membership in the mount's held set: changes held
+// back, or a BATCH in flight. Node.mu held.
+func (n *Node) tracked() {
+	lc := n.fs.lease
+	in := len(n.ls.wb.ops) > 0 || n.ls.wb.sending
+	if lc == nil || in == n.ls.wb.tracked {
+		return
+	}
+	n.ls.wb.tracked = in
+	h := &lc.held
+	h.mu.Lock()
+	if in {
+		if h.m == nil {
+			h.m = map[*Node]struct{}{}
+		}
+		h.m[n] = struct{}{}
+	} else {
+		delete(h.m, n)
+	}
+	h.n.Store(int64(len(h.m)))
+	h.mu.Unlock()
+}
+
+// heldNodes returns the nodes with changes held back or in flight.
+func (lc *leaseCtl) heldNodes() []*Node {
+	if lc == nil || lc.held.n.Load() == 0 {
+		return nil
+	}
+	lc.held.mu.Lock()
+	defer lc.held.mu.Unlock()
+	ns := make([]*Node, 0, len(lc.held.m))
+	for n := range lc.held.m {
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+// settle waits until what n held back is on the server: it sends it, or
+// waits for the BATCH in flight. A failure stays kept for the file's next
+// write, close or fsync (and is logged); the caller goes on.
+func (n *Node) settle(ctx context.Context) {
+	lc := n.fs.lease
+	if lc == nil || lc.held.n.Load() == 0 {
+		return
+	}
+	n.mu.Lock()
+	busy := n.ls.wb.tracked
+	n.mu.Unlock()
+	if busy {
+		n.flushDeferred(ctx, true)
+	}
+}
+
+// settleChild is settle for directory n's child name: the node the kernel
+// knows by that name, and the nodes it forgot (below).
+func (n *Node) settleChild(ctx context.Context, name string) {
+	if lc := n.fs.lease; lc == nil || lc.held.n.Load() == 0 {
+		return
+	}
+	if c := n.GetChild(name); c != nil {
+		if cn, ok := c.Operations().(*Node); ok {
+			cn.settle(ctx)
+		}
+	}
+	n.settleHeld(ctx, func(string, *gofs.Inode) bool { return false })
+}
+
+// settleChildren settles every child of directory n that holds changes
+// back, and the nodes the kernel forgot: a listing returns their
+// attributes.
+func (n *Node) settleChildren(ctx context.Context) {
+	n.settleHeld(ctx, func(_ string, p *gofs.Inode) bool { return p == n.EmbeddedInode() })
+}
+
+// settleHeld settles the held nodes whose parent match accepts, and those
+// with no parent: the kernel forgot them (a directory's lease that went
+// made it drop their names) while their BATCH was still to come, and a
+// lookup of their name makes a new node, which holds nothing back.
+func (n *Node) settleHeld(ctx context.Context, match func(name string, parent *gofs.Inode) bool) {
+	for _, c := range n.fs.lease.heldNodes() {
+		if name, p := c.Parent(); p == nil || match(name, p) {
+			c.settle(ctx)
+		}
+	}
+}
+
+// unleasedOpen is what an open that got no lease does with the attributes
+// it returned: nothing. The server reads them before it recalls another
+// client's Write, so they may predate what that client held back and
+// sends at the recall — its close(2) may have returned long before (the
+// server re-reads them only for an open it grants a lease). The kernel's
+// next GETATTR asks again (a LEASE recalls first), and the kernel's
+// pages are dropped at this open.
+func (n *Node) unleasedOpen() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cache = validator{}
+	n.freshValid = n.freshValid && n.ls.wb.predicted
+	n.freshGen = n.fs.seq.Add(1)
+}
+
+// closeAsync reports whether f's close(2) may be answered before what its
+// node held back is sent (see above).
+func (f *fileHandle) closeAsync() bool {
+	n := f.node
+	if n.fs.lease == nil || n.fs.opts.SyncClose || f.locked.Load() || !f.mayDefer() ||
+		time.Now().UnixNano() < n.fs.syncCloseUntil.Load() || n.fs.open.locked(n) {
+		return false
+	}
+	n.mu.Lock()
+	ok := n.ls.state&LeaseWrite != 0 && len(n.ls.wb.ops) > 0 && n.ls.wb.err == nil
+	q := n.wbq
+	n.mu.Unlock()
+	return ok && (q == nil || q.idle())
+}
+
+// idle reports whether no write of the file is in flight and no failure
+// waits to be reported.
+func (q *wbQueue) idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.q) == 0 && q.err == nil
+}
+
+// failed turns asynchronous close off for syncCloseBackoff: a BATCH failed.
+func (fs *filesystem) failed() {
+	fs.syncCloseUntil.Store(time.Now().Add(syncCloseBackoff).UnixNano())
+}
+
+// locked reports whether a lock owner of this mount took a lock on n that
+// FLUSH may have to release.
+func (o *openNodes) locked(n *Node) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	on := o.m[n]
+	return on != nil && len(on.owners) > 0
+}
+
+// background runs a release in the background, counted for unmounting.
+func (fs *filesystem) background(release func()) {
+	fs.releases.Add(1)
+	go func() {
+		defer fs.releases.Done()
+		release()
+	}()
+}
+
+// Server is a mount's FUSE server: go-fuse's, whose Wait and Unmount also
+// wait until what the mount's closed files held back is on the server.
+type Server struct {
+	*fuse.Server
+	fs *filesystem
+}
+
+// Wait waits until the mount is gone and what its files held back is on
+// the server.
+func (s *Server) Wait() {
+	s.Server.Wait()
+	s.fs.settleAll()
+}
+
+// Unmount unmounts and returns once what the mount's files held back is
+// on the server.
+func (s *Server) Unmount() error {
+	err := s.Server.Unmount()
+	if err == nil {
+		s.fs.settleAll()
+	}
+	return err
+}
+
+// settleAll waits for the releases in flight and sends whatever is still
+// held back: the kernel drops a RELEASE it had not handed over when the
+// mount goes.
+func (fs *filesystem) settleAll() {
+	fs.releases.Wait()
+	for _, n := range fs.lease.heldNodes() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		n.flushDeferred(ctx, true)
+		cancel()
+	}
+}

@@ -1,0 +1,294 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/protocol/session"
+)
+
+// slowBatch is a mount's Reconnector whose BATCH (what a Write lease held
+// back) reaches the server only after delay, and is counted.
+type slowBatch struct {
+	*Reconnector
+	delay   time.Duration
+	batches atomic.Int64
+}
+
+func (s *slowBatch) Batch(ctx context.Context, ops []session.BatchOp) ([]session.BatchResult, error) {
+	time.Sleep(s.delay)
+	s.batches.Add(1)
+	return s.Reconnector.Batch(ctx, ops)
+}
+
+// asyncMount mounts the share of the server at addr with BATCHes slowed
+// by delay; the logger's entries are recorded by the hook.
+func asyncMount(t *testing.T, addr string, delay time.Duration, opts Options) (mnt string, sb *slowBatch, srv *Server, hook *test.Hook) {
+	t.Helper()
+	r, _ := quietReconnector(t, addr, 10*time.Second)
+	sb = &slowBatch{Reconnector: r, delay: delay}
+	if !sb.Leases() {
+		t.Skip("the server grants no leases on this kernel")
+	}
+	log := logrus.New()
+	log.SetOutput(new(bytes.Buffer))
+	log.SetLevel(logrus.WarnLevel)
+	hook = test.NewLocal(log)
+	mnt = t.TempDir()
+	opts.AttrTimeout, opts.EntryTimeout = time.Minute, time.Minute
+	opts.Logger = log
+	srv, err := mountRoot(mnt, NewRoot(sb, sb, opts), opts)
+	mounted(t, srv, err)
+	return mnt, sb, srv, hook
+}
+
+// writeClose creates p, writes data, chmods it through the descriptor and
+// closes it, returning how long close(2) took.
+func writeClose(t *testing.T, p string, data []byte, mode os.FileMode) time.Duration {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Chmod(mode); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := f.Close(); err != nil {
+		t.Fatalf("close %s: %v", p, err)
+	}
+	return time.Since(start)
+}
+
+// TestAsyncCloseDoesNotWait: close(2) of a file whose writes a Write lease
+// held back returns before the BATCH carrying them is on the server, which
+// gets it right after; with SyncClose it waits, as before.
+func TestAsyncCloseDoesNotWait(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	const delay = 400 * time.Millisecond
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync_close=%v", sync), func(t *testing.T) {
+			mnt, sb, _, _ := asyncMount(t, srv.SessionAddr(), delay, Options{SyncClose: sync})
+			name := fmt.Sprintf("f%v", sync)
+			took := writeClose(t, filepath.Join(mnt, name), []byte("hello"), 0o751)
+			onServer := content(filepath.Join(dir, name))
+			if sync {
+				if took < delay || onServer != "hello" || sb.batches.Load() != 1 {
+					t.Errorf("sync_close: close took %v (BATCH %v), server has %q", took, delay, onServer)
+				}
+				return
+			}
+			if took >= delay/2 {
+				t.Errorf("close(2) took %v: it waited for the BATCH (%v)", took, delay)
+			}
+			if sb.batches.Load() != 0 {
+				t.Errorf("%d BATCHes done before close returned", sb.batches.Load())
+			}
+			soon(t, "the BATCH after close", 5*time.Second, func() bool {
+				return content(filepath.Join(dir, name)) == "hello" && mode(filepath.Join(dir, name)) == 0o751
+			})
+		})
+	}
+}
+
+// TestAsyncCloseTwoMounts: what mount a wrote and closed is what mount b
+// opens and reads at once, size and bytes, file after file — b's open
+// recalls a's Write lease, and the recall waits for the BATCH a's release
+// has in flight.
+func TestAsyncCloseTwoMounts(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	a, _, _, _ := asyncMount(t, srv.SessionAddr(), 5*time.Millisecond, Options{})
+	b, _, _, _ := asyncMount(t, srv.SessionAddr(), 0, Options{})
+	for i := range 100 {
+		name := fmt.Sprintf("f%03d", i)
+		data := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i*97)
+		writeClose(t, filepath.Join(a, name), data, 0o640)
+		fi, err := os.Stat(filepath.Join(b, name))
+		if err != nil || fi.Size() != int64(len(data)) || fi.Mode().Perm() != 0o640 {
+			t.Fatalf("%s: b's stat right after a's close: %v, %v (want %d bytes, 0640)", name, fi, err, len(data))
+		}
+		got, err := os.ReadFile(filepath.Join(b, name))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: b reads %d bytes (%v) right after a's close, want %d", name, len(got), err, len(data))
+		}
+	}
+}
+
+// TestAsyncCloseSameMount: on the mount that closed a file, what comes
+// next sees the file as the close left it though the BATCH is slow: a
+// chmod by path is not overtaken by the held-back fchmod, and stat (also
+// once the kernel forgot the file), a listing's attributes, a reopen and
+// read, and a rename see the written file.
+func TestAsyncCloseSameMount(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	mnt, _, _, _ := asyncMount(t, srv.SessionAddr(), 100*time.Millisecond, Options{})
+	data := []byte("the final state")
+	for i := range 3 {
+		d := filepath.Join(mnt, fmt.Sprintf("d%d", i))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(d, "chmod")
+		writeClose(t, p, data, 0o755)
+		if err := os.Chmod(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // a BATCH overtaking the chmod would have landed
+		if m := mode(filepath.Join(dir, fmt.Sprintf("d%d", i), "chmod")); m != 0o600 {
+			t.Errorf("chmod by path after close: the server's mode is %v", m)
+		}
+
+		p = filepath.Join(d, "stat")
+		writeClose(t, p, data, 0o755)
+		if fi, err := os.Stat(p); err != nil || fi.Size() != int64(len(data)) || fi.Mode().Perm() != 0o755 {
+			t.Errorf("stat after close: %v, %v", fi, err)
+		}
+
+		p = filepath.Join(d, "listed")
+		writeClose(t, p, data, 0o755)
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if fi, err := e.Info(); err != nil || fi.Size() != int64(len(data)) {
+				t.Errorf("ls -l after close: %s %v, %v", e.Name(), fi, err)
+			}
+		}
+
+		p = filepath.Join(d, "reread")
+		writeClose(t, p, data, 0o755)
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("reopen and read after close: %q, %v", got, err)
+		}
+
+		// The kernel forgets the file (drop_caches here; a directory's
+		// lease that goes drops its names) before the BATCH lands: the
+		// lookup that follows makes a new node, which holds nothing.
+		p = filepath.Join(d, "forgotten")
+		writeClose(t, p, data, 0o755)
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // the FORGET is handled
+		if fi, err := os.Stat(p); err != nil || fi.Size() != int64(len(data)) || fi.Mode().Perm() != 0o755 {
+			t.Errorf("stat after close and a forget: %v, %v", fi, err)
+		}
+
+		p = filepath.Join(d, "renamed")
+		writeClose(t, p, data, 0o755)
+		if err := os.Rename(p, p+".new"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(p + ".new"); err != nil || !bytes.Equal(got, data) || mode(p+".new") != 0o755 {
+			t.Errorf("renamed after close: %q, %v, %v", got, err, mode(p+".new"))
+		}
+	}
+}
+
+// TestAsyncCloseFailure: a BATCH that fails after close(2) returned (the
+// server's disk is full) is logged with the file's path and kept for the
+// file's next fsync; and the next file's close(2) waits for its own BATCH
+// and returns its failure.
+func TestAsyncCloseFailure(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	mnt, _, _, hook := asyncMount(t, srv.SessionAddr(), 0, Options{})
+	// Fill the disk from the server host.
+	fill, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := fill.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	fill.Close()
+
+	data := bytes.Repeat([]byte("x"), 8192)
+	writeClose(t, filepath.Join(mnt, "a"), data, 0o644) // answered at once: nil
+	soon(t, "the failure logged", 5*time.Second, func() bool {
+		for _, e := range hook.AllEntries() {
+			if e.Data["path"] == "a" && e.Data[logrus.ErrorKey] != nil {
+				return true
+			}
+		}
+		return false
+	})
+	f, err := os.OpenFile(filepath.Join(mnt, "a"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("fsync of the file whose BATCH failed: %v, want ENOSPC", err)
+	}
+	f.Close()
+
+	f, err = os.OpenFile(filepath.Join(mnt, "b"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(data)
+	if err := f.Close(); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("the next file's close(2): %v, want ENOSPC", err)
+	}
+	for _, e := range hook.AllEntries() {
+		if p, _ := e.Data["path"].(string); p != "" && !strings.HasPrefix(p, "a") && !strings.HasPrefix(p, "b") {
+			t.Errorf("logged for %q", p)
+		}
+	}
+}
+
+// TestAsyncCloseUnmount: unmounting right after close(2) loses nothing —
+// the mount's end waits for the release in flight (or sends what the
+// kernel's dropped RELEASE left held) before its session goes.
+func TestAsyncCloseUnmount(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	for i := range 3 {
+		mnt, sb, fsrv, _ := asyncMount(t, srv.SessionAddr(), 200*time.Millisecond, Options{})
+		name := fmt.Sprintf("f%d", i)
+		writeClose(t, filepath.Join(mnt, name), []byte("kept"), 0o640)
+		if err := fsrv.Unmount(); err != nil {
+			t.Fatal(err)
+		}
+		sb.Reconnector.Close() // as lwio-mount does once unmounted
+		if got := content(filepath.Join(dir, name)); got != "kept" || mode(filepath.Join(dir, name)) != 0o640 {
+			t.Errorf("after unmount: server has %q, mode %v", got, mode(filepath.Join(dir, name)))
+		}
+		// Remounted, the file reads back.
+		mnt2, _, _, _ := asyncMount(t, srv.SessionAddr(), 0, Options{})
+		if got := content(filepath.Join(mnt2, name)); got != "kept" {
+			t.Errorf("remounted: %q", got)
+		}
+	}
+}
