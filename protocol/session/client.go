@@ -15,6 +15,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/internal/defaults"
 	"github.com/lwiofs/lwiofs/internal/quietlog"
+	"github.com/lwiofs/lwiofs/internal/readturn"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -98,7 +99,7 @@ type Client struct {
 	// The read side (clientread.go): whoever holds rdMu reads rd.
 	rdMu     sync.Mutex
 	rd       *frameReader
-	intr     turnIntr
+	intr     *readturn.Intr
 	kick     chan struct{} // the token is free and callers wait
 	waiting  atomic.Int32  // callers waiting for an answer without reading
 	lastTurn atomic.Int64  // when the last turn ended (UnixNano)
@@ -161,7 +162,7 @@ func newClient(nc net.Conn, cfg ClientConfig) *Client {
 		log:     quietlog.Or(cfg.Logger).WithField("server", nc.RemoteAddr().String()),
 		pending: map[uint64]chan Frame{},
 		rd:      newFrameReader(nc),
-		intr:    turnIntr{nc: nc},
+		intr:    readturn.New(nc),
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}

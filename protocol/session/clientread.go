@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -37,7 +36,7 @@ import (
 // reads waits at most readYield for the reader goroutine.
 //
 // A turn ends when its caller's context does, wherever it is: blocked in
-// read(2) (turnIntr cuts the read short with a past read deadline, cleared
+// read(2) (readturn.Intr cuts the read short with a past read deadline, cleared
 // before anyone reads again) or between frames. A frame cut short stays in
 // the frameReader for the next reader.
 
@@ -128,76 +127,6 @@ func readErr(err error) error {
 	return err
 }
 
-// turnIntr ends a caller's turn at the socket when its context ends. The
-// read deadline is set in the past only while the turn's owner is blocked
-// in read(2) (inRead), and the owner clears it as soon as that read returns
-// (leave), before it or anyone else reads again; a turn ended between
-// reads is remembered (stopped) and its next read is not started.
-type turnIntr struct {
-	nc      net.Conn
-	mu      sync.Mutex
-	turn    uint64 // the current turn; interruptions of another are stale
-	stopped bool   // the current turn's context ended
-	inRead  bool   // the owner is blocked in read(2)
-	armed   bool   // the read deadline is in the past
-}
-
-// begin starts a turn and returns its number.
-func (i *turnIntr) begin() uint64 {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.turn++
-	i.stopped = false
-	return i.turn
-}
-
-// end finishes the current turn: a late interruption of it is stale.
-func (i *turnIntr) end() {
-	i.mu.Lock()
-	i.turn++
-	i.stopped = false
-	i.mu.Unlock()
-}
-
-// interrupt ends turn: at once if its owner is blocked in read(2), else
-// before its next read.
-func (i *turnIntr) interrupt(turn uint64) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if turn != i.turn {
-		return
-	}
-	i.stopped = true
-	if i.inRead && !i.armed {
-		i.armed = true
-		_ = i.nc.SetReadDeadline(time.Unix(1, 0))
-	}
-}
-
-// enter is called before a read; false: the turn has ended.
-func (i *turnIntr) enter() bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.stopped {
-		return false
-	}
-	i.inRead = true
-	return true
-}
-
-// leave is called as soon as the read returns; it clears a deadline the
-// interruption set and reports whether the turn has ended.
-func (i *turnIntr) leave() bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.inRead = false
-	if i.armed {
-		i.armed = false
-		_ = i.nc.SetReadDeadline(time.Time{})
-	}
-	return i.stopped
-}
-
 // errTurnOver: a turn's context ended before its answer came.
 var errTurnOver = errors.New("session: turn interrupted")
 
@@ -207,11 +136,11 @@ var errTurnOver = errors.New("session: turn interrupted")
 // connection as it was. woke reports whether the frame went to a waiting
 // caller.
 func (c *Client) readOne(intr bool) (woke bool, err error) {
-	if intr && !c.intr.enter() {
+	if intr && !c.intr.Enter() {
 		return false, errTurnOver
 	}
 	f, raw, err := c.rd.next()
-	if intr && c.intr.leave() && errors.Is(err, os.ErrDeadlineExceeded) {
+	if intr && c.intr.Leave() && errors.Is(err, os.ErrDeadlineExceeded) {
 		return false, errTurnOver
 	}
 	if err != nil {
@@ -367,11 +296,11 @@ func (c *Client) turn(ctx context.Context, ch chan Frame) error {
 		}
 		return nil
 	}
-	n := c.intr.begin()
-	stop := context.AfterFunc(ctx, func() { c.intr.interrupt(n) })
+	n := c.intr.Begin()
+	stop := context.AfterFunc(ctx, func() { c.intr.Interrupt(n) })
 	defer func() {
 		stop()
-		c.intr.end()
+		c.intr.End()
 	}()
 	for len(ch) == 0 {
 		if _, err := c.readOne(true); err != nil {
