@@ -356,6 +356,10 @@ func (c *Client) closeAbandoned(f Frame) {
 	}
 }
 
+// answerPool keeps the channels a call's answer comes on (one buffered
+// Frame each).
+var answerPool = sync.Pool{New: func() any { return make(chan Frame, 1) }}
+
 // roundTrip sends one request and waits for its response, decoding the body
 // into resp when the status is success (or MORE_PROCESSING_REQUIRED). The
 // status is in the returned header, not the error.
@@ -373,7 +377,7 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 		return Header{}, err
 	}
 	var e encoder
-	e.b = make([]byte, 0, frameCap(req))
+	e.b = frameBuf(frameCap(req))
 	sealed := c.sealing.Load()
 	e.b = appendHeader(e.b, Header{Command: cmd, SessionID: c.sessionID, TreeID: tree}, sealed)
 	if req != nil {
@@ -384,7 +388,7 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 		return Header{}, protocol.StatusInvalidParameter
 	}
 	putLength(raw)
-	ch := make(chan Frame, 1)
+	ch := answerPool.Get().(chan Frame)
 
 	c.writeMu.Lock()
 	c.mu.Lock()
@@ -418,6 +422,7 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 		_, werr = c.nc.Write(raw)
 	}
 	c.writeMu.Unlock()
+	freeFrame(raw)
 	if werr != nil {
 		c.fail(werr)
 		return Header{}, c.Err()
@@ -441,6 +446,9 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 			return Header{}, ctx.Err()
 		}
 	}
+	// The answer came out of ch: accept took ch out of pending before
+	// sending, so nothing else will; it serves another call.
+	answerPool.Put(ch)
 	if resp != nil && (f.Status == protocol.StatusSuccess || f.Status == protocol.StatusMoreProcessingReq) {
 		if err := unmarshal(f.Body, resp); err != nil {
 			c.log.WithError(err).WithField("cmd", cmd).Warn("dropping connection: malformed response")

@@ -218,3 +218,57 @@ func TestManyCallersBreaksAndDrop(t *testing.T) {
 		t.Errorf("after the cut: %v", err)
 	}
 }
+
+// TestGivenUpCallsMisrouteNothing: callers that give up before their
+// answer (its late arrival is dropped) amid callers that wait: no answer
+// reaches a call it is not for — the channel of a call given up is never
+// used again, while the late answer may still be sent to it.
+func TestGivenUpCallsMisrouteNothing(t *testing.T) {
+	e := newEnv(t)
+	const callers = 8
+	for i := range callers {
+		e.writeFile(fmt.Sprintf("f%d", i), string(make([]byte, i+1)))
+	}
+	tr := e.tree("data")
+	ctx := ctxT(t)
+	var gaveUp, answered atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*callers)
+	for i := range 2 * callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("f%d", i%callers)
+			for n := 0; n < 300; n++ {
+				cctx, cancel := ctx, context.CancelFunc(func() {})
+				if i >= callers {
+					// Give up after a few µs: often before the answer.
+					cctx, cancel = context.WithTimeout(ctx, time.Duration(n%20)*time.Microsecond)
+				}
+				attr, err := tr.GetAttr(cctx, name)
+				cancel()
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					gaveUp.Add(1)
+				case err != nil:
+					errs <- err
+					return
+				case attr.Size != uint64(i%callers+1):
+					errs <- fmt.Errorf("%s: the attributes of a file of %d bytes", name, attr.Size)
+					return
+				default:
+					answered.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d answered, %d given up", answered.Load(), gaveUp.Load())
+	if gaveUp.Load() == 0 {
+		t.Error("no call gave up: the test did not test it")
+	}
+}
