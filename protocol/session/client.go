@@ -103,6 +103,7 @@ type Client struct {
 	kick     chan struct{} // the token is free and callers wait
 	waiting  atomic.Int32  // callers waiting for an answer without reading
 	lastTurn atomic.Int64  // when the last turn ended (UnixNano)
+	yield    atomic.Int64  // readYield (ns)
 	ownReads atomic.Uint64 // answers read by their own caller
 
 	done      chan struct{}
@@ -166,6 +167,7 @@ func newClient(nc net.Conn, cfg ClientConfig) *Client {
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
+	c.yield.Store(int64(readYield))
 	go c.readLoop()
 	return c
 }

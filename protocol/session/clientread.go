@@ -41,7 +41,7 @@ import (
 // the frameReader for the next reader.
 
 // readYield is how long the reader goroutine leaves the socket to callers
-// after the last turn ended.
+// after the last turn ended (Client.yield: tests lengthen it).
 const readYield = time.Millisecond
 
 // frameReader reads frames from a connection; a read that fails (an
@@ -187,7 +187,17 @@ func (c *Client) readLoop() {
 		if err != nil {
 			return
 		}
-		if woke && !c.yieldRead(&yield) {
+		if !woke {
+			continue
+		}
+		if c.waiting.Load() > 0 {
+			// The frame woke one caller; others wait for theirs with
+			// nobody reading: hand the socket to one of them (checked
+			// after the unlock: a caller that found the token taken
+			// counted itself before).
+			signal(c.kick)
+		}
+		if !c.yieldRead(&yield) {
 			return
 		}
 	}
@@ -196,15 +206,16 @@ func (c *Client) readLoop() {
 // yieldRead leaves the socket to callers for as long as they keep taking
 // turns; false when the connection is gone.
 func (c *Client) yieldRead(t **time.Timer) bool {
+	yield := time.Duration(c.yield.Load())
 	for {
 		if *t == nil {
-			*t = time.NewTimer(readYield)
+			*t = time.NewTimer(yield)
 		} else {
-			(*t).Reset(readYield)
+			(*t).Reset(yield)
 		}
 		select {
 		case <-(*t).C:
-			if time.Since(time.Unix(0, c.lastTurn.Load())) < readYield {
+			if time.Since(time.Unix(0, c.lastTurn.Load())) < yield {
 				continue
 			}
 			return true

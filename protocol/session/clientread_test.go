@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -271,4 +272,156 @@ func TestGivenUpCallsMisrouteNothing(t *testing.T) {
 	if gaveUp.Load() == 0 {
 		t.Error("no call gave up: the test did not test it")
 	}
+}
+
+// longYield makes the reader goroutine's step aside after waking a caller
+// last an hour, so that a test hangs where a caller's answer waits for the
+// yield to end (rather than for a millisecond nobody can measure).
+func longYield(c *Client) { c.yield.Store(int64(time.Hour)) }
+
+// readerHolds waits until the reader goroutine holds the read token (no
+// caller does: the test has none yet).
+func readerHolds(t *testing.T, c *Client) {
+	eventually(t, "the reader goroutine reading", func() bool {
+		if c.rdMu.TryLock() {
+			c.rdMu.Unlock()
+			return false
+		}
+		return true
+	})
+}
+
+// TestReaderWakesOneOfTwoWaiting: two callers wait while the reader
+// goroutine holds the socket; the answer it reads wakes one, and it steps
+// aside. The other caller's answer, which comes next, must not wait for
+// the reader's step aside to end: the socket is handed to the caller still
+// waiting.
+func TestReaderWakesOneOfTwoWaiting(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	c, srv, ids := pipeServer(t, key)
+	longYield(c)
+	ctx := ctxT(t)
+	readerHolds(t, c)
+	type res struct {
+		h   Header
+		err error
+	}
+	done := make(chan res, 2)
+	for range 2 {
+		go func() {
+			h, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{})
+			done <- res{h, err}
+		}()
+	}
+	id1, id2 := <-ids, <-ids
+	eventually(t, "both callers waiting", func() bool { return c.waiting.Load() == 2 })
+	srv.Write(echoAnswer(id1, 0, key))
+	if r := <-done; r.err != nil || r.h.MessageID != id1 {
+		t.Fatalf("first answer: %+v, %v", r.h, r.err)
+	}
+	go srv.Write(echoAnswer(id2, 0, key))
+	select {
+	case r := <-done:
+		if r.err != nil || r.h.MessageID != id2 {
+			t.Fatalf("second answer: %+v, %v", r.h, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second caller's answer sits unread while the reader goroutine steps aside")
+	}
+}
+
+// TestBreakHandlerCallsDuringTurn: a LEASE_BREAK read by a caller on its
+// turn, whose handler itself sends a request and waits for its answer
+// (and the break wants an ack): the handler's call, the ack and the
+// caller's own answer all complete — the handler does not run on the
+// caller's turn.
+func TestBreakHandlerCallsDuringTurn(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	c, srv, ids := pipeServer(t, key)
+	ctx := ctxT(t)
+	// The first answer is handed over by the reader goroutine, which then
+	// steps aside: the next caller reads.
+	first := make(chan error, 1)
+	go func() { _, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{}); first <- err }()
+	srv.Write(echoAnswer(<-ids, 0, key))
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan error, 1)
+	c.mu.Lock()
+	c.breakTo = map[uint32]func(LeaseBreak) LeaseState{1: func(b LeaseBreak) LeaseState {
+		_, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{})
+		handled <- err
+		return 0
+	}}
+	c.mu.Unlock()
+	aDone := make(chan error, 1)
+	go func() { _, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{}); aDone <- err }()
+	idA := <-ids
+	raw := breakFrame(5, key, 8)
+	// Ask for the ack.
+	f, _ := DecodeFrame(raw)
+	var m leaseBreakMsg
+	if err := unmarshal(f.Body, &m); err != nil {
+		t.Fatal(err)
+	}
+	m.Flags |= leaseBreakAckRequired
+	raw = AppendFrame(nil, f.Header, marshal(&m))
+	signFrame(key, raw)
+	srv.Write(raw)
+	idH := <-ids // the handler's ECHO
+	srv.Write(echoAnswer(idH, 0, key))
+	select {
+	case err := <-handled:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the break handler's call hangs")
+	}
+	<-ids // the LEASE_ACK
+	srv.Write(echoAnswer(idA, 0, key))
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCloseLeavesNoGoroutines: callers in every state — reading the socket
+// on their turn, waiting for another's read, with and without a deadline,
+// one given up — and then Close: every goroutine of the client ends.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	before := runtime.NumGoroutine()
+	c, srv, ids := pipeServer(t, key)
+	ctx := ctxT(t)
+	errs := make(chan error, 8)
+	for i := range 6 {
+		go func() {
+			cctx := ctx
+			switch i {
+			case 0:
+				cctx = context.Background()
+			case 1:
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(ctx, 10*time.Millisecond)
+				defer cancel()
+			}
+			_, err := c.roundTrip(cctx, CmdEcho, 0, &empty{}, &empty{})
+			errs <- err
+		}()
+	}
+	for range 6 {
+		<-ids
+	}
+	eventually(t, "one caller given up", func() bool { return len(errs) == 1 })
+	c.Close()
+	for range 6 {
+		select {
+		case <-errs:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a caller hangs after Close")
+		}
+	}
+	srv.Close()
+	eventually(t, "the client's goroutines ended", func() bool { return runtime.NumGoroutine() <= before })
 }
