@@ -215,7 +215,9 @@ func (c *Client) yieldRead(t **time.Timer) bool {
 		}
 		select {
 		case <-(*t).C:
-			if time.Since(time.Unix(0, c.lastTurn.Load())) < yield {
+			// A last turn ahead of the clock (stepped back since: the
+			// time is the wall clock's) does not hold the reader back.
+			if d := time.Since(time.Unix(0, c.lastTurn.Load())); d >= 0 && d < yield {
 				continue
 			}
 			return true

@@ -330,6 +330,40 @@ func TestReaderWakesOneOfTwoWaiting(t *testing.T) {
 	}
 }
 
+// TestYieldEndsAfterClockStep: the wall clock stepped back (an NTP
+// correction) since the last turn: the reader goroutine's step aside still
+// ends after readYield, and a LEASE_BREAK the server sends unasked while no
+// caller reads is read.
+func TestYieldEndsAfterClockStep(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	c, srv, ids := pipeServer(t, key)
+	ctx := ctxT(t)
+	got := make(chan LeaseBreak, 1)
+	c.mu.Lock()
+	c.breakTo = map[uint32]func(LeaseBreak) LeaseState{1: func(b LeaseBreak) LeaseState { got <- b; return 0 }}
+	c.mu.Unlock()
+	readerHolds(t, c)
+	done := make(chan error, 1)
+	go func() { _, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{}); done <- err }()
+	id := <-ids
+	eventually(t, "the caller waiting", func() bool { return c.waiting.Load() == 1 })
+	// The last turn ended an hour ahead of what the clock now reads.
+	c.lastTurn.Store(time.Now().Add(time.Hour).UnixNano())
+	srv.Write(echoAnswer(id, 0, key)) // read by the reader goroutine, which steps aside
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	go srv.Write(breakFrame(5, key, 8))
+	select {
+	case b := <-got:
+		if b.Ino != 8 {
+			t.Errorf("break %+v", b)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a LEASE_BREAK unread: the reader goroutine still steps aside")
+	}
+}
+
 // TestBreakHandlerCallsDuringTurn: a LEASE_BREAK read by a caller on its
 // turn, whose handler itself sends a request and waits for its answer
 // (and the break wants an ack): the handler's call, the ack and the
