@@ -32,7 +32,8 @@ import (
 // depends on a caller reading: a caller that cannot take the token waits
 // for its channel, and the one whose turn ends while callers still wait
 // hands the socket on (c.kick: a waiting caller or the reader goroutine
-// takes it). What the server sends unasked (a LEASE_BREAK) while nobody
+// takes it), as does the reader goroutine when the frame it read woke one
+// caller while others wait. What the server sends unasked (a LEASE_BREAK) while nobody
 // reads waits at most readYield for the reader goroutine.
 //
 // A turn ends when its caller's context does, wherever it is: blocked in
