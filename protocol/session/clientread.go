@@ -31,9 +31,9 @@ import (
 // last turn), so the next request's caller finds the token free. Nothing
 // depends on a caller reading: a caller that cannot take the token waits
 // for its channel, and the one whose turn ends while callers still wait
-// hands the socket on (c.kick: a waiting caller or the reader goroutine
-// takes it), as does the reader goroutine when the frame it read woke one
-// caller while others wait. What the server sends unasked (a LEASE_BREAK) while nobody
+// hands the socket on (c.kick, which a waiting caller takes), as does
+// the reader goroutine when the frame it read woke one caller while
+// others wait. What the server sends unasked (a LEASE_BREAK) while nobody
 // reads waits at most readYield for the reader goroutine.
 //
 // A turn ends when its caller's context does, wherever it is: blocked in
@@ -205,7 +205,11 @@ func (c *Client) readLoop() {
 }
 
 // yieldRead leaves the socket to callers for as long as they keep taking
-// turns; false when the connection is gone.
+// turns; false when the connection is gone. It does not take c.kick: a
+// kick is sent only while callers wait, for one of them (taking it here
+// would take the token from the caller the reader's own kick was for, or,
+// the kick being stale — its caller was woken just before — from the next
+// caller).
 func (c *Client) yieldRead(t **time.Timer) bool {
 	yield := time.Duration(c.yield.Load())
 	for {
@@ -221,9 +225,6 @@ func (c *Client) yieldRead(t **time.Timer) bool {
 			if d := time.Since(time.Unix(0, c.lastTurn.Load())); d >= 0 && d < yield {
 				continue
 			}
-			return true
-		case <-c.kick:
-			(*t).Stop()
 			return true
 		case <-c.done:
 			(*t).Stop()
