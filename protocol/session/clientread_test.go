@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -78,6 +79,7 @@ func inTurnRead(c *Client) bool { return c.intr.Reading() }
 func TestTurnCutShortMidFrame(t *testing.T) {
 	key := []byte("0123456789abcdef")
 	c, srv, ids := pipeServer(t, key)
+	readerHolds(t, c) // else the first caller may read its own answer, and the reader hold on
 	ctx := ctxT(t)
 	echo := func(ctx context.Context) (Header, error) {
 		return c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{})
@@ -458,4 +460,74 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	}
 	srv.Close()
 	eventually(t, "the client's goroutines ended", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// TestHostileFrameOnATurn: what a hostile server sends is judged the same
+// whoever reads it — here a caller on its turn, with another caller
+// waiting: a response to no request in flight (a replay), a request frame,
+// a bad signature, an unsigned frame on a signed session, a sealed frame
+// on a session without sealing keys and a Length beyond MaxFrameSize each
+// end the connection, and both callers get the connection's error.
+func TestHostileFrameOnATurn(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	signed := func(h Header, k []byte) []byte {
+		raw := AppendFrame(nil, h, nil)
+		signFrame(k, raw)
+		return raw
+	}
+	huge := AppendFrame(nil, Header{Flags: FlagResponse}, nil)
+	binary.LittleEndian.PutUint32(huge, MaxFrameSize+1)
+	for _, tc := range []struct {
+		name  string
+		frame func(idA uint64) []byte
+		want  error
+	}{
+		{"replay", func(uint64) []byte { return echoAnswer(1000, 0, key) }, ErrReplay},
+		{"request", func(id uint64) []byte { return signed(Header{MessageID: id, Command: CmdEcho}, key) }, nil},
+		{"forged", func(id uint64) []byte {
+			return signed(Header{MessageID: id, Command: CmdEcho, Flags: FlagResponse}, []byte("another key....."))
+		}, ErrBadSignature},
+		{"unsigned", func(id uint64) []byte {
+			return AppendFrame(nil, Header{MessageID: id, Command: CmdEcho, Flags: FlagResponse}, nil)
+		}, ErrUnsigned},
+		{"sealed", func(id uint64) []byte {
+			return AppendFrame(nil, Header{MessageID: id, Command: CmdEcho, Flags: FlagResponse | FlagSealed}, make([]byte, 40))
+		}, ErrBadSeal},
+		{"huge", func(uint64) []byte { return huge }, ErrFrameTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, srv, ids := pipeServer(t, key)
+			longYield(c)
+			readerHolds(t, c)
+			ctx := ctxT(t)
+			echo := func() error { _, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{}); return err }
+			first := make(chan error, 1)
+			go func() { first <- echo() }()
+			srv.Write(echoAnswer(<-ids, 0, key)) // the reader goroutine's, which then steps aside
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 2)
+			go func() { done <- echo() }()
+			idA := <-ids
+			eventually(t, "A reading the socket", func() bool { return inTurnRead(c) })
+			go func() { done <- echo() }()
+			<-ids
+			eventually(t, "B waiting", func() bool { return c.waiting.Load() == 1 })
+			go srv.Write(tc.frame(idA))
+			for range 2 {
+				select {
+				case err := <-done:
+					if !errors.Is(err, ErrClosed) {
+						t.Errorf("caller: %v, want a connection error", err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("a caller hangs after a hostile frame")
+				}
+			}
+			if err := c.Err(); err == nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Err = %v, want %v", err, tc.want)
+			}
+		})
+	}
 }
