@@ -124,9 +124,7 @@ func TestTurnCutShortMidFrame(t *testing.T) {
 		t.Fatalf("after the cut turn: %v", err)
 	}
 	got := make(chan LeaseBreak, 1)
-	c.mu.Lock()
-	c.breakTo = map[uint32]func(LeaseBreak) LeaseState{1: func(b LeaseBreak) LeaseState { got <- b; return 0 }}
-	c.mu.Unlock()
+	onBreaks(c, func(b LeaseBreak) LeaseState { got <- b; return 0 })
 	srv.Write(breakFrame(5, key, 8))
 	if b := nextBreak(t, got); b.Ino != 8 {
 		t.Errorf("break %+v", b)
@@ -293,6 +291,39 @@ func readerHolds(t *testing.T, c *Client) {
 	})
 }
 
+// onBreaks routes the LEASE_BREAKs of tree 1 to fn.
+func onBreaks(c *Client, fn func(LeaseBreak) LeaseState) {
+	c.mu.Lock()
+	c.breakTo = map[uint32]func(LeaseBreak) LeaseState{1: fn}
+	c.mu.Unlock()
+}
+
+// handedOver makes one ECHO round trip whose answer the test (the server)
+// writes once the request has come: with the reader goroutine holding the
+// socket, it reads the answer, hands it over and steps aside.
+func handedOver(t *testing.T, c *Client, srv net.Conn, ids chan uint64, key []byte) {
+	t.Helper()
+	first := make(chan error, 1)
+	go func() { _, err := c.roundTrip(ctxT(t), CmdEcho, 0, &empty{}, &empty{}); first <- err }()
+	srv.Write(echoAnswer(<-ids, 0, key))
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// within returns what comes on ch, failing t when nothing has within 5 s:
+// then what hangs.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s hangs", what)
+		panic("unreachable")
+	}
+}
+
 // TestReaderWakesOneOfTwoWaiting: two callers wait while the reader
 // goroutine holds the socket; the answer it reads wakes one, and it steps
 // aside. The other caller's answer, which comes next, must not wait for
@@ -322,13 +353,9 @@ func TestReaderWakesOneOfTwoWaiting(t *testing.T) {
 		t.Fatalf("first answer: %+v, %v", r.h, r.err)
 	}
 	go srv.Write(echoAnswer(id2, 0, key))
-	select {
-	case r := <-done:
-		if r.err != nil || r.h.MessageID != id2 {
-			t.Fatalf("second answer: %+v, %v", r.h, r.err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the second caller's answer sits unread while the reader goroutine steps aside")
+	// It sat unread while the reader goroutine stepped aside.
+	if r := within(t, done, "the second caller"); r.err != nil || r.h.MessageID != id2 {
+		t.Fatalf("second answer: %+v, %v", r.h, r.err)
 	}
 }
 
@@ -341,9 +368,7 @@ func TestYieldEndsAfterClockStep(t *testing.T) {
 	c, srv, ids := pipeServer(t, key)
 	ctx := ctxT(t)
 	got := make(chan LeaseBreak, 1)
-	c.mu.Lock()
-	c.breakTo = map[uint32]func(LeaseBreak) LeaseState{1: func(b LeaseBreak) LeaseState { got <- b; return 0 }}
-	c.mu.Unlock()
+	onBreaks(c, func(b LeaseBreak) LeaseState { got <- b; return 0 })
 	readerHolds(t, c)
 	done := make(chan error, 1)
 	go func() { _, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{}); done <- err }()
@@ -356,13 +381,9 @@ func TestYieldEndsAfterClockStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	go srv.Write(breakFrame(5, key, 8))
-	select {
-	case b := <-got:
-		if b.Ino != 8 {
-			t.Errorf("break %+v", b)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a LEASE_BREAK unread: the reader goroutine still steps aside")
+	// Unread while the reader goroutine still steps aside.
+	if b := within(t, got, "reading a LEASE_BREAK"); b.Ino != 8 {
+		t.Errorf("break %+v", b)
 	}
 }
 
@@ -375,22 +396,13 @@ func TestBreakHandlerCallsDuringTurn(t *testing.T) {
 	key := []byte("0123456789abcdef")
 	c, srv, ids := pipeServer(t, key)
 	ctx := ctxT(t)
-	// The first answer is handed over by the reader goroutine, which then
-	// steps aside: the next caller reads.
-	first := make(chan error, 1)
-	go func() { _, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{}); first <- err }()
-	srv.Write(echoAnswer(<-ids, 0, key))
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
+	handedOver(t, c, srv, ids, key) // the next caller reads
 	handled := make(chan error, 1)
-	c.mu.Lock()
-	c.breakTo = map[uint32]func(LeaseBreak) LeaseState{1: func(b LeaseBreak) LeaseState {
+	onBreaks(c, func(b LeaseBreak) LeaseState {
 		_, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{})
 		handled <- err
 		return 0
-	}}
-	c.mu.Unlock()
+	})
 	aDone := make(chan error, 1)
 	go func() { _, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{}); aDone <- err }()
 	idA := <-ids
@@ -407,13 +419,8 @@ func TestBreakHandlerCallsDuringTurn(t *testing.T) {
 	srv.Write(raw)
 	idH := <-ids // the handler's ECHO
 	srv.Write(echoAnswer(idH, 0, key))
-	select {
-	case err := <-handled:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the break handler's call hangs")
+	if err := within(t, handled, "the break handler's call"); err != nil {
+		t.Fatal(err)
 	}
 	<-ids // the LEASE_ACK
 	srv.Write(echoAnswer(idA, 0, key))
@@ -452,11 +459,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	eventually(t, "one caller given up", func() bool { return len(errs) == 1 })
 	c.Close()
 	for range 6 {
-		select {
-		case <-errs:
-		case <-time.After(5 * time.Second):
-			t.Fatal("a caller hangs after Close")
-		}
+		within(t, errs, "a caller after Close")
 	}
 	srv.Close()
 	eventually(t, "the client's goroutines ended", func() bool { return runtime.NumGoroutine() <= before })
@@ -501,12 +504,7 @@ func TestHostileFrameOnATurn(t *testing.T) {
 			readerHolds(t, c)
 			ctx := ctxT(t)
 			echo := func() error { _, err := c.roundTrip(ctx, CmdEcho, 0, &empty{}, &empty{}); return err }
-			first := make(chan error, 1)
-			go func() { first <- echo() }()
-			srv.Write(echoAnswer(<-ids, 0, key)) // the reader goroutine's, which then steps aside
-			if err := <-first; err != nil {
-				t.Fatal(err)
-			}
+			handedOver(t, c, srv, ids, key)
 			done := make(chan error, 2)
 			go func() { done <- echo() }()
 			idA := <-ids
@@ -516,13 +514,8 @@ func TestHostileFrameOnATurn(t *testing.T) {
 			eventually(t, "B waiting", func() bool { return c.waiting.Load() == 1 })
 			go srv.Write(tc.frame(idA))
 			for range 2 {
-				select {
-				case err := <-done:
-					if !errors.Is(err, ErrClosed) {
-						t.Errorf("caller: %v, want a connection error", err)
-					}
-				case <-time.After(5 * time.Second):
-					t.Fatal("a caller hangs after a hostile frame")
+				if err := within(t, done, "a caller after a hostile frame"); !errors.Is(err, ErrClosed) {
+					t.Errorf("caller: %v, want a connection error", err)
 				}
 			}
 			if err := c.Err(); err == nil || tc.want != nil && !errors.Is(err, tc.want) {
