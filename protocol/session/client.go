@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/internal/defaults"
 	"github.com/lwiofs/lwiofs/internal/quietlog"
+	"github.com/lwiofs/lwiofs/internal/readturn"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/smbauth"
@@ -96,6 +96,16 @@ type Client struct {
 	sealing     atomic.Bool                 // requests are sealed from now on
 	firstSealed atomic.Uint64               // id of the first sealed request; 0: none yet
 
+	// The read side (clientread.go): whoever holds rdMu reads rd.
+	rdMu     sync.Mutex
+	rd       *frameReader
+	intr     *readturn.Intr
+	kick     chan struct{} // the token is free and callers wait
+	waiting  atomic.Int32  // callers waiting for an answer without reading
+	lastTurn atomic.Int64  // when the last turn ended (UnixNano)
+	yield    atomic.Int64  // readYield (ns)
+	ownReads atomic.Uint64 // answers read by their own caller
+
 	done      chan struct{}
 	closeOnce sync.Once
 }
@@ -152,8 +162,12 @@ func newClient(nc net.Conn, cfg ClientConfig) *Client {
 		cfg:     cfg,
 		log:     quietlog.Or(cfg.Logger).WithField("server", nc.RemoteAddr().String()),
 		pending: map[uint64]chan Frame{},
+		rd:      newFrameReader(nc),
+		intr:    readturn.New(nc),
+		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
+	c.yield.Store(int64(readYield))
 	go c.readLoop()
 	return c
 }
@@ -266,54 +280,34 @@ func (c *Client) fail(err error) {
 	})
 }
 
-func (c *Client) readLoop() {
-	br := bufio.NewReaderSize(c.nc, readBufferSize)
-	for {
-		f, raw, err := ReadFrame(br)
-		if err != nil {
-			select {
-			case <-c.done:
-			default:
-				c.log.WithError(err).Debug("connection lost")
-			}
-			c.fail(err)
-			return
-		}
-		if err := c.accept(f, raw); err != nil {
-			c.log.WithError(err).WithFields(logrus.Fields{"msgid": f.MessageID, "cmd": f.Command}).Warn("dropping connection")
-			c.fail(err)
-			return
-		}
-	}
-}
-
-// accept checks a response's signature and message id and delivers it.
-func (c *Client) accept(f Frame, raw []byte) error {
+// accept checks a response's signature and message id and delivers it;
+// woke reports whether a waiting caller got it.
+func (c *Client) accept(f Frame, raw []byte) (woke bool, err error) {
 	if f.Flags&FlagResponse == 0 {
-		return errors.New("session: server sent a request frame")
+		return false, errors.New("session: server sent a request frame")
 	}
 	sealed := f.Flags&FlagSealed != 0
 	switch {
 	case sealed:
 		sl := c.seal.Load()
 		if sl == nil {
-			return fmt.Errorf("%w: sealed frame on a session without sealing keys", ErrBadSeal)
+			return false, fmt.Errorf("%w: sealed frame on a session without sealing keys", ErrBadSeal)
 		}
 		body, err := sl.in.open(raw)
 		if err != nil {
-			return err
+			return false, err
 		}
 		f.Body = body
 	case f.Flags&FlagSigned != 0:
 		m := c.macs.Load()
 		if m == nil || !m.verifyFrame(raw) {
-			return ErrBadSignature
+			return false, ErrBadSignature
 		}
 	case c.signing.Load():
-		return ErrUnsigned
+		return false, ErrUnsigned
 	}
 	if f.Command == CmdLeaseBreak && c.signing.Load() {
-		return c.onBreak(f)
+		return false, c.onBreak(f)
 	}
 	c.mu.Lock()
 	ch, ok := c.pending[f.MessageID]
@@ -321,24 +315,25 @@ func (c *Client) accept(f Frame, raw []byte) error {
 	c.mu.Unlock()
 	if !ok {
 		// Not a request in flight: a replay or a forgery.
-		return ErrReplay
+		return false, ErrReplay
 	}
 	// The server seals exactly the responses to sealed requests.
 	if first := c.firstSealed.Load(); sealed != (first != 0 && f.MessageID >= first) {
 		if sealed {
-			return fmt.Errorf("%w: sealed response to an unsealed request", ErrBadSeal)
+			return false, fmt.Errorf("%w: sealed response to an unsealed request", ErrBadSeal)
 		}
-		return ErrUnsealed
+		return false, ErrUnsealed
 	}
 	if ch != nil {
 		ch <- f
+		return true, nil
 	} else if f.Status == protocol.StatusSuccess && (f.Command == CmdOpen || f.Command == CmdPipeOpen) {
 		// The caller gave up (an interrupted FUSE request) but the server
 		// opened something: close it rather than leak it for the session's
 		// life.
 		go c.closeAbandoned(f)
 	}
-	return nil
+	return false, nil
 }
 
 func (c *Client) closeAbandoned(f Frame) {
@@ -363,6 +358,10 @@ func (c *Client) closeAbandoned(f Frame) {
 	}
 }
 
+// answerPool keeps the channels a call's answer comes on (one buffered
+// Frame each).
+var answerPool = sync.Pool{New: func() any { return make(chan Frame, 1) }}
+
 // roundTrip sends one request and waits for its response, decoding the body
 // into resp when the status is success (or MORE_PROCESSING_REQUIRED). The
 // status is in the returned header, not the error.
@@ -380,7 +379,7 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 		return Header{}, err
 	}
 	var e encoder
-	e.b = make([]byte, 0, frameCap(req))
+	e.b = frameBuf(frameCap(req))
 	sealed := c.sealing.Load()
 	e.b = appendHeader(e.b, Header{Command: cmd, SessionID: c.sessionID, TreeID: tree}, sealed)
 	if req != nil {
@@ -391,7 +390,7 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 		return Header{}, protocol.StatusInvalidParameter
 	}
 	putLength(raw)
-	ch := make(chan Frame, 1)
+	ch := answerPool.Get().(chan Frame)
 
 	c.writeMu.Lock()
 	c.mu.Lock()
@@ -425,15 +424,17 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 		_, werr = c.nc.Write(raw)
 	}
 	c.writeMu.Unlock()
+	freeFrame(raw)
 	if werr != nil {
 		c.fail(werr)
 		return Header{}, c.Err()
 	}
 
-	var f Frame
-	select {
-	case f = <-ch:
-	case <-ctx.Done():
+	f, err := c.await(ctx, ch)
+	if err != nil {
+		if ctx.Err() == nil {
+			return Header{}, err // the connection failed
+		}
 		var ok bool
 		if giveUp != nil {
 			f, ok = giveUp(id, ch)
@@ -446,15 +447,10 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 			c.mu.Unlock()
 			return Header{}, ctx.Err()
 		}
-	case <-c.done:
-		// The response may have been delivered just before the
-		// connection ended (LOGOFF is answered, then closed).
-		select {
-		case f = <-ch:
-		default:
-			return Header{}, c.Err()
-		}
 	}
+	// The answer came out of ch: accept took ch out of pending before
+	// sending, so nothing else will; it serves another call.
+	answerPool.Put(ch)
 	if resp != nil && (f.Status == protocol.StatusSuccess || f.Status == protocol.StatusMoreProcessingReq) {
 		if err := unmarshal(f.Body, resp); err != nil {
 			c.log.WithError(err).WithField("cmd", cmd).Warn("dropping connection: malformed response")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/lwiofs/lwiofs/internal/enum"
 	"github.com/lwiofs/lwiofs/protocol"
@@ -270,6 +271,31 @@ func verifyFrame(key, raw []byte) bool {
 	ok := verify(key, got[:], raw)
 	copy(raw[sigOffset:], got[:])
 	return ok
+}
+
+// pooledFrameCap is the capacity of the frame buffers framePool keeps:
+// most requests and responses fit, a READ's or WRITE's data does not.
+const pooledFrameCap = 4 << 10
+
+// framePool keeps the buffers outgoing frames are encoded in; a frame is
+// dead once written (both ends write it whole, under their write lock).
+var framePool = sync.Pool{New: func() any { return new([pooledFrameCap]byte) }}
+
+// frameBuf returns an empty buffer with room for n bytes: from the pool
+// when n fits.
+func frameBuf(n int) []byte {
+	if n <= pooledFrameCap {
+		return framePool.Get().(*[pooledFrameCap]byte)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// freeFrame gives b, a frame buffer no longer used, back to the pool if it
+// came from it (an encoding that outgrew it did not).
+func freeFrame(b []byte) {
+	if cap(b) == pooledFrameCap {
+		framePool.Put((*[pooledFrameCap]byte)(b[:pooledFrameCap]))
+	}
 }
 
 // putLength sets the Length field of an encoded frame to its actual size.

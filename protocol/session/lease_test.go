@@ -3,7 +3,6 @@ package session
 import (
 	"encoding/hex"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -224,15 +223,8 @@ func TestMalformedBatchDropsConnection(t *testing.T) {
 // over a pipe whose other end the test plays as the server; what the
 // client writes is read and discarded.
 func establishedPipe(t *testing.T, key []byte) (*Client, net.Conn) {
-	a, b := net.Pipe()
-	t.Cleanup(func() { b.Close() })
-	c := newClient(a, ClientConfig{})
-	t.Cleanup(func() { c.Close() })
-	c.key.Store(&key)
-	c.macs.Store(newMACs(key))
-	c.signing.Store(true)
-	go io.Copy(io.Discard, b)
-	return c, b
+	c, srv, _ := pipeServer(t, key)
+	return c, srv
 }
 
 func breakFrame(id uint64, key []byte, ino uint64) []byte {

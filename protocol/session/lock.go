@@ -140,18 +140,10 @@ func (c *Client) cancelAndWait(id uint64, ch chan Frame) (Frame, bool) {
 			c.log.WithError(err).WithField("msgid", id).Debug("CANCEL")
 		}
 	}()
-	t := time.NewTimer(cancelWait)
-	defer t.Stop()
-	select {
-	case f := <-ch:
+	ctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+	defer cancel()
+	if f, err := c.await(ctx, ch); err == nil {
 		return f, true
-	case <-c.done:
-		select {
-		case f := <-ch:
-			return f, true
-		default:
-		}
-	case <-t.C:
 	}
 	return Frame{}, false
 }

@@ -391,7 +391,7 @@ func (c *serverConn) respondSigned(req Header, m *macs, st protocol.Status, body
 		sl = c.sess.Load().seal.out
 	}
 	var e encoder
-	e.b = make([]byte, 0, frameCap(body))
+	e.b = frameBuf(frameCap(body))
 	e.b = appendHeader(e.b, h, sl != nil)
 	if body != nil && (st == protocol.StatusSuccess || st == protocol.StatusMoreProcessingReq) {
 		body.code(&e)
@@ -406,7 +406,10 @@ func (c *serverConn) respondSigned(req Header, m *macs, st protocol.Status, body
 		m.signFrame(raw)
 	}
 	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	defer func() {
+		c.writeMu.Unlock()
+		freeFrame(raw)
+	}()
 	if sl != nil {
 		if err := sl.seal(raw); err != nil {
 			c.log.WithError(err).Warn("dropping connection")
