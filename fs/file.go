@@ -217,6 +217,7 @@ func (f *fileHandle) dirty() {
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	f.node.fs.wb.barrier() // the bytes of every write answered so far
+	f.node.settle(ctx)     // and what another handle held back: f's data path may be attached (asyncclose.go)
 	if !f.node.holdsRead() {
 		f.node.dropAttr() // the server may move the atime (a Read lease covers all else)
 	}

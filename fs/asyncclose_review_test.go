@@ -1,0 +1,103 @@
+package fs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestAsyncCloseReadOtherHandle: a read through another handle of the
+// file on the same mount — one whose data path was attached before, so
+// that its read goes straight to the server — sees what a closed handle
+// held back, though the BATCH carrying it is slow (and, before the close,
+// what the open handle holds back).
+func TestAsyncCloseReadOtherHandle(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	mnt, _, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
+	p := filepath.Join(mnt, "f")
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("old data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	buf := make([]byte, 16)
+	if n, err := r.ReadAt(buf, 0); string(buf[:n]) != "old data" {
+		t.Fatalf("first read: %q, %v", buf[:n], err) // attaches r's data path
+	}
+	readFresh := func(why string) {
+		t.Helper()
+		// Not from the kernel's pages: from the mount.
+		if err := unix.Fadvise(int(r.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.ReadAt(buf, 0); string(buf[:n]) != "new data" {
+			t.Errorf("%s: the other handle reads %q, %v; want %q", why, buf[:n], err, "new data")
+		}
+	}
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("new"), 0); err != nil {
+		t.Fatal(err)
+	}
+	readFresh("while the writer is open")
+	if _, err := w.WriteAt([]byte("new"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	readFresh("right after the writer's close")
+}
+
+// TestAsyncCloseWriteOtherHandle: a write through another handle of the
+// file on the same mount, one that cannot hold back (its data path is
+// attached), lands after the BATCH a close sent before it — not under it.
+func TestAsyncCloseWriteOtherHandle(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	mnt, _, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
+	p := filepath.Join(mnt, "f")
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("old data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ReadAt(make([]byte, 8), 0); err != nil {
+		t.Fatal(err) // attaches c's data path
+	}
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("AAA"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the RELEASE's BATCH is in flight
+	if _, err := c.WriteAt([]byte("CCC"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // a BATCH overtaken would land now
+	if got := content(filepath.Join(dir, "f")); got != "CCC data" {
+		t.Errorf("the server has %q after the later write, want %q", got, "CCC data")
+	}
+}
