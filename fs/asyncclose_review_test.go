@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // TestAsyncCloseReadOtherHandle: a read through another handle of the
@@ -100,4 +102,27 @@ func TestAsyncCloseWriteOtherHandle(t *testing.T) {
 	if got := content(filepath.Join(dir, "f")); got != "CCC data" {
 		t.Errorf("the server has %q after the later write, want %q", got, "CCC data")
 	}
+}
+
+// TestAsyncCloseServerRestart: the server restarts while the BATCH of a
+// file whose close(2) returned is held or in flight: it is replayed on the
+// next session (through the durable handle), so the server ends up with
+// what the close left.
+func TestAsyncCloseServerRestart(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, testutil.LoopbackAddr(t), testutil.LoopbackAddr(t), nil)
+	mnt, sb, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
+	data := []byte("written before the restart")
+	writeClose(t, filepath.Join(mnt, "f"), data, 0o640)
+	srv.Close() // the BATCH is still in slowBatch's sleep
+	if content(filepath.Join(dir, "f")) == string(data) {
+		t.Fatal("the BATCH landed before the restart: the test proves nothing")
+	}
+	time.Sleep(600 * time.Millisecond) // it is sent, and waits for the next session
+	serve(t, dir, srv.SessionAddr(), srv.Listeners()[0].Addr, nil)
+	soon(t, "the BATCH replayed", 10*time.Second, func() bool { return sb.batches.Load() > 0 })
+	soon(t, "the server has the file as close(2) left it", 10*time.Second, func() bool {
+		return content(filepath.Join(dir, "f")) == string(data) && mode(filepath.Join(dir, "f")) == 0o640
+	})
 }
