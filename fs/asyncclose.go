@@ -222,12 +222,17 @@ func (s *Server) Unmount() error {
 
 // settleAll waits for the releases in flight and sends whatever is still
 // held back: the kernel drops a RELEASE it had not handed over when the
-// mount goes.
+// mount goes. The files go at once, not one after another: with the
+// server gone each waits for it up to the reconnect timeout.
 func (fs *filesystem) settleAll() {
 	fs.releases.Wait()
+	var wg sync.WaitGroup
 	for _, n := range fs.lease.heldNodes() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		n.flushDeferred(ctx, true)
-		cancel()
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+			defer cancel()
+			n.flushDeferred(ctx, true)
+		})
 	}
+	wg.Wait()
 }

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -125,4 +126,37 @@ func TestAsyncCloseServerRestart(t *testing.T) {
 	soon(t, "the server has the file as close(2) left it", 10*time.Second, func() bool {
 		return content(filepath.Join(dir, "f")) == string(data) && mode(filepath.Join(dir, "f")) == 0o640
 	})
+}
+
+// TestAsyncCloseUnmountWaitBounded: what unmounting sends of the files
+// still holding changes back goes at once, not one file after another:
+// with the server slow or gone, each waits up to the reconnect timeout,
+// and unmounting must not take that many times over.
+func TestAsyncCloseUnmountWaitBounded(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	const delay = 500 * time.Millisecond
+	mnt, sb, fsrv, _ := asyncMount(t, srv.SessionAddr(), delay, Options{})
+	const files = 6
+	for i := range files {
+		f, err := os.Create(filepath.Join(mnt, fmt.Sprintf("f%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.Write([]byte("held")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As when the kernel drops the RELEASEs of files open at the end.
+	start := time.Now()
+	fsrv.fs.settleAll()
+	took := time.Since(start)
+	if n := sb.batches.Load(); n != files {
+		t.Fatalf("%d BATCHes sent, want %d", n, files)
+	}
+	if took > 3*delay {
+		t.Errorf("settling %d held files took %v: one after another (each %v)", files, took, delay)
+	}
 }
