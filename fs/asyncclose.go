@@ -135,21 +135,6 @@ func (n *Node) settleHeld(ctx context.Context, match func(name string, parent *g
 	}
 }
 
-// unleasedOpen is what an open that got no lease does with the attributes
-// it returned: nothing. The server reads them before it recalls another
-// client's Write, so they may predate what that client held back and
-// sends at the recall — its close(2) may have returned long before (the
-// server re-reads them only for an open it grants a lease). The kernel's
-// next GETATTR asks again (a LEASE recalls first), and the kernel's
-// pages are dropped at this open.
-func (n *Node) unleasedOpen() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.cache = validator{}
-	n.freshValid = n.freshValid && n.ls.wb.predicted
-	n.freshGen = n.fs.seq.Add(1)
-}
-
 // closeAsync reports whether f's close(2) may be answered before what its
 // node held back is sent (see above).
 func (f *fileHandle) closeAsync() bool {
