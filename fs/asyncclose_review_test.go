@@ -160,3 +160,16 @@ func TestAsyncCloseUnmountWaitBounded(t *testing.T) {
 		t.Errorf("settling %d held files took %v: one after another (each %v)", files, took, delay)
 	}
 }
+
+// TestMultiUserHoldsNothingBack: a multiuser mount grants no leases, so
+// nothing is held back on it and no user's failed BATCH can be reported
+// to another user's close(2): the node's kept error is per file, not per
+// user, and would have to become so before MultiUser takes leases.
+func TestMultiUserHoldsNothingBack(t *testing.T) {
+	if _, ok := any(&MultiUser{}).(SessionLeaser); ok {
+		t.Fatal("MultiUser takes leases: a BATCH's failure kept on a node would reach whichever user closes the file next")
+	}
+	if NewRoot(&MultiUser{}, nil, Options{}).fs.lease != nil {
+		t.Fatal("a multiuser mount holds changes back")
+	}
+}
