@@ -135,6 +135,42 @@ func (n *Node) settleHeld(ctx context.Context, match func(name string, parent *g
 	}
 }
 
+// forgetLater puts OnForget off for a node the kernel forgot while its
+// BATCH was still to come, until the BATCH has landed: given up now, its
+// Write lease would let another client open the file unrecalled and read
+// it as it was before the close. It reports whether it did.
+func (n *Node) forgetLater() bool {
+	n.mu.Lock()
+	busy := n.ls.wb.tracked
+	n.mu.Unlock()
+	if !busy {
+		return false
+	}
+	n.fs.background(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		n.flushDeferred(ctx, true)
+		lc := n.fs.lease
+		lc.mu.Lock()
+		n.mu.Lock()
+		took := lc.nodes[n.ls.ino] != n
+		hs := n.ls.handles
+		if took {
+			// A lookup made a new node of the file meanwhile: the
+			// lease is that node's now.
+			n.ls.state, n.ls.handles = 0, nil
+		}
+		n.mu.Unlock()
+		lc.mu.Unlock()
+		if took {
+			lc.forgetHandles(hs)
+			return
+		}
+		n.OnForget()
+	})
+	return true
+}
+
 // closeAsync reports whether f's close(2) may be answered before what its
 // node held back is sent (see above).
 func (f *fileHandle) closeAsync() bool {

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -171,5 +172,28 @@ func TestMultiUserHoldsNothingBack(t *testing.T) {
 	}
 	if NewRoot(&MultiUser{}, nil, Options{}).fs.lease != nil {
 		t.Fatal("a multiuser mount holds changes back")
+	}
+}
+
+// TestAsyncCloseForgottenTwoMounts: the kernel forgets a closed file
+// (drop_caches here; a directory's lease that goes drops its names) while
+// its BATCH is still to come: the mount must not give its Write lease up
+// before the BATCH lands, or another mount's open is not recalled and
+// reads the file as it was before.
+func TestAsyncCloseForgottenTwoMounts(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	a, _, _, _ := asyncMount(t, srv.SessionAddr(), 500*time.Millisecond, Options{})
+	b, _, _, _ := asyncMount(t, srv.SessionAddr(), 0, Options{})
+	data := []byte("what a's close left")
+	writeClose(t, filepath.Join(a, "f"), data, 0o640)
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond) // the FORGET is handled, a lease given up would be by now
+	got, err := os.ReadFile(filepath.Join(b, "f"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Errorf("b reads %q (%v) after a's close and a forget, want %q", got, err, data)
 	}
 }
