@@ -197,3 +197,23 @@ func TestAsyncCloseForgottenTwoMounts(t *testing.T) {
 		t.Errorf("b reads %q (%v) after a's close and a forget, want %q", got, err, data)
 	}
 }
+
+// TestAsyncCloseUnlinkRecreate: a file closed, unlinked and made again
+// under the same name while the first one's BATCH is slow: that BATCH
+// goes by the first file's handle and lands on it, not on the new file.
+func TestAsyncCloseUnlinkRecreate(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	mnt, _, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
+	p := filepath.Join(mnt, "f")
+	writeClose(t, p, []byte("the first file, longer"), 0o600)
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	writeClose(t, p, []byte("second"), 0o644)
+	time.Sleep(800 * time.Millisecond) // both BATCHes landed
+	if got, m := content(filepath.Join(dir, "f")), mode(filepath.Join(dir, "f")); got != "second" || m != 0o644 {
+		t.Errorf("the server has %q, %v; want the second file's %q, 0644", got, m, "second")
+	}
+}
