@@ -19,11 +19,14 @@ import (
 //   - another client's open or stat recalls Write, and the recall waits
 //     for a BATCH in flight (flushMu) before it is acknowledged;
 //   - on this mount, what could observe the file's server state or
-//     overtake the BATCH — an open of it (exec too), a lookup or listing
+//     overtake the BATCH — an open of it (exec too), a read or write
+//     through another handle (whose data path may be attached), a lookup or listing
 //     that returns its attributes, a GETATTR not answered from the
 //     prediction, a setattr, rename or link of it, its xattrs, a lock,
 //     copy_file_range, fallocate, SEEK_DATA — waits for the BATCH first
 //     (settle);
+//   - a node the kernel forgets keeps its lease until its BATCH landed
+//     (forgetLater);
 //   - unmounting waits for releases in flight and sends what is still
 //     held (Server.Wait, Server.Unmount).
 //
