@@ -19,14 +19,8 @@ import (
 // held back, though the BATCH carrying it is slow (and, before the close,
 // what the open handle holds back).
 func TestAsyncCloseReadOtherHandle(t *testing.T) {
-	needFUSE(t)
-	dir := t.TempDir()
-	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
-	mnt, _, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
-	p := filepath.Join(mnt, "f")
-	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("old data"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, mnt, _, _ := slowMount(t, 300*time.Millisecond)
+	p := oldFile(t, dir, mnt)
 	r, err := os.Open(p)
 	if err != nil {
 		t.Fatal(err)
@@ -67,14 +61,8 @@ func TestAsyncCloseReadOtherHandle(t *testing.T) {
 // file on the same mount, one that cannot hold back (its data path is
 // attached), lands after the BATCH a close sent before it — not under it.
 func TestAsyncCloseWriteOtherHandle(t *testing.T) {
-	needFUSE(t)
-	dir := t.TempDir()
-	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
-	mnt, _, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
-	p := filepath.Join(mnt, "f")
-	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("old data"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, mnt, _, _ := slowMount(t, 300*time.Millisecond)
+	p := oldFile(t, dir, mnt)
 	c, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -202,10 +190,7 @@ func TestAsyncCloseForgottenTwoMounts(t *testing.T) {
 // under the same name while the first one's BATCH is slow: that BATCH
 // goes by the first file's handle and lands on it, not on the new file.
 func TestAsyncCloseUnlinkRecreate(t *testing.T) {
-	needFUSE(t)
-	dir := t.TempDir()
-	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
-	mnt, _, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
+	dir, mnt, _, _ := slowMount(t, 300*time.Millisecond)
 	p := filepath.Join(mnt, "f")
 	writeClose(t, p, []byte("the first file, longer"), 0o600)
 	if err := os.Remove(p); err != nil {
@@ -216,4 +201,25 @@ func TestAsyncCloseUnlinkRecreate(t *testing.T) {
 	if got, m := content(filepath.Join(dir, "f")), mode(filepath.Join(dir, "f")); got != "second" || m != 0o644 {
 		t.Errorf("the server has %q, %v; want the second file's %q, 0644", got, m, "second")
 	}
+}
+
+// slowMount serves a fresh directory and mounts it with BATCHes slowed by
+// delay.
+func slowMount(t *testing.T, delay time.Duration) (dir, mnt string, sb *slowBatch, fsrv *Server) {
+	t.Helper()
+	needFUSE(t)
+	dir = t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	mnt, sb, fsrv, _ = asyncMount(t, srv.SessionAddr(), delay, Options{})
+	return dir, mnt, sb, fsrv
+}
+
+// oldFile makes file f, "old data", on the server host, and returns its
+// path on the mount.
+func oldFile(t *testing.T, dir, mnt string) string {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("old data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(mnt, "f")
 }

@@ -27,12 +27,7 @@ func TestOpenAttrsAfterRecall(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, hs := leaseShare(t, 2)
 			a, b := hs[0], hs[1]
-			f, at, got, err := a.tr.OpenLease("f", unix.O_CREAT|unix.O_WRONLY, 0o644, LeaseAll)
-			if err != nil || got != LeaseAll {
-				t.Fatalf("OpenLease = %v, %v; want RWH", got, err)
-			}
-			defer f.Close()
-			a.mute.Store(true)
+			f, at := a.holdWrite(t, "f")
 			done := make(chan Attr, 1)
 			go func() {
 				g, ga, _, err := b.tr.OpenLease("f", tc.flags, 0, tc.want)
@@ -62,4 +57,17 @@ func TestOpenAttrsAfterRecall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdWrite creates p through h's tree with every lease (Write included),
+// closed at the test's end, and mutes h: its breaks wait for the test.
+func (h *holder) holdWrite(t *testing.T, p string) (*OpenFile, Attr) {
+	t.Helper()
+	f, at, got, err := h.tr.OpenLease(p, unix.O_CREAT|unix.O_WRONLY, 0o644, LeaseAll)
+	if err != nil || got != LeaseAll {
+		t.Fatalf("OpenLease = %v, %v; want RWH", got, err)
+	}
+	t.Cleanup(func() { f.Close() })
+	h.mute.Store(true)
+	return f, at
 }
