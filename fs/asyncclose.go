@@ -19,11 +19,14 @@ import (
 //   - another client's open or stat recalls Write, and the recall waits
 //     for a BATCH in flight (flushMu) before it is acknowledged;
 //   - on this mount, what could observe the file's server state or
-//     overtake the BATCH — an open of it (exec too), a lookup or listing
+//     overtake the BATCH — an open of it (exec too), a read or write
+//     through another handle (whose data path may be attached), a lookup or listing
 //     that returns its attributes, a GETATTR not answered from the
 //     prediction, a setattr, rename or link of it, its xattrs, a lock,
 //     copy_file_range, fallocate, SEEK_DATA — waits for the BATCH first
 //     (settle);
+//   - a node the kernel forgets keeps its lease until its BATCH landed
+//     (forgetLater);
 //   - unmounting waits for releases in flight and sends what is still
 //     held (Server.Wait, Server.Unmount).
 //
@@ -135,19 +138,40 @@ func (n *Node) settleHeld(ctx context.Context, match func(name string, parent *g
 	}
 }
 
-// unleasedOpen is what an open that got no lease does with the attributes
-// it returned: nothing. The server reads them before it recalls another
-// client's Write, so they may predate what that client held back and
-// sends at the recall — its close(2) may have returned long before (the
-// server re-reads them only for an open it grants a lease). The kernel's
-// next GETATTR asks again (a LEASE recalls first), and the kernel's
-// pages are dropped at this open.
-func (n *Node) unleasedOpen() {
+// forgetLater puts OnForget off for a node the kernel forgot while its
+// BATCH was still to come, until the BATCH has landed: given up now, its
+// Write lease would let another client open the file unrecalled and read
+// it as it was before the close. It reports whether it did.
+func (n *Node) forgetLater() bool {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.cache = validator{}
-	n.freshValid = n.freshValid && n.ls.wb.predicted
-	n.freshGen = n.fs.seq.Add(1)
+	busy := n.ls.wb.tracked
+	n.mu.Unlock()
+	if !busy {
+		return false
+	}
+	n.fs.background(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		n.flushDeferred(ctx, true)
+		lc := n.fs.lease
+		lc.mu.Lock()
+		n.mu.Lock()
+		took := lc.nodes[n.ls.ino] != n
+		hs := n.ls.handles
+		if took {
+			// A lookup made a new node of the file meanwhile: the
+			// lease is that node's now.
+			n.ls.state, n.ls.handles = 0, nil
+		}
+		n.mu.Unlock()
+		lc.mu.Unlock()
+		if took {
+			lc.forgetHandles(hs)
+			return
+		}
+		n.OnForget()
+	})
+	return true
 }
 
 // closeAsync reports whether f's close(2) may be answered before what its
@@ -222,12 +246,17 @@ func (s *Server) Unmount() error {
 
 // settleAll waits for the releases in flight and sends whatever is still
 // held back: the kernel drops a RELEASE it had not handed over when the
-// mount goes.
+// mount goes. The files go at once, not one after another: with the
+// server gone each waits for it up to the reconnect timeout.
 func (fs *filesystem) settleAll() {
 	fs.releases.Wait()
+	var wg sync.WaitGroup
 	for _, n := range fs.lease.heldNodes() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		n.flushDeferred(ctx, true)
-		cancel()
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+			defer cancel()
+			n.flushDeferred(ctx, true)
+		})
 	}
+	wg.Wait()
 }

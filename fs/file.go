@@ -88,11 +88,8 @@ func (n *Node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		// every transaction on another mount).
 		return nil, 0, syscall.ESTALE
 	}
-	if n.fs.lease.install(n, a.Ino, got, g) == 0 && n.fs.lease.on() {
-		n.unleasedOpen()
-	} else {
-		n.rememberAt(g, a)
-	}
+	n.fs.lease.install(n, a.Ino, got, g)
+	n.rememberAt(g, a)
 	n.brokenDuring(a.Ino, g)
 	fh := n.newHandle(p, h, int(flags))
 	if flags&syscall.O_TRUNC != 0 {
@@ -122,10 +119,6 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	child := n.newChild(ctx, name, a, out, g)
 	n.created(child, name, got, g, false, out)
 	cn := child.Operations().(*Node)
-	if got == 0 && flags&syscall.O_EXCL == 0 && n.fs.lease.on() {
-		cn.unleasedOpen() // an existing file's attributes may predate a recall
-		out.SetAttrTimeout(0)
-	}
 	fh := cn.newHandle(p, h, int(flags))
 	if flags&syscall.O_TRUNC != 0 {
 		if err := cn.killSetIDWrite(req, h); err != nil { // an existing file (killpriv.go)
@@ -217,6 +210,7 @@ func (f *fileHandle) dirty() {
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	f.node.fs.wb.barrier() // the bytes of every write answered so far
+	f.node.settle(ctx)     // and what another handle held back: f's data path may be attached (asyncclose.go)
 	if !f.node.holdsRead() {
 		f.node.dropAttr() // the server may move the atime (a Read lease covers all else)
 	}

@@ -389,7 +389,7 @@ var _ = (interface{ OnForget() })((*Node)(nil))
 // leaves the node unreachable).
 func (n *Node) OnForget() {
 	lc := n.fs.lease
-	if lc == nil {
+	if lc == nil || n.forgetLater() {
 		return
 	}
 	n.mu.Lock()

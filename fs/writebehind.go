@@ -130,7 +130,9 @@ func (f *fileHandle) deferWrite(ctx context.Context, buf []byte, off int64) (don
 		n.mu.Unlock()
 		return true, 0
 	}
-	pending := len(n.ls.wb.ops) > 0 || n.ls.wb.err != nil
+	// A BATCH in flight (a closed handle's, a timer's) too: this write
+	// must not land under it (asyncclose.go).
+	pending := len(n.ls.wb.ops) > 0 || n.ls.wb.err != nil || n.ls.wb.sending
 	n.mu.Unlock()
 	if pending {
 		if err := n.flushDeferred(ctx, false); err != nil {

@@ -85,11 +85,17 @@ func (t *Tree) Open(p string, flags int, mode uint32) (*OpenFile, Attr, error) {
 		return nil, Attr{}, err
 	}
 	f := t.newOpenFile(fd, p, acc == unix.O_RDONLY || t.sh.ReadOnly, &st, id)
-	t.leaseOpened(f, flags, &st)
+	a := attrFromStat(&st)
+	if t.leaseOpened(f, flags, &st) {
+		// What the recall made another client send landed after st.
+		if a2, err := f.Stat(); err == nil {
+			a = a2
+		}
+	}
 	if flags&unix.O_CREAT != 0 {
 		t.createdPath(p)
 	}
-	return f, attrFromStat(&st), nil
+	return f, a, nil
 }
 
 // newOpenFile makes the OpenFile of fd, whose stat and identity its open

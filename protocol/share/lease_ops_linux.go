@@ -324,11 +324,12 @@ func (t *Tree) linked(st *unix.Stat_t) {
 // leaseOpened counts an open of f (flags as Open got them; st is f's
 // stat, read by its open) and breaks what it conflicts with: an open for
 // writing (or truncating) ends the other trees' leases; any other open
-// recalls their Write.
-func (t *Tree) leaseOpened(f *OpenFile, flags int, st *unix.Stat_t) {
+// recalls their Write. It reports whether it took another tree's Write
+// and waited for what that tree sent: st may predate it.
+func (t *Tree) leaseOpened(f *OpenFile, flags int, st *unix.Stat_t) (recalled bool) {
 	lt := t.sh.leases
 	if lt == nil {
-		return
+		return false
 	}
 	write := flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0
 	f.lease = openLease{key: keyOf(st), write: write, on: true}
@@ -350,6 +351,10 @@ func (t *Tree) leaseOpened(f *OpenFile, flags int, st *unix.Stat_t) {
 	}
 	lt.mu.Unlock()
 	lt.deliver(ps)
+	for _, p := range ps {
+		recalled = recalled || p.b.Current&^p.b.New&LeaseWrite != 0
+	}
+	return recalled
 }
 
 // leaseClosed uncounts f's open.

@@ -192,14 +192,9 @@ func TestLeaseDirectoryNames(t *testing.T) {
 func TestLeaseWriteRecalled(t *testing.T) {
 	_, hs := leaseShare(t, 2)
 	a, b := hs[0], hs[1]
-	f, at, got, err := a.tr.OpenLease("f", unix.O_CREAT|unix.O_WRONLY, 0o644, LeaseAll)
-	if err != nil || got != LeaseAll {
-		t.Fatalf("OpenLease = %v, %v; want RWH", got, err)
-	}
-	defer f.Close()
 	// A stat by b recalls Write and waits for it: what a held back lands
 	// before b reads the size.
-	a.mute.Store(true)
+	f, at := a.holdWrite(t, "f")
 	done := make(chan Attr)
 	go func() {
 		got, err := b.tr.GetAttr("f")
