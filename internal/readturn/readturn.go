@@ -1,7 +1,8 @@
 // Package readturn ends a goroutine's turn at reading a socket when the
 // goroutine's context ends, without losing or spoiling what the next
 // reader reads: the protocol/session client's read token (a caller reading
-// its own answer) uses it; transport/soft's readIntr is the same rule.
+// its own answer) and transport/soft's CQ.Wait (an application goroutine
+// running the receive engine) use it.
 package readturn
 
 import (
