@@ -119,7 +119,7 @@ type conn struct {
 	rdMu        sync.Mutex    // the read side: held by whoever runs the receive engine
 	pend        frameHeader   // a request an application goroutine left to the reader goroutine
 	pendValid   bool          //
-	bgWake      chan struct{} // wakes the reader goroutine from yieldRead (one slot)
+	bgWake      chan struct{} // wakes the reader goroutine stepped aside (one slot)
 	lastAppRead atomic.Int64  // unix ns an application goroutine last read
 	intr        *readturn.Intr
 	hooks       atomic.Pointer[testHooks] // nil except in tests that force an interleaving

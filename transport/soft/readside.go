@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"time"
+
+	"github.com/lwiofs/lwiofs/internal/readturn"
 )
 
 // Who reads the socket.
@@ -74,38 +76,15 @@ func (c *conn) readLoop() {
 			h.afterUnlock()
 		}
 		if c.own != nil && c.own.read != nil && c.own.wokeWaiter.Load() {
-			c.yieldRead(&yield)
+			// Leave the socket to the application goroutine just woken,
+			// for as long as application goroutines keep reading it.
+			readturn.StepAside(&yield, readYield, &c.lastAppRead, c.bgWake, c.closing)
 		}
 	}
 	if yield != nil {
 		yield.Stop()
 	}
 	c.drainAfterNak()
-}
-
-// yieldRead leaves the socket to the application goroutine just woken,
-// for as long as application goroutines keep reading it.
-func (c *conn) yieldRead(t **time.Timer) {
-	for {
-		if *t == nil {
-			*t = time.NewTimer(readYield)
-		} else {
-			(*t).Reset(readYield)
-		}
-		select {
-		case <-(*t).C:
-			if time.Since(time.Unix(0, c.lastAppRead.Load())) < readYield {
-				continue
-			}
-			return
-		case <-c.bgWake:
-			(*t).Stop()
-			return
-		case <-c.closing:
-			(*t).Stop()
-			return
-		}
-	}
 }
 
 // appRead is CQ.Wait's turn at the socket: if the read side is free it
