@@ -1,11 +1,13 @@
 // Package readturn ends a goroutine's turn at reading a socket when the
 // goroutine's context ends, without losing or spoiling what the next
 // reader reads: the protocol/session client's read token (a caller reading
-// its own answer) uses it; transport/soft's readIntr is the same rule.
+// its own answer) and transport/soft's CQ.Wait (an application goroutine
+// running the receive engine) use it.
 package readturn
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -94,4 +96,33 @@ func (i *Intr) Reading() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.inRead
+}
+
+// StepAside is a reader goroutine leaving the socket to turns after it
+// woke a turn's owner: it waits until yield has passed since the last turn
+// ended (last: unix ns; a last turn ahead of the clock, stepped back
+// since, does not hold it back), or until wake or done is ready (a nil
+// one never is). It reports false when done was. t is the caller's timer,
+// kept between calls (nil at first; the caller stops it when done).
+func StepAside(t **time.Timer, yield time.Duration, last *atomic.Int64, wake, done <-chan struct{}) bool {
+	for {
+		if *t == nil {
+			*t = time.NewTimer(yield)
+		} else {
+			(*t).Reset(yield)
+		}
+		select {
+		case <-(*t).C:
+			if d := time.Since(time.Unix(0, last.Load())); d >= 0 && d < yield {
+				continue
+			}
+			return true
+		case <-wake:
+			(*t).Stop()
+			return true
+		case <-done:
+			(*t).Stop()
+			return false
+		}
+	}
 }

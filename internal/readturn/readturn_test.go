@@ -1,6 +1,7 @@
 package readturn
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -61,4 +62,51 @@ func TestInterruptRules(t *testing.T) {
 	}
 	i.Leave()
 	i.End()
+}
+
+// TestStepAside: the reader steps aside while turns keep being taken, and
+// comes back after yield when they stop, at once when woken or done, and
+// after yield when the last turn is ahead of a clock stepped back.
+func TestStepAside(t *testing.T) {
+	const yield = 5 * time.Millisecond
+	var last atomic.Int64
+	var tm *time.Timer
+	wake, done := make(chan struct{}, 1), make(chan struct{})
+
+	// Turns taken for 30 ms: the reader stays aside at least that long.
+	stop := time.Now().Add(30 * time.Millisecond)
+	go func() {
+		for time.Now().Before(stop) {
+			last.Store(time.Now().UnixNano())
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	if !StepAside(&tm, yield, &last, wake, done) || time.Since(start) < 30*time.Millisecond {
+		t.Fatalf("came back after %v while turns were taken", time.Since(start))
+	}
+
+	// A last turn an hour ahead (the clock stepped back): back after yield.
+	last.Store(time.Now().Add(time.Hour).UnixNano())
+	returned := make(chan bool, 1)
+	go func() { returned <- StepAside(&tm, yield, &last, wake, done) }()
+	select {
+	case ok := <-returned:
+		if !ok {
+			t.Fatal("done reported, not done")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a last turn ahead of the clock held the reader aside")
+	}
+
+	// Woken, and done.
+	last.Store(time.Now().Add(time.Hour).UnixNano())
+	wake <- struct{}{}
+	if !StepAside(&tm, time.Hour, &last, wake, done) {
+		t.Fatal("woken: done reported")
+	}
+	close(done)
+	if StepAside(&tm, time.Hour, &last, wake, done) {
+		t.Fatal("done: not reported")
+	}
 }

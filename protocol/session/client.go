@@ -327,13 +327,33 @@ func (c *Client) accept(f Frame, raw []byte) (woke bool, err error) {
 	if ch != nil {
 		ch <- f
 		return true, nil
-	} else if f.Status == protocol.StatusSuccess && (f.Command == CmdOpen || f.Command == CmdPipeOpen) {
-		// The caller gave up (an interrupted FUSE request) but the server
-		// opened something: close it rather than leak it for the session's
-		// life.
+	}
+	c.abandoned(f)
+	return false, nil
+}
+
+// abandoned takes an answer whose caller gave up (an interrupted FUSE
+// request): when the server opened something, it is closed rather than
+// left open for the session's life.
+func (c *Client) abandoned(f Frame) {
+	if f.Status == protocol.StatusSuccess && (f.Command == CmdOpen || f.Command == CmdPipeOpen) {
 		go c.closeAbandoned(f)
 	}
-	return false, nil
+}
+
+// abandonDelivered: the caller gave up after accept took its answer off
+// pending, so the answer is in ch or about to be (accept sends right
+// after), unless the connection failed in between. It is an abandoned
+// answer all the same.
+func (c *Client) abandonDelivered(ch chan Frame) {
+	select {
+	case f := <-ch:
+		answerPool.Put(ch)
+		c.abandoned(f)
+	case <-c.done:
+		// Nothing can be closed any more; ch may still be sent to, so it
+		// does not go back to the pool.
+	}
 }
 
 func (c *Client) closeAbandoned(f Frame) {
@@ -371,8 +391,8 @@ func (c *Client) roundTrip(ctx context.Context, cmd Command, tree uint32, req, r
 
 // exchange is roundTrip with a way out for a caller that gives up: when ctx
 // ends first, giveUp (if not nil) may still produce the request's answer
-// (a CANCEL's outcome, lock.go); otherwise the answer, when it comes, is
-// dropped.
+// (a CANCEL's outcome, lock.go); otherwise the answer, whether it comes
+// later or came just as the caller gave up, is abandoned (accept).
 func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, resp message,
 	giveUp func(id uint64, ch chan Frame) (Frame, bool)) (Header, error) {
 	if err := ctx.Err(); err != nil {
@@ -441,10 +461,15 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 		}
 		if !ok {
 			c.mu.Lock()
-			if _, still := c.pending[id]; still {
-				c.pending[id] = nil // the response, when it comes, is dropped
+			_, still := c.pending[id]
+			if still {
+				c.pending[id] = nil // the response, when it comes, is abandoned
 			}
 			c.mu.Unlock()
+			if !still {
+				// Too late: the answer came meanwhile (or is coming).
+				c.abandonDelivered(ch)
+			}
 			return Header{}, ctx.Err()
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/internal/readturn"
 )
 
 // Who reads the client's socket.
@@ -211,26 +213,7 @@ func (c *Client) readLoop() {
 // the kick being stale — its caller was woken just before — from the next
 // caller).
 func (c *Client) yieldRead(t **time.Timer) bool {
-	yield := time.Duration(c.yield.Load())
-	for {
-		if *t == nil {
-			*t = time.NewTimer(yield)
-		} else {
-			(*t).Reset(yield)
-		}
-		select {
-		case <-(*t).C:
-			// A last turn ahead of the clock (stepped back since: the
-			// time is the wall clock's) does not hold the reader back.
-			if d := time.Since(time.Unix(0, c.lastTurn.Load())); d >= 0 && d < yield {
-				continue
-			}
-			return true
-		case <-c.done:
-			(*t).Stop()
-			return false
-		}
-	}
+	return readturn.StepAside(t, time.Duration(c.yield.Load()), &c.lastTurn, nil, c.done)
 }
 
 // await returns the answer that arrives on ch: read by the caller itself

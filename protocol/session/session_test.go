@@ -499,6 +499,62 @@ func TestAbandonedOpenIsClosed(t *testing.T) {
 	}
 }
 
+// TestOpenAnsweredAsCallerGivesUpIsClosed: when the caller of Open gives
+// up just as its answer is delivered — accept has taken the answer off
+// pending, so it will not be dropped as an abandoned one, but the caller
+// no longer looks at its channel — the handle is closed all the same.
+// exchange's giveUp stands for that window (in accept, between taking the
+// answer off pending and sending it): the caller's context has ended, and
+// the answer is delivered to its channel before the caller is done giving
+// up. Before the fix the handle stayed open until the session ended.
+func TestOpenAnsweredAsCallerGivesUpIsClosed(t *testing.T) {
+	e := newEnv(t)
+	e.writeFile("f", "")
+	tr := e.tree("data")
+	c := tr.c
+	e.srv.mu.Lock()
+	ss := e.srv.sessions[c.SessionID()]
+	e.srv.mu.Unlock()
+	// The server cannot answer the OPEN until the caller has given up.
+	ss.mu.Lock()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	delivered := make(chan bool, 1)
+	giveUp := func(id uint64, ch chan Frame) (Frame, bool) {
+		ss.mu.Unlock()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(ch) == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		delivered <- len(ch) == 1
+		return Frame{}, false
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.exchange(ctx, CmdOpen, tr.id, &openReq{Path: "f"}, &openResp{}, giveUp)
+		done <- err
+	}()
+	eventually(t, "the OPEN to be sent", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending) == 1
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("exchange: %v, want the caller's context's end", err)
+	}
+	if !<-delivered {
+		t.Fatal("the answer was not delivered to the caller's channel")
+	}
+	eventually(t, "the handle opened as the caller gave up to be closed", func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.nextH == 1 && len(ss.handles) == 0
+	})
+	if _, err := tr.GetAttr(ctxT(t), "f"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestMalformedBodyDropsConnection(t *testing.T) {
 	e := newEnv(t)
 	tr := e.tree("data")

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/internal/enum"
+	"github.com/lwiofs/lwiofs/internal/readturn"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -118,9 +119,9 @@ type conn struct {
 	rdMu        sync.Mutex    // the read side: held by whoever runs the receive engine
 	pend        frameHeader   // a request an application goroutine left to the reader goroutine
 	pendValid   bool          //
-	bgWake      chan struct{} // wakes the reader goroutine from yieldRead (one slot)
+	bgWake      chan struct{} // wakes the reader goroutine stepped aside (one slot)
 	lastAppRead atomic.Int64  // unix ns an application goroutine last read
-	intr        readIntr
+	intr        *readturn.Intr
 	hooks       atomic.Pointer[testHooks] // nil except in tests that force an interleaving
 	sealk       atomic.Pointer[sealKeys]  // set once by Seal
 	sealOut     atomic.Bool               // frames gathered from now on are sealed (Lead: set under c.mu)
@@ -190,7 +191,7 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 	c.wr.init(nc)
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimeout)
 	c.ackTimer.Stop()
-	c.intr.nc = nc
+	c.intr = readturn.New(nc)
 	c.running.Store(2)
 	if t := p.opts.TransportTimeout; t > 0 {
 		c.timer = time.AfterFunc(checkPeriod(t), c.checkProgress)

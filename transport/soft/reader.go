@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/lwiofs/lwiofs/internal/readturn"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -28,7 +29,7 @@ type frameReader struct {
 	// the reader blocks: the moment to acknowledge.
 	idle func()
 	sys  sysReader
-	intr *readIntr // set while an application goroutine waits for a header
+	intr *readturn.Intr // set while an application goroutine waits for a header
 	// inSeq counts the sealed frames read (their nonces); nonce is room
 	// for one, so opening a frame allocates nothing.
 	inSeq uint64
@@ -69,11 +70,11 @@ func (rd *frameReader) fill(n int) error {
 			if rd.idle != nil {
 				rd.idle()
 			}
-			if rd.intr != nil && !rd.intr.enter() {
+			if rd.intr != nil && !rd.intr.Enter() {
 				return errInterrupted
 			}
 			m, err = rd.sys.read(rd.buf[rd.w:end])
-			if rd.intr != nil && rd.intr.leave() {
+			if rd.intr != nil && rd.intr.Leave() {
 				rd.w += m
 				if rd.w >= n {
 					return nil
@@ -147,7 +148,7 @@ func (c *conn) step(app bool) stepResult {
 		h, c.pendValid = c.pend, false
 	} else {
 		if app {
-			c.rd.intr = &c.intr
+			c.rd.intr = c.intr
 		}
 		err := c.rd.fill(frameHeaderSize)
 		if err == nil && frameType(c.rd.buf[c.rd.r]) == frameSealed {

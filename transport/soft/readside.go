@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
-	"sync"
 	"time"
+
+	"github.com/lwiofs/lwiofs/internal/readturn"
 )
 
 // Who reads the socket.
@@ -28,8 +28,8 @@ import (
 // application: at worst it waits readYield for the reader goroutine.
 //
 // An application goroutine's turn at the socket ends when its context
-// does, wherever it is: blocked in read(2) (readIntr cuts the read short
-// with a past read deadline, which it clears before anyone reads again) or
+// does, wherever it is: blocked in read(2) (readturn.Intr cuts the read
+// short with a past read deadline, cleared before anyone reads again) or
 // between reads (the next read is not started). Both halves matter: a turn
 // that outlived its context held the socket with nothing more to come —
 // the status block of a polling request lands by RDMA WRITE, with no
@@ -76,38 +76,15 @@ func (c *conn) readLoop() {
 			h.afterUnlock()
 		}
 		if c.own != nil && c.own.read != nil && c.own.wokeWaiter.Load() {
-			c.yieldRead(&yield)
+			// Leave the socket to the application goroutine just woken,
+			// for as long as application goroutines keep reading it.
+			readturn.StepAside(&yield, readYield, &c.lastAppRead, c.bgWake, c.closing)
 		}
 	}
 	if yield != nil {
 		yield.Stop()
 	}
 	c.drainAfterNak()
-}
-
-// yieldRead leaves the socket to the application goroutine just woken,
-// for as long as application goroutines keep reading it.
-func (c *conn) yieldRead(t **time.Timer) {
-	for {
-		if *t == nil {
-			*t = time.NewTimer(readYield)
-		} else {
-			(*t).Reset(readYield)
-		}
-		select {
-		case <-(*t).C:
-			if time.Since(time.Unix(0, c.lastAppRead.Load())) < readYield {
-				continue
-			}
-			return
-		case <-c.bgWake:
-			(*t).Stop()
-			return
-		case <-c.closing:
-			(*t).Stop()
-			return
-		}
-	}
 }
 
 // appRead is CQ.Wait's turn at the socket: if the read side is free it
@@ -135,10 +112,10 @@ func (c *conn) appRead(ctx context.Context) bool {
 		c.rdMu.Unlock()
 		return true
 	}
-	turn := c.intr.begin()
+	turn := c.intr.Begin()
 	var stop func() bool
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { c.intr.interrupt(turn) })
+		stop = context.AfterFunc(ctx, func() { c.intr.Interrupt(turn) })
 	}
 	for {
 		r := c.step(true)
@@ -156,7 +133,7 @@ func (c *conn) appRead(ctx context.Context) bool {
 	if stop != nil {
 		stop()
 	}
-	c.intr.end()
+	c.intr.End()
 	// An acknowledgement owed for what this turn placed rides on the
 	// application's answer, or goes after ackFallback: the reader
 	// goroutine, which would otherwise arm that timer, is not reading.
@@ -185,75 +162,4 @@ func (c *conn) drainAfterNak() {
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(drainTimeout))
 	_, _ = io.Copy(io.Discard, c.nc)
-}
-
-// readIntr ends an application goroutine's turn at the socket when its
-// context ends. The rule that makes it safe: the read deadline is set in
-// the past only while the turn's owner is blocked in read(2) (inRead),
-// and the owner clears it as soon as that read returns (leave), before it
-// or anyone else reads again; a turn ended between reads is remembered
-// (stopped) and its next read is not started (enter).
-type readIntr struct {
-	nc      *net.TCPConn
-	mu      sync.Mutex
-	turn    uint64 // the current turn; interruptions of another are stale
-	stopped bool   // the current turn's context ended
-	inRead  bool   // the owner is blocked in read(2)
-	armed   bool   // the read deadline is in the past
-}
-
-// begin starts a turn and returns its number.
-func (i *readIntr) begin() uint64 {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.turn++
-	i.stopped = false
-	return i.turn
-}
-
-// end finishes the current turn: a late interruption for it is stale.
-func (i *readIntr) end() {
-	i.mu.Lock()
-	i.turn++
-	i.stopped = false
-	i.mu.Unlock()
-}
-
-// interrupt ends turn: at once if its owner is blocked in read(2), else
-// before its next read.
-func (i *readIntr) interrupt(turn uint64) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if turn != i.turn {
-		return
-	}
-	i.stopped = true
-	if i.inRead && !i.armed {
-		i.armed = true
-		_ = i.nc.SetReadDeadline(time.Unix(1, 0))
-	}
-}
-
-// enter is called before a blocking read; false: the turn has ended.
-func (i *readIntr) enter() bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.stopped {
-		return false
-	}
-	i.inRead = true
-	return true
-}
-
-// leave is called as soon as the read returns. It clears a deadline the
-// interruption set and reports whether the turn has ended.
-func (i *readIntr) leave() bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.inRead = false
-	if i.armed {
-		i.armed = false
-		_ = i.nc.SetReadDeadline(time.Time{})
-	}
-	return i.stopped
 }
