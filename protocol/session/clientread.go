@@ -291,12 +291,7 @@ func (c *Client) turn(ctx context.Context, ch chan Frame) error {
 		}
 		return nil
 	}
-	n := c.intr.Begin()
-	stop := context.AfterFunc(ctx, func() { c.intr.Interrupt(n) })
-	defer func() {
-		stop()
-		c.intr.End()
-	}()
+	defer c.intr.End(c.intr.BeginCtx(ctx))
 	for len(ch) == 0 {
 		if _, err := c.readOne(true); err != nil {
 			return err
