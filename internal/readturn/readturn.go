@@ -6,6 +6,7 @@
 package readturn
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,8 +44,22 @@ func (i *Intr) Begin() uint64 {
 	return i.turn
 }
 
-// End finishes the current turn: a late interruption of it is stale.
-func (i *Intr) End() {
+// BeginCtx starts a turn that ends when ctx does (Interrupt) and returns
+// what stops that watch, for End; nil when ctx never ends.
+func (i *Intr) BeginCtx(ctx context.Context) (unwatch func() bool) {
+	turn := i.Begin()
+	if ctx.Done() == nil {
+		return nil
+	}
+	return context.AfterFunc(ctx, func() { i.Interrupt(turn) })
+}
+
+// End finishes the current turn, first stopping unwatch (BeginCtx's; nil
+// for none): a late interruption of it is stale.
+func (i *Intr) End(unwatch func() bool) {
+	if unwatch != nil {
+		unwatch()
+	}
 	i.mu.Lock()
 	i.turn++
 	i.stopped = false

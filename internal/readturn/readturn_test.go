@@ -1,6 +1,7 @@
 package readturn
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestInterruptRules(t *testing.T) {
 	if len(nc.set) != 0 || i.Enter() {
 		t.Fatalf("interrupted between reads: deadlines %v, Enter true", nc.set)
 	}
-	i.End()
+	i.End(nil)
 
 	// In a read: the deadline goes into the past once, Leave clears it
 	// and reports the end of the turn.
@@ -41,7 +42,7 @@ func TestInterruptRules(t *testing.T) {
 	if !i.Leave() || nc.past() {
 		t.Fatalf("Leave: deadline %v left behind", nc.set)
 	}
-	i.End()
+	i.End(nil)
 
 	// A late interruption (of a turn that ended, or an earlier one) is
 	// stale: the next turn reads on, no deadline set.
@@ -54,14 +55,47 @@ func TestInterruptRules(t *testing.T) {
 	if i.Leave() || len(nc.set) != 2 {
 		t.Fatalf("a stale interruption: deadlines %v", nc.set)
 	}
-	i.End()
+	i.End(nil)
 	i.Interrupt(n) // after End
 	n = i.Begin()
 	if !i.Enter() {
 		t.Fatal("an interruption after End ended the next turn")
 	}
 	i.Leave()
-	i.End()
+	i.End(nil)
+}
+
+// TestBeginCtx: a turn begun with a context is interrupted when the
+// context ends (here in a read); a context that never ends is not watched.
+func TestBeginCtx(t *testing.T) {
+	var nc fakeConn
+	i := New(&nc)
+	if i.BeginCtx(context.Background()) != nil {
+		t.Fatal("a context that never ends is watched")
+	}
+	i.End(nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	unwatch := i.BeginCtx(ctx)
+	if !i.Enter() {
+		t.Fatal("a fresh turn cannot read")
+	}
+	cancel()
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		i.mu.Lock()
+		armed := i.armed
+		i.mu.Unlock()
+		if armed {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the context's end did not cut the read short")
+		}
+	}
+	if !i.Leave() || nc.past() {
+		t.Fatalf("Leave: turn not ended, or deadline %v left behind", nc.set)
+	}
+	i.End(unwatch)
 }
 
 // TestStepAside: the reader steps aside while turns keep being taken, and

@@ -248,6 +248,7 @@ func (c *Client) await(ctx context.Context, ch chan Frame) (Frame, error) {
 			c.ownReads.Add(1)
 			continue
 		}
+		var gone error
 		select {
 		case f := <-ch:
 			c.waiting.Add(-1)
@@ -256,24 +257,20 @@ func (c *Client) await(ctx context.Context, ch chan Frame) (Frame, error) {
 			// The token was handed on; take it, or pass it on.
 			c.waiting.Add(-1)
 			kicked = true
+			continue
 		case <-ctx.Done():
-			c.waiting.Add(-1)
-			select {
-			case f := <-ch:
-				return f, nil
-			default:
-			}
-			return Frame{}, ctx.Err()
+			gone = ctx.Err()
 		case <-c.done:
-			c.waiting.Add(-1)
-			// The response may have been delivered just before the
-			// connection ended (LOGOFF is answered, then closed).
-			select {
-			case f := <-ch:
-				return f, nil
-			default:
-			}
-			return Frame{}, c.Err()
+			gone = c.Err()
+		}
+		c.waiting.Add(-1)
+		// The response may have been delivered just before ctx or the
+		// connection ended (LOGOFF is answered, then closed).
+		select {
+		case f := <-ch:
+			return f, nil
+		default:
+			return Frame{}, gone
 		}
 	}
 }
@@ -294,12 +291,7 @@ func (c *Client) turn(ctx context.Context, ch chan Frame) error {
 		}
 		return nil
 	}
-	n := c.intr.Begin()
-	stop := context.AfterFunc(ctx, func() { c.intr.Interrupt(n) })
-	defer func() {
-		stop()
-		c.intr.End()
-	}()
+	defer c.intr.End(c.intr.BeginCtx(ctx))
 	for len(ch) == 0 {
 		if _, err := c.readOne(true); err != nil {
 			return err

@@ -112,11 +112,7 @@ func (c *conn) appRead(ctx context.Context) bool {
 		c.rdMu.Unlock()
 		return true
 	}
-	turn := c.intr.Begin()
-	var stop func() bool
-	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { c.intr.Interrupt(turn) })
-	}
+	unwatch := c.intr.BeginCtx(ctx)
 	for {
 		r := c.step(true)
 		if h := c.hooks.Load(); h != nil && h.afterStep != nil {
@@ -130,10 +126,7 @@ func (c *conn) appRead(ctx context.Context) bool {
 			break
 		}
 	}
-	if stop != nil {
-		stop()
-	}
-	c.intr.End()
+	c.intr.End(unwatch)
 	// An acknowledgement owed for what this turn placed rides on the
 	// application's answer, or goes after ackFallback: the reader
 	// goroutine, which would otherwise arm that timer, is not reading.
