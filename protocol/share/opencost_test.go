@@ -133,3 +133,31 @@ func TestOpenSetAttrKnowsType(t *testing.T) {
 		t.Errorf("fstat of an open file: size %d mode %o, %v; want 10, 775", a.Size, a.Mode&07777, err)
 	}
 }
+
+// TestSetAttrModeEveryDescriptor: a chmod reaches the inode whether the
+// tree holds it open for I/O (fchmod) or only by an O_PATH descriptor (a
+// SETATTR by path: through /proc, which fchmod refuses), set-id bits
+// cleared as before in both.
+func TestSetAttrModeEveryDescriptor(t *testing.T) {
+	e := newEnv(t, false)
+	e.writeFile(t, "f", "x")
+	e.writeFile(t, "g", "y")
+	mode := func(name string) uint32 {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(e.share, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode & 07777
+	}
+	f, _, err := e.tr.Open("f", unix.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if a, err := f.SetAttr(SetAttrIn{Valid: SetMode, Mode: 0o640}); err != nil || a.Mode&07777 != 0o640 || mode("f") != 0o640 {
+		t.Errorf("chmod 640 of an open file: %o (disk %o), %v", a.Mode&07777, mode("f"), err)
+	}
+	if a, err := e.tr.SetAttr("g", SetAttrIn{Valid: SetMode, Mode: 0o604}); err != nil || a.Mode&07777 != 0o604 || mode("g") != 0o604 {
+		t.Errorf("chmod 604 by path: %o (disk %o), %v", a.Mode&07777, mode("g"), err)
+	}
+}
