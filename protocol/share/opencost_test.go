@@ -2,8 +2,10 @@ package share
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 
@@ -131,5 +133,86 @@ func TestOpenSetAttrKnowsType(t *testing.T) {
 	a, err = f.SetAttr(SetAttrIn{})
 	if err != nil || a.Size != 10 || a.Mode&07777 != 0o775 {
 		t.Errorf("fstat of an open file: size %d mode %o, %v; want 10, 775", a.Size, a.Mode&07777, err)
+	}
+}
+
+// TestSetAttrModeEveryDescriptor: a chmod reaches the inode whether the
+// tree holds it open for I/O (fchmod) or only by an O_PATH descriptor (a
+// SETATTR by path: through /proc, which fchmod refuses), set-id bits
+// cleared as before in both.
+func TestSetAttrModeEveryDescriptor(t *testing.T) {
+	e := newEnv(t, false)
+	e.writeFile(t, "f", "x")
+	e.writeFile(t, "g", "y")
+	mode := func(name string) uint32 {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(e.share, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode & 07777
+	}
+	f, _, err := e.tr.Open("f", unix.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if a, err := f.SetAttr(SetAttrIn{Valid: SetMode, Mode: 0o640}); err != nil || a.Mode&07777 != 0o640 || mode("f") != 0o640 {
+		t.Errorf("chmod 640 of an open file: %o (disk %o), %v", a.Mode&07777, mode("f"), err)
+	}
+	if a, err := e.tr.SetAttr("g", SetAttrIn{Valid: SetMode, Mode: 0o604}); err != nil || a.Mode&07777 != 0o604 || mode("g") != 0o604 {
+		t.Errorf("chmod 604 by path: %o (disk %o), %v", a.Mode&07777, mode("g"), err)
+	}
+}
+
+// TestSetAttrModeWithoutProc: a server with no /proc (a chroot or a
+// container without it) still changes the mode of a file a client holds
+// open — by fchmod on the descriptor, not through /proc/self/fd. /proc is
+// hidden under an empty tmpfs in a mount namespace of the test's own
+// thread, where the tree's calls run (no identity thread: the server's
+// own account).
+func TestSetAttrModeWithoutProc(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mount namespace")
+	}
+	e := newEnv(t, false)
+	e.writeFile(t, "f", "x")
+	f, _, err := e.tr.Open("f", unix.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	done := make(chan error, 1)
+	go func() {
+		// The thread is left locked: it dies with this goroutine,
+		// namespace and all.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			done <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			done <- fmt.Errorf("make private: %w", err)
+			return
+		}
+		if err := unix.Mount("noproc", "/proc", "tmpfs", 0, ""); err != nil {
+			done <- fmt.Errorf("hide /proc: %w", err)
+			return
+		}
+		if _, err := os.Stat("/proc/self/fd"); err == nil {
+			done <- fmt.Errorf("/proc/self/fd still there")
+			return
+		}
+		a, err := f.SetAttr(SetAttrIn{Valid: SetMode, Mode: 0o640})
+		if err == nil && a.Mode&07777 != 0o640 {
+			err = fmt.Errorf("mode %o, want 640", a.Mode&07777)
+		}
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Errorf("chmod 640 of an open file without /proc: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(e.share, "f"), &st); err != nil || st.Mode&07777 != 0o640 {
+		t.Errorf("on disk: mode %o, %v; want 640", st.Mode&07777, err)
 	}
 }

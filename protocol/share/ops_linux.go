@@ -192,6 +192,19 @@ func restoreUmaskBits(dirfd int, base string, lost uint32) error {
 	return unix.Fchmodat(unix.AT_FDCWD, procPath(fd), (st.Mode&07777)|lost, 0)
 }
 
+// fchmodFd sets the mode of the inode fd holds: fchmod(2) on a descriptor
+// opened for I/O, and through /proc (procPath) on an O_PATH one, which
+// fchmod refuses with EBADF. The direct call skips a path walk through
+// /proc's magic link for every chmod of an open file (tar's SETATTR of
+// the file it just wrote): the same inode, the same owner check.
+func fchmodFd(fd int, mode uint32) error {
+	err := unix.Fchmod(fd, mode)
+	if err == unix.EBADF {
+		err = unix.Fchmodat(unix.AT_FDCWD, procPath(fd), mode, 0)
+	}
+	return err
+}
+
 // Umask reads the process umask without changing it (the Umask line of
 // /proc/self/status, Linux 4.7+), falling back to setting and restoring
 // it. Open reads it once per share.
@@ -335,7 +348,7 @@ func (s *Share) setattrFd(fd int, typ uint32, in SetAttrIn) (Attr, error) {
 		if isLink {
 			return Attr{}, unix.EOPNOTSUPP
 		}
-		if err := unix.Fchmodat(unix.AT_FDCWD, procPath(fd), in.Mode&07777, 0); err != nil {
+		if err := fchmodFd(fd, in.Mode&07777); err != nil {
 			return Attr{}, err
 		}
 	}
