@@ -60,23 +60,7 @@ func (c *opCounter) get(op string) int {
 // makes tar's own requests ask again. bench/nullfs, go-fuse's loopback,
 // takes ≈ 13.8 requests per file of Go's src/net; lwio-mount ≈ 12.9.
 func TestTarRequestsPerFile(t *testing.T) {
-	needFUSE(t)
-	dir := t.TempDir()
-	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
-	r, _ := quietReconnector(t, srv.SessionAddr(), 10*time.Second)
-	if !r.Leases() {
-		t.Skip("the server grants no leases on this kernel")
-	}
-	log := logrus.New()
-	log.SetLevel(logrus.DebugLevel)
-	log.SetOutput(discard{})
-	ops := &opCounter{n: map[string]int{}}
-	log.AddHook(ops)
-	mnt := t.TempDir()
-	o := Options{AttrTimeout: DefaultAttrTimeout, EntryTimeout: DefaultEntryTimeout, Debug: true, Logger: log}
-	fsrv, err := mountRoot(mnt, NewRoot(r, r, o), o)
-	mounted(t, fsrv, err)
-
+	mnt, ops := countedMount(t, Options{AttrTimeout: DefaultAttrTimeout, EntryTimeout: DefaultEntryTimeout})
 	sub := filepath.Join(mnt, "t")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
@@ -127,6 +111,67 @@ func TestTarRequestsPerFile(t *testing.T) {
 		t.Errorf("%d FUSE requests for %d files (%v), want at most 11 per file", total, files, got)
 	}
 	t.Logf("FUSE requests for %d files: %v", files, got)
+}
+
+// countedMount mounts a new directory served by a server of its own, with
+// opts and go-fuse's debug output counted (opCounter).
+func countedMount(t *testing.T, opts Options) (string, *opCounter) {
+	t.Helper()
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	r, _ := quietReconnector(t, srv.SessionAddr(), 10*time.Second)
+	if !opts.NoLeases && !r.Leases() {
+		t.Skip("the server grants no leases on this kernel")
+	}
+	log := logrus.New()
+	log.SetLevel(logrus.DebugLevel)
+	log.SetOutput(discard{})
+	ops := &opCounter{n: map[string]int{}}
+	log.AddHook(ops)
+	mnt := t.TempDir()
+	opts.Debug, opts.Logger = true, log
+	fsrv, err := mountRoot(mnt, NewRoot(r, r, opts), opts)
+	mounted(t, fsrv, err)
+	return mnt, ops
+}
+
+// TestSetattrReplyTimeout: attributes a SETATTR brings back from the server
+// are trusted as long as a GETATTR's — the attribute timeout, or the lease's
+// — so a stat after chown or chmod (tar's of every directory) asks nothing.
+// go-fuse gives a SETATTR reply no timeout of its own.
+func TestSetattrReplyTimeout(t *testing.T) {
+	for _, noLeases := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noleases=%v", noLeases), func(t *testing.T) {
+			mnt, ops := countedMount(t, Options{AttrTimeout: time.Minute, EntryTimeout: time.Minute, NoLeases: noLeases})
+			d, f := filepath.Join(mnt, "d"), filepath.Join(mnt, "f")
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ops.take()
+			for _, p := range []string{d, f} {
+				if err := os.Chown(p, 0, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Perm() != 0o755 {
+					t.Errorf("%s: mode %v after chmod 755", p, fi.Mode())
+				}
+			}
+			if got := ops.take(); got["GETATTR"] != 0 {
+				t.Errorf("%v after chown, chmod and stat of a directory and a file: want no GETATTR", got)
+			}
+		})
+	}
 }
 
 // discard is an io.Writer that drops what it is given.
