@@ -335,6 +335,13 @@ func (n *Node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		n.mu.Unlock()
 	}
 	n.fillAttr(&out.Attr, a)
+	// The server's attributes, as fresh as a GETATTR's: trusted as long
+	// (go-fuse gives a SETATTR reply none, so the next stat, or a chown's
+	// or chmod's permission check, would ask again at once).
+	out.SetTimeout(n.fs.opts.AttrTimeout)
+	if n.held(LeaseRead, g) {
+		out.SetTimeout(leaseTimeout)
+	}
 	return 0
 }
 
