@@ -75,10 +75,14 @@ func inTurnRead(c *Client) bool { return c.intr.Reading() }
 // while half of another caller's answer has come leaves that half for the
 // next reader: the other caller gets its answer whole, the connection
 // stays up (no read deadline left behind), and a LEASE_BREAK the server
-// sends afterwards, unasked, is still read.
+// sends afterwards, unasked, is still read (by the next caller's turn).
 func TestTurnCutShortMidFrame(t *testing.T) {
 	key := []byte("0123456789abcdef")
 	c, srv, ids := pipeServer(t, key)
+	// The reader goroutine steps aside for good after the first call (not
+	// for the real millisecond, which a descheduled test outlasts, and the
+	// reader takes the socket back before A can take a turn).
+	longYield(c)
 	readerHolds(t, c) // else the first caller may read its own answer, and the reader hold on
 	ctx := ctxT(t)
 	echo := func(ctx context.Context) (Header, error) {
@@ -117,15 +121,19 @@ func TestTurnCutShortMidFrame(t *testing.T) {
 	if r.err != nil || r.h.MessageID != idB || r.h.TreeID != 7 {
 		t.Fatalf("B: %+v, %v", r.h, r.err)
 	}
-	srv.Write(echoAnswer(idA, 0, key)) // A's late answer: dropped
+	got := make(chan LeaseBreak, 1)
+	onBreaks(c, func(b LeaseBreak) LeaseState { got <- b; return 0 })
+	// The next caller's turn (the reader goroutine is still stepping
+	// aside) reads A's late answer, dropped, and a LEASE_BREAK, unasked,
+	// before its own answer.
 	go func() { _, err := echo(ctx); done <- err }()
-	srv.Write(echoAnswer(<-ids, 0, key))
+	id := <-ids
+	srv.Write(echoAnswer(idA, 0, key))
+	srv.Write(breakFrame(5, key, 8))
+	srv.Write(echoAnswer(id, 0, key))
 	if err := <-done; err != nil {
 		t.Fatalf("after the cut turn: %v", err)
 	}
-	got := make(chan LeaseBreak, 1)
-	onBreaks(c, func(b LeaseBreak) LeaseState { got <- b; return 0 })
-	srv.Write(breakFrame(5, key, 8))
 	if b := nextBreak(t, got); b.Ino != 8 {
 		t.Errorf("break %+v", b)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -56,22 +57,20 @@ func TestLeaseBreakWaitHoldsNoThread(t *testing.T) {
 	if _, got, err := holder.Lease(ctx, "f", LeaseRead|LeaseHandle); err != nil || got == 0 {
 		t.Fatalf("Lease: %v %v", got, err)
 	}
-	var handled sync.WaitGroup
-	handled.Add(1)
+	// acked is set as the handler returns, before the client sends the
+	// acknowledgement (a flag, not a channel closed by another goroutine:
+	// that goroutine may not have run yet when the OPEN returns).
+	var acked atomic.Bool
 	holder.OnLeaseBreak(func(b LeaseBreak) LeaseState {
 		time.Sleep(200 * time.Millisecond)
-		handled.Done()
+		acked.Store(true)
 		return b.New
 	})
-	done := make(chan struct{})
-	go func() { handled.Wait(); close(done) }()
 	h, _, err := writer.Open(ctx, "f", syscall.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-done:
-	default:
+	if !acked.Load() {
 		t.Fatal("the write open returned before the holder acknowledged its break")
 	}
 	writer.CloseHandle(ctx, h)

@@ -76,17 +76,23 @@ func TestPendingLimits(t *testing.T) {
 // TestIdleTimeout: a logged-on session that sends nothing is closed after
 // the idle timeout; one whose client sends its keepalive ECHO stays.
 func TestIdleTimeout(t *testing.T) {
-	e := newEnv(t, func(c *ServerConfig) { c.IdleTimeout = time.Second })
+	const idle = time.Second
+	e := newEnv(t, func(c *ServerConfig) { c.IdleTimeout = idle })
+	// The keepalive interval is also how long the client waits for its
+	// ECHO's answer before it drops the connection itself: 250 ms, not
+	// less (a loaded -race run answers late), and still four ECHOs to an
+	// idle timeout. It is dialed first, so it would be idle for longer
+	// than the silent one.
+	alive, err := Dial(ctxT(t), e.addr, ClientConfig{User: testUser, Password: testPassword, KeepAlive: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alive.Close()
 	silent, err := Dial(ctxT(t), e.addr, ClientConfig{User: testUser, Password: testPassword, KeepAlive: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	alive, err := Dial(ctxT(t), e.addr, ClientConfig{User: testUser, Password: testPassword, KeepAlive: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer alive.Close()
 	select {
 	case <-silent.Done():
 	case <-time.After(20 * time.Second):
@@ -95,9 +101,17 @@ func TestIdleTimeout(t *testing.T) {
 	if !e.waitLogged("closing a session idle for longer than idle_timeout") {
 		t.Error("no log line for the idle session")
 	}
+	// The kept session outlives the silent one by another idle timeout
+	// (the silent one's close alone proves nothing: the server may not
+	// have checked the other yet).
+	select {
+	case <-alive.Done():
+		t.Fatalf("the session with a keepalive was closed: %v", alive.Err())
+	case <-time.After(idle):
+	}
 	tr, err := alive.TreeConnect(ctxT(t), "data")
 	if err != nil {
-		t.Fatalf("the session with a keepalive was closed: %v", err)
+		t.Fatalf("the session with a keepalive was closed: %v (session: %v)", err, alive.Err())
 	}
 	if _, err := tr.GetAttr(ctxT(t), ""); err != nil {
 		t.Errorf("the session with a keepalive: %v", err)
