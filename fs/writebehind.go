@@ -52,7 +52,7 @@ type writeBehind struct {
 	ops       []session.BatchOp
 	bytes     int
 	predicted bool  // Node.fresh is predicted, not the server's
-	err       error // a kept failure (a background flush's, an unlock's), for the next close or fsync
+	err       error // a kept failure (a background flush's, an unlock's), for the next write, close or fsync
 	timer     *time.Timer
 	fh        *fileHandle // an open handle that may hold back: fchmod and utimens come without one
 	sending   bool        // a BATCH is in flight
