@@ -52,9 +52,9 @@ type heldSet struct {
 	m  map[*Node]struct{}
 }
 
-// tracked updates n's membership in the mount's held set: changes held
+// noteHeld updates n's membership in the mount's held set: changes held
 // back, or a BATCH in flight. Node.mu held.
-func (n *Node) tracked() {
+func (n *Node) noteHeld() {
 	lc := n.fs.lease
 	in := len(n.ls.wb.ops) > 0 || n.ls.wb.sending
 	if lc == nil || in == n.ls.wb.tracked {

@@ -398,14 +398,14 @@ func (f *fileHandle) cancel() {
 	}()
 }
 
-// Flush is close(2): the file's writes still in flight (writeasync.go),
-// then what a Write lease held back (writebehind.go), land on the server
-// before it returns, so the file is consistent there for the next open
-// anywhere, and a failure among them is close's error. Then the closing
-// process's locks on the file go (lock.go). But what a Write lease held
-// back goes with the RELEASE that follows, in the background, when
-// nothing else needs to wait (asyncclose.go): whoever looks at the file
-// next waits for it instead.
+// Flush is close(2): the file's writes still in flight (writeasync.go)
+// land on the server before it returns, so the file is consistent there
+// for the next open anywhere, and a failure among them is close's error;
+// then the closing process's locks on the file go (lock.go). What a Write
+// lease held back (writebehind.go) goes with the RELEASE that follows, in
+// the background, and whoever looks at the file next waits for it — but
+// when close(2) must wait for it too (closeAsync, asyncclose.go), it is
+// sent here with the rest.
 func (f *fileHandle) Flush(ctx context.Context) syscall.Errno {
 	f.closing() // a chmod after close(2) must not wait for the release
 	if f.closeAsync() {

@@ -52,7 +52,7 @@ type writeBehind struct {
 	ops       []session.BatchOp
 	bytes     int
 	predicted bool  // Node.fresh is predicted, not the server's
-	err       error // a kept failure (a background flush's, an unlock's), for the next close or fsync
+	err       error // a kept failure (a background flush's, an unlock's), for the next write, close or fsync
 	timer     *time.Timer
 	fh        *fileHandle // an open handle that may hold back: fchmod and utimens come without one
 	sending   bool        // a BATCH is in flight
@@ -210,7 +210,7 @@ func pick(now bool, t, given time.Time) time.Time {
 func (n *Node) hold(op session.BatchOp) {
 	n.ls.wb.ops = append(n.ls.wb.ops, op)
 	n.ls.wb.bytes += len(op.Data)
-	n.tracked()
+	n.noteHeld()
 	if n.ls.wb.timer == nil {
 		n.ls.wb.timer = time.AfterFunc(wbMaxAge, func() { n.flushDeferred(context.Background(), true) })
 	}
@@ -296,7 +296,7 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 		n.ls.wb.err = err
 	}
 	n.ls.wb.sending = false
-	n.tracked()
+	n.noteHeld()
 	n.mu.Unlock()
 	if replaced {
 		// The kernel has the predicted attributes: the server's (ctime,

@@ -73,19 +73,14 @@ func testRandomModel(t testing.TB, dir, backing string) {
 	if err := f.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	wantSame(t, path, modelPath)
-	if backing != "" {
-		wantSame(t, filepath.Join(backing, "model-target"), modelPath)
-	}
-}
-
-func wantSame(t testing.TB, path, modelPath string) {
-	t.Helper()
-	want, err := os.ReadFile(modelPath)
+	model, err := os.ReadFile(modelPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantContent(t, path, want)
+	wantContent(t, path, model)
+	if backing != "" {
+		wantOnDisk(t, filepath.Join(backing, "model-target"), model)
+	}
 }
 
 // alignedBuf returns n bytes aligned for O_DIRECT (mmap'd: page aligned).
@@ -154,7 +149,7 @@ func testDirectModel(t testing.TB, dir, backing string) {
 	fd = -1
 	wantContent(t, path, want)
 	if backing != "" {
-		wantContent(t, filepath.Join(backing, "direct-target"), want)
+		wantOnDisk(t, filepath.Join(backing, "direct-target"), want)
 	}
 }
 

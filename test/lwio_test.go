@@ -229,7 +229,7 @@ func TestServerRestart(t *testing.T) {
 		}
 		return nil
 	})
-	wantContent(t, filepath.Join(m.Backing, "after"), []byte("after the restart"))
+	wantOnDisk(t, filepath.Join(m.Backing, "after"), []byte("after the restart"))
 }
 
 // within runs f, failing the test if f fails or is still running after d

@@ -112,7 +112,7 @@ func writeMarker(t *testing.T, m *Mount, marker string) {
 		t.Fatalf("O_DIRECT read back: %v", err)
 	}
 	wantContent(t, small, []byte(marker+"\n"))
-	wantContent(t, filepath.Join(m.Backing, "big-"+marker), big)
+	wantOnDisk(t, filepath.Join(m.Backing, "big-"+marker), big)
 	if ents, err := os.ReadDir(m.Dir); err != nil || len(ents) != 3 {
 		t.Fatalf("ReadDir: %v %v", ents, err)
 	}

@@ -38,7 +38,7 @@ func TestAppendsTwoMounts(t *testing.T) {
 		runCmd(t, m.Dir, nil, "sh", "-c", fmt.Sprintf("echo 'line %02d' >> log", i))
 		fmt.Fprintf(&want, "line %02d\n", i)
 	}
-	wantContent(t, filepath.Join(a.Backing, "log"), []byte(want.String()))
+	wantOnDisk(t, filepath.Join(a.Backing, "log"), []byte(want.String()))
 	for _, m := range []*Mount{a, b} {
 		if st, err := os.Stat(filepath.Join(m.Dir, "log")); err != nil || st.Size() != int64(want.Len()) {
 			t.Errorf("stat of the log on a mount: %v %v, want size %d", st, err, want.Len())
