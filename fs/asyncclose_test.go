@@ -502,3 +502,30 @@ func TestAsyncCloseUnlinkRecreate(t *testing.T) {
 		t.Errorf("the server has %q, %v; want the second file's %q, 0644", got, m, "second")
 	}
 }
+
+// TestAsyncCloseStatfs: df right after close(2) counts the data the
+// file's Write lease held back — statfs waits for the BATCH in flight —
+// on a disk of its own (a tmpfs), whose use nothing else changes.
+func TestAsyncCloseStatfs(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=16m"); err != nil {
+		t.Fatalf("tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	mnt, sb, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
+	used := func() int64 {
+		var s unix.Statfs_t
+		if err := unix.Statfs(mnt, &s); err != nil {
+			t.Fatal(err)
+		}
+		return int64(s.Blocks-s.Bfree) * s.Frsize
+	}
+	before := used()
+	data := testutil.RandBytes(64 << 10) // held back whole (leaseHoldMax)
+	writeClose(t, filepath.Join(mnt, "f"), data, 0o644)
+	if got := used() - before; got < int64(len(data)) {
+		t.Errorf("df right after close(2) counts %d bytes more used, want at least %d (BATCHes landed: %d)", got, len(data), sb.batches.Load())
+	}
+}
