@@ -24,7 +24,8 @@ import (
 //     that returns its attributes, a GETATTR not answered from the
 //     prediction, a setattr, rename or link of it, its xattrs, a lock,
 //     copy_file_range, fallocate, SEEK_DATA — waits for the BATCH first
-//     (settle);
+//     (settle); and statfs (df) waits for every file the mount holds
+//     changes of, so that the space they take is counted;
 //   - a node the kernel forgets keeps its lease until its BATCH landed
 //     (forgetLater);
 //   - unmounting waits for releases in flight and sends what is still
@@ -45,7 +46,7 @@ import (
 const syncCloseBackoff = 30 * time.Second
 
 // heldSet is the mount's nodes with changes held back or a BATCH in
-// flight: what a listing and unmounting wait for.
+// flight: what a listing, statfs and unmounting wait for.
 type heldSet struct {
 	n  atomic.Int64 // len(m): the barriers' fast path
 	mu sync.Mutex

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/internal/testutil"
+	"github.com/lwiofs/lwiofs/protocol/fileserver"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
@@ -240,13 +241,7 @@ func TestAsyncCloseSameMount(t *testing.T) {
 // file's next fsync; and the next file's close(2) waits for its own BATCH
 // and returns its failure.
 func TestAsyncCloseFailure(t *testing.T) {
-	needFUSE(t)
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	dir, srv := serveTmpfs(t, "1m")
 	mnt, _, _, hook := asyncMount(t, srv.SessionAddr(), 0, Options{})
 	// Fill the disk from the server host.
 	fill, err := os.Create(filepath.Join(dir, "fill"))
@@ -501,4 +496,38 @@ func TestAsyncCloseUnlinkRecreate(t *testing.T) {
 	if got, m := content(filepath.Join(dir, "f")), mode(filepath.Join(dir, "f")); got != "second" || m != 0o644 {
 		t.Errorf("the server has %q, %v; want the second file's %q, 0644", got, m, "second")
 	}
+}
+
+// TestAsyncCloseStatfs: df right after close(2) counts the data the
+// file's Write lease held back — statfs waits for the BATCH in flight —
+// on a disk of its own (a tmpfs), whose use nothing else changes.
+func TestAsyncCloseStatfs(t *testing.T) {
+	_, srv := serveTmpfs(t, "16m")
+	mnt, sb, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
+	used := func() int64 {
+		var s unix.Statfs_t
+		if err := unix.Statfs(mnt, &s); err != nil {
+			t.Fatal(err)
+		}
+		return int64(s.Blocks-s.Bfree) * s.Frsize
+	}
+	before := used()
+	data := testutil.RandBytes(64 << 10) // held back whole (leaseHoldMax)
+	writeClose(t, filepath.Join(mnt, "f"), data, 0o644)
+	if got := used() - before; got < int64(len(data)) {
+		t.Errorf("df right after close(2) counts %d bytes more used, want at least %d (BATCHes landed: %d)", got, len(data), sb.batches.Load())
+	}
+}
+
+// serveTmpfs serves a fresh tmpfs of the given size (a disk of the test's
+// own: it fills, and its use is the test's alone).
+func serveTmpfs(t *testing.T, size string) (string, *fileserver.Server) {
+	t.Helper()
+	needFUSE(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Fatalf("tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir, serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
 }

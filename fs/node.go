@@ -465,6 +465,7 @@ func (n *Node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	n.settleHeld(ctx, func(string, *gofs.Inode) bool { return true }) // asyncclose.go: df counts what closed files held back
 	s, err := n.fs.tree.StatFS(ctx)
 	if err != nil {
 		return n.errno("statfs", "", err)

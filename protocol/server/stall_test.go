@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -73,10 +74,11 @@ func TestSlowInlineRequestIsTakenOver(t *testing.T) {
 		if imm := p.WantImm("the stuck READ, let go"); uint64(imm) != slowCookie&0xffffffff {
 			t.Fatalf("round %d: the stuck READ answered %d, want %d", round, imm, slowCookie)
 		}
-		time.Sleep(10 * stallAfter) // idle: the timer rests
-		if c.stallArmed.Load() {
-			t.Errorf("round %d: the stall timer is still set after an idle spell", round)
-		}
+		// Idle: the timer rests after a whole period with nothing inline
+		// (waited for, not slept: its ticks come late on a busy machine),
+		// so the next round's slow READ is watched by a timer set afresh.
+		testutil.Eventually(t, fmt.Sprintf("round %d: the stall timer resting after an idle spell", round),
+			5*time.Second, func() bool { return !c.stallArmed.Load() })
 	}
 }
 
@@ -101,20 +103,43 @@ func TestStallTimerQuietWhileInlineRunsAreQuick(t *testing.T) {
 			t.Fatalf("quick READ answered %d, want %d", imm, cookie)
 		}
 	}
-	read() // the timer is set
-	ticks0 := c.stallTicks.Load()
-	start := time.Now()
-	n := 0
-	for time.Since(start) < 30*time.Millisecond || n < 100 {
-		read()
-		n++
+	// A window is measured only when no takeover falls within stallMemory
+	// before or during it: an inline run held up past stallQuiet (the test
+	// descheduled, a GC pause under -race) is rightly taken over, and the
+	// timer then rightly ticks at stallAfter for stallMemory (the test
+	// above), which is not what is measured here. A window spoilt that way
+	// is measured again; with the timer at stallAfter throughout (issue 16)
+	// a clean window still counts about five times the ticks allowed.
+	quiet := func() bool {
+		at := c.tookOver.Load()
+		return at == 0 || time.Since(c.born)-time.Duration(at) >= stallMemory
 	}
-	took := time.Since(start)
-	ticks := c.stallTicks.Load() - ticks0
-	// At stallAfter it would tick about took/stallAfter times (300 in
-	// 30 ms); at stallQuiet about took/stallQuiet (30). Timers fire late
-	// on a busy machine, never early.
-	if most := uint64(took/(5*stallAfter)) + 4; ticks > most {
-		t.Errorf("the stall timer ticked %d times in %v of quick inline reads (%d), want at most %d (period %v)", ticks, took, n, most, stallQuiet)
+	for try := 1; ; try++ {
+		testutil.Eventually(t, "stallMemory passing since the last takeover", 5*time.Second, quiet)
+		at0 := c.tookOver.Load()
+		read() // the timer is set
+		ticks0 := c.stallTicks.Load()
+		start := time.Now()
+		n := 0
+		for time.Since(start) < 30*time.Millisecond || n < 100 {
+			read()
+			n++
+		}
+		took := time.Since(start)
+		ticks := c.stallTicks.Load() - ticks0
+		if c.tookOver.Load() != at0 {
+			if try == 20 {
+				t.Fatalf("an inline run was taken over in each of %d windows of quick reads", try)
+			}
+			t.Logf("window %d: an inline run was taken over; measuring again", try)
+			continue
+		}
+		// At stallAfter it would tick about took/stallAfter times (300
+		// in 30 ms); at stallQuiet about took/stallQuiet (30). Timers
+		// fire late on a busy machine, never early.
+		if most := uint64(took/(5*stallAfter)) + 4; ticks > most {
+			t.Errorf("the stall timer ticked %d times in %v of quick inline reads (%d), want at most %d (period %v)", ticks, took, n, most, stallQuiet)
+		}
+		return
 	}
 }
