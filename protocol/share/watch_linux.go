@@ -167,7 +167,7 @@ func (w *watcher) run() {
 
 // watchQuiet is how long the watcher waits after a read that brought only
 // the server's own events.
-const watchQuiet = time.Millisecond
+const watchQuiet = 5 * time.Millisecond
 
 // Layout of fanotify's records (fanotify(7)).
 const (
