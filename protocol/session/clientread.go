@@ -67,14 +67,11 @@ func newFrameReader(nc net.Conn) *frameReader {
 func (rd *frameReader) next() (Frame, []byte, error) {
 	for rd.cur == nil {
 		if rd.w-rd.r >= 4 {
-			n := binary.LittleEndian.Uint32(rd.buf[rd.r:])
-			if n < HeaderSize {
-				return Frame{}, nil, ErrShortFrame
+			cur, err := incomingFrame(binary.LittleEndian.Uint32(rd.buf[rd.r:]), MaxFrameSize)
+			if err != nil {
+				return Frame{}, nil, err
 			}
-			if n > MaxFrameSize {
-				return Frame{}, nil, ErrFrameTooLarge
-			}
-			rd.cur, rd.got = make([]byte, n, n+tagSize), 0
+			rd.cur, rd.got = cur, 0
 			break
 		}
 		if err := rd.fill(); err != nil {

@@ -233,14 +233,10 @@ func readFrame(r io.Reader, max uint32) (Frame, []byte, error) {
 	if _, err := io.ReadFull(r, lb[:]); err != nil {
 		return Frame{}, nil, err
 	}
-	n := binary.LittleEndian.Uint32(lb[:])
-	if n < HeaderSize {
-		return Frame{}, nil, ErrShortFrame
+	raw, err := incomingFrame(binary.LittleEndian.Uint32(lb[:]), max)
+	if err != nil {
+		return Frame{}, nil, err
 	}
-	if n > max {
-		return Frame{}, nil, ErrFrameTooLarge
-	}
-	raw := make([]byte, n, n+tagSize) // room to open a sealed frame in place
 	copy(raw, lb[:])
 	if _, err := io.ReadFull(r, raw[4:]); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -250,6 +246,19 @@ func readFrame(r io.Reader, max uint32) (Frame, []byte, error) {
 	}
 	f, err := DecodeFrame(raw)
 	return f, raw, err
+}
+
+// incomingFrame checks a received frame's Length n against the header
+// size and max and returns a buffer for the frame, with room to open a
+// sealed frame in place; nothing is allocated for a Length out of bounds.
+func incomingFrame(n, max uint32) ([]byte, error) {
+	if n < HeaderSize {
+		return nil, ErrShortFrame
+	}
+	if n > max {
+		return nil, ErrFrameTooLarge
+	}
+	return make([]byte, n, n+tagSize), nil
 }
 
 // signFrame writes the signature of raw (a whole encoded frame whose
