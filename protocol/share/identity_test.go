@@ -207,6 +207,26 @@ func TestOwnershipAndPermissions(t *testing.T) {
 	wantErrno(t, "A lists B's 0700 directory", func() error { _, err := readDir(a, "bdir"); return err }(), syscall.EACCES)
 	_, err = b.SetAttr("adir/secret", SetAttrIn{Valid: SetMode, Mode: 0o644})
 	wantErrno(t, "B chmods A's file", err, syscall.EPERM)
+	// Through a handle the chmod is fchmod(2) on the descriptor, not a
+	// path: B may write A's 0666 file, never change its mode.
+	shared, _, err := a.Open("adir/shared", os.O_CREATE|os.O_WRONLY, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared.Close()
+	if _, err := a.SetAttr("adir/shared", SetAttrIn{Valid: SetMode, Mode: 0o666}); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	if bf, _, err := b.Open("adir/shared", os.O_WRONLY, 0); err != nil {
+		t.Errorf("B opens A's 0666 file for writing: %v", err)
+	} else {
+		_, err = bf.SetAttr(SetAttrIn{Valid: SetMode, Mode: 0o4777})
+		wantErrno(t, "B chmods A's file through its own handle", err, syscall.EPERM)
+		bf.Close()
+		if st, err := os.Stat(filepath.Join(dir, "adir/shared")); err != nil || st.Mode().Perm() != 0o666 || st.Mode()&os.ModeSetuid != 0 {
+			t.Errorf("A's file after B's chmod through a handle: %v (%v), want 0666", st.Mode(), err)
+		}
+	}
 	_, err = a.SetAttr("adir/secret", SetAttrIn{Valid: SetUid, Uid: 4321})
 	wantErrno(t, "A gives its file to uid 4321", err, syscall.EPERM)
 	_, err = a.SetAttr("adir/secret", SetAttrIn{Valid: SetGid, Gid: 61100})
