@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -71,13 +72,11 @@ func TestKeepSysmonQuiet(t *testing.T) {
 		}
 	}()
 	defer close(ping)
-	for deadline := time.Now().Add(time.Minute); !k.Napping(); {
-		if time.Now().After(deadline) {
-			t.Fatal("the keeper never started napping under load")
-		}
+	testutil.Eventually(t, "the keeper naps under load", time.Minute, func() bool {
 		for range 1000 {
 			ping <- struct{}{}
 			<-pong
 		}
-	}
+		return k.Napping()
+	})
 }

@@ -40,6 +40,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/internal/defaults"
 )
 
 // AddProcs raises GOMAXPROCS by n and returns the new value. A GOMAXPROCS
@@ -92,7 +94,7 @@ type Keeper struct {
 	IdlePoll time.Duration
 	// Busy is the activity per Window (per IdlePoll while quiet, scaled)
 	// that counts as busy. Zero means DefaultBusy.
-	Busy uint64
+	Busy int
 	// Activity returns a count that grows with the process's work. Nil
 	// means goroutine runs (sampled; runtime/metrics).
 	Activity func() uint64
@@ -144,24 +146,19 @@ func (k *Keeper) setNapping(v bool) {
 func (k *Keeper) run(stop, done chan struct{}) {
 	defer close(done)
 	defer k.setNapping(false)
-	nap := orDuration(k.Nap, DefaultNap)
-	window := orDuration(k.Window, DefaultWindow)
-	poll := orDuration(k.IdlePoll, DefaultIdlePoll)
-	idleAfter := k.IdleAfter
-	if idleAfter <= 0 {
-		idleAfter = DefaultIdleAfter
-	}
-	busy := k.Busy
-	if busy == 0 {
-		busy = DefaultBusy
-	}
+	nap, window, poll, idleAfter, busy := k.Nap, k.Window, k.IdlePoll, k.IdleAfter, k.Busy
+	defaults.Set(&nap, DefaultNap)
+	defaults.Set(&window, DefaultWindow)
+	defaults.Set(&poll, DefaultIdlePoll)
+	defaults.Set(&idleAfter, DefaultIdleAfter)
+	defaults.Set(&busy, DefaultBusy)
 	activity := k.Activity
 	if activity == nil {
 		activity = newGoroutineRuns().count
 	}
 	// Activity needed per quiet poll to wake up: Busy per Window, scaled,
 	// at least Busy's share of one window.
-	pollBusy := max(busy*uint64(poll)/uint64(window), 1)
+	pollBusy := max(uint64(busy)*uint64(poll)/uint64(window), 1)
 	napsPerWindow := max(int(window/nap), 1)
 	ts := unix.NsecToTimespec(int64(nap))
 	last := activity()
@@ -193,7 +190,7 @@ func (k *Keeper) run(stop, done chan struct{}) {
 			default:
 			}
 			c := activity()
-			if c-last < busy {
+			if c-last < uint64(busy) {
 				quiet++
 			} else {
 				quiet = 0
@@ -202,13 +199,6 @@ func (k *Keeper) run(stop, done chan struct{}) {
 		}
 		k.setNapping(false)
 	}
-}
-
-func orDuration(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
 }
 
 // goroutineRuns counts the runtime's sampled goroutine runs.

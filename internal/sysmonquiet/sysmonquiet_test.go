@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // restoreProcs puts GOMAXPROCS back after the test.
@@ -39,17 +41,6 @@ func inSyscall() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// waitFor polls cond until it holds; it fails the test after a minute (a
-// condition wait: no figure depends on how fast the machine is).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
-}
-
 // TestKeeperHoldsAPWhileBusy: quiet, the keeper makes no system call (every
 // P may go idle, as in any Go program); once the process is busy it holds a
 // P in a system call (so that not every P is idle and sysmon never
@@ -78,20 +69,20 @@ func TestKeeperHoldsAPWhileBusy(t *testing.T) {
 	}
 
 	busy.Store(true)
-	waitFor(t, "the keeper naps", k.Napping)
-	waitFor(t, "a goroutine holds a P in a system call", func() bool { return inSyscall() >= 1 })
+	testutil.Eventually(t, "the keeper naps", time.Minute, k.Napping)
+	testutil.Eventually(t, "a goroutine holds a P in a system call", time.Minute, func() bool { return inSyscall() >= 1 })
 
 	busy.Store(false)
-	waitFor(t, "the keeper stops napping", func() bool { return !k.Napping() })
-	waitFor(t, "no goroutine is left in a system call", func() bool { return inSyscall() == 0 })
+	testutil.Eventually(t, "the keeper stops napping", time.Minute, func() bool { return !k.Napping() })
+	testutil.Eventually(t, "no goroutine is left in a system call", time.Minute, func() bool { return inSyscall() == 0 })
 
 	busy.Store(true)
-	waitFor(t, "the keeper naps again", k.Napping)
+	testutil.Eventually(t, "the keeper naps again", time.Minute, k.Napping)
 	k.Stop()
 	if k.Napping() {
 		t.Fatal("the keeper naps after Stop")
 	}
-	waitFor(t, "no goroutine is left in a system call after Stop", func() bool { return inSyscall() == 0 })
+	testutil.Eventually(t, "no goroutine is left in a system call after Stop", time.Minute, func() bool { return inSyscall() == 0 })
 }
 
 // TestGoroutineRuns: the default activity grows as goroutines run (a
