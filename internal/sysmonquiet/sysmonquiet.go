@@ -37,6 +37,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -99,8 +100,8 @@ type Keeper struct {
 	// means goroutine runs (sampled; runtime/metrics).
 	Activity func() uint64
 
-	mu      sync.Mutex
-	napping bool
+	napping atomic.Bool
+	mu      sync.Mutex // guards stop and done
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -131,21 +132,11 @@ func (k *Keeper) Stop() {
 
 // Napping reports whether the keeper is in its busy mode (napping in
 // system calls) rather than quiet.
-func (k *Keeper) Napping() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.napping
-}
-
-func (k *Keeper) setNapping(v bool) {
-	k.mu.Lock()
-	k.napping = v
-	k.mu.Unlock()
-}
+func (k *Keeper) Napping() bool { return k.napping.Load() }
 
 func (k *Keeper) run(stop, done chan struct{}) {
 	defer close(done)
-	defer k.setNapping(false)
+	defer k.napping.Store(false)
 	nap, window, poll, idleAfter, busy := k.Nap, k.Window, k.IdlePoll, k.IdleAfter, k.Busy
 	defaults.Set(&nap, DefaultNap)
 	defaults.Set(&window, DefaultWindow)
@@ -156,8 +147,8 @@ func (k *Keeper) run(stop, done chan struct{}) {
 	if activity == nil {
 		activity = newGoroutineRuns().count
 	}
-	// Activity needed per quiet poll to wake up: Busy per Window, scaled,
-	// at least Busy's share of one window.
+	// Activity needed per quiet poll to wake up: Busy per Window, scaled
+	// to the poll (at least 1).
 	pollBusy := max(uint64(busy)*uint64(poll)/uint64(window), 1)
 	napsPerWindow := max(int(window/nap), 1)
 	ts := unix.NsecToTimespec(int64(nap))
@@ -177,7 +168,7 @@ func (k *Keeper) run(stop, done chan struct{}) {
 		// Busy: nap in the kernel holding a P, yield between naps (a new
 		// schedtick, or sysmon would take the P after 10 ms of one
 		// goroutine), and measure per window.
-		k.setNapping(true)
+		k.napping.Store(true)
 		last = activity()
 		for quiet := 0; quiet < idleAfter; {
 			for range napsPerWindow {
@@ -197,7 +188,7 @@ func (k *Keeper) run(stop, done chan struct{}) {
 			}
 			last = c
 		}
-		k.setNapping(false)
+		k.napping.Store(false)
 	}
 }
 
