@@ -212,13 +212,40 @@ func (o *openNodes) locked(n *Node) bool {
 	return on != nil && len(on.owners) > 0
 }
 
-// background runs a release in the background, counted for unmounting.
+// background runs a release in the background, counted for unmounting:
+// on a worker waiting for one, else on a new worker. A worker waits
+// workerIdle for the next release before it ends, so that a burst of
+// closes (tar -x) reuses a few goroutines whose stacks already grew
+// rather than growing a new one's per file.
 func (fs *filesystem) background(release func()) {
 	fs.releases.Add(1)
-	go func() {
-		defer fs.releases.Done()
+	select {
+	case fs.idle <- release:
+	default:
+		go fs.worker(release)
+	}
+}
+
+// workerIdle is how long a background worker waits for another release.
+const workerIdle = time.Second
+
+// worker runs release, then the releases handed to it while it waits.
+func (fs *filesystem) worker(release func()) {
+	var t *time.Timer
+	for {
 		release()
-	}()
+		fs.releases.Done()
+		if t == nil {
+			t = time.NewTimer(workerIdle)
+		} else {
+			t.Reset(workerIdle)
+		}
+		select {
+		case release = <-fs.idle:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // Server is a mount's FUSE server: go-fuse's, whose Wait and Unmount also

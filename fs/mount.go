@@ -91,7 +91,7 @@ func (o Options) logger() logrus.FieldLogger { return quietlog.Or(o.Logger) }
 // A tree that grants leases (a SessionLeaser) is asked for them unless
 // opts.NoLeases.
 func NewRoot(tree Tree, data DataPath, opts Options) *Node {
-	fs := &filesystem{tree: tree, data: data, opts: opts, log: opts.logger(), wb: newAsyncWrites(opts.writeBehind())}
+	fs := &filesystem{tree: tree, data: data, opts: opts, log: opts.logger(), wb: newAsyncWrites(opts.writeBehind()), idle: make(chan func())}
 	if sl, ok := tree.(SessionLeaser); ok && !opts.NoLeases {
 		fs.lease = newLeaseCtl(fs, sl)
 	}

@@ -33,8 +33,10 @@ type filesystem struct {
 	watch  watchList      // data requests' interrupt watches (watch.go)
 	// releases counts releases running in the background, and
 	// syncCloseUntil (unix ns) is when close(2) may stop waiting for
-	// held-back changes again after a failure (asyncclose.go).
+	// held-back changes again after a failure (asyncclose.go); idle
+	// takes a release to a worker waiting for one (nil: none waits).
 	releases       sync.WaitGroup
+	idle           chan func()
 	syncCloseUntil atomic.Int64
 }
 

@@ -2,11 +2,13 @@ package main
 
 import (
 	"io"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/smbauth"
 )
 
@@ -46,4 +48,35 @@ func TestServerConfig(t *testing.T) {
 	if fc.MetricsAddr != "127.0.0.1:9450" {
 		t.Errorf("metrics address %q not carried", fc.MetricsAddr)
 	}
+}
+
+// TestKeepSysmonQuiet: the server takes one P more for its sysmon keeper,
+// and the keeper, with its default settings, naps in system calls once
+// goroutines run as a busy server's do (docs/bench.md, "Go's sysmon").
+// It fails if the extra P or the keeper is dropped.
+func TestKeepSysmonQuiet(t *testing.T) {
+	n := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(n) })
+	t.Setenv("GOMAXPROCS", "")
+	k := keepSysmonQuiet()
+	defer k.Stop()
+	if got := runtime.GOMAXPROCS(0); got != n+1 {
+		t.Fatalf("GOMAXPROCS %d after keepSysmonQuiet, want %d", got, n+1)
+	}
+	// Requests, as goroutines see them: one wakes another, until the
+	// keeper notices.
+	ping, pong := make(chan struct{}), make(chan struct{})
+	go func() {
+		for range ping {
+			pong <- struct{}{}
+		}
+	}()
+	defer close(ping)
+	testutil.Eventually(t, "the keeper naps under load", time.Minute, func() bool {
+		for range 1000 {
+			ping <- struct{}{}
+			<-pong
+		}
+		return k.Napping()
+	})
 }

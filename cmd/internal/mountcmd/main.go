@@ -21,6 +21,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/cmd/internal/cli"
 	"github.com/lwiofs/lwiofs/fs"
+	"github.com/lwiofs/lwiofs/internal/sysmonquiet"
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
@@ -379,20 +380,22 @@ func dialSession(ctx context.Context, o *Options, log *logrus.Logger) (*fs.Sessi
 const goFuseMaxReaders = 16
 
 // spareProcs gives the Go scheduler two more Ps than go-fuse sized its
-// request readers for. Between requests each reader is blocked in read(2)
-// on /dev/fuse, and a goroutine in a system call keeps its P: with every P
-// held so, sysmon finds no idle P, takes one back at every 20 µs tick
-// (waking a thread that finds nothing to run) and never backs off. In a
-// tar -x through a mount on 2 CPUs that was a fifth of lwio-mount's CPU and
-// a quarter of its context switches (docs/bench.md); with a P to spare,
-// sysmon leaves a short system call alone and sleeps longer. It runs after
-// fs.Mount (go-fuse reads GOMAXPROCS in NewServer); a GOMAXPROCS set in the
-// environment is left as it is.
+// request readers for (sysmonquiet.AddProcs). Between requests each reader
+// is blocked in read(2) on /dev/fuse, and a goroutine in a system call
+// keeps its P: with every P held so, sysmon finds no idle P, takes one back
+// at every 20 µs tick (waking a thread that finds nothing to run) and never
+// backs off. In a tar -x through a mount on 2 CPUs that was a fifth of
+// lwio-mount's CPU and a quarter of its context switches (docs/bench.md);
+// with a P to spare, sysmon leaves a short system call alone and sleeps
+// longer. Two more still leave sysmon ticking at 20 µs much of a tar (up to
+// three readers block at once); four more cut those ticks by 5× but cost
+// the mount more CPU than they saved (more idle Ps, more threads woken to
+// spin), and a sysmonquiet.Keeper, which the server needs, adds nothing
+// here: the readers already hold Ps in system calls (docs/bench.md, "Go's
+// sysmon"). It runs after fs.Mount (go-fuse reads GOMAXPROCS in
+// NewServer); a GOMAXPROCS set in the environment is left as it is.
 func spareProcs() {
-	if os.Getenv("GOMAXPROCS") != "" {
-		return
-	}
-	if n := runtime.GOMAXPROCS(0); n <= goFuseMaxReaders {
-		runtime.GOMAXPROCS(n + 2)
+	if runtime.GOMAXPROCS(0) <= goFuseMaxReaders {
+		sysmonquiet.AddProcs(2)
 	}
 }
