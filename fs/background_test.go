@@ -34,3 +34,54 @@ func TestBackgroundWaitExact(t *testing.T) {
 		}
 	}
 }
+
+// TestBackgroundBlockedRelease: a release that does not return (its
+// server gone, a reconnect pending) holds up no other release, and the
+// releases' wait waits for it too. It fails if a release can be queued
+// behind a busy worker.
+func TestBackgroundBlockedRelease(t *testing.T) {
+	fs := &filesystem{idle: make(chan func())}
+	unblock := make(chan struct{})
+	var blockedRan atomic.Bool
+	fs.background(func() {
+		<-unblock
+		blockedRan.Store(true)
+	})
+	// One release while the stuck one is the only worker, with no other
+	// close after it to carry it along.
+	done := make(chan struct{}, 100)
+	fs.background(func() { done <- struct{}{} })
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a release did not run while another blocked")
+	}
+	// Some workers wait for releases now, one is stuck: none of these
+	// may land on the stuck one.
+	for range 100 {
+		fs.background(func() { done <- struct{}{} })
+		time.Sleep(100 * time.Microsecond)
+	}
+	for i := range 100 {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 100 releases ran while one blocked", i)
+		}
+	}
+	waited := make(chan struct{})
+	go func() {
+		fs.releases.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+		t.Fatal("the releases' wait returned with a release still running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(unblock)
+	<-waited
+	if !blockedRan.Load() {
+		t.Fatal("the releases' wait returned before the blocked release ended")
+	}
+}

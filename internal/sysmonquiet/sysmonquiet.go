@@ -78,8 +78,9 @@ const (
 	DefaultBusy = 20
 )
 
-// A Keeper holds one P in a system call while the process is busy. Its
-// zero value is ready to Start, with the defaults above.
+// A Keeper holds one P in a system call while the process is busy and has
+// another P (never its only one: spareP). Its zero value is ready to
+// Start, with the defaults above.
 type Keeper struct {
 	// Nap is the length of one blocking nanosleep; keep it below 10 ms.
 	// Zero means DefaultNap.
@@ -161,7 +162,7 @@ func (k *Keeper) run(stop, done chan struct{}) {
 			return
 		case <-time.After(poll):
 		}
-		if c := activity(); c-last < pollBusy {
+		if c := activity(); c-last < pollBusy || !spareP() {
 			last = c
 			continue
 		}
@@ -170,7 +171,7 @@ func (k *Keeper) run(stop, done chan struct{}) {
 		// goroutine), and measure per window.
 		k.napping.Store(true)
 		last = activity()
-		for quiet := 0; quiet < idleAfter; {
+		for quiet := 0; quiet < idleAfter && spareP(); {
 			for range napsPerWindow {
 				_ = unix.Nanosleep(&ts, nil)
 				runtime.Gosched()
@@ -191,6 +192,14 @@ func (k *Keeper) run(stop, done chan struct{}) {
 		k.napping.Store(false)
 	}
 }
+
+// spareP reports whether the process has a P besides the one a nap would
+// hold. With one P (GOMAXPROCS=1 in the environment, which AddProcs
+// keeps) no P is idle and none spins while the nap holds it, so retake
+// takes it back at sysmon's next tick, every nap: sysmon woke more often
+// with the keeper than without it, and the process's goroutines waited
+// for each retake.
+func spareP() bool { return runtime.GOMAXPROCS(0) > 1 }
 
 // goroutineRuns counts the runtime's sampled goroutine runs.
 type goroutineRuns struct {

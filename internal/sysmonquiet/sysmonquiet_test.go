@@ -105,3 +105,30 @@ func TestGoroutineRuns(t *testing.T) {
 		t.Fatalf("goroutine runs %d before 2,000 runs, %d after", before, after)
 	}
 }
+
+// TestKeeperNoNapOnOneP: with one P (GOMAXPROCS=1 in the environment,
+// which AddProcs keeps) a nap would hold the process's only P, which
+// retake always takes back (no P idle, none spinning): sysmon woke more
+// with the keeper than without it, and the process's goroutines waited
+// for each retake. The keeper stays quiet however busy the process is,
+// and naps once there is a second P. It fails if the keeper naps on one P.
+func TestKeeperNoNapOnOneP(t *testing.T) {
+	restoreProcs(t)
+	runtime.GOMAXPROCS(1)
+	var work atomic.Uint64
+	k := &Keeper{
+		Nap: time.Millisecond, Window: 4 * time.Millisecond, IdlePoll: 2 * time.Millisecond, IdleAfter: 3, Busy: 10,
+		Activity: func() uint64 { return work.Add(100) },
+	}
+	k.Start()
+	defer k.Stop()
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if k.Napping() {
+			t.Fatal("the keeper naps on the only P")
+		}
+	}
+	runtime.GOMAXPROCS(2)
+	testutil.Eventually(t, "the keeper naps with a second P", time.Minute, k.Napping)
+	runtime.GOMAXPROCS(1)
+	testutil.Eventually(t, "the keeper stops napping when back to one P", time.Minute, func() bool { return !k.Napping() })
+}
