@@ -102,6 +102,11 @@ func TestTarRequestsPerFile(t *testing.T) {
 	want := map[string]int{"LOOKUP": 1, "CREATE": 1, "GETXATTR": 2, "WRITE": 2, "SETATTR": 3, "FLUSH": 1, "RELEASE": 1}
 	total := 0
 	for op, n := range got {
+		if op == "FORGET" || op == "BATCH_FORGET" {
+			// The kernel's own cache trimming, whenever it likes (one
+			// came under load): no answer, no round trip, not per file.
+			continue
+		}
 		total += n
 		if n > want[op]*files {
 			t.Errorf("%d %s for %d files, want at most %d per file", n, op, files, want[op])
