@@ -251,6 +251,7 @@ func (ll *localListener) serveOffer(tc *net.TCPConn) (sock, error) {
 	select {
 	case uc := <-po.got:
 		_ = tc.Close()
+		ll.l.p.sizeLocal(uc)
 		return uc, nil
 	default:
 		return nil, errors.New("softrdma: client moved to a unix socket that never presented its token")
@@ -284,6 +285,7 @@ func (p *Provider) takeOffer(ctx context.Context, tc *net.TCPConn) (sock, error)
 		_ = uc.Close()
 		return nil, err
 	}
+	p.sizeLocal(uc)
 	_ = tc.Close()
 	return uc, nil
 }
@@ -313,4 +315,19 @@ func (p *Provider) dialLocal(ctx context.Context, o *offer) (*net.UnixConn, erro
 		return nil, err
 	}
 	return uc, uc.SetDeadline(time.Time{})
+}
+
+// localBuffer is the unix socket's send buffer. The kernel's default
+// (net.core.wmem_default, 208 KiB here) takes a 1 MiB frame in five
+// fills, each a wake-up of both ends; a unix stream socket's receiver
+// has no buffer of its own (it is charged to the sender's), so this
+// bounds the bytes in flight. Linux caps it at net.core.wmem_max.
+const localBuffer = 4 << 20
+
+func (p *Provider) sizeLocal(uc *net.UnixConn) {
+	n := localBuffer
+	if p.opts.SocketBuffer > 0 {
+		n = p.opts.SocketBuffer
+	}
+	_ = uc.SetWriteBuffer(n)
 }

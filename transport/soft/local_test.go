@@ -6,8 +6,13 @@ import (
 	"crypto/rand"
 	"io"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/conformance"
@@ -270,5 +275,35 @@ func TestSameHostImpostor(t *testing.T) {
 	defer cli.Close()
 	if d := <-decided; d != decideTCP || carrierOf(cli) != CarrierTCP {
 		t.Fatalf("client said %q, carrier %s; want it to stay on TCP", d, carrierOf(cli))
+	}
+}
+
+// TestSameHostBuffer: both ends of a unix connection get localBuffer of
+// send buffer (up to net.core.wmem_max), so a 1 MiB frame goes in one
+// write rather than five fills and wake-ups.
+func TestSameHostBuffer(t *testing.T) {
+	cli, srv := pair(t, New(Options{}), New(Options{}), transport.Config{})
+	want := localBuffer
+	if b, err := os.ReadFile("/proc/sys/net/core/wmem_max"); err == nil {
+		if m, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && m < want {
+			want = m
+		}
+	}
+	for side, c := range map[string]transport.Conn{"client": cli, "server": srv} {
+		uc, ok := c.(*conn).nc.(*net.UnixConn)
+		if !ok {
+			t.Fatalf("%s: not on a unix socket", side)
+		}
+		rc, err := uc.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		_ = rc.Control(func(fd uintptr) {
+			got, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+		})
+		if err != nil || got < want { // the kernel reports twice what was set
+			t.Errorf("%s: SO_SNDBUF %d (%v), want ≥ %d", side, got, err, want)
+		}
 	}
 }
