@@ -304,6 +304,8 @@ type ServerConfig struct {
 	// Cred, when set, runs the server as that user instead of the
 	// test's (root).
 	Cred *syscall.Credential
+	// Env is added to the server's environment.
+	Env []string
 }
 
 // startServer runs lwio-server until the test ends; the cleanup checks it
@@ -335,7 +337,7 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 		}
 		args = append(args, cfg.Args...)
 		s.args = args
-		s.p = startProcAs(t, "lwio-server", cfg.Cred, []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, args...)
+		s.p = startProcAs(t, "lwio-server", cfg.Cred, append([]string{"LWIO_PASSWORD=" + testPassword}, cfg.Env...), binaries.server, args...)
 		if waitListening(s.Addr, s.p) {
 			t.Cleanup(func() {
 				if err := s.p.stop(); err != nil {

@@ -149,8 +149,9 @@ func TestSealedMount(t *testing.T) {
 			conf := filepath.Join(t.TempDir(), "server.toml")
 			mustWrite(t, conf, []byte("[listen]\nsoftrdma_advertise = [\""+soft.Addr+"\"]\n"+
 				"[shares.secret]\npath = \""+secret+"\"\nencrypt = \"required\"\n"))
+			// On TCP: the same-host unix socket would go around the proxy.
 			s := startServer(t, ServerConfig{Shares: map[string]string{"share": dir},
-				Args: append([]string{"-config", conf}, tc.server...)})
+				Args: append([]string{"-config", conf}, tc.server...), Env: []string{"LWIO_SOFT_TCP=1"}})
 			softAddr.Store(s.Soft)
 			s.Shares["secret"] = secret
 			sess := startTapProxy(t, s.Addr)

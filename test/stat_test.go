@@ -21,6 +21,7 @@ type statJSON struct {
 	Completion  string `json:"completion"`
 	Connections []struct {
 		Provider   string `json:"provider"`
+		Carrier    string `json:"carrier"`
 		Remote     string `json:"remote"`
 		Completion string `json:"completion"`
 		Credits    int    `json:"credits"`
@@ -96,6 +97,9 @@ func TestStat(t *testing.T) {
 	for _, c := range st.Connections {
 		if c.Provider != "softrdma" || c.Remote != s.Soft || !c.Alive || c.Credits <= 0 || !strings.HasPrefix(c.Completion, "auto/") {
 			t.Errorf("connection %+v: want softrdma to %s, alive, with credits, completion auto/…", c, s.Soft)
+		}
+		if c.Carrier != "unix" { // the server is on this host
+			t.Errorf("connection %+v: want it on the same-host unix socket", c)
 		}
 	}
 
@@ -190,4 +194,23 @@ func scrapeMetrics(t *testing.T, addr string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestSameHostFallbackTCP: a server whose softrdma stays on TCP (as one
+// from before the same-host path, or with LWIO_SOFT_TCP=1) serves a mount
+// on this host over TCP, and `lwio stat` says so.
+func TestSameHostFallbackTCP(t *testing.T) {
+	needFUSE(t)
+	s := startServer(t, ServerConfig{Env: []string{"LWIO_SOFT_TCP=1"}})
+	m := mountShare(t, s, MountConfig{Options: []string{"noleases"}})
+	directIO(t, filepath.Join(m.Dir, "big"), 4<<20)
+	st := lwioStat(t, m.Dir)
+	if len(st.Connections) == 0 || st.Bytes.Providers["softrdma"] < 8<<20 {
+		t.Fatalf("stat %+v: want the data on softrdma", st)
+	}
+	for _, c := range st.Connections {
+		if c.Provider != "softrdma" || c.Carrier != "tcp" || !c.Alive {
+			t.Errorf("connection %+v: want softrdma over tcp", c)
+		}
+	}
 }

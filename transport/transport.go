@@ -234,6 +234,21 @@ type Conn interface {
 	Close() error
 }
 
+// Carrier is implemented by a connection a provider runs over an
+// operating-system socket (softrdma): Carrier names the socket's kind,
+// "tcp" or, to a peer on the same host, "unix".
+type Carrier interface {
+	Carrier() string
+}
+
+// CarrierOf is c's Carrier, or "" when it has none.
+func CarrierOf(c Conn) string {
+	if cr, ok := c.(Carrier); ok {
+		return cr.Carrier()
+	}
+	return ""
+}
+
 // Listener accepts connections.
 type Listener interface {
 	Accept(ctx context.Context) (Conn, error)

@@ -122,8 +122,10 @@ func (s *session) negotiate(ctx context.Context, req protocol.NegotiateRequest) 
 
 func (s *session) config(mode Mode) Config {
 	return Config{
-		Logger:     testutil.Logger("client"),
-		Providers:  []transport.Provider{soft.New(soft.Options{})},
+		Logger: testutil.Logger("client"),
+		// Through a proxy (via), on TCP: the same-host unix socket would
+		// go around it.
+		Providers:  []transport.Provider{soft.New(soft.Options{TCPOnly: s.via != ""})},
 		Negotiate:  s.negotiate,
 		SessionID:  s.id,
 		SigningKey: s.key,

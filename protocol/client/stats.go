@@ -6,6 +6,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/stats"
+	"github.com/lwiofs/lwiofs/transport"
 )
 
 // Counters are what a client counts: every request by opcode (count, file
@@ -111,7 +112,10 @@ func (c *conn) count(op protocol.Opcode, polling bool, payload int, r result, er
 
 // ConnInfo describes one connection, for logs and status commands.
 type ConnInfo struct {
-	Provider   string
+	Provider string
+	// Carrier is the socket under a softrdma connection, "tcp" or "unix"
+	// (transport.Carrier); "" for verbs.
+	Carrier    string
 	LocalAddr  string
 	RemoteAddr string
 	Credits    int
@@ -142,7 +146,7 @@ func (c *conn) info() ConnInfo {
 		mode += "/" + m.String()
 	}
 	return ConnInfo{
-		Provider: c.tc.Provider(), LocalAddr: c.tc.LocalAddr(), RemoteAddr: c.tc.RemoteAddr(),
+		Provider: c.tc.Provider(), Carrier: transport.CarrierOf(c.tc), LocalAddr: c.tc.LocalAddr(), RemoteAddr: c.tc.RemoteAddr(),
 		Credits: c.credits.Limit(), Alive: c.alive(), Completion: mode,
 		Requests: c.ctr.requests.Load(), Bytes: c.ctr.bytes.Load(),
 		Polled: c.ctr.polled.Load(), Interrupted: c.ctr.interrupted.Load(), Switches: c.auto.switches.Load(),

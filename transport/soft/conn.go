@@ -71,7 +71,8 @@ type failure struct {
 // did not take at once, and sends the NAK when the connection fails.
 type conn struct {
 	p       *Provider
-	nc      *net.TCPConn
+	nc      sock // *net.TCPConn or, on the same host, *net.UnixConn (local.go)
+	carrier string
 	log     logrus.FieldLogger
 	limits  transport.Limits
 	peerRNR time.Duration // how long the peer lets its SENDs wait for our receives
@@ -136,7 +137,10 @@ var _ transport.Conn = (*conn)(nil)
 
 // newConn starts a connection over nc with the queues chosen for it; it
 // fails only when a shared queue was closed meanwhile.
-func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, faults *Faults, qs queues) (*conn, error) {
+// nc is the socket it runs on, tc the TCP connection it was made on (the
+// same socket unless the connection moved to a unix one); tc's addresses
+// name the connection.
+func newConn(p *Provider, nc sock, tc *net.TCPConn, cfg transport.Config, peer hello, faults *Faults, qs queues) (*conn, error) {
 	cfg = cfg.WithDefaults()
 	maxMsg := cfg.MaxMessageSize
 	if int64(peer.MaxMessageSize) < int64(maxMsg) {
@@ -147,8 +151,9 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 		nc:      nc,
 		peerRNR: peer.RNRTimeout,
 		faults:  faults,
-		local:   nc.LocalAddr().String(),
-		remote:  nc.RemoteAddr().String(),
+		carrier: CarrierTCP,
+		local:   tc.LocalAddr().String(),
+		remote:  tc.RemoteAddr().String(),
 		limits: transport.Limits{
 			SendQueueDepth: cfg.SendQueueDepth,
 			RecvQueueDepth: cfg.RecvQueueDepth,
@@ -164,6 +169,9 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 		sendCQ:   qs.send,
 		recvCQ:   qs.recv,
 		srq:      qs.srq,
+	}
+	if _, ok := nc.(*net.UnixConn); ok {
+		c.carrier = CarrierUnix
 	}
 	if faults != nil {
 		c.delay = faults.DelayCompletions
@@ -186,7 +194,7 @@ func newConn(p *Provider, nc *net.TCPConn, cfg transport.Config, peer hello, fau
 	if err := c.attach(); err != nil {
 		return nil, err
 	}
-	c.log = p.log.WithFields(logrus.Fields{"provider": Name, "conn": c.local + "->" + c.remote})
+	c.log = p.log.WithFields(logrus.Fields{"provider": Name, "conn": c.local + "->" + c.remote, "carrier": c.carrier})
 	c.rd.init(nc, c.onIdle)
 	c.wr.init(nc)
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimeout)
@@ -246,6 +254,7 @@ func (c *conn) Limits() transport.Limits { return c.limits }
 func (c *conn) LocalAddr() string        { return c.local }
 func (c *conn) RemoteAddr() string       { return c.remote }
 func (c *conn) Provider() string         { return Name }
+func (c *conn) Carrier() string          { return c.carrier }
 func (c *conn) String() string           { return Name + " " + c.local + "->" + c.remote }
 func (c *conn) wakeWriter()              { signal(c.kick) }
 func signal(ch chan struct{}) {
@@ -407,8 +416,8 @@ func (c *conn) fail(f failure) {
 		_ = c.nc.SetDeadline(time.Now().Add(drainTimeout))
 		return
 	}
-	if f.reset {
-		_ = c.nc.SetLinger(0)
+	if tc, ok := c.nc.(*net.TCPConn); ok && f.reset {
+		_ = tc.SetLinger(0)
 	}
 	_ = c.nc.Close()
 }

@@ -16,6 +16,12 @@ import (
 // hello by hand, so a test can send whatever it likes; it also returns the
 // connection the listener accepted.
 func rawPeer(t *testing.T, ln transport.Listener) (net.Conn, transport.Conn) {
+	return rawPeerOn(t, ln, false)
+}
+
+// rawPeerOn is rawPeer on TCP, or with local on the listener's same-host
+// unix socket, moved to by hand.
+func rawPeerOn(t *testing.T, ln transport.Listener, local bool) (net.Conn, transport.Conn) {
 	t.Helper()
 	nc, err := net.Dial("tcp", ln.Addr())
 	if err != nil {
@@ -23,12 +29,19 @@ func rawPeer(t *testing.T, ln transport.Listener) (net.Conn, transport.Conn) {
 	}
 	t.Cleanup(func() { nc.Close() })
 	var b [helloSize]byte
-	(&hello{RNRTimeout: 100 * time.Millisecond, MaxMessageSize: 1 << 20}).encode(b[:])
+	h := hello{RNRTimeout: 100 * time.Millisecond, MaxMessageSize: 1 << 20}
+	if local {
+		h.Flags = helloLocal
+	}
+	h.encode(b[:])
 	if _, err := nc.Write(b[:]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := io.ReadFull(nc, b[:]); err != nil {
 		t.Fatal(err)
+	}
+	if local {
+		nc = moveLocal(t, nc)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -63,6 +76,11 @@ func readAll(t *testing.T, nc net.Conn) []byte {
 // gets a NAK or a closed connection, never placement or a crash, and the
 // accepted connection ends flushed.
 func TestHostileFrames(t *testing.T) {
+	t.Run("tcp", func(t *testing.T) { hostileFrames(t, false) })
+	t.Run("unix", func(t *testing.T) { hostileFrames(t, true) })
+}
+
+func hostileFrames(t *testing.T, local bool) {
 	p := New(Options{})
 	ln, err := p.Listen("127.0.0.1:0", transport.Config{})
 	if err != nil {
@@ -86,7 +104,7 @@ func TestHostileFrames(t *testing.T) {
 		{"send with no receive", frame(frameHeader{Type: frameSend}, make([]byte, 8)), transport.StatusRNRRetryExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nc, c := rawPeer(t, ln)
+			nc, c := rawPeerOn(t, ln, local)
 			if tc.name == "oversized message" {
 				// A header announcing 1 GiB (the bytes never follow).
 				var h frameHeader

@@ -40,7 +40,7 @@ type frameReader struct {
 // the same (see frameReader.exact).
 const largePayload = 16 << 10
 
-func (rd *frameReader) init(nc *net.TCPConn, idle func()) {
+func (rd *frameReader) init(nc sock, idle func()) {
 	rd.nc = nc
 	rd.buf = make([]byte, readBufSize)
 	rd.idle = idle

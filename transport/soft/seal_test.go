@@ -111,11 +111,12 @@ func (p *tapProxy) wire() (c2s, s2c []byte) {
 	return bytes.Clone(p.c2s), bytes.Clone(p.s2c)
 }
 
-// proxiedPair connects a client to a server through a tapProxy; the
-// server's provider logs to log, when not nil.
+// proxiedPair connects a client to a server through a tapProxy, on TCP
+// (the same-host path would go around the proxy); the server's provider
+// logs to log, when not nil.
 func proxiedPair(t *testing.T, log ...logrus.FieldLogger) (cli, srv transport.Conn, p *tapProxy) {
 	t.Helper()
-	opts := Options{RNRTimeout: testRNR}
+	opts := Options{RNRTimeout: testRNR, TCPOnly: true}
 	sopts := opts
 	if len(log) > 0 {
 		sopts.Logger = log[0]

@@ -61,6 +61,9 @@ type Options struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF. Zero leaves the kernel's
 	// autotuning, which on Linux grows larger than a fixed size may.
 	SocketBuffer int
+	// TCPOnly keeps every connection on TCP: a listener offers no
+	// same-host unix socket, a dialer takes none (local.go).
+	TCPOnly bool
 }
 
 func (o Options) withDefaults() Options {
@@ -115,17 +118,27 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 	}
 	tc := nc.(*net.TCPConn)
 	stop := context.AfterFunc(ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
-	peer, err := p.handshake(tc, cfg)
+	var s sock = tc
+	peer, err := p.handshake(tc, cfg, !p.opts.TCPOnly)
+	if err == nil && peer.Flags&helloLocal != 0 && !p.opts.TCPOnly {
+		s, err = p.takeOffer(ctx, tc)
+	}
 	if !stop() {
 		err = errors.Join(err, ctx.Err())
 	}
+	if err == nil && s == tc {
+		err = tc.SetDeadline(time.Time{})
+	}
 	if err != nil {
+		if s != nil {
+			_ = s.Close()
+		}
 		_ = tc.Close()
 		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
 	}
-	c, err := p.newConn(tc, cfg, peer)
+	c, err := p.newConn(s, tc, cfg, peer)
 	if err != nil {
-		_ = tc.Close()
+		_ = s.Close()
 		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
 	}
 	return c, nil
@@ -143,6 +156,9 @@ func (p *Provider) Listen(addr string, cfg transport.Config) (transport.Listener
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &listener{p: p, ln: ln.(*net.TCPListener), cfg: cfg,
 		ready: make(chan *conn), ctx: ctx, cancel: cancel, closed: ctx.Done()}
+	if !p.opts.TCPOnly {
+		l.local = l.listenLocal()
+	}
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
@@ -157,15 +173,20 @@ func checkConfig(cfg transport.Config) error {
 	return nil
 }
 
-// handshake exchanges hellos; the deadline must be set by the caller.
-func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config) (hello, error) {
+// handshake exchanges hellos, ours with helloLocal if local; the deadline
+// must be set (and cleared) by the caller.
+func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local bool) (hello, error) {
 	_ = tc.SetNoDelay(true)
 	if n := p.opts.SocketBuffer; n > 0 {
 		_ = tc.SetReadBuffer(n)
 		_ = tc.SetWriteBuffer(n)
 	}
 	var b [helloSize]byte
-	(&hello{RNRTimeout: p.opts.RNRTimeout, MaxMessageSize: uint32(cfg.WithDefaults().MaxMessageSize)}).encode(b[:])
+	h := hello{RNRTimeout: p.opts.RNRTimeout, MaxMessageSize: uint32(cfg.WithDefaults().MaxMessageSize)}
+	if local {
+		h.Flags = helloLocal
+	}
+	h.encode(b[:])
 	if _, err := tc.Write(b[:]); err != nil {
 		return hello{}, err
 	}
@@ -176,10 +197,12 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config) (hello, erro
 	if err := peer.decode(b[:]); err != nil {
 		return hello{}, err
 	}
-	return peer, tc.SetDeadline(time.Time{})
+	return peer, nil
 }
 
-func (p *Provider) newConn(tc *net.TCPConn, cfg transport.Config, peer hello) (*conn, error) {
+// newConn starts a connection on s, which is tc or the unix socket the
+// same-host step moved to; tc's addresses name it either way.
+func (p *Provider) newConn(s sock, tc *net.TCPConn, cfg transport.Config, peer hello) (*conn, error) {
 	qs, err := p.chooseQueues(cfg)
 	if err != nil {
 		return nil, err
@@ -190,7 +213,7 @@ func (p *Provider) newConn(tc *net.TCPConn, cfg transport.Config, peer hello) (*
 			f = p.opts.Faults
 		}
 	}
-	return newConn(p, tc, cfg, peer, f, qs)
+	return newConn(p, s, tc, cfg, peer, f, qs)
 }
 
 // queues are the shared queues Config.Queues chose for a connection,
@@ -255,6 +278,9 @@ type listener struct {
 	wg     sync.WaitGroup
 	// hellos are the connections whose hello is in progress, oldest first.
 	hellos helloTable
+	// local is the same-host unix socket; nil with TCPOnly or when it
+	// could not be bound.
+	local *localListener
 }
 
 // maxHandshakes bounds hellos in progress at once. When the table is full
@@ -352,20 +378,30 @@ func (l *listener) acceptLoop() {
 func (l *listener) admit(tc *net.TCPConn) {
 	_ = tc.SetDeadline(time.Now().Add(l.p.opts.HandshakeTimeout))
 	stop := context.AfterFunc(l.ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
-	peer, err := l.p.handshake(tc, l.cfg)
+	var s sock = tc
+	peer, err := l.p.handshake(tc, l.cfg, l.local != nil)
+	if err == nil && peer.Flags&helloLocal != 0 && l.local != nil {
+		s, err = l.local.serveOffer(tc)
+	}
 	stop()
 	if !l.hellos.remove(tc) && err == nil {
 		err = errors.New("evicted: hello table full")
 	}
+	if err == nil && s == tc {
+		err = tc.SetDeadline(time.Time{})
+	}
 	if err != nil {
 		l.p.log.WithError(err).WithField("peer", tc.RemoteAddr().String()).Info("softrdma: handshake failed")
+		if s != nil {
+			_ = s.Close()
+		}
 		_ = tc.Close()
 		return
 	}
-	c, err := l.p.newConn(tc, l.cfg, peer)
+	c, err := l.p.newConn(s, tc, l.cfg, peer)
 	if err != nil {
 		l.p.log.WithError(err).WithField("peer", tc.RemoteAddr().String()).Warn("softrdma: connection refused")
-		_ = tc.Close()
+		_ = s.Close()
 		return
 	}
 	select {
@@ -392,6 +428,9 @@ func (l *listener) Addr() string { return l.ln.Addr().String() }
 func (l *listener) Close() error {
 	l.cancel()
 	_ = l.ln.Close()
+	if l.local != nil {
+		l.local.close()
+	}
 	l.wg.Wait()
 	return nil
 }

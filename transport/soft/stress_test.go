@@ -27,7 +27,8 @@ import (
 // reaped the ways the engines reap them: one goroutine in CQ.Wait with no
 // deadline (the server), whoever waits for something taking the reaper
 // role with a short deadline (the client), a polling loop. Each iteration
-// starts fresh connections with random parameters, runs them for a moment,
+// starts fresh connections with random parameters (TCP or the same-host
+// unix socket among them), runs them for a moment,
 // then lets every request finish and closes.
 //
 // A watchdog fails the test, with every goroutine's stack and every
@@ -221,7 +222,8 @@ func stressIteration(t *testing.T, rng *rand.Rand) (answered int64, sh *stressSh
 	log := logrus.New()
 	log.SetOutput(&logBuf)
 	log.SetLevel(logrus.DebugLevel)
-	opts := Options{RNRTimeout: 2 * time.Second, Logger: log}
+	// Half the iterations on TCP, half on the same-host unix socket.
+	opts := Options{RNRTimeout: 2 * time.Second, Logger: log, TCPOnly: rng.IntN(2) == 0}
 	cp, sp := New(opts), New(opts)
 	if rng.IntN(4) == 0 {
 		sp = cp // one provider, one domain: a server talking to itself

@@ -105,14 +105,19 @@ func (h *frameHeader) decode(b []byte) error {
 //
 //	0  Magic          [4]byte "SRDM"
 //	4  Version        u16     1
-//	6  -              u16     zero
+//	6  Flags          u16     helloLocal: offers (listener) or asks for (dialer) the same-host path (local.go)
 //	8  RNRTimeout     u32     microseconds the sender lets a SEND wait for a receive
 //	12 MaxMessageSize u32     largest request payload the sender accepts
 //	16 -              u64     zero
 type hello struct {
 	RNRTimeout     time.Duration
 	MaxMessageSize uint32
+	Flags          uint16
 }
+
+// helloLocal in a listener's hello offers the same-host path, in a
+// dialer's asks for it; a peer older than it sends zero and ignores it.
+const helloLocal = 1 << 0
 
 const helloVersion = 1
 
@@ -122,7 +127,7 @@ func (h *hello) encode(b []byte) {
 	_ = b[helloSize-1]
 	copy(b, helloMagic[:])
 	binary.LittleEndian.PutUint16(b[4:], helloVersion)
-	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint16(b[6:], h.Flags)
 	us := h.RNRTimeout / time.Microsecond
 	if us > 1<<32-1 {
 		us = 1<<32 - 1
@@ -144,6 +149,7 @@ func (h *hello) decode(b []byte) error {
 	}
 	h.RNRTimeout = time.Duration(binary.LittleEndian.Uint32(b[8:])) * time.Microsecond
 	h.MaxMessageSize = binary.LittleEndian.Uint32(b[12:])
+	h.Flags = binary.LittleEndian.Uint16(b[6:])
 	if h.MaxMessageSize == 0 {
 		return errors.New("softrdma: peer announces a zero MaxMessageSize")
 	}

@@ -26,7 +26,7 @@ type frameWriter struct {
 	seal sealBuf   // sealed frames of the batch, once the sends are sealed
 }
 
-func (w *frameWriter) init(tc *net.TCPConn) {
+func (w *frameWriter) init(tc sock) {
 	w.hdrs = make([]byte, maxBatch*frameHeaderSize)
 	w.iov = make([][]byte, 0, maxBatch*4)
 	w.sys.init(tc)

@@ -3,7 +3,6 @@ package soft
 import (
 	"errors"
 	"io"
-	"net"
 	"syscall"
 	"unsafe"
 )
@@ -24,7 +23,7 @@ type sysWriter struct {
 // maxIOV is the kernel's IOV_MAX.
 const maxIOV = 1024
 
-func (s *sysWriter) init(tc *net.TCPConn) {
+func (s *sysWriter) init(tc sock) {
 	rc, err := tc.SyscallConn()
 	if err != nil {
 		s.err = err
@@ -98,7 +97,7 @@ func (s *sysWriter) peerClosed() bool {
 // them (see raceSeq).
 type sysReader struct {
 	rc      syscall.RawConn
-	nc      *net.TCPConn
+	nc      sock
 	p       []byte
 	n       int
 	err     error
@@ -106,7 +105,7 @@ type sysReader struct {
 	blockFn func(fd uintptr) bool // until something is read
 }
 
-func (s *sysReader) init(tc *net.TCPConn) {
+func (s *sysReader) init(tc sock) {
 	s.nc = tc
 	rc, err := tc.SyscallConn()
 	if err != nil {

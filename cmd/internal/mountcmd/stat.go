@@ -52,8 +52,11 @@ type ConnReport struct {
 	Provider string `json:"provider"`
 	// Device and Port are the RDMA device and port that carry a verbs
 	// connection (rdmamap and sysfs, from its local address).
-	Device      string `json:"device,omitempty"`
-	Port        int    `json:"port,omitempty"`
+	Device string `json:"device,omitempty"`
+	Port   int    `json:"port,omitempty"`
+	// Carrier is the socket under a softrdma connection: "tcp", or "unix"
+	// to a server on the same host.
+	Carrier     string `json:"carrier,omitempty"`
 	Local       string `json:"local"`
 	Remote      string `json:"remote"`
 	Completion  string `json:"completion"`
@@ -112,7 +115,7 @@ func statReport(o *Options, r *fs.Reconnector, st *fs.Stats) StatReport {
 	var devs []transport.DeviceInfo
 	for _, ci := range s.LWIO.Conns() {
 		cr := ConnReport{
-			Provider: ci.Provider, Local: ci.LocalAddr, Remote: ci.RemoteAddr, Completion: ci.Completion,
+			Provider: ci.Provider, Carrier: ci.Carrier, Local: ci.LocalAddr, Remote: ci.RemoteAddr, Completion: ci.Completion,
 			Credits: ci.Credits, Alive: ci.Alive, Requests: ci.Requests, Bytes: ci.Bytes,
 			Polled: ci.Polled, Interrupted: ci.Interrupted, Switches: ci.Switches, AutoLoad: ci.Load,
 		}
@@ -241,7 +244,7 @@ func printStat(w io.Writer, r *StatReport) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  by session    %10s %s  (TCP: read %s, written %s)\n", size(r.Bytes.Session), pct(r.Bytes.Session, total),
 		size(r.Bytes.SessionRead), size(r.Bytes.SessionWritten))
-	fmt.Fprintf(w, "  => over TCP   %10s %s  (the session channel, and softrdma, which is RDMA emulated over TCP)\n", size(tcp), pct(tcp, total))
+	fmt.Fprintf(w, "  => over TCP   %10s %s  (the session channel, and softrdma: RDMA emulated over TCP, or a unix socket to a server on this host)\n", size(tcp), pct(tcp, total))
 
 	fmt.Fprintf(w, "\nconnections\n")
 	if len(r.Connections) == 0 {
@@ -252,6 +255,8 @@ func printStat(w io.Writer, r *StatReport) {
 			dev := "-"
 			if c.Device != "" {
 				dev = fmt.Sprintf("%s/%d", c.Device, c.Port)
+			} else if c.Carrier != "" {
+				dev = c.Carrier
 			}
 			state := ""
 			if !c.Alive {

@@ -12,7 +12,7 @@ import (
 
 // The ports a mount's verbs connections use are shown with their sysfs
 // counters beside the mount's own bytes (issue 17 item 6); a softrdma
-// connection has no port.
+// connection has no port, and shows the socket it runs on.
 func TestStatShowsPortCounters(t *testing.T) {
 	class := t.TempDir()
 	for name, v := range map[string]string{
@@ -33,7 +33,7 @@ func TestStatShowsPortCounters(t *testing.T) {
 		Connections: []ConnReport{
 			{Provider: "verbs", Device: "rxe0", Port: 1, Remote: "10.0.0.1:7446", Completion: "auto/polling", Alive: true, Bytes: 3 << 20},
 			{Provider: "verbs", Device: "rxe0", Port: 1, Remote: "10.0.0.1:7446", Completion: "auto/interrupt", Alive: true, Bytes: 1 << 20},
-			{Provider: "softrdma", Remote: "10.0.0.1:7447", Completion: "auto/interrupt"},
+			{Provider: "softrdma", Carrier: "unix", Remote: "10.0.0.1:7447", Completion: "auto/interrupt"},
 		},
 		Ops:   map[string]stats.OpSnapshot{"READ": {Count: 4, Bytes: 4 << 20, P50us: 20, P99us: 90}},
 		Bytes: BytesReport{RDMA: 4 << 20, Providers: map[string]uint64{"verbs": 4 << 20}, Session: 1 << 20, SessionWritten: 1 << 20},
@@ -48,6 +48,7 @@ func TestStatShowsPortCounters(t *testing.T) {
 	for _, want := range []string{
 		"RDMA port rxe0/1", "sent 1.0 MiB, received 4.0 KiB", "sent_pkts=300", "duplicate_req=2",
 		"by RDMA          4.0 MiB  80.0%  verbs 4.0 MiB", "by session       1.0 MiB  20.0%", "auto/polling", "rxe0/1",
+		"softrdma  unix", // the socket under a softrdma connection
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("lwio stat output lacks %q:\n%s", want, out)
