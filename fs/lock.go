@@ -25,7 +25,8 @@ import (
 // to the server; and releasing one first pushes the file's dirty pages (a
 // shared writable mapping's) to the server and waits until every write of
 // the file is there — posted ones (writeasync.go) and a Write lease's
-// held-back ones (writebehind.go) — so the next holder reads them.
+// held-back ones (writebehind.go) — and the posted writes of the files open
+// beside it (drainBeside), so the next holder reads them.
 
 // Locker is the session channel's lock calls on an open handle
 // (*session.Tree; the Reconnector forwards them across reconnects).
@@ -115,6 +116,7 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 		// stop every other client until the file is closed.
 		n.pushDirty()
 		err := n.flushAll(dctx, true)
+		n.drainBeside()
 		if uerr := l.Lock(dctx, fh.h, req, false); err == nil {
 			err = uerr
 		}
@@ -150,6 +152,7 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	f.node.drainBeside()
 	if err := l.Unlock(ctx, f.h, owner); err != nil {
 		// close(2) has done its part; a lock the server keeps is
 		// released with the handle at the last close anyway.
@@ -164,6 +167,26 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // It runs inside the unlock's FUSE request: a lock request holds none of
 // the inode's or its pages' locks in the kernel (unlike a read or write).
 func (n *Node) pushDirty() { n.Invalidate(0, 0) }
+
+// drainBeside waits until the posted writes of the files open beside n
+// (writeasync.go) are on the server, before a lock of n goes: what was
+// written under a lock is not only in the locked file. sqlite's WAL
+// checkpoint writes database pages under a lock of the -shm file and, when
+// it copies only part of the WAL, publishes how far it got in the -shm
+// without an fsync of the database; a reader on another mount that took the
+// lock next read those pages from the server before they landed
+// ("database disk image is malformed"). The reader's side is dropForLock.
+// A failure stays with its file, for that file's next write, close or
+// fsync. What a Write lease holds back needs no wait: no other client has
+// that file open, and its open recalls the lease first.
+func (n *Node) drainBeside() {
+	if n.fs.wb.pending.Load() == 0 {
+		return
+	}
+	for _, m := range n.fs.open.beside(n)[1:] {
+		m.drainWrites()
+	}
+}
 
 // dropForLock drops what this mount caches of the file just locked, and of
 // the files open in the same directory, so that reads under the lock see
