@@ -103,8 +103,9 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 	defer cancel()
 	req := lockOf(owner, lk, flags)
 	if req.Type == session.Unlock {
-		// The next holder reads what this one wrote: a shared mapping's
-		// dirty pages go first, as writes, and then every write of the
+		// The next holder reads what this one wrote: the posted writes
+		// of the files beside go first (drainBeside), then a shared
+		// mapping's dirty pages, as writes, and then every write of the
 		// file must be on the server — posted ones (writeasync.go; the
 		// write-back's own pieces are posted too, and may travel on
 		// another connection than the unlock) and a Write lease's
@@ -114,9 +115,9 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 		// reported at the next fsync or close, as NFS and Linux do);
 		// the lock goes all the same — kept on the server, it would
 		// stop every other client until the file is closed.
+		n.drainBeside()
 		n.pushDirty()
 		err := n.flushAll(dctx, true)
-		n.drainBeside()
 		if uerr := l.Lock(dctx, fh.h, req, false); err == nil {
 			err = uerr
 		}
@@ -166,7 +167,26 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // dirty writes it back first (FUSE's launder_folio).
 // It runs inside the unlock's FUSE request: a lock request holds none of
 // the inode's or its pages' locks in the kernel (unlike a read or write).
-func (n *Node) pushDirty() { n.Invalidate(0, 0) }
+//
+// Page by page from the end of the file to its start, each page's write on
+// the server before the next page is written back: the order in which a
+// program's stores become visible to another mount, which may read the
+// file at any time (a lock of its own is no lock of this one), is the
+// order a program on one host publishes in — sqlite fills the -shm's hash
+// tables, then stores the header at its start that makes them count; pushed
+// start first, a reader on another mount took the new header with the old
+// hash tables and read old pages of the database ("database disk image is
+// malformed"). The pages with twins are the ones the kernel may hold;
+// Invalidate then drops the rest (and the attributes). A file the kernel
+// never wrote back from a mapping goes in one Invalidate (rollback-journal
+// sqlite's database: no notification per cached page at every unlock).
+func (n *Node) pushDirty() {
+	for _, p := range n.fs.open.mappedPages(n) {
+		n.NotifyContent(p*twinPage, twinPage)
+		n.drainWrites()
+	}
+	n.Invalidate(0, 0)
+}
 
 // drainBeside waits until the posted writes of the files open beside n
 // (writeasync.go) are on the server, before a lock of n goes: what was
