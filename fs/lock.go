@@ -22,11 +22,12 @@ import (
 // lock drops this mount's cached pages of the file (and of the files open
 // beside it: sqlite's journal and WAL live next to the database and are
 // read under the database's or the -shm file's locks), so reads after it go
-// to the server; and releasing one first pushes the file's dirty pages (a
-// shared writable mapping's) to the server and waits until every write of
-// the file is there — posted ones (writeasync.go) and a Write lease's
-// held-back ones (writebehind.go) — and the posted writes of the files open
-// beside it (drainBeside), so the next holder reads them.
+// to the server; and releasing one first waits for the posted writes of
+// the files open beside it (drainBeside), then pushes the file's dirty
+// pages (a shared writable mapping's, from the end of the file to its
+// start: pushDirty) to the server and waits until every write of the file
+// is there — posted ones (writeasync.go) and a Write lease's held-back ones
+// (writebehind.go) — so the next holder reads them.
 
 // Locker is the session channel's lock calls on an open handle
 // (*session.Tree; the Reconnector forwards them across reconnects).

@@ -27,6 +27,14 @@ import (
 // pages, once the kernel has written back a page of the file. A page with
 // no twin is written back whole, as before. Dropping the kernel's cache
 // drops the twins with it.
+//
+// Order: another mount may read the file while this one's program holds
+// its lock (sqlite's readers lock the -shm too, with locks of their own),
+// so the changed bytes land from the end of the file to its start, each
+// piece before the next (writeBack; the unlock's pushDirty takes the pages
+// highest first), and after the writes to the files beside that came
+// before: a program that publishes by a store to the start — sqlite's
+// header, after its hash tables — is seen in its own order.
 
 // Limits of twin keeping.
 const (
