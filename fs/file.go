@@ -243,6 +243,11 @@ func (f *fileHandle) Write(ctx context.Context, buf []byte, off int64) (_ uint32
 		if err := f.node.flushAll(ctx, false); err != nil {
 			return 0, f.errno("write", err)
 		}
+		if x.writeback {
+			// What the program wrote to the files beside before it
+			// stored to the mapping lands first (lock.go).
+			f.node.drainBeside()
+		}
 		if err := f.node.killSetIDWrite(ctx, f.h); err != nil {
 			return 0, f.errno("write", err)
 		}

@@ -22,10 +22,12 @@ import (
 // lock drops this mount's cached pages of the file (and of the files open
 // beside it: sqlite's journal and WAL live next to the database and are
 // read under the database's or the -shm file's locks), so reads after it go
-// to the server; and releasing one first pushes the file's dirty pages (a
-// shared writable mapping's) to the server and waits until every write of
-// the file is there — posted ones (writeasync.go) and a Write lease's
-// held-back ones (writebehind.go) — so the next holder reads them.
+// to the server; and releasing one first waits for the posted writes of
+// the files open beside it (drainBeside), then pushes the file's dirty
+// pages (a shared writable mapping's, from the end of the file to its
+// start: pushDirty) to the server and waits until every write of the file
+// is there — posted ones (writeasync.go) and a Write lease's held-back ones
+// (writebehind.go) — so the next holder reads them.
 
 // Locker is the session channel's lock calls on an open handle
 // (*session.Tree; the Reconnector forwards them across reconnects).
@@ -102,8 +104,9 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 	defer cancel()
 	req := lockOf(owner, lk, flags)
 	if req.Type == session.Unlock {
-		// The next holder reads what this one wrote: a shared mapping's
-		// dirty pages go first, as writes, and then every write of the
+		// The next holder reads what this one wrote: the posted writes
+		// of the files beside go first (drainBeside), then a shared
+		// mapping's dirty pages, as writes, and then every write of the
 		// file must be on the server — posted ones (writeasync.go; the
 		// write-back's own pieces are posted too, and may travel on
 		// another connection than the unlock) and a Write lease's
@@ -113,6 +116,7 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 		// reported at the next fsync or close, as NFS and Linux do);
 		// the lock goes all the same — kept on the server, it would
 		// stop every other client until the file is closed.
+		n.drainBeside()
 		n.pushDirty()
 		err := n.flushAll(dctx, true)
 		if uerr := l.Lock(dctx, fh.h, req, false); err == nil {
@@ -150,6 +154,7 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	f.node.drainBeside()
 	if err := l.Unlock(ctx, f.h, owner); err != nil {
 		// close(2) has done its part; a lock the server keeps is
 		// released with the handle at the last close anyway.
@@ -163,7 +168,46 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // dirty writes it back first (FUSE's launder_folio).
 // It runs inside the unlock's FUSE request: a lock request holds none of
 // the inode's or its pages' locks in the kernel (unlike a read or write).
-func (n *Node) pushDirty() { n.Invalidate(0, 0) }
+//
+// Page by page from the end of the file to its start, each page's write on
+// the server before the next page is written back: the order in which a
+// program's stores become visible to another mount, which may read the
+// file at any time (a lock of its own is no lock of this one), is the
+// order a program on one host publishes in — sqlite fills the -shm's hash
+// tables, then stores the header at its start that makes them count; pushed
+// start first, a reader on another mount took the new header with the old
+// hash tables and read old pages of the database ("database disk image is
+// malformed"). The pages with twins are the ones the kernel may hold;
+// Invalidate then drops the rest (and the attributes). A file the kernel
+// never wrote back from a mapping goes in one Invalidate (rollback-journal
+// sqlite's database: no notification per cached page at every unlock).
+func (n *Node) pushDirty() {
+	for _, p := range n.fs.open.mappedPages(n) {
+		n.NotifyContent(p*twinPage, twinPage)
+		n.drainWrites()
+	}
+	n.Invalidate(0, 0)
+}
+
+// drainBeside waits until the posted writes of the files open beside n
+// (writeasync.go) are on the server, before a lock of n goes: what was
+// written under a lock is not only in the locked file. sqlite's WAL
+// checkpoint writes database pages under a lock of the -shm file and, when
+// it copies only part of the WAL, publishes how far it got in the -shm
+// without an fsync of the database; a reader on another mount that took the
+// lock next read those pages from the server before they landed
+// ("database disk image is malformed"). The reader's side is dropForLock.
+// A failure stays with its file, for that file's next write, close or
+// fsync. What a Write lease holds back needs no wait: no other client has
+// that file open, and its open recalls the lease first.
+func (n *Node) drainBeside() {
+	if n.fs.wb.pending.Load() == 0 {
+		return
+	}
+	for _, m := range n.fs.open.beside(n)[1:] {
+		m.drainWrites()
+	}
+}
 
 // dropForLock drops what this mount caches of the file just locked, and of
 // the files open in the same directory, so that reads under the lock see

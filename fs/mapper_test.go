@@ -51,8 +51,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runMapper opens each file with flags (read-write), maps its first page
-// shared, and then does what each line of in says, answering each on out
+// runMapper opens each file with flags (read-write), maps it shared (the
+// pages it has when opened, at least one), and then does what each line of in says, answering each on out
 // with "ok", "ok BYTE" or "error: ...":
 //
 //	lock I OFF    an OFD write lock of the byte at OFF on file I
@@ -70,7 +70,11 @@ func runMapper(in io.Reader, out io.Writer, flags int, paths []string) int {
 			fmt.Fprintln(out, "error:", err)
 			return 1
 		}
-		m, err := unix.Mmap(int(f.Fd()), 0, twinPage, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		size := int64(twinPage) // the whole file, at least a page
+		if st, err := f.Stat(); err == nil && st.Size() > size {
+			size = (st.Size() + twinPage - 1) / twinPage * twinPage
+		}
+		m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {
 			fmt.Fprintln(out, "error: mmap:", err)
 			return 1

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"slices"
 	"syscall"
 )
 
@@ -26,6 +27,14 @@ import (
 // pages, once the kernel has written back a page of the file. A page with
 // no twin is written back whole, as before. Dropping the kernel's cache
 // drops the twins with it.
+//
+// Order: another mount may read the file while this one's program holds
+// its lock (sqlite's readers lock the -shm too, with locks of their own),
+// so the changed bytes land from the end of the file to its start, each
+// piece before the next (writeBack; the unlock's pushDirty takes the pages
+// highest first), and after the writes to the files beside that came
+// before: a program that publishes by a store to the start — sqlite's
+// header, after its hash tables — is seen in its own order.
 
 // Limits of twin keeping.
 const (
@@ -116,6 +125,26 @@ func (o *openNodes) dropTwins(n *Node, off, size int64) {
 	}
 }
 
+// mappedPages returns the indexes of the pages of n that have twins — the
+// pages the kernel read while the file was open read-write — highest first,
+// once the kernel has written pages of n back (a shared writable mapping's);
+// nil before.
+func (o *openNodes) mappedPages(n *Node) []int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	on := o.m[n]
+	if on == nil || !on.tw.mapped {
+		return nil
+	}
+	ps := make([]int64, 0, len(on.tw.pages))
+	for p := range on.tw.pages {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	slices.Reverse(ps)
+	return ps
+}
+
 // span is a piece of a written-back page to send: the bytes at off.
 type span struct {
 	off  int64
@@ -181,8 +210,21 @@ func (f *fileHandle) writeBack(ctx context.Context, buf []byte, off int64) (uint
 	// A context rawFS kept nothing for: the pieces are plain writes.
 	plain, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for _, r := range f.node.fs.open.diff(f.node, buf, off) {
-		if _, errno := f.Write(plain, r.data, r.off); errno != 0 {
+	// From the end of the range to its start, each piece on the server
+	// before the next is sent: a program that publishes with a store to
+	// the start (sqlite's -shm header, after its hash tables) has it
+	// seen last, as in memory shared on one host — a reader on another
+	// mount may read the file at any time.
+	runs := f.node.fs.open.diff(f.node, buf, off)
+	for i := len(runs) - 1; i >= 0; i-- {
+		r := runs[i]
+		_, errno := f.Write(plain, r.data, r.off)
+		if errno == 0 && i > 0 {
+			if err := f.node.flushWrites(true); err != nil {
+				errno = f.errno("write", err)
+			}
+		}
+		if errno != 0 {
 			f.node.fs.open.dropTwins(f.node, 0, 0) // unknown what the server has now
 			return 0, errno
 		}

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+
+	"github.com/lwiofs/lwiofs/protocol/share"
 )
 
 func TestChanged(t *testing.T) {
@@ -56,6 +59,67 @@ func TestSharedMappingTwoMounts(t *testing.T) {
 		if got[0] != 'A'+round || got[100] != 'a'+round {
 			t.Fatalf("round %d: the server has %q at 0 and %q at 100, want %q and %q: a write-back put back a stale byte",
 				round, got[0], got[100], 'A'+round, 'a'+round)
+		}
+	}
+}
+
+// writeOrder is a server file that records the offsets of its writes.
+type writeOrder struct {
+	share.File
+	mu   *sync.Mutex
+	offs *[]int64
+}
+
+func (f writeOrder) WriteAt(p []byte, off int64) (int, error) {
+	f.mu.Lock()
+	*f.offs = append(*f.offs, off)
+	f.mu.Unlock()
+	return f.File.WriteAt(p, off)
+}
+
+// TestSharedMappingPublishesStartLast: the stores a program made to a
+// shared mapping under a lock reach the server from the end of the file to
+// its start, each on the server before the next is sent. Another mount may
+// read the file at any moment (its own lock is not this one: sqlite's
+// readers take theirs while the writer holds the write lock), and sqlite
+// fills the -shm's hash tables (from 16 KiB) and the page numbers (from 136)
+// before it stores the header (at 0) that makes them count. Sent start
+// first, the new header reached the server before its hash tables: a
+// reader on another mount read old pages of the database ("database disk
+// image is malformed", TestSQLiteTwoMounts/WAL).
+func TestSharedMappingPublishesStartLast(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var offs []int64
+	srv := serveWrapped(t, dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File {
+		return writeOrder{f, &mu, &offs}
+	})
+	s := dialed(t, srv.SessionAddr())
+	mnt := mountWith(t, s.Tree, s.Data, Options{NoLeases: true})
+	if err := os.WriteFile(filepath.Join(dir, "shm"), make([]byte, 8*twinPage), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startMapper(t, os.O_RDWR, []string{mnt}, filepath.Join(mnt, "shm"))
+	for round := 1; round <= 3; round++ {
+		m.do("lock 0 40000")
+		m.do("set 0 20000 %d", round) // a hash table
+		m.do("set 0 400 %d", round)   // a page number
+		m.do("set 0 10 %d", round)    // the header
+		mu.Lock()
+		offs = nil
+		mu.Unlock()
+		m.do("unlock 0 40000")
+		mu.Lock()
+		got := append([]int64(nil), offs...)
+		mu.Unlock()
+		// The kernel's first write-back of the file tells the mount it
+		// is mapped; the order holds from then on.
+		if round == 1 {
+			continue
+		}
+		if len(got) != 3 || got[0] != 20000 || got[1] != 400 || got[2] != 10 {
+			t.Fatalf("round %d: the server was written at %v, want [20000 400 10] (the header stored last went first)", round, got)
 		}
 	}
 }

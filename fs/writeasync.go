@@ -26,9 +26,11 @@ import (
 //     server, and report a failure among them: close-to-open holds — what
 //     a close returned from is what the next open anywhere sees — and so
 //     do fsync's promise and a lock's (the next holder reads what this one
-//     wrote, a shared mapping's write-back included). The lock goes
-//     even when one failed; the unlock reports the failure, and close(2)
-//     and fsync report it again.
+//     wrote, a shared mapping's write-back included). Releasing a lock
+//     also waits for the posted writes of the files open beside the
+//     locked one (lock.go's drainBeside), whose failures stay with those
+//     files. The lock goes even when one failed; the unlock reports the
+//     failure, and close(2) and fsync report it again.
 //   - Anything that reads data or attributes from the server (READ,
 //     GETATTR, SETATTR, LOOKUP, a directory listing, OPEN) first waits for
 //     every posted write of the mount, so it never sees a size or bytes

@@ -492,3 +492,65 @@ func writeBehindManyFiles(t *testing.T, mode client.Mode) {
 		}
 	}
 }
+
+// TestUnlockWaitsForPostedWritesBeside: releasing a lock — by F_UNLCK, or
+// by a close(2) that drops the process's POSIX locks — also waits for the
+// posted writes of the files open beside the locked one: sqlite's WAL
+// checkpoint writes database pages under a lock of the -shm file and,
+// having copied only part of the WAL, publishes how far it got in the -shm
+// without an fsync of the database, so a reader on another mount that took
+// the lock next read pages that had not landed ("database disk image is
+// malformed", TestSQLiteTwoMounts/WAL). Here a posted write is sent only
+// once waited for.
+func TestUnlockWaitsForPostedWritesBeside(t *testing.T) {
+	needFUSE(t)
+	for _, opts := range []Options{{}, {NoLeases: true}} {
+		for _, how := range []string{"unlock", "close"} {
+			t.Run(fmt.Sprintf("%s, noleases=%v", how, opts.NoLeases), func(t *testing.T) {
+				dir, mnt := heldMount(t, opts)
+				for _, name := range []string{"t.db", "t.db-shm"} {
+					if err := os.WriteFile(filepath.Join(dir, name), make([]byte, 8192), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				db := openRW(t, filepath.Join(mnt, "t.db"))
+				shm := openRW(t, filepath.Join(mnt, "t.db-shm"))
+				// A read attaches the data path: the writes are posted
+				// then, not held back by a Write lease.
+				if _, err := db.ReadAt(make([]byte, 1), 0); err != nil {
+					t.Fatal(err)
+				}
+				for round := byte(1); round <= 3; round++ {
+					locked := shm
+					if how == "close" {
+						locked = openRW(t, filepath.Join(mnt, "t.db-shm"))
+						if err := posix(locked, unix.F_WRLCK, 121, 1); err != nil {
+							t.Fatal(err)
+						}
+					} else if err := ofd(shm, unix.F_WRLCK, 121, 1, false); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := db.WriteAt(bytes.Repeat([]byte{round}, 4096), 4096); err != nil {
+						t.Fatal(err)
+					}
+					if how == "close" {
+						if err := locked.Close(); err != nil {
+							t.Fatal(err)
+						}
+					} else if err := ofd(shm, unix.F_UNLCK, 121, 1, false); err != nil {
+						t.Fatal(err)
+					}
+					// No sleep: the lock is gone, the next holder reads the disk.
+					got, err := os.ReadFile(filepath.Join(dir, "t.db"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(got) != 8192 || got[4096] != round {
+						t.Fatalf("round %d: after the -shm lock went the server's t.db holds %d bytes, byte 4096 = %d; want %d (a posted write of the file beside outlived the lock)",
+							round, len(got), got[min(len(got)-1, 4096)], round)
+					}
+				}
+			})
+		}
+	}
+}

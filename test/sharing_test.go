@@ -196,7 +196,16 @@ func TestLocksTwoMounts(t *testing.T) {
 
 // TestSQLiteTwoMounts: sqlite used from two mounts at once, in rollback
 // journal and in WAL mode, under a concurrent write load: every row
-// arrives and PRAGMA integrity_check passes.
+// arrives, no statement fails and PRAGMA integrity_check passes. In WAL
+// mode both check-point after every commit (wal_autocheckpoint=1), so that
+// the -shm's header, hash tables, read marks and backfill count, and the
+// database the checkpoints write, change under each other's readers all
+// the time; three databases in a row. A reader on one mount used to take
+// the other's new -shm header before its hash tables, or its backfill
+// count before the database pages, and fail with "database disk image is
+// malformed" (fs/twin_test.go TestSharedMappingPublishesStartLast,
+// fs/writeasync_test.go TestUnlockWaitsForPostedWritesBeside): about one
+// round in four, so most runs of this test failed.
 func TestSQLiteTwoMounts(t *testing.T) {
 	needTool(t, "sqlite3")
 	s := startServer(t, ServerConfig{})
@@ -204,32 +213,45 @@ func TestSQLiteTwoMounts(t *testing.T) {
 	b := mountShare(t, s, MountConfig{})
 	for _, mode := range []string{"DELETE", "WAL"} {
 		t.Run(mode, func(t *testing.T) {
-			db := "t-" + mode + ".db"
-			runSQL(t, a.Dir, filepath.Join(a.Dir, db), fmt.Sprintf("PRAGMA journal_mode=%s;\nCREATE TABLE t(who TEXT, i INTEGER, pad TEXT);\n", mode))
-			const rows = 150
-			var wg sync.WaitGroup
-			for _, w := range []struct {
-				who string
-				m   *Mount
-			}{{"a", a}, {"b", b}} {
-				wg.Go(func() {
-					var sql strings.Builder
-					sql.WriteString(".timeout 60000\n")
-					for i := range rows {
-						fmt.Fprintf(&sql, "BEGIN IMMEDIATE;\nINSERT INTO t VALUES('%s', %d, '%s');\nUPDATE t SET pad = pad || 'x' WHERE i = %d AND who = '%s';\nCOMMIT;\n",
-							w.who, i, strings.Repeat("p", 100+i%300), i/2, w.who)
-					}
-					runSQL(t, w.m.Dir, filepath.Join(w.m.Dir, db), sql.String())
-				})
+			dbs, pragma := 1, ""
+			if mode == "WAL" {
+				dbs, pragma = 3, "PRAGMA wal_autocheckpoint=1;\n"
 			}
-			wg.Wait()
-			for _, m := range []*Mount{a, b} {
-				out := runSQL(t, m.Dir, filepath.Join(m.Dir, db), "SELECT who, count(*), count(DISTINCT i) FROM t GROUP BY who;\nPRAGMA integrity_check;\n")
-				if want := fmt.Sprintf("a|%d|%d\nb|%d|%d\nok\n", rows, rows, rows, rows); out != want {
-					t.Errorf("after the load, from %s: %q, want %q", m.Dir, out, want)
-				}
+			for k := range dbs {
+				sqliteLoad(t, a, b, fmt.Sprintf("t-%s-%d.db", mode, k), mode, pragma)
 			}
 		})
+	}
+}
+
+// sqliteLoad creates db in journal mode through a, runs the write load
+// from a and b at once (each starting with pragma) and checks the result
+// through both.
+func sqliteLoad(t *testing.T, a, b *Mount, db, mode, pragma string) {
+	t.Helper()
+	runSQL(t, a.Dir, filepath.Join(a.Dir, db), fmt.Sprintf("PRAGMA journal_mode=%s;\nCREATE TABLE t(who TEXT, i INTEGER, pad TEXT);\n", mode))
+	const rows = 150
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		who string
+		m   *Mount
+	}{{"a", a}, {"b", b}} {
+		wg.Go(func() {
+			var sql strings.Builder
+			sql.WriteString(".timeout 60000\n" + pragma)
+			for i := range rows {
+				fmt.Fprintf(&sql, "BEGIN IMMEDIATE;\nINSERT INTO t VALUES('%s', %d, '%s');\nUPDATE t SET pad = pad || 'x' WHERE i = %d AND who = '%s';\nCOMMIT;\n",
+					w.who, i, strings.Repeat("p", 100+i%300), i/2, w.who)
+			}
+			runSQL(t, w.m.Dir, filepath.Join(w.m.Dir, db), sql.String())
+		})
+	}
+	wg.Wait()
+	for _, m := range []*Mount{a, b} {
+		out := runSQL(t, m.Dir, filepath.Join(m.Dir, db), "SELECT who, count(*), count(DISTINCT i) FROM t GROUP BY who;\nPRAGMA integrity_check;\n")
+		if want := fmt.Sprintf("a|%d|%d\nb|%d|%d\nok\n", rows, rows, rows, rows); out != want {
+			t.Errorf("%s after the load, from %s: %q, want %q", db, m.Dir, out, want)
+		}
 	}
 }
 
