@@ -406,6 +406,7 @@ type CreditPool struct {
 	mu    sync.Mutex
 	total int
 	used  int
+	given chan struct{} // closed at the next Give (Given); nil: none asked
 }
 
 // NewCreditPool returns a budget of total credits.
@@ -428,13 +429,28 @@ func (p *CreditPool) Take(n int) int {
 	return n
 }
 
-// Force takes n credits whatever is left, overdrawing the budget: a new
-// connection's minimal grant (the server then takes credits back from
-// others).
-func (p *CreditPool) Force(n int) {
+// Overdraw takes n credits whatever is left, overdrawing the budget, as
+// long as no more than limit credits are then in use; it reports whether
+// it took them. It is a new connection's minimal grant (the server then
+// takes credits back from others).
+func (p *CreditPool) Overdraw(n, limit int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.used+n > limit {
+		return false
+	}
 	p.used += n
+	return true
+}
+
+// Given returns a channel closed when credits are next given back.
+func (p *CreditPool) Given() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.given == nil {
+		p.given = make(chan struct{})
+	}
+	return p.given
 }
 
 // Total is the budget.
@@ -447,6 +463,10 @@ func (p *CreditPool) Give(n int) {
 	p.used -= n
 	if p.used < 0 {
 		panic("protocol: CreditPool.Give more than taken")
+	}
+	if p.given != nil && n > 0 {
+		close(p.given)
+		p.given = nil
 	}
 }
 

@@ -16,8 +16,10 @@ import (
 //   - a new connection always gets at least MinCredits, even when the
 //     budget is spent — the balancer then takes credits back from those
 //     above their share — but never so many more that the overdraft
-//     passes a quarter of the budget (then AUTH is refused with
-//     STATUS_INSUFFICIENT_RESOURCES);
+//     passes a quarter of the budget: then AUTH waits (authWait at most)
+//     for the balancer to take back what others hold above their fair
+//     share, and is refused with STATUS_INSUFFICIENT_RESOURCES only when
+//     no one holds more or the wait runs out;
 //   - a connection whose client keeps every credit busy grows (doubling, as
 //     far as the budget allows: policy in control.go);
 //   - every balanceEvery, connections that carried no request for
@@ -49,8 +51,12 @@ func (c *Config) bufferBytes() int { return recvPad + c.MaxRecvBufferSize }
 
 // takeForAuth takes a new connection's grant from the budget: what it asks
 // for as far as the budget allows, and at least MinCredits (the balancer
-// then takes the overdraft back from others) unless the overdraft would
-// pass a quarter of the budget; then what is left. 0: refused.
+// then takes the overdraft back from others) as long as the overdraft
+// stays within a quarter of the budget. Past that, while others hold
+// credits above their fair share, it waits up to authWait for the balancer
+// to take them back, so that clients logging on together are not refused
+// for the round trips paying an overdraft back takes (issue 20); else it
+// returns what is left. 0: refused.
 func (s *Server) takeForAuth(want int) int {
 	got := s.budget.Take(want)
 	if got >= min(want, s.cfg.MinCredits) {
@@ -59,13 +65,44 @@ func (s *Server) takeForAuth(want int) int {
 		}
 		return got
 	}
-	s.short()
 	need := min(want, s.cfg.MinCredits) - got
-	if over := s.budget.Used() + need - s.budget.Total(); over > s.budget.Total()/4 {
-		return got // what is left, or 0: refused
+	limit := s.budget.Total() + s.budget.Total()/4
+	deadline := time.NewTimer(authWait)
+	defer deadline.Stop()
+	for {
+		s.short()
+		given := s.budget.Given() // before the look: a Give after it wakes us
+		switch {
+		case s.budget.Overdraw(need, limit):
+			return got + need
+		case s.reclaimable() == 0:
+			return got // what is left, or 0: refused
+		}
+		select {
+		case <-given:
+		case <-deadline.C:
+			return got
+		case <-s.quit:
+			return got
+		}
 	}
-	s.budget.Force(need)
-	return got + need
+}
+
+// authWait bounds how long an AUTH waits for the balancer to pay an
+// overdraft back: well within the client's AuthTimeout (5 s by default).
+const authWait = 4 * balanceEvery
+
+// reclaimable is how many credits the authenticated connections hold
+// above their fair share: what the balancer takes back while the budget
+// is short.
+func (s *Server) reclaimable() int {
+	fair, n := s.fairShare(), 0
+	for _, c := range s.connList() {
+		if g := c.openGrant(); g != nil {
+			n += max(0, g.Granted()-fair)
+		}
+	}
+	return n
 }
 
 // short records that a connection got less than it wanted: the balancer
