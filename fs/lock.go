@@ -190,7 +190,10 @@ func (n *Node) pushDirty() {
 }
 
 // drainBeside waits until the posted writes of the files open beside n
-// (writeasync.go) are on the server, before a lock of n goes: what was
+// (writeasync.go) are on the server, before a lock of n goes — at an
+// unlock, at a close(2) that drops POSIX locks (releaseLocks), and at the
+// last close of a handle OFD locks or flocks were taken through (release,
+// file.go, which drops them with the server handle): what was
 // written under a lock is not only in the locked file. sqlite's WAL
 // checkpoint writes database pages under a lock of the -shm file and, when
 // it copies only part of the WAL, publishes how far it got in the -shm
