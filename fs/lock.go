@@ -117,8 +117,11 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 		// the lock goes all the same — kept on the server, it would
 		// stop every other client until the file is closed.
 		n.drainBeside()
-		n.pushDirty()
+		perr := n.pushDirty()
 		err := n.flushAll(dctx, true)
+		if err == nil {
+			err = perr
+		}
 		if uerr := l.Lock(dctx, fh.h, req, false); err == nil {
 			err = uerr
 		}
@@ -181,12 +184,32 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // Invalidate then drops the rest (and the attributes). A file the kernel
 // never wrote back from a mapping goes in one Invalidate (rollback-journal
 // sqlite's database: no notification per cached page at every unlock).
-func (n *Node) pushDirty() {
+// A failed page stops the push: the pages below it are not sent — what is
+// on the server stays a state the program passed through, not the header
+// without its hash tables. Their write-backs fail unsent (the kernel drops
+// them and keeps the failure for fsync and close(2)), and the failure is
+// the unlock's error and is kept for the file's next write, close or fsync.
+// (Left alone, the failure was taken by the next page's write-back only,
+// which went unsent, and the unlock returned 0.)
+func (n *Node) pushDirty() error {
+	var failed error
 	for _, p := range n.fs.open.mappedPages(n) {
+		if failed != nil {
+			n.keepWriteErr(failed) // the page's write-back returns it, unsent
+		}
 		n.NotifyContent(p*twinPage, twinPage)
-		n.drainWrites()
+		if err := n.flushWrites(false); err != nil && failed == nil {
+			failed = err
+		}
 	}
+	if failed == nil {
+		n.Invalidate(0, 0)
+		return nil
+	}
+	n.keepWriteErr(failed)
 	n.Invalidate(0, 0)
+	n.keepWriteErr(failed)
+	return failed
 }
 
 // drainBeside waits until the posted writes of the files open beside n

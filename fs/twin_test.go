@@ -2,9 +2,13 @@ package fs
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/lwiofs/lwiofs/protocol/share"
@@ -121,5 +125,80 @@ func TestSharedMappingPublishesStartLast(t *testing.T) {
 		if len(got) != 3 || got[0] != 20000 || got[1] != 400 || got[2] != 10 {
 			t.Fatalf("round %d: the server was written at %v, want [20000 400 10] (the header stored last went first)", round, got)
 		}
+	}
+}
+
+// failAt is a server file whose first write at off fails.
+type failAt struct {
+	share.File
+	off    int64
+	failed *atomic.Bool
+}
+
+func (f failAt) WriteAt(p []byte, off int64) (int, error) {
+	if off == f.off && !f.failed.Swap(true) {
+		return 0, syscall.EIO
+	}
+	return f.File.WriteAt(p, off)
+}
+
+// TestSharedMappingPushFailure: when the write of a page of a shared
+// mapping fails on the server while an unlock pushes the pages end first,
+// the unlock fails (and the next fsync), and the pages below it are not
+// sent: the server keeps a state the program passed through, not the new
+// header without its hash tables. Before, the failure was left for the
+// file's next write and taken by the next page's write-back only, which
+// went unsent, and the unlock returned 0.
+func TestSharedMappingPushFailure(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	var failed atomic.Bool
+	failed.Store(true) // armed in round 2
+	srv := serveWrapped(t, dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File {
+		return failAt{f, 20000, &failed}
+	})
+	s := dialed(t, srv.SessionAddr())
+	mnt := mountWith(t, s.Tree, s.Data, Options{NoLeases: true})
+	if err := os.WriteFile(filepath.Join(dir, "shm"), make([]byte, 8*twinPage), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startMapper(t, os.O_RDWR, []string{mnt}, filepath.Join(mnt, "shm"))
+	for round := 1; round <= 2; round++ { // the first write-back tells the mount the file is mapped
+		m.do("lock 0 40000")
+		m.do("set 0 20000 %d", round)
+		m.do("set 0 8200 %d", round)
+		m.do("set 0 10 %d", round)
+		if round == 1 {
+			m.do("unlock 0 40000")
+			continue
+		}
+		failed.Store(false)
+		fmt.Fprintln(m.in, "unlock 0 40000")
+		if !m.out.Scan() || !strings.HasPrefix(m.out.Text(), "error:") {
+			t.Errorf("the unlock whose push failed answered %q, want an error", m.out.Text())
+		}
+		for i := 0; ; i++ { // reported again (the kernel's and the mount's copies), then gone
+			fmt.Fprintln(m.in, "sync 0")
+			if !m.out.Scan() {
+				t.Fatal("mapper: no answer")
+			}
+			ok := !strings.HasPrefix(m.out.Text(), "error:")
+			if i == 0 && ok {
+				t.Errorf("the fsync after answered %q, want the error again", m.out.Text())
+			}
+			if ok {
+				break
+			}
+			if i == 3 {
+				t.Fatalf("fsync still fails: %s", m.out.Text())
+			}
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "shm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[10] != 1 || got[8200] != 1 || got[20000] != 1 {
+		t.Fatalf("the server holds %d at 10, %d at 8200 and %d at 20000, want round 1's 1 everywhere (a page below the failed one went)", got[10], got[8200], got[20000])
 	}
 }
