@@ -184,6 +184,8 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // Invalidate then drops the rest (and the attributes). A file the kernel
 // never wrote back from a mapping goes in one Invalidate (rollback-journal
 // sqlite's database: no notification per cached page at every unlock).
+// A lock's acquisition drops the cache the same way (dropForLock): the
+// pages it writes back may hold another owner's stores.
 // A failed page stops the push: the pages below it are not sent — what is
 // on the server stays a state the program passed through, not the header
 // without its hash tables. Their write-backs fail unsent (the kernel drops
@@ -192,8 +194,16 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // (Left alone, the failure was taken by the next page's write-back only,
 // which went unsent, and the unlock returned 0.)
 func (n *Node) pushDirty() error {
+	pages := n.fs.open.mappedPages(n)
+	if len(pages) == 0 {
+		n.Invalidate(0, 0)
+		return nil
+	}
+	// A failure of the file's earlier writes is set aside: left, the
+	// first page's write-back would return it and go unsent.
+	prior := n.flushWrites(false)
 	var failed error
-	for _, p := range n.fs.open.mappedPages(n) {
+	for _, p := range pages {
 		if failed != nil {
 			n.keepWriteErr(failed) // the page's write-back returns it, unsent
 		}
@@ -202,13 +212,16 @@ func (n *Node) pushDirty() error {
 			failed = err
 		}
 	}
-	if failed == nil {
-		n.Invalidate(0, 0)
-		return nil
+	if failed != nil {
+		n.keepWriteErr(failed)
 	}
-	n.keepWriteErr(failed)
 	n.Invalidate(0, 0)
-	n.keepWriteErr(failed)
+	if failed == nil {
+		failed = prior
+	}
+	if failed != nil {
+		n.keepWriteErr(failed)
+	}
 	return failed
 }
 
@@ -244,7 +257,11 @@ func (n *Node) dropForLock() {
 		if m.cacheTrusted() {
 			continue
 		}
-		m.Invalidate(0, 0) // in the lock's request: see pushDirty
+		// In the lock's request (see pushDirty), and in pushDirty's
+		// order: the kernel writes back the dirty pages it drops,
+		// another owner's stores under another lock among them.
+		// A failure is kept for the file's next write, close or fsync.
+		m.pushDirty()
 	}
 }
 

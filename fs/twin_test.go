@@ -202,3 +202,46 @@ func TestSharedMappingPushFailure(t *testing.T) {
 		t.Fatalf("the server holds %d at 10, %d at 8200 and %d at 20000, want round 1's 1 everywhere (a page below the failed one went)", got[10], got[8200], got[20000])
 	}
 }
+
+// TestSharedMappingLockPublishesStartLast: taking a lock drops the
+// mount's cache of the file (dropForLock), which writes back the mapping's
+// dirty pages — another owner's stores among them (a second process, or a
+// second lock of the same one, on the mount). Those pages go end first too:
+// dropped in one invalidation, the kernel wrote them back start first, and
+// a header stored after its hash tables reached the server before them.
+func TestSharedMappingLockPublishesStartLast(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var offs []int64
+	srv := serveWrapped(t, dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File {
+		return writeOrder{f, &mu, &offs}
+	})
+	s := dialed(t, srv.SessionAddr())
+	mnt := mountWith(t, s.Tree, s.Data, Options{NoLeases: true})
+	if err := os.WriteFile(filepath.Join(dir, "shm"), make([]byte, 8*twinPage), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startMapper(t, os.O_RDWR, []string{mnt}, filepath.Join(mnt, "shm"))
+	m.do("lock 0 40000") // the first write-back tells the mount the file is mapped
+	m.do("set 0 10 1")
+	m.do("unlock 0 40000")
+	for round := 2; round <= 3; round++ {
+		m.do("lock 0 40000")
+		m.do("set 0 20000 %d", round) // a hash table
+		m.do("set 0 400 %d", round)   // a page number
+		m.do("set 0 10 %d", round)    // the header
+		mu.Lock()
+		offs = nil
+		mu.Unlock()
+		m.do("lock 0 40001") // another lock, here of the same owner
+		mu.Lock()
+		got := append([]int64(nil), offs...)
+		mu.Unlock()
+		if len(got) != 3 || got[0] != 20000 || got[1] != 400 || got[2] != 10 {
+			t.Fatalf("round %d: taking a lock wrote the server at %v, want [20000 400 10] (the header stored last went first)", round, got)
+		}
+		m.do("unlock 0 40001")
+		m.do("unlock 0 40000")
+	}
+}
