@@ -458,6 +458,11 @@ func (f *fileHandle) release() {
 		// Flush: kept for the file's next write, close or fsync.
 		f.log.WithField("op", "release").WithError(err).Warn("fs: a posted or held-back write failed")
 	}
+	if f.locked.Load() {
+		// Its OFD locks and flocks go with the handle: after the
+		// writes beside, as at an unlock (lock.go).
+		f.node.drainBeside()
+	}
 	if f.keepHandle() {
 		return
 	}

@@ -117,8 +117,11 @@ func (n *Node) setlk(ctx context.Context, f gofs.FileHandle, owner uint64, lk *f
 		// the lock goes all the same — kept on the server, it would
 		// stop every other client until the file is closed.
 		n.drainBeside()
-		n.pushDirty()
+		perr := n.pushDirty()
 		err := n.flushAll(dctx, true)
+		if err == nil {
+			err = perr
+		}
 		if uerr := l.Lock(dctx, fh.h, req, false); err == nil {
 			err = uerr
 		}
@@ -181,16 +184,52 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // Invalidate then drops the rest (and the attributes). A file the kernel
 // never wrote back from a mapping goes in one Invalidate (rollback-journal
 // sqlite's database: no notification per cached page at every unlock).
-func (n *Node) pushDirty() {
-	for _, p := range n.fs.open.mappedPages(n) {
+// A lock's acquisition drops the cache the same way (dropForLock): the
+// pages it writes back may hold another owner's stores.
+// A failed page stops the push: the pages below it are not sent — what is
+// on the server stays a state the program passed through, not the header
+// without its hash tables. Their write-backs fail unsent (the kernel drops
+// them and keeps the failure for fsync and close(2)), and the failure is
+// the unlock's error and is kept for the file's next write, close or fsync.
+// (Left alone, the failure was taken by the next page's write-back only,
+// which went unsent, and the unlock returned 0.)
+func (n *Node) pushDirty() error {
+	pages := n.fs.open.mappedPages(n)
+	if len(pages) == 0 {
+		n.Invalidate(0, 0)
+		return nil
+	}
+	// A failure of the file's earlier writes is set aside: left, the
+	// first page's write-back would return it and go unsent.
+	prior := n.flushWrites(false)
+	var failed error
+	for _, p := range pages {
+		if failed != nil {
+			n.keepWriteErr(failed) // the page's write-back returns it, unsent
+		}
 		n.NotifyContent(p*twinPage, twinPage)
-		n.drainWrites()
+		if err := n.flushWrites(false); err != nil && failed == nil {
+			failed = err
+		}
+	}
+	if failed != nil {
+		n.keepWriteErr(failed)
 	}
 	n.Invalidate(0, 0)
+	if failed == nil {
+		failed = prior
+	}
+	if failed != nil {
+		n.keepWriteErr(failed)
+	}
+	return failed
 }
 
 // drainBeside waits until the posted writes of the files open beside n
-// (writeasync.go) are on the server, before a lock of n goes: what was
+// (writeasync.go) are on the server, before a lock of n goes — at an
+// unlock, at a close(2) that drops POSIX locks (releaseLocks), and at the
+// last close of a handle OFD locks or flocks were taken through (release,
+// file.go, which drops them with the server handle): what was
 // written under a lock is not only in the locked file. sqlite's WAL
 // checkpoint writes database pages under a lock of the -shm file and, when
 // it copies only part of the WAL, publishes how far it got in the -shm
@@ -218,7 +257,11 @@ func (n *Node) dropForLock() {
 		if m.cacheTrusted() {
 			continue
 		}
-		m.Invalidate(0, 0) // in the lock's request: see pushDirty
+		// In the lock's request (see pushDirty), and in pushDirty's
+		// order: the kernel writes back the dirty pages it drops,
+		// another owner's stores under another lock among them.
+		// A failure is kept for the file's next write, close or fsync.
+		m.pushDirty()
 	}
 }
 

@@ -59,6 +59,7 @@ func TestMain(m *testing.M) {
 //	unlock I OFF  its release
 //	set I OFF B   stores byte B at OFF in file I's mapping
 //	get I OFF     loads the byte at OFF in file I's mapping
+//	sync I        fsync(2) of file I
 //
 // At the end of in it unmaps and closes the files and returns the exit code.
 func runMapper(in io.Reader, out io.Writer, flags int, paths []string) int {
@@ -110,7 +111,7 @@ func mapperDo(cmd []string, files []*os.File, maps [][]byte) string {
 		}
 		n = append(n, v)
 	}
-	want := map[string]int{"lock": 2, "unlock": 2, "set": 3, "get": 2}
+	want := map[string]int{"lock": 2, "unlock": 2, "set": 3, "get": 2, "sync": 1}
 	if len(cmd) == 0 || want[cmd[0]] != len(n) || n[0] < 0 || n[0] >= int64(len(files)) {
 		return fmt.Sprintf("error: bad command %q", cmd)
 	}
@@ -128,6 +129,8 @@ func mapperDo(cmd []string, files []*os.File, maps [][]byte) string {
 		m[n[1]] = byte(n[2])
 	case "get":
 		return fmt.Sprintf("ok %d", m[n[1]])
+	case "sync":
+		err = f.Sync()
 	}
 	if err != nil {
 		return "error: " + err.Error()

@@ -31,8 +31,8 @@ import (
 // Order: another mount may read the file while this one's program holds
 // its lock (sqlite's readers lock the -shm too, with locks of their own),
 // so the changed bytes land from the end of the file to its start, each
-// piece before the next (writeBack; the unlock's pushDirty takes the pages
-// highest first), and after the writes to the files beside that came
+// piece before the next (writeBack; the unlock's pushDirty, and a lock's
+// dropForLock, take the pages highest first), and after the writes to the files beside that came
 // before: a program that publishes by a store to the start — sqlite's
 // header, after its hash tables — is seen in its own order.
 

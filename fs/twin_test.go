@@ -2,9 +2,13 @@ package fs
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/lwiofs/lwiofs/protocol/share"
@@ -77,17 +81,10 @@ func (f writeOrder) WriteAt(p []byte, off int64) (int, error) {
 	return f.File.WriteAt(p, off)
 }
 
-// TestSharedMappingPublishesStartLast: the stores a program made to a
-// shared mapping under a lock reach the server from the end of the file to
-// its start, each on the server before the next is sent. Another mount may
-// read the file at any moment (its own lock is not this one: sqlite's
-// readers take theirs while the writer holds the write lock), and sqlite
-// fills the -shm's hash tables (from 16 KiB) and the page numbers (from 136)
-// before it stores the header (at 0) that makes them count. Sent start
-// first, the new header reached the server before its hash tables: a
-// reader on another mount read old pages of the database ("database disk
-// image is malformed", TestSQLiteTwoMounts/WAL).
-func TestSharedMappingPublishesStartLast(t *testing.T) {
+// orderedMapping maps a file of 8 pages shared through a mount, and
+// returns its mapper and the offsets the server was written at since the
+// last call.
+func orderedMapping(t *testing.T) (*mapper, func() []int64) {
 	needFUSE(t)
 	dir := t.TempDir()
 	var mu sync.Mutex
@@ -101,18 +98,43 @@ func TestSharedMappingPublishesStartLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := startMapper(t, os.O_RDWR, []string{mnt}, filepath.Join(mnt, "shm"))
-	for round := 1; round <= 3; round++ {
-		m.do("lock 0 40000")
-		m.do("set 0 20000 %d", round) // a hash table
-		m.do("set 0 400 %d", round)   // a page number
-		m.do("set 0 10 %d", round)    // the header
+	return m, func() []int64 {
 		mu.Lock()
+		defer mu.Unlock()
+		got := offs
 		offs = nil
-		mu.Unlock()
+		return got
+	}
+}
+
+// commit does what sqlite's writer does to its -shm at a commit: under
+// its lock (40000), fills a hash table (at 16 KiB on) and a page number
+// (at 136 on), then stores the header at the start that makes them count.
+func commit(m *mapper, round int) {
+	m.t.Helper()
+	m.do("lock 0 40000")
+	m.do("set 0 20000 %d", round)
+	m.do("set 0 400 %d", round)
+	m.do("set 0 10 %d", round)
+}
+
+// TestSharedMappingPublishesStartLast: the stores a program made to a
+// shared mapping under a lock reach the server from the end of the file to
+// its start, each on the server before the next is sent. Another mount may
+// read the file at any moment (its own lock is not this one: sqlite's
+// readers take theirs while the writer holds the write lock), and sqlite
+// fills the -shm's hash tables (from 16 KiB) and the page numbers (from 136)
+// before it stores the header (at 0) that makes them count. Sent start
+// first, the new header reached the server before its hash tables: a
+// reader on another mount read old pages of the database ("database disk
+// image is malformed", TestSQLiteTwoMounts/WAL).
+func TestSharedMappingPublishesStartLast(t *testing.T) {
+	m, written := orderedMapping(t)
+	for round := 1; round <= 3; round++ {
+		commit(m, round)
+		written()
 		m.do("unlock 0 40000")
-		mu.Lock()
-		got := append([]int64(nil), offs...)
-		mu.Unlock()
+		got := written()
 		// The kernel's first write-back of the file tells the mount it
 		// is mapped; the order holds from then on.
 		if round == 1 {
@@ -121,5 +143,104 @@ func TestSharedMappingPublishesStartLast(t *testing.T) {
 		if len(got) != 3 || got[0] != 20000 || got[1] != 400 || got[2] != 10 {
 			t.Fatalf("round %d: the server was written at %v, want [20000 400 10] (the header stored last went first)", round, got)
 		}
+	}
+}
+
+// failAt is a server file whose first write at off fails.
+type failAt struct {
+	share.File
+	off    int64
+	failed *atomic.Bool
+}
+
+func (f failAt) WriteAt(p []byte, off int64) (int, error) {
+	if off == f.off && !f.failed.Swap(true) {
+		return 0, syscall.EIO
+	}
+	return f.File.WriteAt(p, off)
+}
+
+// TestSharedMappingPushFailure: when the write of a page of a shared
+// mapping fails on the server while an unlock pushes the pages end first,
+// the unlock fails (and the next fsync), and the pages below it are not
+// sent: the server keeps a state the program passed through, not the new
+// header without its hash tables. Before, the failure was left for the
+// file's next write and taken by the next page's write-back only, which
+// went unsent, and the unlock returned 0.
+func TestSharedMappingPushFailure(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	var failed atomic.Bool
+	failed.Store(true) // armed in round 2
+	srv := serveWrapped(t, dir, "127.0.0.1:0", "127.0.0.1:0", func(f share.File) share.File {
+		return failAt{f, 20000, &failed}
+	})
+	s := dialed(t, srv.SessionAddr())
+	mnt := mountWith(t, s.Tree, s.Data, Options{NoLeases: true})
+	if err := os.WriteFile(filepath.Join(dir, "shm"), make([]byte, 8*twinPage), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startMapper(t, os.O_RDWR, []string{mnt}, filepath.Join(mnt, "shm"))
+	for round := 1; round <= 2; round++ { // the first write-back tells the mount the file is mapped
+		m.do("lock 0 40000")
+		m.do("set 0 20000 %d", round)
+		m.do("set 0 8200 %d", round)
+		m.do("set 0 10 %d", round)
+		if round == 1 {
+			m.do("unlock 0 40000")
+			continue
+		}
+		failed.Store(false)
+		fmt.Fprintln(m.in, "unlock 0 40000")
+		if !m.out.Scan() || !strings.HasPrefix(m.out.Text(), "error:") {
+			t.Errorf("the unlock whose push failed answered %q, want an error", m.out.Text())
+		}
+		for i := 0; ; i++ { // reported again (the kernel's and the mount's copies), then gone
+			fmt.Fprintln(m.in, "sync 0")
+			if !m.out.Scan() {
+				t.Fatal("mapper: no answer")
+			}
+			ok := !strings.HasPrefix(m.out.Text(), "error:")
+			if i == 0 && ok {
+				t.Errorf("the fsync after answered %q, want the error again", m.out.Text())
+			}
+			if ok {
+				break
+			}
+			if i == 3 {
+				t.Fatalf("fsync still fails: %s", m.out.Text())
+			}
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "shm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[10] != 1 || got[8200] != 1 || got[20000] != 1 {
+		t.Fatalf("the server holds %d at 10, %d at 8200 and %d at 20000, want round 1's 1 everywhere (a page below the failed one went)", got[10], got[8200], got[20000])
+	}
+}
+
+// TestSharedMappingLockPublishesStartLast: taking a lock drops the
+// mount's cache of the file (dropForLock), which writes back the mapping's
+// dirty pages — another owner's stores among them (a second process, or a
+// second lock of the same one, on the mount). Those pages go end first too:
+// dropped in one invalidation, the kernel wrote them back start first, and
+// a header stored after its hash tables reached the server before them.
+func TestSharedMappingLockPublishesStartLast(t *testing.T) {
+	m, written := orderedMapping(t)
+	m.do("lock 0 40000") // the first write-back tells the mount the file is mapped
+	m.do("set 0 10 1")
+	m.do("unlock 0 40000")
+	for round := 2; round <= 3; round++ {
+		commit(m, round)
+		written()
+		m.do("lock 0 40001") // another lock, here of the same owner
+		got := written()
+		if len(got) != 3 || got[0] != 20000 || got[1] != 400 || got[2] != 10 {
+			t.Fatalf("round %d: taking a lock wrote the server at %v, want [20000 400 10] (the header stored last went first)", round, got)
+		}
+		m.do("unlock 0 40001")
+		m.do("unlock 0 40000")
 	}
 }

@@ -275,6 +275,17 @@ func (n *Node) flushWrites(keep bool) error {
 	return q.flush(keep)
 }
 
+// keepWriteErr keeps err as a failure of the node's writes, for its next
+// write, close or fsync to report, unless one is kept already.
+func (n *Node) keepWriteErr(err error) {
+	q := n.queue()
+	q.mu.Lock()
+	if q.err == nil {
+		q.err = err
+	}
+	q.mu.Unlock()
+}
+
 // drainWrites waits until no write of the node is in flight, leaving a
 // failure among them for the next write, close or fsync: what a Write
 // lease held back (writebehind.go) goes after them, and a lease break is

@@ -501,11 +501,13 @@ func writeBehindManyFiles(t *testing.T, mode client.Mode) {
 // without an fsync of the database, so a reader on another mount that took
 // the lock next read pages that had not landed ("database disk image is
 // malformed", TestSQLiteTwoMounts/WAL). Here a posted write is sent only
-// once waited for.
+// once waited for. An OFD lock or a flock goes with the last close of its
+// open file (RELEASE, which the kernel does not wait for): the test waits
+// until the server's lock is free, then reads.
 func TestUnlockWaitsForPostedWritesBeside(t *testing.T) {
 	needFUSE(t)
 	for _, opts := range []Options{{}, {NoLeases: true}} {
-		for _, how := range []string{"unlock", "close"} {
+		for _, how := range []string{"unlock", "close", "close OFD", "close flock"} {
 			t.Run(fmt.Sprintf("%s, noleases=%v", how, opts.NoLeases), func(t *testing.T) {
 				dir, mnt := heldMount(t, opts)
 				for _, name := range []string{"t.db", "t.db-shm"} {
@@ -522,23 +524,37 @@ func TestUnlockWaitsForPostedWritesBeside(t *testing.T) {
 				}
 				for round := byte(1); round <= 3; round++ {
 					locked := shm
-					if how == "close" {
-						locked = openRW(t, filepath.Join(mnt, "t.db-shm"))
-						if err := posix(locked, unix.F_WRLCK, 121, 1); err != nil {
+					var err error
+					if how != "unlock" {
+						locked, err = os.OpenFile(filepath.Join(mnt, "t.db-shm"), os.O_RDWR, 0)
+						if err != nil {
 							t.Fatal(err)
 						}
-					} else if err := ofd(shm, unix.F_WRLCK, 121, 1, false); err != nil {
+					}
+					switch how {
+					case "close":
+						err = posix(locked, unix.F_WRLCK, 121, 1)
+					case "close flock":
+						err = unix.Flock(int(locked.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+					default:
+						err = ofd(locked, unix.F_WRLCK, 121, 1, false)
+					}
+					if err != nil {
 						t.Fatal(err)
 					}
 					if _, err := db.WriteAt(bytes.Repeat([]byte{round}, 4096), 4096); err != nil {
 						t.Fatal(err)
 					}
-					if how == "close" {
-						if err := locked.Close(); err != nil {
-							t.Fatal(err)
-						}
-					} else if err := ofd(shm, unix.F_UNLCK, 121, 1, false); err != nil {
+					if how == "unlock" {
+						err = ofd(shm, unix.F_UNLCK, 121, 1, false)
+					} else {
+						err = locked.Close()
+					}
+					if err != nil {
 						t.Fatal(err)
+					}
+					if how == "close OFD" || how == "close flock" {
+						serverLockFree(t, filepath.Join(dir, "t.db-shm"), how == "close flock")
 					}
 					// No sleep: the lock is gone, the next holder reads the disk.
 					got, err := os.ReadFile(filepath.Join(dir, "t.db"))
@@ -551,6 +567,31 @@ func TestUnlockWaitsForPostedWritesBeside(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// serverLockFree waits until a process on the server can take, and takes
+// and drops, a write lock of byte 121 of path (an OFD lock, or a flock):
+// the lock a mount held on it is gone.
+func serverLockFree(t *testing.T, path string, flock bool) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if flock {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		} else {
+			err = ofd(f, unix.F_WRLCK, 121, 1, false)
+		}
+		if err == nil {
+			return // closing f drops it
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mount's lock of %s is still held on the server: %v", path, err)
 		}
 	}
 }
