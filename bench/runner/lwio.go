@@ -209,7 +209,7 @@ func (env *setupEnv) setupLWIO(spec lwioSpec) (*target, func(), error) {
 		return nil, cleanup, err
 	}
 	cleanups = append(cleanups, func() { unmount(d, mnt) })
-	t := &target{Name: spec.Name, Dir: mnt, client: d, server: srv.d, ports: srv.ports}
+	t := &target{Name: spec.Name, Dir: mnt, client: d, server: srv.d, ports: srv.ports, lwioStat: filepath.Join(spec.Bin, "lwio")}
 	if err := waitMounted(d, mnt); err != nil {
 		return t, cleanup, err
 	}
