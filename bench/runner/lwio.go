@@ -15,7 +15,7 @@ import (
 // spec: `-lwio NAME=...`, BENCH_LWIO, or BENCH_LWIO_BIN_OLD.
 type lwioSpec struct {
 	Name string
-	// Bin is the directory with lwio-server and lwio-mount.
+	// Bin is the directory with lwio-server, lwio-mount and lwio.
 	Bin string
 	// Mount is lwio-mount's -o options beyond username (e.g.
 	// "completion=polling").

@@ -25,7 +25,7 @@ const (
 // tools are the programs the bench drives; "" means build it from the
 // tree into the work directory.
 type tools struct {
-	bin     string // lwio-server and lwio-mount
+	bin     string // lwio-server, lwio-mount and lwio
 	nullfs  string // bench/nullfs
 	latency string // bench/latency
 	engine  string // protocol/client's test binary
