@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,21 +53,7 @@ func TestLWIOStatSample(t *testing.T) {
 // reads 300 bytes for a MiB of file data.
 func TestMeasureLWIOWire(t *testing.T) {
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	session, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer session.Close()
-	srv, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	port, session, _ := loopbackPair(t)
 
 	counters := filepath.Join(dir, "stat.json")
 	if err := os.WriteFile(counters, []byte(statJSON(1<<20, 5<<20)), 0o644); err != nil {
@@ -84,7 +69,7 @@ func TestMeasureLWIOWire(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tg := &target{Name: "lwio-auto", Dir: dir, ports: []int{ln.Addr().(*net.TCPAddr).Port}, lwioStat: lwio}
+	tg := &target{Name: "lwio-auto", Dir: dir, ports: []int{port}, lwioStat: lwio}
 	// The job: the counters move by 1 MiB on the first unix connection
 	// (and 5 MiB on the TCP one, which is the fake's: no socket carries
 	// it, so ss must not see it and lwioStatSample must not count it), and
