@@ -173,7 +173,7 @@ func cpuHeadline(b *md, tb *table) {
 		"fio: the application's own CPU (its rusage). Whole machine: /proc/stat busy time, other users' work included. "+
 		"Others: CPUs busy, on average during these jobs, outside the processes measured (other users, kernel threads): "+
 		"what the whole-machine figure owes to the machine's other work. "+
-		"Wire: bytes on the target's connections per byte of file data.\n\n", strings.Join(bigDirect, ", "))
+		"Wire: bytes on the target's connections per byte of file data (%s).\n\n", strings.Join(bigDirect, ", "), wireWhat)
 	b.w("| target | client | server | client + server | ÷ sshfs | fio | fio + client + server | whole machine | others (CPUs) | wire |\n")
 	b.w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	sshfs := clientServer(tb.perGiB("sshfs", bigDirect))

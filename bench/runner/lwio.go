@@ -15,7 +15,7 @@ import (
 // spec: `-lwio NAME=...`, BENCH_LWIO, or BENCH_LWIO_BIN_OLD.
 type lwioSpec struct {
 	Name string
-	// Bin is the directory with lwio-server and lwio-mount.
+	// Bin is the directory with lwio-server, lwio-mount and lwio.
 	Bin string
 	// Mount is lwio-mount's -o options beyond username (e.g.
 	// "completion=polling").
@@ -209,7 +209,7 @@ func (env *setupEnv) setupLWIO(spec lwioSpec) (*target, func(), error) {
 		return nil, cleanup, err
 	}
 	cleanups = append(cleanups, func() { unmount(d, mnt) })
-	t := &target{Name: spec.Name, Dir: mnt, client: d, server: srv.d, ports: srv.ports}
+	t := &target{Name: spec.Name, Dir: mnt, client: d, server: srv.d, ports: srv.ports, lwioStat: filepath.Join(spec.Bin, "lwio")}
 	if err := waitMounted(d, mnt); err != nil {
 		return t, cleanup, err
 	}

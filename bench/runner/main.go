@@ -94,7 +94,7 @@ const defaultTargets = "dir,nullfs,sshfs,lwio-auto,lwio-interrupt,lwio-polling,l
 
 func main() {
 	var (
-		binDir   = flag.String("bin", "bin", "directory with lwio-server and lwio-mount (missing: lwiofs targets are skipped, saying so)")
+		binDir   = flag.String("bin", "bin", "directory with lwio-server and lwio-mount (missing: lwiofs targets are skipped, saying so), and lwio (its stat counts the wire of unix-socket connections)")
 		nullfs   = flag.String("nullfs", "", "the bench/nullfs binary (default: built into the work directory)")
 		latency  = flag.String("latency", "", "the bench/latency binary (default: built into the work directory)")
 		engine   = flag.String("engine", "", "protocol/client's test binary, for the engine benchmark (default: built into the work directory)")

@@ -348,7 +348,7 @@ func allTables(b *md, tb *table, cfg config) {
 			}
 			b.w("\n")
 		}
-		b.w("\nBytes on the target's connections per byte of file data (both directions, counted on the server's sockets):\n\n")
+		b.w("\nBytes on the target's connections per byte of file data (%s):\n\n", wireWhat)
 		b.w("| target | 1 MiB read | 1 MiB write | 4 KiB read | 4 KiB write |\n|---|---:|---:|---:|---:|\n")
 		for _, t := range tb.targets {
 			b.w("| %s |", t)
@@ -359,7 +359,8 @@ func allTables(b *md, tb *table, cfg config) {
 		}
 	}
 	if _, ok := tb.cells[kindCp]; ok {
-		b.w("\n`cp` of the %s data file inside the mount, then fsync of the copy (caches dropped first):\n\n", cfg.Size)
+		b.w("\n`cp` of the %s data file inside the mount, then fsync of the copy (caches dropped first); "+
+			"MiB on the connections: %s:\n\n", cfg.Size, wireWhat)
 		b.w("| target | seconds | MiB/s | MiB on the connections | CPU client / server (s) |\n|---|---:|---:|---:|---:|\n")
 		for _, t := range tb.targets {
 			a := tb.get(kindCp, t)

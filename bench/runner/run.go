@@ -25,7 +25,7 @@ const (
 // tools are the programs the bench drives; "" means build it from the
 // tree into the work directory.
 type tools struct {
-	bin     string // lwio-server and lwio-mount
+	bin     string // lwio-server, lwio-mount and lwio
 	nullfs  string // bench/nullfs
 	latency string // bench/latency
 	engine  string // protocol/client's test binary
@@ -216,7 +216,7 @@ func (s *section) runJob(ctx context.Context, t *target, j job) record {
 func measure(t *target, rec *record, cmd *exec.Cmd) error {
 	rec.HasClient, rec.HasSrvr = t.client != nil, t.server != nil
 	c0, s0 := sampleTree(t.client), sampleTree(t.server)
-	w0, werr := wireSampleOf(t.ports)
+	w0, werr := sampleWire(t)
 	m0, _ := machineBusy()
 	start := time.Now()
 	err := cmd.Run()
@@ -229,8 +229,8 @@ func measure(t *target, rec *record, cmd *exec.Cmd) error {
 		rec.AppCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
 	}
 	rec.ClientCPU, rec.ServerCPU = cpuBetween(c0, sampleTree(t.client)), cpuBetween(s0, sampleTree(t.server))
-	if len(t.ports) > 0 && werr == nil {
-		if w1, err := wireSampleOf(t.ports); err == nil {
+	if (len(t.ports) > 0 || t.lwioStat != "") && werr == nil {
+		if w1, err := sampleWire(t); err == nil {
 			rec.WireBytes, rec.HasWire = wireBetween(w0, w1), true
 		}
 	}

@@ -36,22 +36,7 @@ func TestWireBetween(t *testing.T) {
 // TestWireSampleOfLiveSocket counts, through ss, what a loopback
 // connection carries both ways, on the listening side only.
 func TestWireSampleOfLiveSocket(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
-	cli, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	srv, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	port, cli, srv := loopbackPair(t)
 	a, err := wireSampleOf([]int{port})
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +66,28 @@ func TestWireSampleOfLiveSocket(t *testing.T) {
 	if s, err := wireSampleOf(nil); s != nil || err != nil {
 		t.Errorf("no ports: %v, %v; want nothing", s, err)
 	}
+}
+
+// loopbackPair is a TCP connection over loopback: the listening port, the
+// dialling end and the accepted end, closed when t ends.
+func loopbackPair(t *testing.T) (int, net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	cli, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	srv, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port, cli, srv
 }
 
 func TestParseProcStat(t *testing.T) {

@@ -26,6 +26,11 @@ type target struct {
 	// ports are the server's listening ports: the bytes on the sockets
 	// bound to them are the target's wire bytes (none: nothing counted).
 	ports []int
+	// lwioStat is, for an lwiofs mount, the lwio command whose `stat
+	// -json` gives the bytes of the RDMA connections ss cannot see
+	// (sampleWire). Without it (or with one that cannot answer) the
+	// target's wire is not counted: ss alone would miss those bytes.
+	lwioStat string
 }
 
 func (t *target) alive() error {
