@@ -168,25 +168,30 @@ func (ll *localListener) claim(uc *net.UnixConn) {
 		_ = uc.Close()
 		return
 	}
+	if !stop() { // the listener is closing
+		_ = uc.Close()
+		return
+	}
+	_ = uc.SetDeadline(time.Time{})
+	// Deliver under the lock that takes the token out of pending, so a
+	// hello that withdraws its offer either finds uc there (and closes
+	// it) or has withdrawn before: never an fd left in an offer nobody
+	// will read. Deliver before the server token: the client says 'U' on
+	// TCP only once it has read it, so the hello waiting there finds the
+	// socket. The one slot is filled once, the token leaving pending.
 	ll.mu.Lock()
 	po := ll.pending[tok]
 	delete(ll.pending, tok)
+	if po != nil {
+		po.got <- uc
+	}
 	ll.mu.Unlock()
 	if po == nil {
 		ll.l.p.log.Info("softrdma: unix connection with an unknown token refused")
 		_ = uc.Close()
 		return
 	}
-	if !stop() {
-		_ = uc.Close()
-		return
-	}
-	_ = uc.SetDeadline(time.Time{})
-	// Deliver first: the client says 'U' on TCP only once it has read
-	// the server token, so the hello waiting there finds the socket. The
-	// token is 16 bytes into an empty socket buffer: the write does not
-	// block.
-	po.got <- uc
+	// 16 bytes into an empty socket buffer: the write does not block.
 	_, _ = uc.Write(po.serv[:])
 }
 
