@@ -33,10 +33,15 @@ import (
 //     for it. The client checks the server token and says 'U' on TCP (it
 //     moved) or, if anything failed, 'T' (it stays on TCP).
 //
-// A local user who learns the name (any TCP client gets an offer) cannot
-// bind it while the listener lives, and cannot answer for a connection it
-// did not see the tokens of; at worst it connects to the name and makes
-// the server read 16 bytes. See docs/security.md.
+// Both ends take the step only when their TCP connection joins two
+// sockets of one host (sameHost): a client of a server on another host
+// never dials a name in its own namespace, where a local user may have
+// bound it.
+//
+// A local user who learns the name (any TCP client on the host gets an
+// offer) cannot bind it while the listener lives, and cannot answer for a
+// connection it did not see the tokens of; at worst it connects to the
+// name and makes the server read 16 bytes. See docs/security.md.
 
 // EnvTCPOnly, set to 1, makes both binaries' softrdma providers TCPOnly
 // (TCPOnlyFromEnv): for a comparison, or a host where the unix socket
@@ -89,6 +94,20 @@ func (o *offer) decode(b []byte) {
 }
 
 func localName(id [localIDSize]byte) string { return localPrefix + hex.EncodeToString(id[:]) }
+
+// sameHost reports whether tc's two ends have the same address, as a
+// connection to one of this host's own addresses (loopback or not) has
+// and one between two hosts does not. Only then does either end offer or
+// ask for the same-host path: a client that dialled another host would
+// otherwise present its client token to whatever holds the offered name
+// on its own host (a local user can bind any free abstract name), and a
+// hostile server elsewhere could relay the offer of a server on the
+// client's host and have the client attached to it.
+func sameHost(tc *net.TCPConn) bool {
+	l, lok := tc.LocalAddr().(*net.TCPAddr)
+	r, rok := tc.RemoteAddr().(*net.TCPAddr)
+	return lok && rok && l.IP.Equal(r.IP)
+}
 
 // localListener is a listener's unix socket and the offers waiting for
 // their client to arrive on it.

@@ -119,8 +119,9 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 	tc := nc.(*net.TCPConn)
 	stop := context.AfterFunc(ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
 	var s sock = tc
-	peer, err := p.handshake(tc, cfg, !p.opts.TCPOnly)
-	if err == nil && peer.Flags&helloLocal != 0 && !p.opts.TCPOnly {
+	local := !p.opts.TCPOnly && sameHost(tc)
+	peer, err := p.handshake(tc, cfg, local)
+	if err == nil && peer.Flags&helloLocal != 0 && local {
 		s, err = p.takeOffer(ctx, tc)
 	}
 	if !stop() {
@@ -379,8 +380,9 @@ func (l *listener) admit(tc *net.TCPConn) {
 	_ = tc.SetDeadline(time.Now().Add(l.p.opts.HandshakeTimeout))
 	stop := context.AfterFunc(l.ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
 	var s sock = tc
-	peer, err := l.p.handshake(tc, l.cfg, l.local != nil)
-	if err == nil && peer.Flags&helloLocal != 0 && l.local != nil {
+	local := l.local != nil && sameHost(tc)
+	peer, err := l.p.handshake(tc, l.cfg, local)
+	if err == nil && peer.Flags&helloLocal != 0 && local {
 		s, err = l.local.serveOffer(tc)
 	}
 	stop()
