@@ -1,13 +1,18 @@
 package soft
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/conformance"
 )
 
 // unixPair is a connected pair of unix stream sockets.
@@ -65,4 +70,58 @@ func TestSameHostClaimWithdraw(t *testing.T) {
 	if left > 0 {
 		t.Fatalf("%d of 2000 claimed sockets were left in a withdrawn offer", left)
 	}
+}
+
+// TestSameHostTCPClosed: once a connection moved to the unix socket,
+// neither end keeps its TCP connection open (an fd per connection, and a
+// loopback connection the kernel keeps alive for nothing).
+func TestSameHostTCPClosed(t *testing.T) {
+	// A socket nobody references is closed by its finalizer: no GC
+	// here, so an end that forgot its TCP connection shows.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	ln, err := New(Options{}).Listen("127.0.0.1:0", transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cli, srv := conformance.Connect(t, New(Options{}), ln, ln.Addr(), transport.Config{}, 10*time.Second)
+	if carrierOf(cli) != CarrierUnix || carrierOf(srv) != CarrierUnix {
+		t.Fatalf("carriers %s/%s, want unix", carrierOf(cli), carrierOf(srv))
+	}
+	port := ln.(*listener).ln.Addr().(*net.TCPAddr).Port
+	var open []string
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		open = tcpOpen(t, port)
+		if len(open) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(open) > 0 {
+		t.Fatalf("TCP connections of port %d still open after the move: %v", port, open)
+	}
+}
+
+// tcpOpen lists the IPv4 TCP sockets of this network namespace with port
+// at either end, in a state where this end has not closed (neither
+// listening nor TIME_WAIT nor CLOSE): /proc/net/tcp's st column.
+func tcpOpen(t *testing.T, port int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Skip(err)
+	}
+	hexPort := fmt.Sprintf(":%04X", port)
+	var open []string
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || !(strings.HasSuffix(f[1], hexPort) || strings.HasSuffix(f[2], hexPort)) {
+			continue
+		}
+		switch f[3] {
+		case "0A", "06", "07": // LISTEN, TIME_WAIT, CLOSE
+		default:
+			open = append(open, f[1]+"->"+f[2]+" st "+f[3])
+		}
+	}
+	return open
 }
