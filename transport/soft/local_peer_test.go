@@ -77,16 +77,12 @@ func TestSameHostRelay(t *testing.T) {
 	}
 	defer rl.Close()
 	go func() {
-		c, err := rl.Accept()
-		if err != nil {
+		c, h, err := fakeListenerHello(rl)
+		if c == nil {
 			return
 		}
 		defer c.Close()
-		var b [helloSize]byte
-		(&hello{RNRTimeout: time.Second, MaxMessageSize: 1 << 20, Flags: helloLocal}).encode(b[:])
-		_, _ = c.Write(b[:])
-		var h hello
-		if _, err := io.ReadFull(c, b[:]); err != nil || h.decode(b[:]) != nil || h.Flags&helloLocal == 0 {
+		if err != nil || h.Flags&helloLocal == 0 {
 			_, _ = io.Copy(io.Discard, c)
 			return
 		}
@@ -121,4 +117,21 @@ func TestSameHostRelay(t *testing.T) {
 	if carrierOf(cli) != CarrierTCP {
 		t.Fatalf("client carrier %s, want tcp", carrierOf(cli))
 	}
+}
+
+// fakeListenerHello accepts one connection on l and exchanges hellos as a
+// listener offering the same-host path; c is nil if nothing connected.
+func fakeListenerHello(l net.Listener) (c net.Conn, peer hello, err error) {
+	c, err = l.Accept()
+	if err != nil {
+		return nil, hello{}, err
+	}
+	var b [helloSize]byte
+	(&hello{RNRTimeout: time.Second, MaxMessageSize: 1 << 20, Flags: helloLocal}).encode(b[:])
+	if _, err = c.Write(b[:]); err == nil {
+		if _, err = io.ReadFull(c, b[:]); err == nil {
+			err = peer.decode(b[:])
+		}
+	}
+	return c, peer, err
 }

@@ -264,15 +264,11 @@ func TestSameHostImpostor(t *testing.T) {
 	defer tl.Close()
 	decided := make(chan byte, 1)
 	go func() {
-		c, err := tl.Accept()
-		if err != nil {
+		c, _, _ := fakeListenerHello(tl)
+		if c == nil {
 			return
 		}
 		defer c.Close()
-		var b [helloSize]byte
-		(&hello{RNRTimeout: time.Second, MaxMessageSize: 1 << 20, Flags: helloLocal}).encode(b[:])
-		_, _ = c.Write(b[:])
-		_, _ = io.ReadFull(c, b[:])
 		var ob [offerSize]byte
 		o.encode(ob[:])
 		_, _ = c.Write(ob[:])
