@@ -34,7 +34,7 @@ import (
 //     moved) or, if anything failed, 'T' (it stays on TCP).
 //
 // Both ends take the step only when their TCP connection joins two
-// sockets of one host (sameHost): a client of a server on another host
+// sockets of one host (sameHost; Provider.sameHost in tests): a client of a server on another host
 // never dials a name in its own namespace, where a local user may have
 // bound it.
 //
@@ -95,18 +95,23 @@ func (o *offer) decode(b []byte) {
 
 func localName(id [localIDSize]byte) string { return localPrefix + hex.EncodeToString(id[:]) }
 
-// sameHost reports whether tc's two ends have the same address, as a
-// connection to one of this host's own addresses (loopback or not) has
-// and one between two hosts does not. Only then does either end offer or
-// ask for the same-host path: a client that dialled another host would
-// otherwise present its client token to whatever holds the offered name
-// on its own host (a local user can bind any free abstract name), and a
-// hostile server elsewhere could relay the offer of a server on the
-// client's host and have the client attached to it.
-func sameHost(tc *net.TCPConn) bool {
-	l, lok := tc.LocalAddr().(*net.TCPAddr)
-	r, rok := tc.RemoteAddr().(*net.TCPAddr)
-	return lok && rok && l.IP.Equal(r.IP)
+// sameHost reports whether tc's two ends are on this host, in this
+// network namespace: they have the same address, as a connection to one
+// of the host's own addresses has, or both are loopback addresses, which
+// never leave it (a hostname in /etc/hosts as 127.0.1.1 is dialled from
+// 127.0.0.1). A connection from another host, or from a container behind
+// its own address, has two. Only then does either end offer or ask for
+// the same-host path: a client that dialled another host would otherwise
+// present its client token to whatever holds the offered name in its own
+// namespace (a local user can bind any free abstract name), and a hostile
+// server elsewhere could relay the offer of a server on the client's host
+// and have the client attached to it.
+func sameHost(tc *net.TCPConn) bool { return sameHostAddrs(tc.LocalAddr(), tc.RemoteAddr()) }
+
+func sameHostAddrs(local, remote net.Addr) bool {
+	l, lok := local.(*net.TCPAddr)
+	r, rok := remote.(*net.TCPAddr)
+	return lok && rok && (l.IP.Equal(r.IP) || l.IP.IsLoopback() && r.IP.IsLoopback())
 }
 
 // localListener is a listener's unix socket and the offers waiting for
