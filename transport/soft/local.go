@@ -33,10 +33,15 @@ import (
 //     for it. The client checks the server token and says 'U' on TCP (it
 //     moved) or, if anything failed, 'T' (it stays on TCP).
 //
-// A local user who learns the name (any TCP client gets an offer) cannot
-// bind it while the listener lives, and cannot answer for a connection it
-// did not see the tokens of; at worst it connects to the name and makes
-// the server read 16 bytes. See docs/security.md.
+// Both ends take the step only when their TCP connection joins two
+// sockets of one host (sameHost; Provider.sameHost in tests): a client of a server on another host
+// never dials a name in its own namespace, where a local user may have
+// bound it.
+//
+// A local user who learns the name (any TCP client on the host gets an
+// offer) cannot bind it while the listener lives, and cannot answer for a
+// connection it did not see the tokens of; at worst it connects to the
+// name and makes the server read 16 bytes. See docs/security.md.
 
 // EnvTCPOnly, set to 1, makes both binaries' softrdma providers TCPOnly
 // (TCPOnlyFromEnv): for a comparison, or a host where the unix socket
@@ -89,6 +94,25 @@ func (o *offer) decode(b []byte) {
 }
 
 func localName(id [localIDSize]byte) string { return localPrefix + hex.EncodeToString(id[:]) }
+
+// sameHost reports whether tc's two ends are on this host, in this
+// network namespace: they have the same address, as a connection to one
+// of the host's own addresses has, or both are loopback addresses, which
+// never leave it (a hostname in /etc/hosts as 127.0.1.1 is dialled from
+// 127.0.0.1). A connection from another host, or from a container behind
+// its own address, has two. Only then does either end offer or ask for
+// the same-host path: a client that dialled another host would otherwise
+// present its client token to whatever holds the offered name in its own
+// namespace (a local user can bind any free abstract name), and a hostile
+// server elsewhere could relay the offer of a server on the client's host
+// and have the client attached to it.
+func sameHost(tc *net.TCPConn) bool { return sameHostAddrs(tc.LocalAddr(), tc.RemoteAddr()) }
+
+func sameHostAddrs(local, remote net.Addr) bool {
+	l, lok := local.(*net.TCPAddr)
+	r, rok := remote.(*net.TCPAddr)
+	return lok && rok && (l.IP.Equal(r.IP) || l.IP.IsLoopback() && r.IP.IsLoopback())
+}
 
 // localListener is a listener's unix socket and the offers waiting for
 // their client to arrive on it.
@@ -168,25 +192,30 @@ func (ll *localListener) claim(uc *net.UnixConn) {
 		_ = uc.Close()
 		return
 	}
+	if !stop() { // the listener is closing
+		_ = uc.Close()
+		return
+	}
+	_ = uc.SetDeadline(time.Time{})
+	// Deliver under the lock that takes the token out of pending, so a
+	// hello that withdraws its offer either finds uc there (and closes
+	// it) or has withdrawn before: never an fd left in an offer nobody
+	// will read. Deliver before the server token: the client says 'U' on
+	// TCP only once it has read it, so the hello waiting there finds the
+	// socket. The one slot is filled once, the token leaving pending.
 	ll.mu.Lock()
 	po := ll.pending[tok]
 	delete(ll.pending, tok)
+	if po != nil {
+		po.got <- uc
+	}
 	ll.mu.Unlock()
 	if po == nil {
 		ll.l.p.log.Info("softrdma: unix connection with an unknown token refused")
 		_ = uc.Close()
 		return
 	}
-	if !stop() {
-		_ = uc.Close()
-		return
-	}
-	_ = uc.SetDeadline(time.Time{})
-	// Deliver first: the client says 'U' on TCP only once it has read
-	// the server token, so the hello waiting there finds the socket. The
-	// token is 16 bytes into an empty socket buffer: the write does not
-	// block.
-	po.got <- uc
+	// 16 bytes into an empty socket buffer: the write does not block.
 	_, _ = uc.Write(po.serv[:])
 }
 

@@ -171,7 +171,21 @@ func TestSameHostHostile(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, _ = uc.Write(tok[:])
-			got := readAll(t, uc)
+			var got []byte
+			if i == 1 { // once answered, the token is no longer pending
+				got = make([]byte, localTokSize)
+				if _, err := io.ReadFull(uc, got); err != nil {
+					t.Fatal(err)
+				}
+				ll := ln.(*listener).local
+				ll.mu.Lock()
+				po := ll.pending[o.cli]
+				ll.mu.Unlock()
+				if po != nil {
+					t.Fatal("the client token is still pending after it was presented")
+				}
+			}
+			got = append(got, readAll(t, uc)...)
 			uc.Close()
 			if want := i == 1; (len(got) > 0) != want {
 				t.Fatalf("token %d: answer %x, want one: %v", i, got, want)
@@ -211,6 +225,7 @@ func helloLocalRaw(t *testing.T, addr string) net.Conn {
 	if _, err := nc.Write(b[:]); err != nil {
 		t.Fatal(err)
 	}
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(nc, b[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -249,15 +264,11 @@ func TestSameHostImpostor(t *testing.T) {
 	defer tl.Close()
 	decided := make(chan byte, 1)
 	go func() {
-		c, err := tl.Accept()
-		if err != nil {
+		c, _, _ := fakeListenerHello(tl)
+		if c == nil {
 			return
 		}
 		defer c.Close()
-		var b [helloSize]byte
-		(&hello{RNRTimeout: time.Second, MaxMessageSize: 1 << 20, Flags: helloLocal}).encode(b[:])
-		_, _ = c.Write(b[:])
-		_, _ = io.ReadFull(c, b[:])
 		var ob [offerSize]byte
 		o.encode(ob[:])
 		_, _ = c.Write(ob[:])

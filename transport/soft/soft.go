@@ -86,6 +86,9 @@ type Provider struct {
 	log    logrus.FieldLogger
 	pd     *domain
 	nconns atomic.Int64 // connections made, for Faults.Conns
+	// sameHost is sameHost (local.go); a test makes a peer on this host
+	// stand for one on another.
+	sameHost func(*net.TCPConn) bool
 }
 
 var _ transport.Provider = (*Provider)(nil)
@@ -93,7 +96,7 @@ var _ transport.Provider = (*Provider)(nil)
 // New returns a provider with opts.
 func New(opts Options) *Provider {
 	opts = opts.withDefaults()
-	return &Provider{opts: opts, log: quietlog.Or(opts.Logger), pd: newDomain()}
+	return &Provider{opts: opts, log: quietlog.Or(opts.Logger), pd: newDomain(), sameHost: sameHost}
 }
 
 // Name returns "softrdma".
@@ -119,8 +122,9 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 	tc := nc.(*net.TCPConn)
 	stop := context.AfterFunc(ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
 	var s sock = tc
-	peer, err := p.handshake(tc, cfg, !p.opts.TCPOnly)
-	if err == nil && peer.Flags&helloLocal != 0 && !p.opts.TCPOnly {
+	local := !p.opts.TCPOnly && p.sameHost(tc)
+	peer, err := p.handshake(tc, cfg, local)
+	if err == nil && peer.Flags&helloLocal != 0 && local {
 		s, err = p.takeOffer(ctx, tc)
 	}
 	if !stop() {
@@ -379,8 +383,9 @@ func (l *listener) admit(tc *net.TCPConn) {
 	_ = tc.SetDeadline(time.Now().Add(l.p.opts.HandshakeTimeout))
 	stop := context.AfterFunc(l.ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
 	var s sock = tc
-	peer, err := l.p.handshake(tc, l.cfg, l.local != nil)
-	if err == nil && peer.Flags&helloLocal != 0 && l.local != nil {
+	local := l.local != nil && l.p.sameHost(tc)
+	peer, err := l.p.handshake(tc, l.cfg, local)
+	if err == nil && peer.Flags&helloLocal != 0 && local {
 		s, err = l.local.serveOffer(tc)
 	}
 	stop()
