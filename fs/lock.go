@@ -180,8 +180,10 @@ func (f *fileHandle) releaseLocks(ctx context.Context) syscall.Errno {
 // tables, then stores the header at its start that makes them count; pushed
 // start first, a reader on another mount took the new header with the old
 // hash tables and read old pages of the database ("database disk image is
-// malformed"). The pages with twins are the ones the kernel may hold;
-// Invalidate then drops the rest (and the attributes). A file the kernel
+// malformed"). The pages with twins are the ones the kernel may hold, up
+// to twin.go's limits (the first MiB; 4,096 pages once mapped); Invalidate
+// then drops the rest (and the attributes), writing back any beyond
+// those limits in the kernel's order. A file the kernel
 // never wrote back from a mapping goes in one Invalidate (rollback-journal
 // sqlite's database: no notification per cached page at every unlock).
 // A lock's acquisition drops the cache the same way (dropForLock): the

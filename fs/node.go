@@ -34,7 +34,8 @@ type filesystem struct {
 	// releases counts releases running in the background, and
 	// syncCloseUntil (unix ns) is when close(2) may stop waiting for
 	// held-back changes again after a failure (asyncclose.go); idle
-	// takes a release to a worker waiting for one (nil: none waits).
+	// (unbuffered) hands a release to a background worker waiting for
+	// one: a send that finds none goes to a new worker (background).
 	releases       sync.WaitGroup
 	idle           chan func()
 	syncCloseUntil atomic.Int64

@@ -61,10 +61,11 @@ type failure struct {
 	nak    bool   // tell the peer its request nakSeq failed with nakSt,
 	nakSeq uint32 // then drain the socket
 	nakSt  transport.Status
-	reset  bool // abort the TCP connection (RST)
+	reset  bool // abort the TCP connection (RST); a unix socket just closes
 }
 
-// conn is a softrdma queue pair over one TCP connection. A reader
+// conn is a softrdma queue pair over one stream socket (TCP, or the
+// same-host unix socket its handshake moved it to: local.go). A reader
 // goroutine places incoming data and generates every completion. Post (and
 // the reader, for acknowledgements) transmit from the calling goroutine
 // with one non-blocking writev; a writer goroutine finishes what the socket

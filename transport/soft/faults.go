@@ -20,9 +20,9 @@ const EnvFaults = "LWIO_SOFT_FAULTS"
 // count). A connection with ResetAfterOps N carries exactly N operations:
 // when it would carry the N+1-th it is reset instead.
 type Faults struct {
-	// ResetAfterOps resets the TCP connection (RST) instead of carrying
-	// its N+1-th operation; both ends flush all outstanding work. Zero
-	// means never.
+	// ResetAfterOps resets the TCP connection (RST; a unix socket is
+	// closed) instead of carrying its N+1-th operation; both ends flush
+	// all outstanding work. Zero means never.
 	ResetAfterOps int
 	// DropAfterOps turns the connection into a black hole instead of
 	// carrying its N+1-th operation: nothing more is sent, received data

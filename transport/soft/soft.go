@@ -1,5 +1,6 @@
 // Package soft is the software RDMA provider "softrdma": the verbs-shaped
-// transport interface carried over TCP, on loopback or any network.
+// transport interface carried over TCP, on loopback or any network, or
+// over an AF_UNIX socket between two processes of one host (local.go).
 //
 // It behaves like a NIC so protocol code cannot cheat (docs/transport.md):
 // remote writes land only inside regions registered for remote write, by
@@ -58,8 +59,11 @@ type Options struct {
 	// HandshakeTimeout bounds the hello exchange of an accepted
 	// connection. Zero means 10 s.
 	HandshakeTimeout time.Duration
-	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF. Zero leaves the kernel's
-	// autotuning, which on Linux grows larger than a fixed size may.
+	// SocketBuffer sets a TCP connection's SO_SNDBUF and SO_RCVBUF, and a
+	// same-host unix socket's SO_SNDBUF (its receiver has no buffer of its
+	// own). Zero leaves TCP to the kernel's autotuning, which on Linux
+	// grows larger than a fixed size may, and gives a unix socket
+	// localBuffer (local.go).
 	SocketBuffer int
 	// TCPOnly keeps every connection on TCP: a listener offers no
 	// same-host unix socket, a dialer takes none (local.go).

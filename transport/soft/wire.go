@@ -12,8 +12,10 @@ import (
 // The wire framing of a softrdma connection (see docs/transport.md).
 //
 // After the TCP connection is made each side sends a hello (helloSize
-// bytes) and reads the peer's. From then on the stream carries frames, each
-// a frameHeaderSize header followed by Length payload bytes:
+// bytes) and reads the peer's (then, when both set helloLocal, the
+// same-host step of local.go may move the stream to a unix socket). From
+// then on the stream carries frames, each a frameHeaderSize header followed
+// by Length payload bytes:
 //
 //	0  Type   u8   frameSend | frameWrite | frameAck | frameNak
 //	1  Flags  u8   flagImm: Imm is valid
