@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // sourceTree returns a real source tree to unpack: the Go standard
@@ -146,11 +148,26 @@ func testSQLite(t *testing.T, dir string) {
 
 func runSQL(t *testing.T, dir, db, sql string) string {
 	t.Helper()
-	script := filepath.Join(t.TempDir(), "script.sql")
+	return runSQLAs(t, nil, dir, db, sql)
+}
+
+// runSQLAs is runSQL run by local account u (nil: this test's root).
+func runSQLAs(t *testing.T, u *localUser, dir, db, sql string) string {
+	t.Helper()
+	sdir := t.TempDir()
+	if u != nil {
+		sdir = testutil.PublicDir(t, "lwiofs-sql-")
+	}
+	script := filepath.Join(sdir, "script.sql")
 	if err := os.WriteFile(script, []byte(sql), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := runCmd(t, dir, nil, "sqlite3", "-bail", "-batch", db, ".read "+script)
+	var out string
+	if u == nil {
+		out = runCmd(t, dir, nil, "sqlite3", "-bail", "-batch", db, ".read "+script)
+	} else {
+		out = mustShAs(t, u, dir, fmt.Sprintf("exec sqlite3 -bail -batch %q %q", db, ".read "+script))
+	}
 	// journal_mode pragmas echo the mode; drop those lines.
 	var keep []string
 	for _, l := range strings.SplitAfter(out, "\n") {
