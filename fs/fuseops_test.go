@@ -102,9 +102,17 @@ func TestTarRequestsPerFile(t *testing.T) {
 	want := map[string]int{"LOOKUP": 1, "CREATE": 1, "GETXATTR": 2, "WRITE": 2, "SETATTR": 3, "FLUSH": 1, "RELEASE": 1}
 	total := 0
 	for op, n := range got {
-		if op == "FORGET" || op == "BATCH_FORGET" {
+		switch op {
+		case "FORGET", "BATCH_FORGET":
 			// The kernel's own cache trimming, whenever it likes (one
 			// came under load): no answer, no round trip, not per file.
+			continue
+		case "INTERRUPT":
+			// The kernel sends one when a signal reaches the thread
+			// waiting on a request, even a handled SA_RESTART one, and
+			// this test binary is a Go process: the runtime's SIGURG
+			// preemption and other tests' SIGCHLD land on any thread
+			// (one came in CI). Not a cost the mount adds per file.
 			continue
 		}
 		total += n
