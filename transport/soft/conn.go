@@ -171,8 +171,11 @@ func newConn(p *Provider, nc sock, tc *net.TCPConn, cfg transport.Config, peer h
 		recvCQ:   qs.recv,
 		srq:      qs.srq,
 	}
-	if _, ok := nc.(*net.UnixConn); ok {
+	switch nc.(type) {
+	case *net.UnixConn:
 		c.carrier = CarrierUnix
+	case *pipeSock:
+		c.carrier = CarrierPipe
 	}
 	if faults != nil {
 		c.delay = faults.DelayCompletions

@@ -55,6 +55,7 @@ func TCPOnlyFromEnv() bool { return os.Getenv(EnvTCPOnly) == "1" }
 const (
 	CarrierTCP  = "tcp"
 	CarrierUnix = "unix"
+	CarrierPipe = "pipe" // two pipes, passed over the unix socket (local_pipe.go)
 )
 
 const (
@@ -252,7 +253,7 @@ func (ll *localListener) withdraw(o *offer, po *pendingOffer) {
 // TCP connection whose hello asked for it: it returns the socket the
 // connection goes on with, tc or the unix socket the client moved to. The
 // handshake deadline is set on tc.
-func (ll *localListener) serveOffer(tc *net.TCPConn) (sock, error) {
+func (ll *localListener) serveOffer(tc *net.TCPConn, pipes bool) (sock, error) {
 	o, po, err := ll.makeOffer()
 	if err != nil {
 		return nil, err
@@ -281,6 +282,13 @@ func (ll *localListener) serveOffer(tc *net.TCPConn) (sock, error) {
 	case uc := <-po.got:
 		_ = tc.Close()
 		ll.l.p.sizeLocal(uc)
+		if pipes {
+			s, err := servePipes(uc)
+			if err != nil {
+				_ = uc.Close()
+			}
+			return s, err
+		}
 		return uc, nil
 	default:
 		return nil, errors.New("softrdma: client moved to a unix socket that never presented its token")
@@ -295,7 +303,7 @@ func (ll *localListener) close() { _ = ll.ln.Close() }
 // returns the socket the connection goes on with. A unix socket that is
 // not there (another host, another network namespace) or does not answer
 // with the server token leaves the connection on TCP.
-func (p *Provider) takeOffer(ctx context.Context, tc *net.TCPConn) (sock, error) {
+func (p *Provider) takeOffer(ctx context.Context, tc *net.TCPConn, pipes bool) (sock, error) {
 	var b [offerSize]byte
 	if _, err := io.ReadFull(tc, b[:]); err != nil {
 		return nil, err
@@ -316,6 +324,13 @@ func (p *Provider) takeOffer(ctx context.Context, tc *net.TCPConn) (sock, error)
 	}
 	p.sizeLocal(uc)
 	_ = tc.Close()
+	if pipes {
+		s, err := takePipes(uc, time.Now().Add(p.opts.HandshakeTimeout))
+		if err != nil {
+			_ = uc.Close()
+		}
+		return s, err
+	}
 	return uc, nil
 }
 

@@ -58,22 +58,28 @@ func TestConformanceTCP(t *testing.T) {
 	conformance.Run(t, conformance.Env{Client: New(opts), Server: New(opts), RNRTimeout: testRNR})
 }
 
-// TestSameHostCarrier: two providers on one host move to the unix socket
-// (so TestConformance covers it) unless either end is TCPOnly, as a peer
-// from before the same-host path is; the connection carries data and is
-// named by its TCP addresses either way.
+// TestSameHostCarrier: two providers on one host move to pipes passed
+// over the unix socket (so TestConformance covers them), to the unix
+// socket itself if either end is from before pipes, and stay on TCP if
+// either end is TCPOnly, as a peer from before the same-host path is; the
+// connection carries data and is named by its TCP addresses either way.
 func TestSameHostCarrier(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		cli, srv   bool // TCPOnly
-		wantCarier string
+		name             string
+		cli, srv         bool // TCPOnly
+		cliPipe, srvPipe bool // noPipes
+		wantCarier       string
 	}{
-		{"both", false, false, CarrierUnix},
-		{"client TCPOnly", true, false, CarrierTCP},
-		{"server TCPOnly", false, true, CarrierTCP},
+		{"both", false, false, false, false, CarrierPipe},
+		{"client without pipes", false, false, true, false, CarrierUnix},
+		{"server without pipes", false, false, false, true, CarrierUnix},
+		{"client TCPOnly", true, false, false, false, CarrierTCP},
+		{"server TCPOnly", false, true, false, false, CarrierTCP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cli, srv := pair(t, New(Options{TCPOnly: tc.cli}), New(Options{TCPOnly: tc.srv}), transport.Config{})
+			cp, sp := New(Options{TCPOnly: tc.cli}), New(Options{TCPOnly: tc.srv})
+			cp.noPipes, sp.noPipes = tc.cliPipe, tc.srvPipe
+			cli, srv := pair(t, cp, sp, transport.Config{})
 			if a, b := carrierOf(cli), carrierOf(srv); a != tc.wantCarier || b != tc.wantCarier {
 				t.Fatalf("carriers %s/%s, want %s", a, b, tc.wantCarier)
 			}
@@ -204,9 +210,9 @@ func TestSameHostHostile(t *testing.T) {
 		}
 		noAccept(t)
 	})
-	// The listener still serves a real client, on the unix socket.
+	// The listener still serves a real client, on pipes.
 	cli, srv := conformance.Connect(t, New(Options{}), ln, ln.Addr(), transport.Config{}, 10*time.Second)
-	if carrierOf(cli) != CarrierUnix || carrierOf(srv) != CarrierUnix {
+	if carrierOf(cli) != CarrierPipe || carrierOf(srv) != CarrierPipe {
 		t.Fatalf("carriers %s/%s", carrierOf(cli), carrierOf(srv))
 	}
 }
@@ -293,7 +299,9 @@ func TestSameHostImpostor(t *testing.T) {
 // send buffer (up to net.core.wmem_max), so a 1 MiB frame goes in one
 // write rather than five fills and wake-ups.
 func TestSameHostBuffer(t *testing.T) {
-	cli, srv := pair(t, New(Options{}), New(Options{}), transport.Config{})
+	cp := New(Options{})
+	cp.noPipes = true
+	cli, srv := pair(t, cp, New(Options{}), transport.Config{})
 	want := localBuffer
 	if b, err := os.ReadFile("/proc/sys/net/core/wmem_max"); err == nil {
 		if m, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && m < want {

@@ -93,6 +93,9 @@ type Provider struct {
 	// sameHost is sameHost (local.go); a test makes a peer on this host
 	// stand for one on another.
 	sameHost func(*net.TCPConn) bool
+	// noPipes: the same-host path stays on the unix socket, as with a
+	// peer from before pipes (tests).
+	noPipes bool
 }
 
 var _ transport.Provider = (*Provider)(nil)
@@ -129,7 +132,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 	local := !p.opts.TCPOnly && p.sameHost(tc)
 	peer, err := p.handshake(tc, cfg, local)
 	if err == nil && peer.Flags&helloLocal != 0 && local {
-		s, err = p.takeOffer(ctx, tc)
+		s, err = p.takeOffer(ctx, tc, p.pipesWith(peer))
 	}
 	if !stop() {
 		err = errors.Join(err, ctx.Err())
@@ -193,6 +196,9 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local bool) 
 	h := hello{RNRTimeout: p.opts.RNRTimeout, MaxMessageSize: uint32(cfg.WithDefaults().MaxMessageSize)}
 	if local {
 		h.Flags = helloLocal
+		if !p.noPipes {
+			h.Flags |= helloPipe
+		}
 	}
 	h.encode(b[:])
 	if _, err := tc.Write(b[:]); err != nil {
@@ -207,6 +213,10 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local bool) 
 	}
 	return peer, nil
 }
+
+// pipesWith reports whether the same-host path with peer goes on pipes:
+// both hellos carry helloPipe.
+func (p *Provider) pipesWith(peer hello) bool { return !p.noPipes && peer.Flags&helloPipe != 0 }
 
 // newConn starts a connection on s, which is tc or the unix socket the
 // same-host step moved to; tc's addresses name it either way.
@@ -390,7 +400,7 @@ func (l *listener) admit(tc *net.TCPConn) {
 	local := l.local != nil && l.p.sameHost(tc)
 	peer, err := l.p.handshake(tc, l.cfg, local)
 	if err == nil && peer.Flags&helloLocal != 0 && local {
-		s, err = l.local.serveOffer(tc)
+		s, err = l.local.serveOffer(tc, l.p.pipesWith(peer))
 	}
 	stop()
 	if !l.hellos.remove(tc) && err == nil {
