@@ -236,7 +236,8 @@ type Conn interface {
 
 // Carrier is implemented by a connection a provider runs over an
 // operating-system socket (softrdma): Carrier names the socket's kind,
-// "tcp" or, to a peer on the same host, "unix".
+// "tcp" or, to a peer on the same host, "pipe" ("unix" with a peer from
+// before pipes).
 type Carrier interface {
 	Carrier() string
 }

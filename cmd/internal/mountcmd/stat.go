@@ -54,8 +54,8 @@ type ConnReport struct {
 	// connection (rdmamap and sysfs, from its local address).
 	Device string `json:"device,omitempty"`
 	Port   int    `json:"port,omitempty"`
-	// Carrier is the socket under a softrdma connection: "tcp", or "unix"
-	// to a server on the same host.
+	// Carrier is the socket under a softrdma connection: "tcp", or "pipe"
+	// ("unix" with an older server) to a server on the same host.
 	Carrier     string `json:"carrier,omitempty"`
 	Local       string `json:"local"`
 	Remote      string `json:"remote"`
