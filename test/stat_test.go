@@ -98,8 +98,8 @@ func TestStat(t *testing.T) {
 		if c.Provider != "softrdma" || c.Remote != s.Soft || !c.Alive || c.Credits <= 0 || !strings.HasPrefix(c.Completion, "auto/") {
 			t.Errorf("connection %+v: want softrdma to %s, alive, with credits, completion auto/…", c, s.Soft)
 		}
-		if c.Carrier != "pipe" { // the server is on this host
-			t.Errorf("connection %+v: want it on the same-host pipes", c)
+		if c.Carrier != "unix" { // the server is on this host
+			t.Errorf("connection %+v: want it on the same-host unix socket", c)
 		}
 	}
 

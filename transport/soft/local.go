@@ -51,6 +51,13 @@ const EnvTCPOnly = "LWIO_SOFT_TCP"
 // TCPOnlyFromEnv reports whether EnvTCPOnly is "1".
 func TCPOnlyFromEnv() bool { return os.Getenv(EnvTCPOnly) == "1" }
 
+// EnvPipes, set to 1, gives both binaries' softrdma providers Pipes
+// (PipesFromEnv).
+const EnvPipes = "LWIO_SOFT_PIPES"
+
+// PipesFromEnv reports whether EnvPipes is "1".
+func PipesFromEnv() bool { return os.Getenv(EnvPipes) == "1" }
+
 // Carrier names the kind of socket a connection runs over.
 const (
 	CarrierTCP  = "tcp"

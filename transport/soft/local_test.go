@@ -51,6 +51,12 @@ func moveLocal(t *testing.T, nc net.Conn) net.Conn {
 
 func carrierOf(c transport.Conn) string { return c.(*conn).Carrier() }
 
+// TestConformancePipes runs the suite on the same-host pipes.
+func TestConformancePipes(t *testing.T) {
+	opts := Options{RNRTimeout: testRNR, Pipes: true}
+	conformance.Run(t, conformance.Env{Client: New(opts), Server: New(opts), RNRTimeout: testRNR})
+}
+
 // TestConformanceTCP runs the suite with the same-host path off, as
 // between two hosts (TestConformance runs it on the unix socket).
 func TestConformanceTCP(t *testing.T) {
@@ -58,27 +64,27 @@ func TestConformanceTCP(t *testing.T) {
 	conformance.Run(t, conformance.Env{Client: New(opts), Server: New(opts), RNRTimeout: testRNR})
 }
 
-// TestSameHostCarrier: two providers on one host move to pipes passed
-// over the unix socket (so TestConformance covers them), to the unix
-// socket itself if either end is from before pipes, and stay on TCP if
-// either end is TCPOnly, as a peer from before the same-host path is; the
-// connection carries data and is named by its TCP addresses either way.
+// TestSameHostCarrier: two providers on one host move to the unix socket
+// (so TestConformance covers it), on to pipes passed over it if both ends
+// have Pipes (TestConformancePipes), and stay on TCP if either end is
+// TCPOnly, as a peer from before the same-host path is; the connection
+// carries data and is named by its TCP addresses either way.
 func TestSameHostCarrier(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		cli, srv         bool // TCPOnly
-		cliPipe, srvPipe bool // noPipes
+		cliPipe, srvPipe bool // Pipes
 		wantCarier       string
 	}{
-		{"both", false, false, false, false, CarrierPipe},
-		{"client without pipes", false, false, true, false, CarrierUnix},
-		{"server without pipes", false, false, false, true, CarrierUnix},
-		{"client TCPOnly", true, false, false, false, CarrierTCP},
-		{"server TCPOnly", false, true, false, false, CarrierTCP},
+		{"both", false, false, false, false, CarrierUnix},
+		{"both with pipes", false, false, true, true, CarrierPipe},
+		{"client with pipes", false, false, true, false, CarrierUnix},
+		{"server with pipes", false, false, false, true, CarrierUnix},
+		{"client TCPOnly", true, false, true, true, CarrierTCP},
+		{"server TCPOnly", false, true, true, true, CarrierTCP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cp, sp := New(Options{TCPOnly: tc.cli}), New(Options{TCPOnly: tc.srv})
-			cp.noPipes, sp.noPipes = tc.cliPipe, tc.srvPipe
+			cp, sp := New(Options{TCPOnly: tc.cli, Pipes: tc.cliPipe}), New(Options{TCPOnly: tc.srv, Pipes: tc.srvPipe})
 			cli, srv := pair(t, cp, sp, transport.Config{})
 			if a, b := carrierOf(cli), carrierOf(srv); a != tc.wantCarier || b != tc.wantCarier {
 				t.Fatalf("carriers %s/%s, want %s", a, b, tc.wantCarier)
@@ -210,9 +216,9 @@ func TestSameHostHostile(t *testing.T) {
 		}
 		noAccept(t)
 	})
-	// The listener still serves a real client, on pipes.
+	// The listener still serves a real client, on the unix socket.
 	cli, srv := conformance.Connect(t, New(Options{}), ln, ln.Addr(), transport.Config{}, 10*time.Second)
-	if carrierOf(cli) != CarrierPipe || carrierOf(srv) != CarrierPipe {
+	if carrierOf(cli) != CarrierUnix || carrierOf(srv) != CarrierUnix {
 		t.Fatalf("carriers %s/%s", carrierOf(cli), carrierOf(srv))
 	}
 }
@@ -299,9 +305,7 @@ func TestSameHostImpostor(t *testing.T) {
 // send buffer (up to net.core.wmem_max), so a 1 MiB frame goes in one
 // write rather than five fills and wake-ups.
 func TestSameHostBuffer(t *testing.T) {
-	cp := New(Options{})
-	cp.noPipes = true
-	cli, srv := pair(t, cp, New(Options{}), transport.Config{})
+	cli, srv := pair(t, New(Options{}), New(Options{}), transport.Config{})
 	want := localBuffer
 	if b, err := os.ReadFile("/proc/sys/net/core/wmem_max"); err == nil {
 		if m, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && m < want {

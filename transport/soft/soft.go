@@ -68,6 +68,11 @@ type Options struct {
 	// TCPOnly keeps every connection on TCP: a listener offers no
 	// same-host unix socket, a dialer takes none (local.go).
 	TCPOnly bool
+	// Pipes moves a same-host connection on to two pipes when the peer
+	// does too (local_pipe.go): half the round trip of a small message,
+	// but at 1 MiB of pipe (fs.pipe-max-size) large frames cost more than
+	// on the unix socket (docs/bench.md), so it is off by default.
+	Pipes bool
 }
 
 func (o Options) withDefaults() Options {
@@ -93,9 +98,6 @@ type Provider struct {
 	// sameHost is sameHost (local.go); a test makes a peer on this host
 	// stand for one on another.
 	sameHost func(*net.TCPConn) bool
-	// noPipes: the same-host path stays on the unix socket, as with a
-	// peer from before pipes (tests).
-	noPipes bool
 }
 
 var _ transport.Provider = (*Provider)(nil)
@@ -196,7 +198,7 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local bool) 
 	h := hello{RNRTimeout: p.opts.RNRTimeout, MaxMessageSize: uint32(cfg.WithDefaults().MaxMessageSize)}
 	if local {
 		h.Flags = helloLocal
-		if !p.noPipes {
+		if p.opts.Pipes {
 			h.Flags |= helloPipe
 		}
 	}
@@ -216,7 +218,7 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local bool) 
 
 // pipesWith reports whether the same-host path with peer goes on pipes:
 // both hellos carry helloPipe.
-func (p *Provider) pipesWith(peer hello) bool { return !p.noPipes && peer.Flags&helloPipe != 0 }
+func (p *Provider) pipesWith(peer hello) bool { return p.opts.Pipes && peer.Flags&helloPipe != 0 }
 
 // newConn starts a connection on s, which is tc or the unix socket the
 // same-host step moved to; tc's addresses name it either way.
