@@ -236,8 +236,7 @@ type Conn interface {
 
 // Carrier is implemented by a connection a provider runs over an
 // operating-system socket (softrdma): Carrier names the socket's kind,
-// "tcp" or, to a peer on the same host, "pipe" ("unix" with a peer from
-// before pipes).
+// "tcp" or, to a peer on the same host, "unix".
 type Carrier interface {
 	Carrier() string
 }

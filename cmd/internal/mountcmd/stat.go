@@ -54,8 +54,8 @@ type ConnReport struct {
 	// connection (rdmamap and sysfs, from its local address).
 	Device string `json:"device,omitempty"`
 	Port   int    `json:"port,omitempty"`
-	// Carrier is the socket under a softrdma connection: "tcp", or "pipe"
-	// ("unix" with an older server) to a server on the same host.
+	// Carrier is the socket under a softrdma connection: "tcp", or "unix"
+	// to a server on the same host.
 	Carrier     string `json:"carrier,omitempty"`
 	Local       string `json:"local"`
 	Remote      string `json:"remote"`
@@ -244,7 +244,7 @@ func printStat(w io.Writer, r *StatReport) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  by session    %10s %s  (TCP: read %s, written %s)\n", size(r.Bytes.Session), pct(r.Bytes.Session, total),
 		size(r.Bytes.SessionRead), size(r.Bytes.SessionWritten))
-	fmt.Fprintf(w, "  => over TCP   %10s %s  (the session channel, and softrdma: RDMA emulated over TCP, or pipes to a server on this host)\n", size(tcp), pct(tcp, total))
+	fmt.Fprintf(w, "  => over TCP   %10s %s  (the session channel, and softrdma: RDMA emulated over TCP, or a unix socket to a server on this host)\n", size(tcp), pct(tcp, total))
 
 	fmt.Fprintf(w, "\nconnections\n")
 	if len(r.Connections) == 0 {
