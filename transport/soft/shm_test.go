@@ -309,3 +309,32 @@ func TestShmQuarantine(t *testing.T) {
 		t.Fatal("the quarantined block or slot was reused")
 	}
 }
+
+// TestShmWrongHandle: a handle whose slot number names another live
+// region, but whose key is not that region's, is refused as on a NIC: the
+// listener does not copy, the dialer refuses the WRITE on the socket, and
+// neither region is touched.
+func TestShmWrongHandle(t *testing.T) {
+	cp, sp := New(Options{}), New(Options{})
+	cli, srv := shmPair(t, cp, sp)
+	a := mustAlloc(t, cli, 64<<10, transport.AccessLocal|transport.AccessRemoteWrite)
+	b := mustAlloc(t, cli, 64<<10, transport.AccessLocal|transport.AccessRemoteWrite)
+	src := mustAlloc(t, srv, 64<<10, transport.AccessLocal)
+	for i := range src.Bytes() {
+		src.Bytes()[i] = 0x77
+	}
+	rkey := a.Handle()&^(shmSlots-1) | b.Handle()&(shmSlots-1)
+	if err := srv.Post(transport.SendWR{ID: 1, Op: transport.OpWrite, SGL: []transport.Segment{transport.Whole(src)},
+		RemoteAddr: b.Addr(), RKey: rkey}); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, srv, 5*time.Second); c.Status != transport.StatusRemoteAccess {
+		t.Fatalf("write with a forged handle: %+v, want %v", c, transport.StatusRemoteAccess)
+	}
+	if bytes.IndexByte(a.Bytes(), 0x77) >= 0 || bytes.IndexByte(b.Bytes(), 0x77) >= 0 {
+		t.Fatal("the forged write landed")
+	}
+	if n := sp.shmCopies.Load(); n != 0 {
+		t.Fatalf("%d copies", n)
+	}
+}
