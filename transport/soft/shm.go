@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +107,12 @@ func newArena(size int64) (*arena, error) {
 		a.slots = append(a.slots, i)
 	}
 	return a, nil
+}
+
+// close unmaps the arena and closes its memfd.
+func (a *arena) close() {
+	_ = unix.Munmap(a.mem)
+	_ = unix.Close(a.fd)
 }
 
 // stateWord is the state word of slot i in mem (which must hold it).
@@ -218,6 +225,9 @@ func (p *Provider) arenaFor() *arena {
 			return
 		}
 		p.pd.arena.Store(a)
+		// Once nothing reaches the domain, no region of the arena is
+		// reachable either (each holds the domain): give the memfd back.
+		runtime.AddCleanup(p.pd, (*arena).close, a)
 	})
 	return p.pd.arena.Load()
 }
