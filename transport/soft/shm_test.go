@@ -208,6 +208,17 @@ func TestShmTableOutOfBounds(t *testing.T) {
 	}
 }
 
+// writeRegions allocates n bytes of fill on srv, the source of a WRITE, and
+// n bytes of cli open to remote write, its target.
+func writeRegions(t *testing.T, srv, cli transport.Conn, n int, fill byte) (src, dst transport.Region) {
+	t.Helper()
+	src = mustAlloc(t, srv, n, transport.AccessLocal)
+	for i := range src.Bytes() {
+		src.Bytes()[i] = fill
+	}
+	return src, mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
+}
+
 // TestShmDeregisterRacesCopy: a Deregister that comes while the listener
 // is copying into the region waits for the copy, so the block, reused at
 // once by the next Alloc, is never written by it. The hook holds the copy
@@ -224,11 +235,7 @@ func TestShmDeregisterRacesCopy(t *testing.T) {
 	}
 	cli, srv := shmPair(t, cp, sp)
 	const n = 64 << 10
-	src := mustAlloc(t, srv, n, transport.AccessLocal)
-	for i := range src.Bytes() {
-		src.Bytes()[i] = 0xA5
-	}
-	dst := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
+	src, dst := writeRegions(t, srv, cli, n, 0xA5)
 	posted := make(chan error, 1)
 	go func() { // Post copies inline, and the hook holds it there
 		posted <- srv.Post(transport.SendWR{ID: 1, Op: transport.OpWrite, SGL: []transport.Segment{transport.Whole(src)},
@@ -263,11 +270,7 @@ func TestShmDeregisterStress(t *testing.T) {
 		cp, sp := New(Options{}), New(Options{})
 		cli, srv := shmPair(t, cp, sp)
 		const n = 16 << 10
-		src := mustAlloc(t, srv, n, transport.AccessLocal)
-		for i := range src.Bytes() {
-			src.Bytes()[i] = 0x5A
-		}
-		dst := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
+		src, dst := writeRegions(t, srv, cli, n, 0x5A)
 		for i := range 32 {
 			if err := srv.Post(transport.SendWR{ID: uint64(i), Op: transport.OpWrite, SGL: []transport.Segment{transport.Whole(src)},
 				RemoteAddr: dst.Addr(), RKey: dst.Handle()}); err != nil {
