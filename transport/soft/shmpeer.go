@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -248,13 +249,17 @@ func (pa *peerArena) copyFrom(dst []byte, handle uint32, addr uint64) bool {
 
 // offerArena runs the dialer's side of the shared-memory step on the unix
 // socket it moved to; it reports whether the listener mapped the arena.
-func (p *Provider) offerArena(uc *net.UnixConn, a *arena) (bool, error) {
+func (p *Provider) offerArena(ctx context.Context, uc *net.UnixConn, a *arena) (bool, error) {
 	fd, size := a.fd, a.size
 	if p.arenaHook != nil {
 		fd, size = p.arenaHook(a)
 	}
 	_ = uc.SetDeadline(time.Now().Add(p.opts.HandshakeTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = uc.SetDeadline(time.Unix(1, 0)) })
 	ok, err := sendArena(uc, fd, size)
+	if !stop() {
+		err = errors.Join(err, ctx.Err())
+	}
 	if err != nil {
 		return false, err
 	}
@@ -264,8 +269,13 @@ func (p *Provider) offerArena(uc *net.UnixConn, a *arena) (bool, error) {
 // acceptArena runs the listener's side.
 func (l *listener) acceptArena(uc *net.UnixConn) (*peerArena, error) {
 	_ = uc.SetDeadline(time.Now().Add(l.p.opts.HandshakeTimeout))
+	stop := context.AfterFunc(l.ctx, func() { _ = uc.SetDeadline(time.Unix(1, 0)) })
 	pa, why, err := recvArena(uc)
+	if !stop() {
+		err = errors.Join(err, transport.ErrClosed)
+	}
 	if err != nil {
+		pa.unmap()
 		return nil, err
 	}
 	if why != nil {

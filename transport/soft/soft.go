@@ -159,7 +159,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 	}
 	shm := false
 	if uc, ok := s.(*net.UnixConn); ok && err == nil && a != nil && peer.Flags&helloShm != 0 {
-		shm, err = p.offerArena(uc, a)
+		shm, err = p.offerArena(ctx, uc, a)
 	}
 	if !stop() {
 		err = errors.Join(err, ctx.Err())
