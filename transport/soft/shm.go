@@ -177,10 +177,13 @@ var errShmBusy = errors.New("softrdma: a copy into the region did not finish")
 // another region.
 func (a *arena) retire(r *region) error {
 	w := stateWord(a.mem, r.slot)
-	for {
+	for tries := 0; ; tries++ {
 		old := atomic.LoadUint32(w)
 		if atomic.CompareAndSwapUint32(w, old, old&^shmValid) {
 			break
+		}
+		if tries == 1<<20 { // a peer that keeps rewriting the word
+			return errShmBusy
 		}
 	}
 	deadline := time.Now().Add(shmDrain)
