@@ -51,10 +51,13 @@ const EnvTCPOnly = "LWIO_SOFT_TCP"
 // TCPOnlyFromEnv reports whether EnvTCPOnly is "1".
 func TCPOnlyFromEnv() bool { return os.Getenv(EnvTCPOnly) == "1" }
 
-// Carrier names the kind of socket a connection runs over.
+// Carrier names the kind of socket a connection runs over: TCP, a unix
+// socket, or a unix socket with the dialer's registered memory shared
+// (shm.go).
 const (
 	CarrierTCP  = "tcp"
 	CarrierUnix = "unix"
+	CarrierShm  = "unix+shm"
 )
 
 const (

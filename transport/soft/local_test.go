@@ -64,16 +64,24 @@ func TestConformanceTCP(t *testing.T) {
 // named by its TCP addresses either way.
 func TestSameHostCarrier(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		cli, srv   bool // TCPOnly
-		wantCarier string
+		name           string
+		cli, srv       bool // TCPOnly
+		cliNoM, srvNoM bool // NoSharedMemory
+		wantCarier     string
 	}{
-		{"both", false, false, CarrierUnix},
-		{"client TCPOnly", true, false, CarrierTCP},
-		{"server TCPOnly", false, true, CarrierTCP},
+		{"both", false, false, false, false, CarrierShm},
+		{"client TCPOnly", true, false, false, false, CarrierTCP},
+		{"server TCPOnly", false, true, false, false, CarrierTCP},
+		// A listener that does not offer shared memory (as one from
+		// before it) or a dialer that does not ask: the unix socket
+		// carries every byte.
+		{"server NoSharedMemory", false, false, false, true, CarrierUnix},
+		{"client NoSharedMemory", false, false, true, false, CarrierUnix},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cli, srv := pair(t, New(Options{TCPOnly: tc.cli}), New(Options{TCPOnly: tc.srv}), transport.Config{})
+			cp := New(Options{TCPOnly: tc.cli, NoSharedMemory: tc.cliNoM})
+			sp := New(Options{TCPOnly: tc.srv, NoSharedMemory: tc.srvNoM})
+			cli, srv := pair(t, cp, sp, transport.Config{})
 			if a, b := carrierOf(cli), carrierOf(srv); a != tc.wantCarier || b != tc.wantCarier {
 				t.Fatalf("carriers %s/%s, want %s", a, b, tc.wantCarier)
 			}
@@ -81,6 +89,10 @@ func TestSameHostCarrier(t *testing.T) {
 				t.Errorf("addresses %s->%s and %s->%s", cli.LocalAddr(), cli.RemoteAddr(), srv.LocalAddr(), srv.RemoteAddr())
 			}
 			sendOne(t, cli, srv)
+			writeOne(t, srv, cli)
+			if got, want := sp.shmRefs.Load() > 0 && sp.shmCopies.Load() > 0, tc.wantCarier == CarrierShm; got != want {
+				t.Errorf("shared memory used: %v (%d references, %d copies), want %v", got, sp.shmRefs.Load(), sp.shmCopies.Load(), want)
+			}
 		})
 	}
 }
@@ -206,7 +218,7 @@ func TestSameHostHostile(t *testing.T) {
 	})
 	// The listener still serves a real client, on the unix socket.
 	cli, srv := conformance.Connect(t, New(Options{}), ln, ln.Addr(), transport.Config{}, 10*time.Second)
-	if carrierOf(cli) != CarrierUnix || carrierOf(srv) != CarrierUnix {
+	if carrierOf(cli) != CarrierShm || carrierOf(srv) != CarrierShm {
 		t.Fatalf("carriers %s/%s", carrierOf(cli), carrierOf(srv))
 	}
 }
