@@ -2,6 +2,7 @@ package test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -70,8 +71,12 @@ func directIO(t *testing.T, path string, n int) {
 	if _, err := f.WriteAt(buf, 0); err != nil {
 		t.Fatal(err)
 	}
+	clear(buf)
 	if _, err := f.ReadAt(buf, 0); err != nil {
 		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, pattern(7, n)) {
+		t.Fatalf("%s: the bytes read back differ from those written", path)
 	}
 }
 
@@ -98,8 +103,8 @@ func TestStat(t *testing.T) {
 		if c.Provider != "softrdma" || c.Remote != s.Soft || !c.Alive || c.Credits <= 0 || !strings.HasPrefix(c.Completion, "auto/") {
 			t.Errorf("connection %+v: want softrdma to %s, alive, with credits, completion auto/…", c, s.Soft)
 		}
-		if c.Carrier != "unix" { // the server is on this host
-			t.Errorf("connection %+v: want it on the same-host unix socket", c)
+		if c.Carrier != "unix+shm" { // the server is on this host
+			t.Errorf("connection %+v: want it on the same-host unix socket with shared memory", c)
 		}
 	}
 
@@ -212,5 +217,47 @@ func TestSameHostFallbackTCP(t *testing.T) {
 		if c.Provider != "softrdma" || c.Carrier != "tcp" || !c.Alive {
 			t.Errorf("connection %+v: want softrdma over tcp", c)
 		}
+	}
+}
+
+// TestSameHostSharedMemory: a mount on the server's host shares its
+// registered memory with the server (softrdma's same-host shared memory):
+// the connections say unix+shm, and 1 MiB O_DIRECT writes and reads, which
+// go by copy through it, read back what was written and reach the
+// export. A server that does not offer it (LWIO_SOFT_NOSHM=1, as one from
+// before it) keeps every byte on the unix socket.
+func TestSameHostSharedMemory(t *testing.T) {
+	needFUSE(t)
+	for _, tc := range []struct {
+		name, env, carrier string
+	}{
+		{"shared", "", "unix+shm"},
+		{"server without", "LWIO_SOFT_NOSHM=1", "unix"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var env []string
+			if tc.env != "" {
+				env = []string{tc.env}
+			}
+			s := startServer(t, ServerConfig{Env: env})
+			for _, mode := range []string{"interrupt", "polling"} {
+				m := mountShare(t, s, MountConfig{Completion: mode, Options: []string{"noleases"}})
+				name := "big-" + mode
+				directIO(t, filepath.Join(m.Dir, name), 8<<20)
+				got, err := os.ReadFile(filepath.Join(s.Shares["share"], name))
+				if err != nil || !bytes.Equal(got, pattern(7, 8<<20)) {
+					t.Fatalf("%s: the export holds other bytes (%v)", mode, err)
+				}
+				st := lwioStat(t, m.Dir)
+				if len(st.Connections) == 0 || st.Bytes.Providers["softrdma"] < 16<<20 {
+					t.Fatalf("stat %+v: want the data on softrdma", st)
+				}
+				for _, c := range st.Connections {
+					if c.Provider != "softrdma" || c.Carrier != tc.carrier || !c.Alive {
+						t.Errorf("%s: connection %+v: want softrdma over %s", mode, c, tc.carrier)
+					}
+				}
+			}
+		})
 	}
 }

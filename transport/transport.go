@@ -236,7 +236,8 @@ type Conn interface {
 
 // Carrier is implemented by a connection a provider runs over an
 // operating-system socket (softrdma): Carrier names the socket's kind,
-// "tcp" or, to a peer on the same host, "unix".
+// "tcp" or, to a peer on the same host, "unix" ("unix+shm" when the
+// dialer's registered memory is shared with the listener as well).
 type Carrier interface {
 	Carrier() string
 }

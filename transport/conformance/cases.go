@@ -47,8 +47,12 @@ var cases = []Case{
 
 func connInfo(t *testing.T, e *Env) {
 	cli, srv := e.pair(t)
-	if cli.Provider() != e.Client.Name() || srv.Provider() != e.Server.Name() {
-		t.Errorf("Provider() = %q/%q, want %q/%q", cli.Provider(), srv.Provider(), e.Client.Name(), e.Server.Name())
+	wc, ws := e.Client.Name(), e.Server.Name()
+	if e.Reverse {
+		wc, ws = ws, wc
+	}
+	if cli.Provider() != wc || srv.Provider() != ws {
+		t.Errorf("Provider() = %q/%q, want %q/%q", cli.Provider(), srv.Provider(), wc, ws)
 	}
 	if cli.RemoteAddr() != srv.LocalAddr() {
 		t.Errorf("client RemoteAddr %q, server LocalAddr %q", cli.RemoteAddr(), srv.LocalAddr())

@@ -54,6 +54,13 @@ type Env struct {
 	// (transport.Seal with Lead on both, which is allowed before any frame
 	// has crossed).
 	Connected func(t *testing.T, cli, srv transport.Conn)
+	// Reverse swaps the ends' roles in the cases: the connection the
+	// Server accepted plays the client (it initiates the WRITEs and
+	// SENDs), the Client's dialled one the server (its memory is the
+	// target). For a provider whose dialling end shares its memory with
+	// the listener (softrdma's same-host shared memory), this runs the
+	// suite over that path.
+	Reverse bool
 }
 
 // Case is one named check of the suite.
@@ -122,6 +129,9 @@ func (e *Env) pair(t *testing.T) (cli, srv transport.Conn) {
 func (e *Env) connect(t *testing.T, ln transport.Listener) (cli, srv transport.Conn) {
 	t.Helper()
 	cli, srv = Connect(t, e.Client, ln, ln.Addr(), e.Config, e.Timeout)
+	if e.Reverse {
+		cli, srv = srv, cli
+	}
 	if e.Connected != nil {
 		e.Connected(t, cli, srv)
 	}

@@ -98,6 +98,9 @@ func (c *chooser) queues(t *testing.T) transport.Queues {
 func (e *Env) sharedPairs(t *testing.T, n int, cliQ, srvQ *chooser) (clis, srvs []transport.Conn) {
 	t.Helper()
 	lcfg, dcfg := e.Config, e.Config
+	if e.Reverse { // the dialled ends play the servers
+		cliQ, srvQ = srvQ, cliQ
+	}
 	if srvQ != nil {
 		lcfg.Queues = srvQ
 	}

@@ -81,6 +81,11 @@ type conn struct {
 	delay   time.Duration // Faults.DelayCompletions
 	local   string
 	remote  string
+	// Shared memory (shm.go): shmOut, on a dialer, says the listener
+	// mapped its arena (its large SENDs go by reference, the listener's
+	// WRITEs arrive as notices); peer, on a listener, is that mapping.
+	shmOut bool
+	peer   *peerArena
 
 	// Where completions go and receives come from (Config.Queues): own is
 	// the connection's own completion queue, nil when both of its queues
@@ -141,7 +146,7 @@ var _ transport.Conn = (*conn)(nil)
 // nc is the socket it runs on, tc the TCP connection it was made on (the
 // same socket unless the connection moved to a unix one); tc's addresses
 // name the connection.
-func newConn(p *Provider, nc sock, tc *net.TCPConn, cfg transport.Config, peer hello, faults *Faults, qs queues) (*conn, error) {
+func newConn(p *Provider, nc sock, tc *net.TCPConn, cfg transport.Config, peer hello, faults *Faults, qs queues, shm shmEnds) (*conn, error) {
 	cfg = cfg.WithDefaults()
 	maxMsg := cfg.MaxMessageSize
 	if int64(peer.MaxMessageSize) < int64(maxMsg) {
@@ -174,8 +179,16 @@ func newConn(p *Provider, nc sock, tc *net.TCPConn, cfg transport.Config, peer h
 	switch nc.(type) {
 	case *net.UnixConn:
 		c.carrier = CarrierUnix
+		c.shmOut, c.peer = shm.out, shm.peer
+		if c.shmOut || c.peer != nil {
+			c.carrier = CarrierShm
+		}
 	case *pipeSock:
 		c.carrier = CarrierPipe
+		c.shmOut, c.peer = shm.out, shm.peer
+		if c.shmOut || c.peer != nil {
+			c.carrier = CarrierPipeShm
+		}
 	}
 	if faults != nil {
 		c.delay = faults.DelayCompletions
@@ -201,6 +214,9 @@ func newConn(p *Provider, nc sock, tc *net.TCPConn, cfg transport.Config, peer h
 	c.log = p.log.WithFields(logrus.Fields{"provider": Name, "conn": c.local + "->" + c.remote, "carrier": c.carrier})
 	c.rd.init(nc, c.onIdle)
 	c.wr.init(nc)
+	if c.shmOut {
+		c.wr.shm.desc = make([]byte, 0, maxBatch*cfg.MaxSGE*shmEntrySize)
+	}
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimeout)
 	c.ackTimer.Stop()
 	c.intr = readturn.New(nc)
@@ -468,6 +484,7 @@ func (c *conn) finish() {
 		c.own.close()
 	}
 	c.detach()
+	c.peer.unmap()
 	c.log.WithField("flushed", len(out)).Debug("disconnected")
 	close(c.finished)
 }

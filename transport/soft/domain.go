@@ -25,6 +25,9 @@ type domain struct {
 	mu      sync.RWMutex
 	regions map[uint32]*region // by handle; a region leaves at Deregister
 	nextVA  uint64
+	// arena, once a dial made it, holds the regions registered since
+	// (shm.go); nil: they are Go memory.
+	arena atomic.Pointer[arena]
 }
 
 var _ transport.QueueDomain = (*domain)(nil)
@@ -51,15 +54,26 @@ func (d *domain) Alloc(n int, access transport.Access) (transport.Region, error)
 	if access&^(transport.AccessLocal|transport.AccessRemoteWrite) != 0 {
 		return nil, fmt.Errorf("softrdma: unknown access flags %#x", uint32(access))
 	}
-	r := &region{d: d, buf: make([]byte, n), access: access | transport.AccessLocal}
+	r := &region{d: d, access: access | transport.AccessLocal}
+	if a := d.arena.Load(); a != nil {
+		if buf, slot, off, ok := a.alloc(n); ok {
+			r.buf, r.slot, r.off = buf, slot, off
+		}
+	}
+	if r.buf == nil {
+		r.buf = make([]byte, n)
+	}
 	var b [4]byte
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for {
+	for r.handle == 0 {
 		if _, err := rand.Read(b[:]); err != nil {
 			return nil, err
 		}
 		h := binary.LittleEndian.Uint32(b[:])
+		if r.slot != 0 { // an arena region's handle names its slot (shm.go)
+			h = h&^(shmSlots-1) | uint32(r.slot)
+		}
 		if _, taken := d.regions[h]; h != 0 && !taken {
 			r.handle = h
 			break
@@ -68,6 +82,9 @@ func (d *domain) Alloc(n int, access transport.Access) (transport.Region, error)
 	r.addr = d.nextVA
 	d.nextVA += (uint64(n)+pageSize-1)&^(pageSize-1) + pageSize
 	d.regions[r.handle] = r
+	if r.slot != 0 {
+		d.arena.Load().publish(r)
+	}
 	return r, nil
 }
 
@@ -88,9 +105,10 @@ func (d *domain) target(rkey uint32, addr uint64, n int) ([]byte, bool) {
 	return r.buf[off : off+uint64(n)], true
 }
 
-// region is registered memory. Its bytes are ordinary Go memory, so a
-// write already being placed when Deregister runs is harmless to the
-// program; Deregister only guarantees that no later write is accepted.
+// region is registered memory: ordinary Go memory, so a write already
+// being placed when Deregister runs is harmless to the program, or a
+// block of the arena (slot != 0), whose Deregister waits for a peer's copy
+// in progress (arena.retire) before the block can be reused.
 type region struct {
 	d      *domain
 	buf    []byte
@@ -98,6 +116,8 @@ type region struct {
 	handle uint32
 	access transport.Access
 	dead   atomic.Bool
+	slot   int   // the arena's slot; 0: Go memory
+	off    int64 // with slot: where buf starts in the arena
 }
 
 var _ transport.Region = (*region)(nil)
@@ -117,6 +137,11 @@ func (r *region) Deregister() error {
 	r.d.mu.Lock()
 	delete(r.d.regions, r.handle)
 	r.d.mu.Unlock()
+	if r.slot != 0 {
+		if err := r.d.arena.Load().retire(r); err != nil {
+			return fmt.Errorf("softrdma: region %#x quarantined: %w", r.handle, err)
+		}
+	}
 	return nil
 }
 

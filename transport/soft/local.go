@@ -58,11 +58,15 @@ const EnvPipes = "LWIO_SOFT_PIPES"
 // PipesFromEnv reports whether EnvPipes is "1".
 func PipesFromEnv() bool { return os.Getenv(EnvPipes) == "1" }
 
-// Carrier names the kind of socket a connection runs over.
+// Carrier names the kind of socket a connection runs over: TCP, a unix
+// socket, or a unix socket with the dialer's registered memory shared
+// (shm.go).
 const (
-	CarrierTCP  = "tcp"
-	CarrierUnix = "unix"
-	CarrierPipe = "pipe" // two pipes, passed over the unix socket (local_pipe.go)
+	CarrierTCP     = "tcp"
+	CarrierUnix    = "unix"
+	CarrierShm     = "unix+shm"
+	CarrierPipe    = "pipe"     // two pipes, passed over the unix socket (local_pipe.go)
+	CarrierPipeShm = "pipe+shm" // pipes, and shared memory (shm.go)
 )
 
 const (
@@ -260,7 +264,7 @@ func (ll *localListener) withdraw(o *offer, po *pendingOffer) {
 // TCP connection whose hello asked for it: it returns the socket the
 // connection goes on with, tc or the unix socket the client moved to. The
 // handshake deadline is set on tc.
-func (ll *localListener) serveOffer(tc *net.TCPConn, pipes bool) (sock, error) {
+func (ll *localListener) serveOffer(tc *net.TCPConn) (sock, error) {
 	o, po, err := ll.makeOffer()
 	if err != nil {
 		return nil, err
@@ -289,13 +293,6 @@ func (ll *localListener) serveOffer(tc *net.TCPConn, pipes bool) (sock, error) {
 	case uc := <-po.got:
 		_ = tc.Close()
 		ll.l.p.sizeLocal(uc)
-		if pipes {
-			s, err := servePipes(uc)
-			if err != nil {
-				_ = uc.Close()
-			}
-			return s, err
-		}
 		return uc, nil
 	default:
 		return nil, errors.New("softrdma: client moved to a unix socket that never presented its token")
@@ -310,7 +307,7 @@ func (ll *localListener) close() { _ = ll.ln.Close() }
 // returns the socket the connection goes on with. A unix socket that is
 // not there (another host, another network namespace) or does not answer
 // with the server token leaves the connection on TCP.
-func (p *Provider) takeOffer(ctx context.Context, tc *net.TCPConn, pipes bool) (sock, error) {
+func (p *Provider) takeOffer(ctx context.Context, tc *net.TCPConn) (sock, error) {
 	var b [offerSize]byte
 	if _, err := io.ReadFull(tc, b[:]); err != nil {
 		return nil, err
@@ -331,13 +328,6 @@ func (p *Provider) takeOffer(ctx context.Context, tc *net.TCPConn, pipes bool) (
 	}
 	p.sizeLocal(uc)
 	_ = tc.Close()
-	if pipes {
-		s, err := takePipes(uc, time.Now().Add(p.opts.HandshakeTimeout))
-		if err != nil {
-			_ = uc.Close()
-		}
-		return s, err
-	}
 	return uc, nil
 }
 

@@ -34,7 +34,7 @@ import (
 
 // helloPipe, with helloLocal, offers (listener) or accepts (dialer) pipes
 // for the same-host path; a peer older than it sends zero and ignores it.
-const helloPipe = 1 << 1
+const helloPipe = 1 << 2
 
 const pipeByte = 'P'
 

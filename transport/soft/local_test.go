@@ -65,26 +65,36 @@ func TestConformanceTCP(t *testing.T) {
 }
 
 // TestSameHostCarrier: two providers on one host move to the unix socket
-// (so TestConformance covers it), on to pipes passed over it if both ends
-// have Pipes (TestConformancePipes), and stay on TCP if either end is
-// TCPOnly, as a peer from before the same-host path is; the connection
-// carries data and is named by its TCP addresses either way.
+// (so TestConformance covers it), with shared memory unless either end
+// has NoSharedMemory, on to pipes passed over it if both ends have Pipes
+// (TestConformancePipes), and stay on TCP if either end is TCPOnly, as a
+// peer from before the same-host path is; the connection carries data and
+// is named by its TCP addresses either way.
 func TestSameHostCarrier(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		cli, srv         bool // TCPOnly
+		cliNoM, srvNoM   bool // NoSharedMemory
 		cliPipe, srvPipe bool // Pipes
 		wantCarier       string
 	}{
-		{"both", false, false, false, false, CarrierUnix},
-		{"both with pipes", false, false, true, true, CarrierPipe},
-		{"client with pipes", false, false, true, false, CarrierUnix},
-		{"server with pipes", false, false, false, true, CarrierUnix},
-		{"client TCPOnly", true, false, true, true, CarrierTCP},
-		{"server TCPOnly", false, true, true, true, CarrierTCP},
+		{"both", false, false, false, false, false, false, CarrierShm},
+		{"client TCPOnly", true, false, false, false, true, true, CarrierTCP},
+		{"server TCPOnly", false, true, false, false, true, true, CarrierTCP},
+		// A listener that does not offer shared memory (as one from
+		// before it) or a dialer that does not ask: the unix socket
+		// carries every byte.
+		{"server NoSharedMemory", false, false, false, true, false, false, CarrierUnix},
+		{"client NoSharedMemory", false, false, true, false, false, false, CarrierUnix},
+		// Pipes only when both ends have them; with shared memory or not.
+		{"both with pipes", false, false, false, false, true, true, CarrierPipeShm},
+		{"both with pipes, NoSharedMemory", false, false, true, true, true, true, CarrierPipe},
+		{"client with pipes", false, false, false, false, true, false, CarrierShm},
+		{"server with pipes", false, false, false, false, false, true, CarrierShm},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cp, sp := New(Options{TCPOnly: tc.cli, Pipes: tc.cliPipe}), New(Options{TCPOnly: tc.srv, Pipes: tc.srvPipe})
+			cp := New(Options{TCPOnly: tc.cli, NoSharedMemory: tc.cliNoM, Pipes: tc.cliPipe})
+			sp := New(Options{TCPOnly: tc.srv, NoSharedMemory: tc.srvNoM, Pipes: tc.srvPipe})
 			cli, srv := pair(t, cp, sp, transport.Config{})
 			if a, b := carrierOf(cli), carrierOf(srv); a != tc.wantCarier || b != tc.wantCarier {
 				t.Fatalf("carriers %s/%s, want %s", a, b, tc.wantCarier)
@@ -93,6 +103,10 @@ func TestSameHostCarrier(t *testing.T) {
 				t.Errorf("addresses %s->%s and %s->%s", cli.LocalAddr(), cli.RemoteAddr(), srv.LocalAddr(), srv.RemoteAddr())
 			}
 			sendOne(t, cli, srv)
+			writeOne(t, srv, cli)
+			if got, want := sp.shmRefs.Load() > 0 && sp.shmCopies.Load() > 0, tc.wantCarier == CarrierShm || tc.wantCarier == CarrierPipeShm; got != want {
+				t.Errorf("shared memory used: %v (%d references, %d copies), want %v", got, sp.shmRefs.Load(), sp.shmCopies.Load(), want)
+			}
 		})
 	}
 }
@@ -218,7 +232,7 @@ func TestSameHostHostile(t *testing.T) {
 	})
 	// The listener still serves a real client, on the unix socket.
 	cli, srv := conformance.Connect(t, New(Options{}), ln, ln.Addr(), transport.Config{}, 10*time.Second)
-	if carrierOf(cli) != CarrierUnix || carrierOf(srv) != CarrierUnix {
+	if carrierOf(cli) != CarrierShm || carrierOf(srv) != CarrierShm {
 		t.Fatalf("carriers %s/%s", carrierOf(cli), carrierOf(srv))
 	}
 }

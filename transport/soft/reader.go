@@ -337,9 +337,13 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 		c.refuse(transport.StatusRemoteInvalidRequest, fmt.Errorf("%d-byte request exceeds MaxMessageSize %d", n, c.limits.MaxMessageSize))
 		return false, false, false
 	}
-	imm := h.Flags&flagImm != 0
+	imm, shm := h.Flags&flagImm != 0, h.Flags&flagShm != 0
+	if shm && (h.Type == frameWrite && !c.shmOut || h.Type == frameSend && c.peer == nil) {
+		c.fail(failure{why: "protocol violation", err: fmt.Errorf("shared-memory %v on a connection that shares none", h.Type)})
+		return false, false, false
+	}
 	var dst []byte
-	if h.Type == frameWrite && n > 0 {
+	if h.Type == frameWrite && n > 0 && !shm { // shm: the peer copied it in already
 		var ok bool
 		if dst, ok = c.p.pd.target(h.RKey, h.Addr, n); !ok {
 			c.refuse(transport.StatusRemoteAccess, fmt.Errorf("RDMA WRITE of %d bytes to %#x with handle %#x is outside every region open to remote write", n, h.Addr, h.RKey))
@@ -387,15 +391,33 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 		}
 		dst, comp.Len = buf[:n], n
 	}
-	if err := c.readPayload(h, dst); err != nil {
+	if err := c.placeSend(h, dst); err != nil {
 		comp.Status = transport.StatusFlushed
 		c.recvCQ.push(c.delay, comp)
-		c.payloadFailed(err)
+		var bad shmRefError
+		if errors.As(err, &bad) {
+			c.refuse(transport.StatusRemoteInvalidRequest, err)
+		} else {
+			c.payloadFailed(err)
+		}
 		return false, false, false
 	}
 	c.recvCQ.push(c.delay, comp)
 	c.placed.Add(1)
 	return true, true, false
+}
+
+// placeSend places the payload of a SEND or WRITE WITH IMMEDIATE: from
+// the socket, or, for a SEND by reference, from the peer's arena. A WRITE
+// WITH IMMEDIATE the peer copied in itself has nothing to place.
+func (c *conn) placeSend(h *frameHeader, dst []byte) error {
+	if h.Flags&flagShm == 0 {
+		return c.readPayload(h, dst)
+	}
+	if h.Type == frameSend {
+		return c.readRefs(h, dst)
+	}
+	return nil
 }
 
 // rnrPeerCheck is how often a reader waiting for a receive checks that the

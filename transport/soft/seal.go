@@ -199,6 +199,9 @@ func (rd *frameReader) openHeader(a cipher.AEAD, h *frameHeader) error {
 	if err := h.decode(b[:frameHeaderSize]); err != nil {
 		return err
 	}
+	if h.Flags&flagShm != 0 { // a sealed connection keeps its data on the socket
+		return errBadFrame
+	}
 	h.seq = rd.inSeq
 	return nil
 }
@@ -248,6 +251,9 @@ func (rd *frameReader) openInto(a cipher.AEAD, h *frameHeader, dst []byte) error
 func (h *frameHeader) wireLen() int {
 	if h.seq != 0 {
 		return sealedLen(int(h.Length))
+	}
+	if h.Flags&flagShm != 0 {
+		return int(h.Wire)
 	}
 	return int(h.Length)
 }

@@ -68,6 +68,14 @@ type Options struct {
 	// TCPOnly keeps every connection on TCP: a listener offers no
 	// same-host unix socket, a dialer takes none (local.go).
 	TCPOnly bool
+	// NoSharedMemory keeps same-host connections off shared memory
+	// (shm.go): a dialer keeps its registered memory in Go memory and
+	// shares none, a listener maps none; every byte crosses the socket.
+	NoSharedMemory bool
+	// ArenaSize is the size of a dialer's shared-memory arena (address
+	// space; pages are allocated as used). Zero means 4 GiB. Regions that
+	// do not fit are Go memory and cross the socket.
+	ArenaSize int64
 	// Pipes moves a same-host connection on to two pipes when the peer
 	// does too (local_pipe.go): half the round trip of a small message,
 	// but at 1 MiB of pipe (fs.pipe-max-size) large frames cost more than
@@ -98,6 +106,19 @@ type Provider struct {
 	// sameHost is sameHost (local.go); a test makes a peer on this host
 	// stand for one on another.
 	sameHost func(*net.TCPConn) bool
+	// arenaOnce makes the shared-memory arena at the first same-host
+	// dial (arenaFor); arenaHook, in tests, replaces the memfd and size
+	// a dialer passes with a hostile one.
+	arenaOnce sync.Once
+	arenaHook func(*arena) (fd int, size int64)
+	// shmMinCopy and shmMinRef are shmwire.go's thresholds (tests lower
+	// them); shmCopies and shmRefs count WRITEs copied into a peer's arena
+	// and SEND references copied out of one.
+	shmMinCopy, shmMinRef int
+	shmCopies, shmRefs    atomic.Int64
+	// shmCopyHook, in tests, runs in each copy into a peer's arena
+	// between taking the slot and copying.
+	shmCopyHook func()
 }
 
 var _ transport.Provider = (*Provider)(nil)
@@ -105,7 +126,8 @@ var _ transport.Provider = (*Provider)(nil)
 // New returns a provider with opts.
 func New(opts Options) *Provider {
 	opts = opts.withDefaults()
-	return &Provider{opts: opts, log: quietlog.Or(opts.Logger), pd: newDomain(), sameHost: sameHost}
+	return &Provider{opts: opts, log: quietlog.Or(opts.Logger), pd: newDomain(), sameHost: sameHost,
+		shmMinCopy: shmMinCopy, shmMinRef: shmMinRef}
 }
 
 // Name returns "softrdma".
@@ -132,9 +154,23 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 	stop := context.AfterFunc(ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
 	var s sock = tc
 	local := !p.opts.TCPOnly && p.sameHost(tc)
-	peer, err := p.handshake(tc, cfg, local)
+	var a *arena
+	if local {
+		a = p.arenaFor()
+	}
+	peer, err := p.handshake(tc, cfg, local, a != nil)
 	if err == nil && peer.Flags&helloLocal != 0 && local {
-		s, err = p.takeOffer(ctx, tc, p.pipesWith(peer))
+		s, err = p.takeOffer(ctx, tc)
+	}
+	shm := false
+	if uc, ok := s.(*net.UnixConn); ok && err == nil && a != nil && peer.Flags&helloShm != 0 {
+		shm, err = p.offerArena(ctx, uc, a)
+	}
+	if uc, ok := s.(*net.UnixConn); ok && err == nil && p.pipesWith(peer) {
+		var ps sock
+		if ps, err = takePipes(uc, time.Now().Add(p.opts.HandshakeTimeout)); err == nil {
+			s = ps
+		}
 	}
 	if !stop() {
 		err = errors.Join(err, ctx.Err())
@@ -149,7 +185,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 		_ = tc.Close()
 		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
 	}
-	c, err := p.newConn(s, tc, cfg, peer)
+	c, err := p.newConn(s, tc, cfg, peer, shmEnds{out: shm})
 	if err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
@@ -186,9 +222,9 @@ func checkConfig(cfg transport.Config) error {
 	return nil
 }
 
-// handshake exchanges hellos, ours with helloLocal if local; the deadline
-// must be set (and cleared) by the caller.
-func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local bool) (hello, error) {
+// handshake exchanges hellos, ours with helloLocal if local and helloShm
+// if shm; the deadline must be set (and cleared) by the caller.
+func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm bool) (hello, error) {
 	_ = tc.SetNoDelay(true)
 	if n := p.opts.SocketBuffer; n > 0 {
 		_ = tc.SetReadBuffer(n)
@@ -198,6 +234,9 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local bool) 
 	h := hello{RNRTimeout: p.opts.RNRTimeout, MaxMessageSize: uint32(cfg.WithDefaults().MaxMessageSize)}
 	if local {
 		h.Flags = helloLocal
+		if shm {
+			h.Flags |= helloShm
+		}
 		if p.opts.Pipes {
 			h.Flags |= helloPipe
 		}
@@ -222,7 +261,7 @@ func (p *Provider) pipesWith(peer hello) bool { return p.opts.Pipes && peer.Flag
 
 // newConn starts a connection on s, which is tc or the unix socket the
 // same-host step moved to; tc's addresses name it either way.
-func (p *Provider) newConn(s sock, tc *net.TCPConn, cfg transport.Config, peer hello) (*conn, error) {
+func (p *Provider) newConn(s sock, tc *net.TCPConn, cfg transport.Config, peer hello, shm shmEnds) (*conn, error) {
 	qs, err := p.chooseQueues(cfg)
 	if err != nil {
 		return nil, err
@@ -233,7 +272,7 @@ func (p *Provider) newConn(s sock, tc *net.TCPConn, cfg transport.Config, peer h
 			f = p.opts.Faults
 		}
 	}
-	return newConn(p, s, tc, cfg, peer, f, qs)
+	return newConn(p, s, tc, cfg, peer, f, qs, shm)
 }
 
 // queues are the shared queues Config.Queues chose for a connection,
@@ -400,9 +439,20 @@ func (l *listener) admit(tc *net.TCPConn) {
 	stop := context.AfterFunc(l.ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
 	var s sock = tc
 	local := l.local != nil && l.p.sameHost(tc)
-	peer, err := l.p.handshake(tc, l.cfg, local)
+	shmOK := local && !l.p.opts.NoSharedMemory
+	peer, err := l.p.handshake(tc, l.cfg, local, shmOK)
 	if err == nil && peer.Flags&helloLocal != 0 && local {
-		s, err = l.local.serveOffer(tc, l.p.pipesWith(peer))
+		s, err = l.local.serveOffer(tc)
+	}
+	var pa *peerArena
+	if uc, ok := s.(*net.UnixConn); ok && err == nil && shmOK && peer.Flags&helloShm != 0 {
+		pa, err = l.acceptArena(uc)
+	}
+	if uc, ok := s.(*net.UnixConn); ok && err == nil && l.p.pipesWith(peer) {
+		var ps sock
+		if ps, err = servePipes(uc); err == nil {
+			s = ps
+		}
 	}
 	stop()
 	if !l.hellos.remove(tc) && err == nil {
@@ -413,15 +463,17 @@ func (l *listener) admit(tc *net.TCPConn) {
 	}
 	if err != nil {
 		l.p.log.WithError(err).WithField("peer", tc.RemoteAddr().String()).Info("softrdma: handshake failed")
+		pa.unmap()
 		if s != nil {
 			_ = s.Close()
 		}
 		_ = tc.Close()
 		return
 	}
-	c, err := l.p.newConn(s, tc, l.cfg, peer)
+	c, err := l.p.newConn(s, tc, l.cfg, peer, shmEnds{peer: pa})
 	if err != nil {
 		l.p.log.WithError(err).WithField("peer", tc.RemoteAddr().String()).Warn("softrdma: connection refused")
+		pa.unmap()
 		_ = s.Close()
 		return
 	}

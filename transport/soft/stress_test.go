@@ -28,7 +28,8 @@ import (
 // deadline (the server), whoever waits for something taking the reaper
 // role with a short deadline (the client), a polling loop. Each iteration
 // starts fresh connections with random parameters (TCP or the same-host
-// unix socket among them), runs them for a moment,
+// unix socket, with or without shared memory, among them), runs them for a
+// moment,
 // then lets every request finish and closes.
 //
 // A watchdog fails the test, with every goroutine's stack and every
@@ -222,11 +223,17 @@ func stressIteration(t *testing.T, rng *rand.Rand) (answered int64, sh *stressSh
 	log := logrus.New()
 	log.SetOutput(&logBuf)
 	log.SetLevel(logrus.DebugLevel)
-	// Half the iterations on TCP, half on the same-host unix socket.
-	opts := Options{RNRTimeout: 2 * time.Second, Logger: log, TCPOnly: rng.IntN(2) == 0}
+	// A quarter of the iterations on TCP, the rest on the same-host unix
+	// socket: without shared memory, with it, and with it for every WRITE
+	// and SEND segment whatever its size.
+	carrier := rng.IntN(4)
+	opts := Options{RNRTimeout: 2 * time.Second, Logger: log, TCPOnly: carrier == 0, NoSharedMemory: carrier == 1}
 	cp, sp := New(opts), New(opts)
 	if rng.IntN(4) == 0 {
 		sp = cp // one provider, one domain: a server talking to itself
+	}
+	if carrier == 3 {
+		cp.shmMinCopy, cp.shmMinRef, sp.shmMinCopy, sp.shmMinRef = 1, 1, 1, 1
 	}
 	depths := []int{1, 2, 4, 16, 32}
 	npairs := 1 + rng.IntN(3)

@@ -25,7 +25,7 @@ import (
 //	8  Length u32  payload bytes that follow the header
 //	12 Imm    u32  immediate data
 //	16 RKey   u32  frameWrite: the target region's handle
-//	20 -      u32  zero
+//	20 Wire   u32  flagShm: payload bytes on the wire; else zero
 //	24 Addr   u64  frameWrite: the target address
 //
 // Requests (frameSend, frameWrite) are numbered implicitly 0, 1, 2… in
@@ -33,6 +33,12 @@ import (
 // traffic going the other way; a frameAck carries only that. A frameNak
 // says request number Ack failed at the responder with Status; the
 // connection is then in error on both sides.
+//
+// flagShm (shared memory, shm.go) changes what follows the header: a
+// frameWrite from the listener says it copied Length bytes into the
+// dialer's region itself (Wire is 0, nothing follows); a frameSend from the
+// dialer carries Wire bytes of entries (shmEntrySize each, inline bytes
+// after an inline one) that make up its Length bytes.
 const (
 	frameHeaderSize = 32
 	helloSize       = 24
@@ -51,7 +57,10 @@ var frameTypeNames = [...]string{frameSend: "SEND", frameWrite: "WRITE", frameAc
 
 func (t frameType) String() string { return enum.Name(frameTypeNames[:], t, "frameType") }
 
-const flagImm = 1 << 0
+const (
+	flagImm = 1 << 0
+	flagShm = 1 << 1
+)
 
 type frameHeader struct {
 	Type   frameType
@@ -62,6 +71,7 @@ type frameHeader struct {
 	Imm    uint32
 	RKey   uint32
 	Addr   uint64
+	Wire   uint32 // flagShm: the payload's size on the wire
 	seq    uint64 // a sealed frame's number (its nonce); 0: in clear
 }
 
@@ -75,7 +85,7 @@ func (h *frameHeader) encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[8:], h.Length)
 	binary.LittleEndian.PutUint32(b[12:], h.Imm)
 	binary.LittleEndian.PutUint32(b[16:], h.RKey)
-	binary.LittleEndian.PutUint32(b[20:], 0)
+	binary.LittleEndian.PutUint32(b[20:], h.Wire)
 	binary.LittleEndian.PutUint64(b[24:], h.Addr)
 }
 
@@ -93,8 +103,13 @@ func (h *frameHeader) decode(b []byte) error {
 	h.Imm = binary.LittleEndian.Uint32(b[12:])
 	h.RKey = binary.LittleEndian.Uint32(b[16:])
 	h.Addr = binary.LittleEndian.Uint64(b[24:])
-	if h.Type < frameSend || h.Type > frameNak || h.Flags&^flagImm != 0 || b[3] != 0 ||
-		binary.LittleEndian.Uint32(b[20:]) != 0 {
+	h.Wire = binary.LittleEndian.Uint32(b[20:])
+	if h.Type < frameSend || h.Type > frameNak || h.Flags&^(flagImm|flagShm) != 0 || b[3] != 0 {
+		return errBadFrame
+	}
+	if h.Flags&flagShm == 0 && h.Wire != 0 ||
+		h.Flags&flagShm != 0 && (h.Type == frameWrite && h.Wire != 0 || h.Type == frameSend && h.Wire == 0 ||
+			h.Type != frameSend && h.Type != frameWrite) {
 		return errBadFrame
 	}
 	if (h.Type == frameAck || h.Type == frameNak) && h.Length != 0 {
@@ -107,7 +122,7 @@ func (h *frameHeader) decode(b []byte) error {
 //
 //	0  Magic          [4]byte "SRDM"
 //	4  Version        u16     1
-//	6  Flags          u16     helloLocal: offers (listener) or asks for (dialer) the same-host path (local.go)
+//	6  Flags          u16     helloLocal: offers (listener) or asks for (dialer) the same-host path (local.go); helloShm: shared memory too (shm.go)
 //	8  RNRTimeout     u32     microseconds the sender lets a SEND wait for a receive
 //	12 MaxMessageSize u32     largest request payload the sender accepts
 //	16 -              u64     zero
@@ -119,7 +134,12 @@ type hello struct {
 
 // helloLocal in a listener's hello offers the same-host path, in a
 // dialer's asks for it; a peer older than it sends zero and ignores it.
-const helloLocal = 1 << 0
+// helloShm, with it, offers (listener) or asks for (dialer) the
+// shared-memory step after the move to the unix socket (shm.go).
+const (
+	helloLocal = 1 << 0
+	helloShm   = 1 << 1
+)
 
 const helloVersion = 1
 

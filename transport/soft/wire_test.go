@@ -35,17 +35,26 @@ func TestFrameHeaderGolden(t *testing.T) {
 	golden(t, h, frameHeaderSize, want)
 }
 
+func TestFrameHeaderShmGolden(t *testing.T) {
+	h := frameHeader{Type: frameSend, Flags: flagShm, Ack: 1, Length: 0x00100000, Wire: 0x30}
+	const want = "01" + "02" + "00" + "00" + "01000000" + "00001000" + "00000000" + "00000000" + "30000000" + "0000000000000000"
+	golden(t, h, frameHeaderSize, want)
+}
+
 func TestFrameHeaderRejects(t *testing.T) {
 	good := make([]byte, frameHeaderSize)
 	(&frameHeader{Type: frameSend, Length: 5}).encode(good)
 	for name, mutate := range map[string]func(b []byte){
-		"type zero":        func(b []byte) { b[0] = 0 },
-		"type unknown":     func(b []byte) { b[0] = 9 },
-		"unknown flag":     func(b []byte) { b[1] = 2 },
-		"reserved byte":    func(b []byte) { b[3] = 1 },
-		"reserved word":    func(b []byte) { b[20] = 1 },
-		"ACK with payload": func(b []byte) { b[0] = byte(frameAck) },
-		"NAK with payload": func(b []byte) { b[0] = byte(frameNak) },
+		"type zero":         func(b []byte) { b[0] = 0 },
+		"type unknown":      func(b []byte) { b[0] = 9 },
+		"unknown flag":      func(b []byte) { b[1] = 4 },
+		"shm SEND, no wire": func(b []byte) { b[1] = flagShm },
+		"shm WRITE, wire":   func(b []byte) { b[0], b[1], b[20] = byte(frameWrite), flagShm, 1 },
+		"shm ACK":           func(b []byte) { b[0], b[1], b[8] = byte(frameAck), flagShm, 0 },
+		"reserved byte":     func(b []byte) { b[3] = 1 },
+		"reserved word":     func(b []byte) { b[20] = 1 },
+		"ACK with payload":  func(b []byte) { b[0] = byte(frameAck) },
+		"NAK with payload":  func(b []byte) { b[0] = byte(frameNak) },
 	} {
 		b := bytes.Clone(good)
 		mutate(b)

@@ -24,6 +24,7 @@ type frameWriter struct {
 	bufs net.Buffers
 	sys  sysWriter // the non-blocking writev of the inline path
 	seal sealBuf   // sealed frames of the batch, once the sends are sealed
+	shm  shmBuf    // shared-memory entries and copies of the batch (shmwire.go)
 }
 
 func (w *frameWriter) init(tc sock) {
@@ -73,6 +74,7 @@ func (c *conn) transmit() {
 			return
 		}
 		c.mu.Unlock()
+		c.shmRun()
 		c.wr.seal.run()
 		wrote := len(c.wr.iov) > 0
 		if wrote {
@@ -135,6 +137,7 @@ func (c *conn) writeLoop() {
 		for {
 			if len(c.wr.iov) > 0 {
 				c.mu.Unlock()
+				c.shmRun()
 				c.wr.seal.run()
 				c.wr.bufs = net.Buffers(c.wr.iov)
 				raceRelease()
@@ -172,6 +175,7 @@ func (c *conn) writeLoop() {
 
 // flushBatch writes the gathered batch (blocking).
 func (c *conn) flushBatch() {
+	c.shmRun()
 	if len(c.wr.iov) == 0 {
 		return
 	}
@@ -202,6 +206,7 @@ func (c *conn) gather() (work, reset, open bool) {
 		keys = c.sealk.Load()
 		w.seal.reset()
 	}
+	w.shm.desc = w.shm.desc[:0]
 	for c.sqTx != c.sqTail && n < maxBatch && (n == 0 || bytes+c.sq[c.sqTx%uint64(len(c.sq))].length <= maxBatchBytes) {
 		r, drop := c.countOp()
 		if r {
@@ -231,12 +236,19 @@ func (c *conn) gather() (work, reset, open bool) {
 			continue
 		}
 		hb := w.hdrs[(n-1)*frameHeaderSize : n*frameHeaderSize]
+		if c.shmOut && e.op == transport.OpSend && e.length >= c.p.shmMinCopy && w.appendRefs(e, &h, hb, c.p.shmMinRef) {
+			continue
+		}
 		h.encode(hb)
 		w.iov = append(w.iov, hb)
+		iov0 := len(w.iov)
 		for _, s := range e.segs {
 			if s.Length > 0 {
 				w.iov = append(w.iov, s.Bytes())
 			}
+		}
+		if c.shmWrite(e) {
+			w.shm.jobs = append(w.shm.jobs, shmJob{hdr: hb, h: h, iov0: iov0, iov1: len(w.iov)})
 		}
 	}
 	if n == 0 && ack != c.ackSent.Load() && !reset && !c.dropped.Load() {

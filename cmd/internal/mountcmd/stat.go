@@ -55,7 +55,8 @@ type ConnReport struct {
 	Device string `json:"device,omitempty"`
 	Port   int    `json:"port,omitempty"`
 	// Carrier is the socket under a softrdma connection: "tcp", or "unix"
-	// to a server on the same host.
+	// to a server on the same host ("unix+shm" when the mount's registered
+	// memory is shared with it).
 	Carrier     string `json:"carrier,omitempty"`
 	Local       string `json:"local"`
 	Remote      string `json:"remote"`
