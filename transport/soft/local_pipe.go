@@ -21,9 +21,11 @@ import (
 // queue-depth-1 request (docs/bench.md, "4 KiB at qd1 over the unix
 // socket"). A pipe wakes its writer only when it was full, and a round
 // trip over two pipes takes half that of either socket. So once both
-// hellos carry helloPipe, the server makes two pipes, one per direction,
-// after the unix socket has proved both ends, and sends the client its two
-// ends over that socket (SCM_RIGHTS, with one byte, pipeByte). The
+// hellos carry helloPipe (only with Options.Pipes: at 1 MiB of pipe, large
+// frames cost more than on the socket), the server makes two pipes, one
+// per direction, after the unix socket has proved both ends and after the
+// shared-memory step if any, and sends the client its two ends over that
+// socket (SCM_RIGHTS, with one byte, pipeByte). The
 // connection then reads and writes the pipes; the unix socket stays open,
 // unused but for telling that the peer is gone (peerClosed).
 //
