@@ -56,7 +56,7 @@ type ConnReport struct {
 	Port   int    `json:"port,omitempty"`
 	// Carrier is the socket under a softrdma connection: "tcp", or "unix"
 	// to a server on the same host ("unix+shm" when the mount's registered
-	// memory is shared with it).
+	// memory is shared with it; "pipe", "pipe+shm" with LWIO_SOFT_PIPES=1).
 	Carrier     string `json:"carrier,omitempty"`
 	Local       string `json:"local"`
 	Remote      string `json:"remote"`
