@@ -238,7 +238,7 @@ type Conn interface {
 // operating-system socket (softrdma): Carrier names the socket's kind,
 // "tcp" or, to a peer on the same host, "unix" ("unix+shm" when the
 // dialer's registered memory is shared with the listener as well; "pipe"
-// and "pipe+shm" when both ends run softrdma with Pipes).
+// and "pipe+shm" when the frames go on two pipes, as by default).
 type Carrier interface {
 	Carrier() string
 }

@@ -194,7 +194,7 @@ func serve(ctx context.Context, network, addr string, ready func(addr string)) e
 	case "pipe":
 		return servePipe(ctx, ready)
 	case "soft":
-		ln, err := soft.New(soft.Options{Pipes: soft.PipesFromEnv()}).Listen(addr, transport.Config{})
+		ln, err := soft.New(soft.Options{NoPipes: soft.NoPipesFromEnv()}).Listen(addr, transport.Config{})
 		if err != nil {
 			return err
 		}
@@ -295,7 +295,7 @@ func ping(ctx context.Context, network, addr string, n int) ([]time.Duration, er
 		defer w.Close()
 		return pingStream(r, w, n)
 	case "soft":
-		c, err := soft.New(soft.Options{Pipes: soft.PipesFromEnv()}).Dial(ctx, addr, transport.Config{})
+		c, err := soft.New(soft.Options{NoPipes: soft.NoPipesFromEnv()}).Dial(ctx, addr, transport.Config{})
 		if err != nil {
 			return nil, err
 		}

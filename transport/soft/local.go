@@ -51,12 +51,12 @@ const EnvTCPOnly = "LWIO_SOFT_TCP"
 // TCPOnlyFromEnv reports whether EnvTCPOnly is "1".
 func TCPOnlyFromEnv() bool { return os.Getenv(EnvTCPOnly) == "1" }
 
-// EnvPipes, set to 1, gives both binaries' softrdma providers Pipes
-// (PipesFromEnv).
-const EnvPipes = "LWIO_SOFT_PIPES"
+// EnvNoPipes, set to 1, gives both binaries' softrdma providers NoPipes
+// (NoPipesFromEnv): for a comparison.
+const EnvNoPipes = "LWIO_SOFT_NOPIPES"
 
-// PipesFromEnv reports whether EnvPipes is "1".
-func PipesFromEnv() bool { return os.Getenv(EnvPipes) == "1" }
+// NoPipesFromEnv reports whether EnvNoPipes is "1".
+func NoPipesFromEnv() bool { return os.Getenv(EnvNoPipes) == "1" }
 
 // Carrier names the kind of socket a connection runs over: TCP, a unix
 // socket, or a unix socket with the dialer's registered memory shared

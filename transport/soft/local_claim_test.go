@@ -85,8 +85,8 @@ func TestSameHostTCPClosed(t *testing.T) {
 	}
 	defer ln.Close()
 	cli, srv := conformance.Connect(t, New(Options{}), ln, ln.Addr(), transport.Config{}, 10*time.Second)
-	if carrierOf(cli) != CarrierShm || carrierOf(srv) != CarrierShm {
-		t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierShm)
+	if carrierOf(cli) != CarrierPipeShm || carrierOf(srv) != CarrierPipeShm {
+		t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierPipeShm)
 	}
 	port := ln.(*listener).ln.Addr().(*net.TCPAddr).Port
 	var open []string

@@ -21,15 +21,17 @@ import (
 // queue-depth-1 request (docs/bench.md, "4 KiB at qd1 over the unix
 // socket"). A pipe wakes its writer only when it was full, and a round
 // trip over two pipes takes half that of either socket. So once both
-// hellos carry helloPipe (only with Options.Pipes: at 1 MiB of pipe, large
-// frames cost more than on the socket), the server makes two pipes, one
+// hellos carry helloPipe (unless Options.NoPipes), the server makes two
+// pipes, one
 // per direction, after the unix socket has proved both ends and after the
 // shared-memory step if any, and sends the client its two ends over that
 // socket (SCM_RIGHTS, with one byte, pipeByte). The
 // connection then reads and writes the pipes; the unix socket stays open,
 // unused but for telling that the peer is gone (peerClosed).
 //
-// The server makes the pipes, so the ends it reads and writes with raw
+// Without shared memory (shm.go) a 1 MiB frame costs more on a pipe of
+// fs.pipe-max-size (1 MiB) than on the socket; with it, payloads do not
+// cross the carrier. The server makes the pipes, so the ends it reads and writes with raw
 // system calls are open file descriptions only it holds: a client cannot
 // clear their O_NONBLOCK (a blocking raw read would hold a P). The client
 // checks that it got a pipe's write end and a pipe's read end.

@@ -15,7 +15,7 @@ import (
 // TestSameHostPipes: on pipes, each end reads one pipe and writes the
 // other, each at least pipeSize big, or what the system allows.
 func TestSameHostPipes(t *testing.T) {
-	cli, srv := pair(t, New(Options{Pipes: true}), New(Options{Pipes: true}), transport.Config{})
+	cli, srv := pair(t, New(Options{}), New(Options{}), transport.Config{})
 	want := min(pipeSize, pipeMaxSize())
 	for side, c := range map[string]transport.Conn{"client": cli, "server": srv} {
 		ps, ok := c.(*conn).nc.(*pipeSock)

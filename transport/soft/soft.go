@@ -76,11 +76,10 @@ type Options struct {
 	// space; pages are allocated as used). Zero means 4 GiB. Regions that
 	// do not fit are Go memory and cross the socket.
 	ArenaSize int64
-	// Pipes moves a same-host connection on to two pipes when the peer
-	// does too (local_pipe.go): half the round trip of a small message,
-	// but at 1 MiB of pipe (fs.pipe-max-size) large frames cost more than
-	// on the unix socket (docs/bench.md), so it is off by default.
-	Pipes bool
+	// NoPipes keeps a same-host connection's frames on the unix socket;
+	// by default they move on to two pipes when the peer's do too
+	// (local_pipe.go): half the round trip of a small message.
+	NoPipes bool
 }
 
 func (o Options) withDefaults() Options {
@@ -237,7 +236,7 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm b
 		if shm {
 			h.Flags |= helloShm
 		}
-		if p.opts.Pipes {
+		if !p.opts.NoPipes {
 			h.Flags |= helloPipe
 		}
 	}
@@ -257,7 +256,7 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm b
 
 // pipesWith reports whether the same-host path with peer goes on pipes:
 // both hellos carry helloPipe.
-func (p *Provider) pipesWith(peer hello) bool { return p.opts.Pipes && peer.Flags&helloPipe != 0 }
+func (p *Provider) pipesWith(peer hello) bool { return !p.opts.NoPipes && peer.Flags&helloPipe != 0 }
 
 // newConn starts a connection on s, which is tc or the unix socket the
 // same-host step moved to; tc's addresses name it either way.
