@@ -114,6 +114,9 @@ type Provider struct {
 	// shmCopyHook, in tests, runs in each copy into a peer's arena
 	// between taking the slot and copying.
 	shmCopyHook func()
+	// shmLocalToo, in tests, puts local-only regions in the arena too, so
+	// that a suite's SENDs from them go by reference.
+	shmLocalToo bool
 }
 
 var _ transport.Provider = (*Provider)(nil)
