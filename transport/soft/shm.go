@@ -54,8 +54,10 @@ const (
 	// shmArenaSize is the arena's default size: address space, not
 	// memory; pages are allocated as regions touch them.
 	shmArenaSize = 4 << 30
-	// shmMaxArena is the largest memfd a listener maps.
-	shmMaxArena = 64 << 30
+	// shmMaxArena is the largest memfd a listener maps: the default. A
+	// mount registers far less (its credits' buffers); a larger mapping
+	// would only widen what a hostile dialer can aim the listener at.
+	shmMaxArena = shmArenaSize
 	// shmDrain bounds Deregister's wait for copies in progress; a slot
 	// still busy then is quarantined, never reused.
 	shmDrain = time.Second

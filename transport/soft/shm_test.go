@@ -94,6 +94,9 @@ func TestShmHostileArena(t *testing.T) {
 		hook func(t *testing.T, a *arena) (int, int64)
 	}{
 		{"unsealed", func(t *testing.T, _ *arena) (int, int64) { return memfd(t, size, 0), size }},
+		{"larger than the default", func(t *testing.T, _ *arena) (int, int64) {
+			return memfd(t, shmArenaSize+pageSize, shmSeals), shmArenaSize + pageSize
+		}},
 		{"shrinkable", func(t *testing.T, _ *arena) (int, int64) {
 			return memfd(t, size, unix.F_SEAL_GROW|unix.F_SEAL_SEAL), size
 		}},

@@ -73,8 +73,9 @@ type Options struct {
 	// shares none, a listener maps none; every byte crosses the socket.
 	NoSharedMemory bool
 	// ArenaSize is the size of a dialer's shared-memory arena (address
-	// space; pages are allocated as used). Zero means 4 GiB. Regions that
-	// do not fit are Go memory and cross the socket.
+	// space; pages are allocated as regions are registered). Zero means
+	// 4 GiB, the most a listener maps. Regions that do not fit are Go
+	// memory and cross the socket.
 	ArenaSize int64
 }
 
