@@ -22,6 +22,12 @@ func writeOne(t *testing.T, srv, cli transport.Conn) {
 	src := mustAlloc(t, srv, 1<<20, transport.AccessLocal)
 	dst := mustAlloc(t, cli, 1<<20, transport.AccessLocal|transport.AccessRemoteWrite)
 	_, _ = rand.Read(src.Bytes())
+	writeAll(t, srv, src, dst)
+}
+
+// writeAll RDMA WRITEs all of src from srv into dst and checks it landed.
+func writeAll(t *testing.T, srv transport.Conn, src, dst transport.Region) {
+	t.Helper()
 	if err := srv.Post(transport.SendWR{ID: 3, Op: transport.OpWrite, SGL: []transport.Segment{transport.Whole(src)},
 		RemoteAddr: dst.Addr(), RKey: dst.Handle()}); err != nil {
 		t.Fatal(err)
