@@ -23,11 +23,16 @@ import (
 )
 
 // slowBatch is a mount's Reconnector whose BATCH (what a Write lease held
-// back) reaches the server only after delay, and is counted.
+// back, alone or with an OPEN) reaches the server only after delay, and
+// is counted, as are the OPENs sent alone; beforeOpen, when set, runs
+// before an OPEN that carries held-back changes is sent.
 type slowBatch struct {
 	*Reconnector
-	delay   time.Duration
-	batches atomic.Int64
+	delay      time.Duration
+	batches    atomic.Int64 // BATCHes of held-back changes alone
+	openAfters atomic.Int64 // BATCHes of held-back changes and an OPEN
+	opens      atomic.Int64 // OPENs alone
+	beforeOpen atomic.Pointer[func(path string)]
 }
 
 func (s *slowBatch) Batch(ctx context.Context, ops []session.BatchOp) ([]session.BatchResult, error) {
@@ -35,6 +40,23 @@ func (s *slowBatch) Batch(ctx context.Context, ops []session.BatchOp) ([]session
 	s.batches.Add(1)
 	return s.Reconnector.Batch(ctx, ops)
 }
+
+func (s *slowBatch) OpenLeaseAfter(ctx context.Context, ops []session.BatchOp, p string, flags int, mode uint32, want LeaseState) ([]session.BatchResult, session.Handle, session.Attr, LeaseState, bool, error) {
+	if f := s.beforeOpen.Load(); f != nil {
+		(*f)(p)
+	}
+	time.Sleep(s.delay)
+	s.openAfters.Add(1)
+	return s.Reconnector.OpenLeaseAfter(ctx, ops, p, flags, mode, want)
+}
+
+func (s *slowBatch) OpenLease(ctx context.Context, p string, flags int, mode uint32, want LeaseState) (session.Handle, session.Attr, LeaseState, error) {
+	s.opens.Add(1)
+	return s.Reconnector.OpenLease(ctx, p, flags, mode, want)
+}
+
+// messages is how many session messages s counted.
+func (s *slowBatch) messages() int64 { return s.batches.Load() + s.openAfters.Load() + s.opens.Load() }
 
 // asyncMount mounts the share of the server at addr with BATCHes slowed
 // by delay; the logger's entries are recorded by the hook.
