@@ -142,7 +142,11 @@ func TestOpenAfterRecall(t *testing.T) {
 		}
 		created <- err
 	}()
-	<-inFlight // f's changes are in g's OPEN, which the server gets in 300 ms
+	select {
+	case <-inFlight: // f's changes are in g's OPEN, which the server gets in 300 ms
+	case <-time.After(5 * time.Second):
+		t.Fatal("g's create carried no changes")
+	}
 	if got := content(filepath.Join(b, "f")); got != string(data) {
 		t.Errorf("b reads %q while a's OPEN carried f's changes, want %q", got, data)
 	}
@@ -210,7 +214,10 @@ func TestOpenAfterExclExisting(t *testing.T) {
 	sb.beforeOpen.Store(&hook)
 	writeClose(t, filepath.Join(mnt, "a"), []byte("first"), 0o640)
 	waitPaced(t, fsrv)
-	_, err := os.OpenFile(filepath.Join(mnt, "c"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(filepath.Join(mnt, "c"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err == nil {
+		f.Close()
+	}
 	if !errors.Is(err, syscall.EEXIST) {
 		t.Errorf("O_EXCL create of a name made meanwhile: %v, want EEXIST", err)
 	}
