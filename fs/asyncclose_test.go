@@ -265,17 +265,7 @@ func TestAsyncCloseSameMount(t *testing.T) {
 func TestAsyncCloseFailure(t *testing.T) {
 	dir, srv := serveTmpfs(t, "1m")
 	mnt, _, _, hook := asyncMount(t, srv.SessionAddr(), 0, Options{})
-	// Fill the disk from the server host.
-	fill, err := os.Create(filepath.Join(dir, "fill"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := fill.Write(make([]byte, 4096)); err != nil {
-			break
-		}
-	}
-	fill.Close()
+	fillDisk(t, dir)
 
 	data := bytes.Repeat([]byte("x"), 8192)
 	writeClose(t, filepath.Join(mnt, "a"), data, 0o644) // answered at once: nil
@@ -287,7 +277,36 @@ func TestAsyncCloseFailure(t *testing.T) {
 		}
 		return false
 	})
-	f, err := os.OpenFile(filepath.Join(mnt, "a"), os.O_WRONLY, 0)
+	failureReported(t, filepath.Join(mnt, "a"), filepath.Join(mnt, "b"), data)
+	for _, e := range hook.AllEntries() {
+		if p, _ := e.Data["path"].(string); p != "" && !strings.HasPrefix(p, "a") && !strings.HasPrefix(p, "b") {
+			t.Errorf("logged for %q", p)
+		}
+	}
+}
+
+// fillDisk fills the file system of dir from the server host.
+func fillDisk(t *testing.T, dir string) {
+	t.Helper()
+	fill, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := fill.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	fill.Close()
+}
+
+// failureReported checks that the failure of failed's held-back changes
+// (a full disk) is reported as promised: by failed's next fsync, and
+// next's close(2) (written with data) waits for its own BATCH and returns
+// its failure.
+func failureReported(t *testing.T, failed, next string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(failed, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,19 +314,13 @@ func TestAsyncCloseFailure(t *testing.T) {
 		t.Errorf("fsync of the file whose BATCH failed: %v, want ENOSPC", err)
 	}
 	f.Close()
-
-	f, err = os.OpenFile(filepath.Join(mnt, "b"), os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err = os.OpenFile(next, os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Write(data)
 	if err := f.Close(); !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("the next file's close(2): %v, want ENOSPC", err)
-	}
-	for _, e := range hook.AllEntries() {
-		if p, _ := e.Data["path"].(string); p != "" && !strings.HasPrefix(p, "a") && !strings.HasPrefix(p, "b") {
-			t.Errorf("logged for %q", p)
-		}
 	}
 }
 

@@ -71,16 +71,7 @@ func TestOpenCarriesRelease(t *testing.T) {
 func TestOpenAfterFailedRelease(t *testing.T) {
 	dir, srv := serveTmpfs(t, "1m")
 	mnt, sb, fsrv, hook := asyncMount(t, srv.SessionAddr(), 0, Options{releasePace: time.Hour})
-	fill, err := os.Create(filepath.Join(dir, "fill"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := fill.Write(make([]byte, 4096)); err != nil {
-			break
-		}
-	}
-	fill.Close()
+	fillDisk(t, dir)
 	data := bytes.Repeat([]byte("x"), 8192)
 	writeClose(t, filepath.Join(mnt, "a"), data, 0o644) // answered at once: nil
 	waitPaced(t, fsrv)
@@ -103,22 +94,7 @@ func TestOpenAfterFailedRelease(t *testing.T) {
 	if !logged {
 		t.Error("a's failure was not logged with its path")
 	}
-	f, err = os.OpenFile(filepath.Join(mnt, "a"), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); !errors.Is(err, syscall.ENOSPC) {
-		t.Errorf("fsync of a: %v, want ENOSPC", err)
-	}
-	f.Close()
-	f, err = os.OpenFile(filepath.Join(mnt, "c"), os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Write(data)
-	if err := f.Close(); !errors.Is(err, syscall.ENOSPC) {
-		t.Errorf("the next file's close(2): %v, want ENOSPC", err)
-	}
+	failureReported(t, filepath.Join(mnt, "a"), filepath.Join(mnt, "c"), data)
 }
 
 // TestOpenAfterRecall: another mount's open of a file whose changes are
