@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // pacedMount serves a fresh directory and mounts it with releases paced
@@ -212,4 +214,48 @@ func TestOpenAfterExclExisting(t *testing.T) {
 	if n := sb.batches.Load(); n != 0 {
 		t.Errorf("%d BATCHes after the create carried a's changes", n)
 	}
+}
+
+// TestOpenAfterServerRestart: the server restarts just before an OPEN
+// carrying a closed file's changes goes out: it waits for the next
+// session and goes there, the closed file's changes through its handle
+// reclaimed on it (its durable handle), so the create succeeds and the
+// server has the first file as close(2) left it. It fails if the
+// changes go with the lost session's handle numbers.
+func TestOpenAfterServerRestart(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, testutil.LoopbackAddr(t), testutil.LoopbackAddr(t), nil)
+	mnt, sb, fsrv, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{releasePace: time.Hour})
+	data := []byte("written before the restart")
+	writeClose(t, filepath.Join(mnt, "a"), data, 0o640)
+	waitPaced(t, fsrv)
+	hook := func(string) { srv.Close() } // the OPEN waits in slowBatch's sleep
+	sb.beforeOpen.Store(&hook)
+	created := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(filepath.Join(mnt, "b"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+		if err == nil {
+			_, err = f.Write([]byte("b"))
+			if e := f.Close(); err == nil {
+				err = e
+			}
+		}
+		created <- err
+	}()
+	time.Sleep(600 * time.Millisecond) // sent, and waiting for the next session
+	sb.beforeOpen.Store(nil)
+	serve(t, dir, srv.SessionAddr(), srv.Listeners()[0].Addr, nil)
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatalf("the create across the restart: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the create did not return after the restart")
+	}
+	if got, m := content(filepath.Join(dir, "a")), mode(filepath.Join(dir, "a")); got != string(data) || m != 0o640 {
+		t.Errorf("after the restart the server has a as %q, mode %v", got, m)
+	}
+	soon(t, "b on the server", 10*time.Second, func() bool { return content(filepath.Join(dir, "b")) == "b" })
 }
