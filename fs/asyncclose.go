@@ -28,8 +28,9 @@ import (
 //     changes of, so that the space they take is counted;
 //   - a node the kernel forgets keeps its lease until its BATCH landed
 //     (forgetLater);
-//   - unmounting waits for releases in flight and sends what is still
-//     held (Server.Wait, Server.Unmount).
+//   - unmounting waits for releases in flight (sending those that wait
+//     for the next open, below) and sends what is still held
+//     (Server.Wait, Server.Unmount).
 //
 // A BATCH that fails after close(2) returned is logged and kept on the
 // node for the next write, close or fsync of that file; and every
@@ -212,6 +213,97 @@ func (o *openNodes) locked(n *Node) bool {
 	return on != nil && len(on.owners) > 0
 }
 
+// Pacing: the kernel sends a file's RELEASE just before the process's
+// next CREATE (tar -x), and each session message costs both processes
+// their wake-ups, reads, checks and signatures. So a release with changes
+// to send first waits, before it sends or locks anything, until this
+// mount's next OPEN or CREATE is about to go — which then carries them:
+// one BATCH of [the waiting releases' changes…, the OPEN] (openAfter,
+// writebehind.go), SMB2's compound of the previous file's close with the
+// next file's create — or until releasePace passed, when it sends them
+// alone. Meanwhile its node holds the changes back like any other, which
+// every barrier above (settle, the lease recall, statfs, forgetLater)
+// sends itself, the release then finding nothing left to send; unmounting
+// sends the waiting releases at once (stopPacing).
+
+// releasePace bounds how long a release waits for the next OPEN.
+const releasePace = time.Millisecond
+
+// pacer holds the releases that wait for the next OPEN.
+type pacer struct {
+	mu      sync.Mutex
+	q       []pacedRelease // counted in filesystem.releases
+	t       *time.Timer    // sends q when the first of them waited releasePace
+	stopped bool           // unmounting: none waits
+	waiting atomic.Int64   // len(q): takePaced's fast path
+}
+
+// pacedRelease is a release waiting for the next OPEN: its node's held
+// changes may go with that OPEN, and run (the release) goes on after.
+type pacedRelease struct {
+	n   *Node
+	run func()
+}
+
+// paced runs release (of a handle of n) in the background once the
+// mount's next OPEN or CREATE is sent, or releasePace passed.
+func (fs *filesystem) paced(n *Node, release func()) {
+	d := setting(fs.opts.releasePace, releasePace)
+	p := &fs.pacer
+	fs.releases.Add(1)
+	p.mu.Lock()
+	if p.stopped || d <= 0 {
+		p.mu.Unlock()
+		fs.dispatch(release)
+		return
+	}
+	p.q = append(p.q, pacedRelease{n, release})
+	p.waiting.Store(int64(len(p.q)))
+	if len(p.q) == 1 {
+		if p.t == nil {
+			p.t = time.AfterFunc(d, fs.sendPaced)
+		} else {
+			p.t.Reset(d)
+		}
+	}
+	p.mu.Unlock()
+}
+
+// takePaced takes the waiting releases: an OPEN is about to be sent. The
+// caller hands each to dispatch.
+func (fs *filesystem) takePaced() []pacedRelease {
+	p := &fs.pacer
+	if p.waiting.Load() == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q := p.q
+	p.q = nil
+	p.waiting.Store(0)
+	if p.t != nil {
+		p.t.Stop()
+	}
+	return q
+}
+
+// sendPaced hands the waiting releases to workers, each to send its own
+// BATCH: the first of them waited releasePace, or the mount is going.
+func (fs *filesystem) sendPaced() {
+	for _, r := range fs.takePaced() {
+		fs.dispatch(r.run)
+	}
+}
+
+// stopPacing sends the waiting releases and makes the next ones wait for
+// nothing: the mount is going.
+func (fs *filesystem) stopPacing() {
+	fs.pacer.mu.Lock()
+	fs.pacer.stopped = true
+	fs.pacer.mu.Unlock()
+	fs.sendPaced()
+}
+
 // background runs a release in the background, counted for unmounting:
 // on a worker waiting for one, else on a new worker. A worker waits
 // workerIdle for the next release before it ends, so that a burst of
@@ -219,6 +311,11 @@ func (o *openNodes) locked(n *Node) bool {
 // rather than growing a new one's per file.
 func (fs *filesystem) background(release func()) {
 	fs.releases.Add(1)
+	fs.dispatch(release)
+}
+
+// dispatch hands a counted release to a worker.
+func (fs *filesystem) dispatch(release func()) {
 	select {
 	case fs.idle <- release:
 	default:
@@ -277,6 +374,7 @@ func (s *Server) Unmount() error {
 // mount goes. The files go at once, not one after another: with the
 // server gone each waits for it up to the reconnect timeout.
 func (fs *filesystem) settleAll() {
+	fs.stopPacing()
 	fs.releases.Wait()
 	var wg sync.WaitGroup
 	for _, n := range fs.lease.heldNodes() {

@@ -23,11 +23,16 @@ import (
 )
 
 // slowBatch is a mount's Reconnector whose BATCH (what a Write lease held
-// back) reaches the server only after delay, and is counted.
+// back, alone or with an OPEN) reaches the server only after delay, and
+// is counted, as are the OPENs sent alone; beforeOpen, when set, runs
+// before an OPEN that carries held-back changes is sent.
 type slowBatch struct {
 	*Reconnector
-	delay   time.Duration
-	batches atomic.Int64
+	delay      time.Duration
+	batches    atomic.Int64 // BATCHes of held-back changes alone
+	openAfters atomic.Int64 // BATCHes of held-back changes and an OPEN
+	opens      atomic.Int64 // OPENs alone
+	beforeOpen atomic.Pointer[func(path string)]
 }
 
 func (s *slowBatch) Batch(ctx context.Context, ops []session.BatchOp) ([]session.BatchResult, error) {
@@ -35,6 +40,23 @@ func (s *slowBatch) Batch(ctx context.Context, ops []session.BatchOp) ([]session
 	s.batches.Add(1)
 	return s.Reconnector.Batch(ctx, ops)
 }
+
+func (s *slowBatch) OpenLeaseAfter(ctx context.Context, ops []session.BatchOp, p string, flags int, mode uint32, want LeaseState) ([]session.BatchResult, session.Handle, session.Attr, LeaseState, bool, error) {
+	if f := s.beforeOpen.Load(); f != nil {
+		(*f)(p)
+	}
+	time.Sleep(s.delay)
+	s.openAfters.Add(1)
+	return s.Reconnector.OpenLeaseAfter(ctx, ops, p, flags, mode, want)
+}
+
+func (s *slowBatch) OpenLease(ctx context.Context, p string, flags int, mode uint32, want LeaseState) (session.Handle, session.Attr, LeaseState, error) {
+	s.opens.Add(1)
+	return s.Reconnector.OpenLease(ctx, p, flags, mode, want)
+}
+
+// messages is how many session messages s counted.
+func (s *slowBatch) messages() int64 { return s.batches.Load() + s.openAfters.Load() + s.opens.Load() }
 
 // asyncMount mounts the share of the server at addr with BATCHes slowed
 // by delay; the logger's entries are recorded by the hook.
@@ -243,17 +265,7 @@ func TestAsyncCloseSameMount(t *testing.T) {
 func TestAsyncCloseFailure(t *testing.T) {
 	dir, srv := serveTmpfs(t, "1m")
 	mnt, _, _, hook := asyncMount(t, srv.SessionAddr(), 0, Options{})
-	// Fill the disk from the server host.
-	fill, err := os.Create(filepath.Join(dir, "fill"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := fill.Write(make([]byte, 4096)); err != nil {
-			break
-		}
-	}
-	fill.Close()
+	fillDisk(t, dir)
 
 	data := bytes.Repeat([]byte("x"), 8192)
 	writeClose(t, filepath.Join(mnt, "a"), data, 0o644) // answered at once: nil
@@ -265,7 +277,36 @@ func TestAsyncCloseFailure(t *testing.T) {
 		}
 		return false
 	})
-	f, err := os.OpenFile(filepath.Join(mnt, "a"), os.O_WRONLY, 0)
+	failureReported(t, filepath.Join(mnt, "a"), filepath.Join(mnt, "b"), data)
+	for _, e := range hook.AllEntries() {
+		if p, _ := e.Data["path"].(string); p != "" && !strings.HasPrefix(p, "a") && !strings.HasPrefix(p, "b") {
+			t.Errorf("logged for %q", p)
+		}
+	}
+}
+
+// fillDisk fills the file system of dir from the server host.
+func fillDisk(t *testing.T, dir string) {
+	t.Helper()
+	fill, err := os.Create(filepath.Join(dir, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := fill.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	fill.Close()
+}
+
+// failureReported checks that the failure of failed's held-back changes
+// (a full disk) is reported as promised: by failed's next fsync, and
+// next's close(2) (written with data) waits for its own BATCH and returns
+// its failure.
+func failureReported(t *testing.T, failed, next string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(failed, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,19 +314,13 @@ func TestAsyncCloseFailure(t *testing.T) {
 		t.Errorf("fsync of the file whose BATCH failed: %v, want ENOSPC", err)
 	}
 	f.Close()
-
-	f, err = os.OpenFile(filepath.Join(mnt, "b"), os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err = os.OpenFile(next, os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Write(data)
 	if err := f.Close(); !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("the next file's close(2): %v, want ENOSPC", err)
-	}
-	for _, e := range hook.AllEntries() {
-		if p, _ := e.Data["path"].(string); p != "" && !strings.HasPrefix(p, "a") && !strings.HasPrefix(p, "b") {
-			t.Errorf("logged for %q", p)
-		}
 	}
 }
 

@@ -85,3 +85,44 @@ func TestBackgroundBlockedRelease(t *testing.T) {
 		t.Fatal("the releases' wait returned before the blocked release ended")
 	}
 }
+
+// TestBackgroundPaced: a paced release waits for the next OPEN (its taker
+// hands it on) or, once the mount is going, runs at once; the next ones
+// wait for nothing.
+func TestBackgroundPaced(t *testing.T) {
+	fs := &filesystem{idle: make(chan func()), opts: Options{releasePace: time.Hour}}
+	var ran atomic.Int64
+	release := func() { ran.Add(1) }
+	fs.paced(nil, release)
+	fs.paced(nil, release)
+	time.Sleep(10 * time.Millisecond)
+	if ran.Load() != 0 || fs.pacer.waiting.Load() != 2 {
+		t.Fatalf("%d paced releases ran, %d wait, before an OPEN", ran.Load(), fs.pacer.waiting.Load())
+	}
+	for _, r := range fs.takePaced() {
+		fs.dispatch(r.run)
+	}
+	fs.releases.Wait()
+	fs.paced(nil, release)
+	fs.stopPacing()
+	fs.releases.Wait()
+	fs.paced(nil, release)
+	fs.releases.Wait()
+	if got := ran.Load(); got != 4 {
+		t.Fatalf("%d of 4 releases ran", got)
+	}
+}
+
+// TestBackgroundPaceBound: a paced release that no OPEN takes runs when
+// releasePace has passed.
+func TestBackgroundPaceBound(t *testing.T) {
+	fs := &filesystem{idle: make(chan func()), opts: Options{releasePace: 20 * time.Millisecond}}
+	done := make(chan struct{})
+	fs.paced(nil, func() { close(done) })
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the paced release did not run after its bound")
+	}
+	fs.releases.Wait()
+}

@@ -445,6 +445,11 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 		f.release()
 		return 0
 	}
+	if f.node.holding() {
+		// Changes to send: they wait for the next OPEN (asyncclose.go).
+		f.node.fs.paced(f.node, f.release)
+		return 0
+	}
 	f.node.fs.background(f.release)
 	return 0
 }

@@ -323,8 +323,16 @@ func TestMountPOSIX(t *testing.T) {
 		t.Errorf("20 opens without I/O attached the data path %d times", after-before)
 	}
 
-	// every open was released: data closes match attaches, no handle left
-	time.Sleep(100 * time.Millisecond) // RELEASE is asynchronous
+	// every open was released: data closes match attaches, no handle
+	// left. RELEASE is asynchronous (the kernel's, after close(2)
+	// returned): wait for it as long as a loaded machine may need.
+	released := func() bool {
+		attached, closed, _, _, _ := data.stats()
+		return attached != 0 && attached == closed && tree.openHandles() == 0
+	}
+	for deadline := time.Now().Add(10 * time.Second); !released() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	attached, closed, _, _, _ := data.stats()
 	if attached == 0 || attached != closed || tree.openHandles() != 0 {
 		t.Errorf("attached %d, data closed %d, session handles open %d", attached, closed, tree.openHandles())

@@ -225,6 +225,11 @@ func (n *Node) openTree(ctx context.Context, p string, flags, sflags int, mode u
 		h, a, err := n.fs.tree.Open(ctx, p, sflags, mode)
 		return h, a, 0, err
 	}
+	if w := n.fs.takePaced(); len(w) > 0 {
+		// The releases waiting for this OPEN: their changes go with it
+		// (asyncclose.go, "Pacing").
+		return n.fs.openAfter(ctx, w, p, sflags, mode, openWant(flags))
+	}
 	return n.fs.lease.tr.OpenLease(ctx, p, sflags, mode, openWant(flags))
 }
 

@@ -45,6 +45,11 @@ func (c *countingTree) OpenLease(ctx context.Context, p string, flags int, mode 
 	return c.Reconnector.OpenLease(ctx, p, flags, mode, want)
 }
 
+func (c *countingTree) OpenLeaseAfter(ctx context.Context, ops []session.BatchOp, p string, flags int, mode uint32, want LeaseState) ([]session.BatchResult, session.Handle, session.Attr, LeaseState, bool, error) {
+	c.n.Add(1)
+	return c.Reconnector.OpenLeaseAfter(ctx, ops, p, flags, mode, want)
+}
+
 func (c *countingTree) ReadDir(ctx context.Context, p string) ([]session.DirEntry, error) {
 	c.n.Add(1)
 	return c.Reconnector.ReadDir(ctx, p)

@@ -82,6 +82,11 @@ type Options struct {
 	SyncClose bool
 	// Logger receives the filesystem's logs; nil means quiet.
 	Logger logrus.FieldLogger
+
+	// releasePace bounds how long a release with changes to send waits
+	// for the next OPEN to carry them (asyncclose.go); 0 means
+	// releasePace, negative none. Tests set it.
+	releasePace time.Duration
 }
 
 // logger is o.Logger, or a quiet one.
@@ -100,7 +105,7 @@ func NewRoot(tree Tree, data DataPath, opts Options) *Node {
 
 // setting is the value of an Options field whose zero means def and whose
 // negative values turn the feature off (0).
-func setting(v, def int) int {
+func setting[T ~int | ~int64](v, def T) T {
 	switch {
 	case v == 0:
 		return def

@@ -35,9 +35,11 @@ type filesystem struct {
 	// syncCloseUntil (unix ns) is when close(2) may stop waiting for
 	// held-back changes again after a failure (asyncclose.go); idle
 	// (unbuffered) hands a release to a background worker waiting for
-	// one: a send that finds none goes to a new worker (background).
+	// one: a send that finds none goes to a new worker (background);
+	// pacer holds releases until the next OPEN carries their changes.
 	releases       sync.WaitGroup
 	idle           chan func()
+	pacer          pacer
 	syncCloseUntil atomic.Int64
 }
 

@@ -110,6 +110,72 @@ func (r *Reconnector) ReadDirLease(ctx context.Context, path string, want, entry
 	return ents, leases, got, err
 }
 
+// OpenLeaseAfter runs ops (changes held back of other files, as Batch)
+// and then opens path as OpenLease does, in one BATCH. ran reports whether
+// the OPEN ran — every op before it succeeded — and then h, a, got and err
+// are its outcome; when it did not, res says which op failed (or err is
+// the batch's failure as a whole) and the caller opens path alone. A
+// session whose tree cannot put an OPEN in a BATCH (a test's fake) runs
+// nothing: ran is false, res empty.
+func (r *Reconnector) OpenLeaseAfter(ctx context.Context, ops []session.BatchOp, path string, flags int, mode uint32, want LeaseState) (res []session.BatchResult, h session.Handle, a session.Attr, got LeaseState, ran bool, err error) {
+	vh := &vhandle{path: path, flags: flags}
+	err = r.do(ctx, true, func(s *Session, gen uint64) error {
+		res, ran = nil, false
+		sl, leasing := leaser(s)
+		_, durable := s.Tree.(durableLeaser)
+		if !leasing || !durable || want == 0 {
+			return nil
+		}
+		all, err := r.realOps(ctx, s, gen, ops)
+		if err != nil {
+			return err
+		}
+		if vh.id.IsZero() {
+			vh.id = session.NewDurableID()
+		}
+		all = append(all, session.BatchOp{Command: session.CmdOpen, Path: path, Flags: flags, Mode: mode, Durable: vh.id, Lease: want})
+		out, err := sl.Batch(ctx, all)
+		if err != nil {
+			return err
+		}
+		res = out
+		if len(out) < len(all) {
+			return nil // an op before the OPEN failed: it did not run
+		}
+		res, ran = out[:len(ops)], true
+		o := out[len(ops)]
+		if o.Status != protocol.StatusSuccess {
+			return o.Status
+		}
+		vh.real, vh.gen, vh.fileID = o.Handle, gen, o.FileID
+		a, got = o.Attr, o.Lease
+		return nil
+	})
+	for _, x := range res {
+		r.stats.countWrite(int(x.Count))
+	}
+	if !ran || err != nil {
+		return res, 0, session.Attr{}, 0, ran, err
+	}
+	return res, r.addHandle(vh), a, got, true, nil
+}
+
+// realOps is ops with each handle's number on session s (generation gen).
+func (r *Reconnector) realOps(ctx context.Context, s *Session, gen uint64, ops []session.BatchOp) ([]session.BatchOp, error) {
+	real := make([]session.BatchOp, len(ops), len(ops)+1)
+	for i, op := range ops {
+		if op.Handle != 0 {
+			h, err := r.realHandle(ctx, s, gen, op.Handle)
+			if err != nil {
+				return nil, err
+			}
+			op.Handle = h
+		}
+		real[i] = op
+	}
+	return real, nil
+}
+
 // Batch runs ops on the live session with each handle's number there
 // (re-opening files after a reconnect); replayed, as its requests are
 // writes at explicit offsets and absolute attribute changes.
@@ -119,16 +185,9 @@ func (r *Reconnector) Batch(ctx context.Context, ops []session.BatchOp) (res []s
 		if !ok {
 			return errNotConnected
 		}
-		real := make([]session.BatchOp, len(ops))
-		for i, op := range ops {
-			if op.Handle != 0 {
-				h, err := r.realHandle(ctx, s, gen, op.Handle)
-				if err != nil {
-					return err
-				}
-				op.Handle = h
-			}
-			real[i] = op
+		real, err := r.realOps(ctx, s, gen, ops)
+		if err != nil {
+			return err
 		}
 		res, err = sl.Batch(ctx, real)
 		return err

@@ -19,8 +19,9 @@ import (
 // the server as one BATCH when the file is closed (or synced, read,
 // written further, broken, or after wbMaxAge). `tar -x`'s "create, write,
 // utimens, chown, chmod, close" then costs two round trips instead of
-// eight — and close(2) does not wait for the BATCH: the kernel's RELEASE,
-// which follows in the background, sends it (asyncclose.go), and whatever
+// eight (one, with the next file's OPEN carrying the BATCH: asyncclose.go,
+// "Pacing") — and close(2) does not wait for the BATCH: the kernel's
+// RELEASE, which follows in the background, sends it, and whatever
 // on this mount looks at the file next waits for it first (settle). The
 // kernel is answered with predicted attributes meanwhile. A failure of
 // the held-back requests is logged and reported by the file's next write,
@@ -249,39 +250,71 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 	}
 	n.ls.wb.flushMu.Lock()
 	defer n.ls.wb.flushMu.Unlock()
+	ops, kept := n.takeOps(keep)
+	if len(ops) == 0 {
+		return kept
+	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	res, err := lc.tr.Batch(ctx, ops)
+	if err == nil {
+		err = batchErr(res, len(ops))
+	}
+	if n.landed(res, err, keep) {
+		n.NotifyContent(-1, 0)
+	}
+	if err != nil {
+		return err
+	}
+	return kept
+}
+
+// takeOps takes what the node held back, with the closing fstat, and
+// marks it in flight; kept is a failure kept earlier (left kept if keep).
+// flushMu held.
+func (n *Node) takeOps(keep bool) (ops []session.BatchOp, kept error) {
 	n.mu.Lock()
-	ops := n.ls.wb.ops
+	defer n.mu.Unlock()
+	ops = n.ls.wb.ops
 	n.ls.wb.ops, n.ls.wb.bytes = nil, 0
 	if n.ls.wb.timer != nil {
 		n.ls.wb.timer.Stop()
 		n.ls.wb.timer = nil
 	}
-	kept := n.ls.wb.err
+	kept = n.ls.wb.err
 	if !keep {
 		n.ls.wb.err = nil
 	}
 	n.ls.wb.sending = len(ops) > 0
-	n.mu.Unlock()
 	if len(ops) == 0 {
-		return kept
+		return nil, kept
 	}
-	ops = append(ops, session.BatchOp{Command: session.CmdSetAttr, Handle: ops[len(ops)-1].Handle})
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	res, err := lc.tr.Batch(ctx, ops)
-	if err == nil {
-		for _, r := range res {
-			if r.Status != protocol.StatusSuccess {
-				err = r.Status
-				break
-			}
-		}
-		if err == nil && len(res) != len(ops) {
-			err = protocol.StatusInvalidNetworkResp
+	return append(ops, session.BatchOp{Command: session.CmdSetAttr, Handle: ops[len(ops)-1].Handle}), kept
+}
+
+// batchErr is the failure among a BATCH's results for want requests.
+func batchErr(res []session.BatchResult, want int) error {
+	for _, r := range res {
+		if r.Status != protocol.StatusSuccess {
+			return r.Status
 		}
 	}
+	if len(res) != want {
+		return protocol.StatusInvalidNetworkResp
+	}
+	return nil
+}
+
+// landed records the outcome of the node's BATCH (takeOps' ops; res its
+// results, err its failure): the server's attributes replace the
+// prediction unless more was held back meanwhile; a failure is logged,
+// kept if keep, and turns asynchronous close off for a while. It reports
+// whether the kernel should be told to drop the predicted attributes
+// (NotifyContent, attributes only; not under a FUSE request of this
+// file). flushMu held.
+func (n *Node) landed(res []session.BatchResult, err error, keep bool) (replaced bool) {
 	n.mu.Lock()
-	replaced := len(n.ls.wb.ops) == 0
+	replaced = len(n.ls.wb.ops) == 0
 	if replaced {
 		n.ls.wb.predicted = false
 		if err == nil {
@@ -298,16 +331,139 @@ func (n *Node) flushDeferred(ctx context.Context, keep bool) error {
 	n.ls.wb.sending = false
 	n.noteHeld()
 	n.mu.Unlock()
-	if replaced {
-		// The kernel has the predicted attributes: the server's (ctime,
-		// blocks) replace them at its next stat. Attributes only: takes
-		// no lock a request on this file could hold.
-		n.NotifyContent(-1, 0)
-	}
 	if err != nil {
 		n.fs.failed() // the next files' close(2) wait, and report their own (asyncclose.go)
 		n.fs.log.WithError(err).WithField("path", n.path()).Warn("fs: held-back writes failed")
-		return err
 	}
-	return kept
+	return replaced
+}
+
+// batchOpener is a lease tree that sends changes held back and an OPEN as
+// one BATCH (the Reconnector).
+type batchOpener interface {
+	OpenLeaseAfter(ctx context.Context, ops []session.BatchOp, path string, flags int, mode uint32, want LeaseState) (res []session.BatchResult, h session.Handle, a session.Attr, got LeaseState, ran bool, err error)
+}
+
+// heldSend is one node's changes inside an OPEN's BATCH (openAfter): its
+// ops are all[from:from+len(ops)]; the node's flushMu is held.
+type heldSend struct {
+	n    *Node
+	ops  []session.BatchOp
+	from int
+}
+
+// takeHeld takes what n held back for an OPEN's BATCH, its flushMu held
+// until the caller's landed or putBack: nothing when it holds nothing, a
+// flush of it is under way (it goes on its own), a failure is kept (its
+// release reports it) or its posted writes are still in flight (they land
+// first: its release waits for them).
+func (n *Node) takeHeld() []session.BatchOp {
+	if n.fs.wb.pending.Load() != 0 {
+		n.mu.Lock()
+		q := n.wbq
+		n.mu.Unlock()
+		if q != nil && !q.idle() {
+			return nil
+		}
+	}
+	if !n.ls.wb.flushMu.TryLock() {
+		return nil
+	}
+	n.mu.Lock()
+	ok := len(n.ls.wb.ops) > 0 && n.ls.wb.err == nil
+	n.mu.Unlock()
+	if !ok {
+		n.ls.wb.flushMu.Unlock()
+		return nil
+	}
+	ops, _ := n.takeOps(true)
+	return ops
+}
+
+// putBack gives the node back the changes takeHeld took, unsent (the
+// BATCH stopped before them), ahead of any held since, and releases
+// flushMu; its release, which runs next, sends them.
+func (n *Node) putBack(ops []session.BatchOp) {
+	ops = ops[:len(ops)-1] // the closing fstat
+	n.mu.Lock()
+	n.ls.wb.ops = append(ops, n.ls.wb.ops...)
+	for _, op := range ops {
+		n.ls.wb.bytes += len(op.Data)
+	}
+	n.ls.wb.sending = false
+	if n.ls.wb.timer == nil {
+		n.ls.wb.timer = time.AfterFunc(wbMaxAge, func() { n.flushDeferred(context.Background(), true) })
+	}
+	n.noteHeld()
+	n.mu.Unlock()
+	n.ls.wb.flushMu.Unlock()
+}
+
+// openAfter opens p as OpenLease does, taking the waiting releases w
+// (asyncclose.go, "Pacing") with it: their nodes' held-back changes and the
+// OPEN go as one BATCH, and the releases then go on in the background,
+// finding nothing left to send. When a change fails the server stops
+// there and never runs the OPEN: the failure is the node's as when its
+// own BATCH fails (kept, logged, close(2) synchronous for a while), the
+// changes after it go back to their nodes, and the OPEN is sent alone.
+func (fs *filesystem) openAfter(ctx context.Context, w []pacedRelease, p string, flags int, mode uint32, want LeaseState) (session.Handle, session.Attr, LeaseState, error) {
+	lc := fs.lease
+	notify := map[*Node]bool{}
+	defer func() {
+		for _, r := range w {
+			n, tell := r.n, notify[r.n]
+			delete(notify, n)
+			fs.dispatch(func() {
+				if tell {
+					n.NotifyContent(-1, 0)
+				}
+				r.run()
+			})
+		}
+	}()
+	bo, ok := lc.tr.(batchOpener)
+	if !ok || want == 0 {
+		return lc.tr.OpenLease(ctx, p, flags, mode, want)
+	}
+	var sends []heldSend
+	var all []session.BatchOp
+	for _, r := range w {
+		if _, seen := notify[r.n]; seen {
+			continue
+		}
+		notify[r.n] = false
+		ops := r.n.takeHeld()
+		if len(ops) == 0 {
+			continue
+		}
+		if len(all)+len(ops) >= session.MaxBatchOps { // the OPEN takes one
+			r.n.putBack(ops)
+			continue
+		}
+		sends = append(sends, heldSend{r.n, ops, len(all)})
+		all = append(all, ops...)
+	}
+	if len(sends) == 0 {
+		return lc.tr.OpenLease(ctx, p, flags, mode, want)
+	}
+	res, h, a, got, ran, err := bo.OpenLeaseAfter(ctx, all, p, flags, mode, want)
+	for _, s := range sends {
+		end := s.from + len(s.ops)
+		switch {
+		case err != nil && !ran: // the BATCH as a whole failed
+			notify[s.n] = s.n.landed(nil, err, true)
+		case len(res) <= s.from: // not run: a change before failed
+			s.n.putBack(s.ops)
+			continue
+		case len(res) < end || res[end-1].Status != protocol.StatusSuccess:
+			notify[s.n] = s.n.landed(nil, batchErr(res[s.from:min(end, len(res))], len(s.ops)), true)
+		default:
+			notify[s.n] = s.n.landed(res[s.from:end], nil, true)
+		}
+		s.n.ls.wb.flushMu.Unlock()
+	}
+	if !ran {
+		return lc.tr.OpenLease(ctx, p, flags, mode, want)
+	}
+	return h, a, got, err
 }

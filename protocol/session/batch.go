@@ -16,8 +16,8 @@ import (
 // changes it held back). The server stops at the first request that fails;
 // the response has one result per request it ran.
 
-// maxBatchOps bounds the requests in one BATCH.
-const maxBatchOps = 256
+// MaxBatchOps bounds the requests in one BATCH.
+const MaxBatchOps = 256
 
 // batchable reports whether a command may be part of a BATCH: the tree's
 // own operations whose answers are small. Reads, listings and the pipe
@@ -67,7 +67,10 @@ func (m *batchReq) sizeHint() int {
 
 // BatchOp is one request of a Batch: Command is CmdWrite (Handle, Offset,
 // Data), CmdSetAttr (Handle, or Path when Handle is 0; SetAttr), CmdFsync
-// (Handle, Datasync) or CmdClose (Handle).
+// (Handle, Datasync), CmdClose (Handle) or CmdOpen (Path, Flags, Mode,
+// Durable, and Lease: the lease asked for, 0 none) — an OPEN after the
+// changes a client held back of other files, which the server runs only if
+// every request before it succeeded.
 type BatchOp struct {
 	Command  Command
 	Handle   Handle
@@ -76,18 +79,26 @@ type BatchOp struct {
 	Data     []byte
 	SetAttr  SetAttrIn
 	Datasync bool
+	Flags    int
+	Mode     uint32
+	Durable  DurableID
+	Lease    LeaseState
 }
 
 // BatchResult is what one request of a Batch did: its status, and the
-// attributes after a SETATTR or the count of a WRITE.
+// attributes after a SETATTR or the count of a WRITE; an OPEN's handle,
+// attributes, file id (durable opens) and lease granted.
 type BatchResult struct {
 	Status protocol.Status
 	Attr   Attr
 	Count  uint32
+	Handle Handle
+	FileID []byte
+	Lease  LeaseState
 }
 
 // body is the request message of op.
-func (op *BatchOp) body() (message, error) {
+func (t *Tree) body(op *BatchOp) (message, error) {
 	switch op.Command {
 	case CmdWrite:
 		if len(op.Data) > MaxIOSize {
@@ -100,6 +111,11 @@ func (op *BatchOp) body() (message, error) {
 		return &fsyncReq{Handle: op.Handle, Datasync: op.Datasync}, nil
 	case CmdClose:
 		return &handleMsg{Handle: op.Handle}, nil
+	case CmdOpen:
+		req := &openReq{Path: op.Path, Flags: uint32(op.Flags), Mode: op.Mode, DurableID: op.Durable,
+			leaseTail: leaseTail{op.Lease != 0, uint32(op.Lease)}}
+		t.openPrep(req)
+		return req, nil
 	}
 	return nil, fmt.Errorf("session: %v in a batch: %w", op.Command, protocol.StatusInvalidParameter)
 }
@@ -112,15 +128,17 @@ func (t *Tree) Batch(ctx context.Context, ops []BatchOp) ([]BatchResult, error) 
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	if len(ops) > maxBatchOps {
+	if len(ops) > MaxBatchOps {
 		return nil, protocol.StatusInvalidParameter
 	}
 	req := &batchReq{Ops: make([]batchOp, len(ops))}
+	subs := make([]message, len(ops))
 	for i := range ops {
-		m, err := ops[i].body()
+		m, err := t.body(&ops[i])
 		if err != nil {
 			return nil, err
 		}
+		subs[i] = m
 		req.Ops[i] = batchOp{Command: uint32(ops[i].Command), Body: marshal(m)}
 	}
 	var r batchResp
@@ -149,6 +167,12 @@ func (t *Tree) Batch(ctx context.Context, ops []BatchOp) ([]BatchResult, error) 
 			var am attrMsg
 			err = unmarshal(res.Body, &am)
 			out[i].Attr = am.Attr
+		case CmdOpen:
+			var om openResp
+			if err = unmarshal(res.Body, &om); err == nil {
+				t.opened(subs[i].(*openReq), &om)
+				out[i].Handle, out[i].Attr, out[i].FileID, out[i].Lease = om.Handle, om.Attr, om.FileID, LeaseState(om.Lease)
+			}
 		default:
 			err = unmarshal(res.Body, &empty{})
 		}
@@ -163,7 +187,7 @@ func (t *Tree) Batch(ctx context.Context, ops []BatchOp) ([]BatchResult, error) 
 // one fails. A body that does not decode is the connection's end, as it is
 // for a request on its own.
 func (c *serverConn) batch(ss *serverSession, h Header, req *batchReq) (message, error, error) {
-	if len(req.Ops) == 0 || len(req.Ops) > maxBatchOps {
+	if len(req.Ops) == 0 || len(req.Ops) > MaxBatchOps {
 		return nil, protocol.StatusInvalidParameter, nil
 	}
 	subs := make([]message, len(req.Ops))
@@ -205,7 +229,7 @@ func (c *serverConn) batch(ss *serverSession, h Header, req *batchReq) (message,
 func (t *Tree) CloseHandles(ctx context.Context, hs []Handle) error {
 	var first error
 	for len(hs) > 0 {
-		n := min(len(hs), maxBatchOps)
+		n := min(len(hs), MaxBatchOps)
 		ops := make([]BatchOp, n)
 		for i := range ops {
 			ops[i] = BatchOp{Command: CmdClose, Handle: hs[i]}

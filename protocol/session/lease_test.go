@@ -206,6 +206,65 @@ func TestBatch(t *testing.T) {
 	}
 }
 
+// TestBatchOpen: an OPEN at the end of a BATCH runs after the held-back
+// changes before it and answers its handle, attributes, durable file id
+// and lease; when a change before it fails the OPEN is not run (O_EXCL
+// then creates nothing), and an OPEN that fails on its own (O_EXCL on an
+// existing name) leaves the changes before it done.
+func TestBatchOpen(t *testing.T) {
+	e := newEnv(t)
+	tr := e.tree("data")
+	ctx := ctxT(t)
+	h, _, err := tr.Open(ctx, "a", syscall.O_CREAT|syscall.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	excl := syscall.O_CREAT | syscall.O_EXCL | syscall.O_WRONLY
+	res, err := tr.Batch(ctx, []BatchOp{
+		{Command: CmdWrite, Handle: h, Data: []byte("first")},
+		{Command: CmdSetAttr, Handle: h, SetAttr: SetAttrIn{Valid: SetMode, Mode: 0o600}},
+		{Command: CmdOpen, Path: "b", Flags: excl, Mode: 0o640, Durable: NewDurableID(), Lease: LeaseRead | LeaseWrite},
+	})
+	if err != nil || len(res) != 3 || res[2].Status != protocol.StatusSuccess {
+		t.Fatalf("Batch = %+v, %v", res, err)
+	}
+	o := res[2]
+	if o.Handle == 0 || o.Attr.Mode&0o777 != 0o640 || o.Attr.Size != 0 || len(o.FileID) == 0 || o.Lease&LeaseWrite == 0 {
+		t.Errorf("OPEN's result %+v", o)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.share, "a")); string(b) != "first" {
+		t.Errorf("a holds %q", b)
+	}
+	if n, err := tr.WriteAt(ctx, o.Handle, []byte("second"), 0); err != nil || n != 6 {
+		t.Fatalf("write through the batch's OPEN: %d, %v", n, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.share, "b")); string(b) != "second" {
+		t.Errorf("b holds %q", b)
+	}
+	// A change that fails: the OPEN does not run.
+	res, err = tr.Batch(ctx, []BatchOp{
+		{Command: CmdWrite, Handle: 999, Data: []byte("x")},
+		{Command: CmdOpen, Path: "c", Flags: excl, Mode: 0o640},
+	})
+	if err != nil || len(res) != 1 || res[0].Status != protocol.StatusInvalidHandle {
+		t.Fatalf("Batch with a bad handle before the OPEN = %+v, %v", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.share, "c")); !os.IsNotExist(err) {
+		t.Errorf("the OPEN after a failed change ran: %v", err)
+	}
+	// O_EXCL on an existing name: the change before it is done, the OPEN fails.
+	res, err = tr.Batch(ctx, []BatchOp{
+		{Command: CmdWrite, Handle: h, Offset: 5, Data: []byte("!")},
+		{Command: CmdOpen, Path: "b", Flags: excl, Mode: 0o640},
+	})
+	if err != nil || len(res) != 2 || res[0].Status != protocol.StatusSuccess || res[1].Status != protocol.StatusObjectNameCollision {
+		t.Fatalf("Batch with O_EXCL on an existing name = %+v, %v", res, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.share, "a")); string(b) != "first!" {
+		t.Errorf("a holds %q", b)
+	}
+}
+
 // TestMalformedBatchDropsConnection: a request inside a batch that does
 // not decode ends the connection, as it would on its own.
 func TestMalformedBatchDropsConnection(t *testing.T) {

@@ -144,6 +144,18 @@ func (t *Tree) Open(ctx context.Context, path string, flags int, mode uint32) (H
 // open sends OPEN req (Flags still with O_DIRECT), asking for the LWIO
 // registration when RegisterOnOpen is on and keeping the Fid answered.
 func (t *Tree) open(ctx context.Context, req openReq) (openResp, error) {
+	t.openPrep(&req)
+	var r openResp
+	err := t.call(ctx, CmdOpen, &req, &r)
+	if err == nil {
+		t.opened(&req, &r)
+	}
+	return r, err
+}
+
+// openPrep readies an OPEN request (alone or in a BATCH): O_DIRECT off
+// the flags, and the LWIO registration asked for when RegisterOnOpen is on.
+func (t *Tree) openPrep(req *openReq) {
 	direct := req.Flags&syscall.O_DIRECT != 0
 	req.Flags &^= syscall.O_DIRECT
 	if t.registerOnOpen.Load() {
@@ -152,9 +164,11 @@ func (t *Tree) open(ctx context.Context, req openReq) (openResp, error) {
 			req.FidFlags = protocol.FileNoIntermediateBuffering
 		}
 	}
-	var r openResp
-	err := t.call(ctx, CmdOpen, &req, &r)
-	if err == nil && r.Fid != 0 && r.Fid <= 0xFFFF {
+}
+
+// opened keeps the Fid a successful OPEN answered.
+func (t *Tree) opened(req *openReq, r *openResp) {
+	if r.Fid != 0 && r.Fid <= 0xFFFF {
 		t.fidMu.Lock()
 		if t.fids == nil {
 			t.fids = map[Handle]OpenFid{}
@@ -162,7 +176,6 @@ func (t *Tree) open(ctx context.Context, req openReq) (openResp, error) {
 		t.fids[r.Handle] = OpenFid{Fid: uint16(r.Fid), FlagsAndAttributes: req.FidFlags}
 		t.fidMu.Unlock()
 	}
-	return r, err
 }
 
 // OpenFid is an LWIO registration made by OPEN (RegisterOnOpen).

@@ -25,8 +25,8 @@ type domain struct {
 	mu      sync.RWMutex
 	regions map[uint32]*region // by handle; a region leaves at Deregister
 	nextVA  uint64
-	// arena, once a dial made it, holds the regions registered since
-	// (shm.go); nil: they are Go memory.
+	// arena, once a dial made it, holds the regions open to remote write
+	// registered since (shm.go); nil: they are Go memory.
 	arena atomic.Pointer[arena]
 }
 
@@ -55,9 +55,13 @@ func (d *domain) Alloc(n int, access transport.Access) (transport.Region, error)
 		return nil, fmt.Errorf("softrdma: unknown access flags %#x", uint32(access))
 	}
 	r := &region{d: d, access: access | transport.AccessLocal}
-	if a := d.arena.Load(); a != nil {
+	// Only a region open to remote write goes in the arena: the listener
+	// can write into everything it maps, so a local-only one (a receive
+	// buffer the engine parses, a send area) stays private memory.
+	if a := d.arena.Load(); a != nil && (access&transport.AccessRemoteWrite != 0 || a.localToo) {
 		if buf, slot, off, ok := a.alloc(n); ok {
 			r.buf, r.slot, r.off = buf, slot, off
+			a.populate(off, n)
 		}
 	}
 	if r.buf == nil {

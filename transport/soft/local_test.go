@@ -111,10 +111,12 @@ func TestSameHostCarrier(t *testing.T) {
 	}
 }
 
-// sendOne SENDs 1 MiB from cli to srv and checks it arrived.
+// sendOne SENDs 1 MiB from cli to srv and checks it arrived. The source
+// is open to remote write, as the engine's pooled data buffers are: on
+// shared memory it goes by reference.
 func sendOne(t *testing.T, cli, srv transport.Conn) {
 	t.Helper()
-	src := mustAlloc(t, cli, 1<<20, transport.AccessLocal)
+	src := mustAlloc(t, cli, 1<<20, transport.AccessLocal|transport.AccessRemoteWrite)
 	dst := mustAlloc(t, srv, 1<<20, transport.AccessLocal)
 	_, _ = rand.Read(src.Bytes())
 	if err := srv.PostRecv(transport.RecvWR{ID: 1, Buf: transport.Segment{Region: dst, Length: 1 << 20}}); err != nil {

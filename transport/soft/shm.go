@@ -54,8 +54,10 @@ const (
 	// shmArenaSize is the arena's default size: address space, not
 	// memory; pages are allocated as regions touch them.
 	shmArenaSize = 4 << 30
-	// shmMaxArena is the largest memfd a listener maps.
-	shmMaxArena = 64 << 30
+	// shmMaxArena is the largest memfd a listener maps: the default. A
+	// mount registers far less (its credits' buffers); a larger mapping
+	// would only widen what a hostile dialer can aim the listener at.
+	shmMaxArena = shmArenaSize
 	// shmDrain bounds Deregister's wait for copies in progress; a slot
 	// still busy then is quarantined, never reused.
 	shmDrain = time.Second
@@ -81,6 +83,13 @@ type arena struct {
 	next  int64           // bump pointer in mem
 	free  map[int][]int64 // freed blocks by class (block = pageSize << class)
 	slots []int           // free slot numbers
+	// stuck: a retire gave up once. A listener whose copy outlives
+	// shmDrain hangs or lies, and can write the whole arena anyway; later
+	// retires quarantine a busy slot at once rather than make each
+	// Deregister wait shmDrain (a mount closing hundreds of regions).
+	stuck atomic.Bool
+	// localToo: Provider.shmLocalToo.
+	localToo bool
 }
 
 // newArena creates, sizes, seals and maps a memfd of size bytes.
@@ -156,6 +165,19 @@ func (a *arena) alloc(n int) (buf []byte, slot int, off int64, ok bool) {
 	return a.mem[off : off+int64(n) : off+int64(n)], slot, off, true
 }
 
+// populate allocates the pages of the n bytes at off now, as this process:
+// a listener copies only into pages that are there (peerArena.take), so it
+// never allocates, nor is charged for, the dialer's memory.
+func (a *arena) populate(off int64, n int) {
+	b := a.mem[off : off+(int64(n)+pageSize-1)&^(pageSize-1)]
+	if unix.Madvise(b, unix.MADV_POPULATE_WRITE) == nil {
+		return
+	}
+	for i := 0; i < len(b); i += pageSize { // before Linux 5.14
+		atomic.AddUint32((*uint32)(unsafe.Pointer(&b[i])), 0)
+	}
+}
+
 // publish writes slot's fields, then sets it valid.
 func (a *arena) publish(r *region) {
 	base := r.slot * shmSlotSize
@@ -174,7 +196,7 @@ var errShmBusy = errors.New("softrdma: a copy into the region did not finish")
 // slot and the memory go back for reuse, the memory emptied. If a copy
 // has not finished within shmDrain (a peer that hangs or lies), the slot
 // and memory are quarantined: never reused, so a late copy cannot land in
-// another region.
+// another region. After one such, the wait is a thousandth of it.
 func (a *arena) retire(r *region) error {
 	w := stateWord(a.mem, r.slot)
 	for tries := 0; ; tries++ {
@@ -186,9 +208,14 @@ func (a *arena) retire(r *region) error {
 			return errShmBusy
 		}
 	}
-	deadline := time.Now().Add(shmDrain)
+	drain := shmDrain
+	if a.stuck.Load() {
+		drain = shmDrain / 1000
+	}
+	deadline := time.Now().Add(drain)
 	for spin := 0; atomic.LoadUint32(w)&shmCountMask != 0; spin++ {
 		if time.Now().After(deadline) {
+			a.stuck.Store(true)
 			return errShmBusy
 		}
 		if spin > 100 {
@@ -227,6 +254,7 @@ func (p *Provider) arenaFor() *arena {
 			p.log.WithError(err).Warn("softrdma: no shared-memory arena; same-host connections carry data on their socket")
 			return
 		}
+		a.localToo = p.shmLocalToo
 		p.pd.arena.Store(a)
 		// Once nothing reaches the domain, no region of the arena is
 		// reachable either (each holds the domain): give the memfd back.

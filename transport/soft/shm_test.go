@@ -22,6 +22,12 @@ func writeOne(t *testing.T, srv, cli transport.Conn) {
 	src := mustAlloc(t, srv, 1<<20, transport.AccessLocal)
 	dst := mustAlloc(t, cli, 1<<20, transport.AccessLocal|transport.AccessRemoteWrite)
 	_, _ = rand.Read(src.Bytes())
+	writeAll(t, srv, src, dst)
+}
+
+// writeAll RDMA WRITEs all of src from srv into dst and checks it landed.
+func writeAll(t *testing.T, srv transport.Conn, src, dst transport.Region) {
+	t.Helper()
 	if err := srv.Post(transport.SendWR{ID: 3, Op: transport.OpWrite, SGL: []transport.Segment{transport.Whole(src)},
 		RemoteAddr: dst.Addr(), RKey: dst.Handle()}); err != nil {
 		t.Fatal(err)
@@ -54,6 +60,7 @@ func shmPair(t *testing.T, cp, sp *Provider) (cli, srv transport.Conn) {
 func TestConformanceShm(t *testing.T) {
 	cp, sp := New(Options{RNRTimeout: testRNR}), New(Options{RNRTimeout: testRNR})
 	cp.shmMinCopy, cp.shmMinRef, sp.shmMinCopy, sp.shmMinRef = 1, 1, 1, 1
+	cp.shmLocalToo = true // the suite SENDs from local-only regions
 	conformance.Run(t, conformance.Env{Client: cp, Server: sp, RNRTimeout: testRNR, Reverse: true,
 		Connected: func(t *testing.T, cli, srv transport.Conn) {
 			if carrierOf(cli) != CarrierPipeShm || carrierOf(srv) != CarrierPipeShm {
@@ -93,6 +100,9 @@ func TestShmHostileArena(t *testing.T) {
 		hook func(t *testing.T, a *arena) (int, int64)
 	}{
 		{"unsealed", func(t *testing.T, _ *arena) (int, int64) { return memfd(t, size, 0), size }},
+		{"larger than the default", func(t *testing.T, _ *arena) (int, int64) {
+			return memfd(t, shmArenaSize+pageSize, shmSeals), shmArenaSize + pageSize
+		}},
 		{"shrinkable", func(t *testing.T, _ *arena) (int, int64) {
 			return memfd(t, size, unix.F_SEAL_GROW|unix.F_SEAL_SEAL), size
 		}},
@@ -307,7 +317,10 @@ func TestShmQuarantine(t *testing.T) {
 	if err := r.Deregister(); !errors.Is(err, errShmBusy) {
 		t.Fatalf("Deregister: %v, want %v", err, errShmBusy)
 	}
-	again := mustAlloc(t, cli, 4096, transport.AccessLocal)
+	again := mustAlloc(t, cli, 4096, transport.AccessLocal|transport.AccessRemoteWrite)
+	if again.(*region).slot == 0 {
+		t.Fatal("the new region is not in the arena: the test proves nothing")
+	}
 	if again.(*region).off == r.(*region).off || again.(*region).slot == r.(*region).slot {
 		t.Fatal("the quarantined block or slot was reused")
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -32,6 +33,7 @@ const (
 type peerArena struct {
 	mu   sync.RWMutex // held for reading by each copy; unmap takes it
 	mem  []byte       // nil once unmapped
+	fd   int          // the memfd, which copies out of the arena read
 	hook func()       // Provider.shmCopyHook
 }
 
@@ -146,7 +148,12 @@ func mapArena(fd int, size int64) (*peerArena, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &peerArena{mem: mem}, nil
+	own, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Munmap(mem)
+		return nil, err
+	}
+	return &peerArena{mem: mem, fd: own}, nil
 }
 
 // unmap waits for copies in progress and unmaps; later copies fail.
@@ -157,6 +164,7 @@ func (pa *peerArena) unmap() {
 	pa.mu.Lock()
 	if pa.mem != nil {
 		_ = unix.Munmap(pa.mem)
+		_ = unix.Close(pa.fd)
 		pa.mem = nil
 	}
 	pa.mu.Unlock()
@@ -168,22 +176,28 @@ const shmTakeTries = 64
 
 // take resolves handle to its slot and takes it: the slot is valid and
 // its active count raised, so the dialer's Deregister waits. It then reads
-// the slot's fields once and returns the bytes [addr, addr+n) of the
-// region, checked against the mapping; write says the region must be open
-// to remote write. ok false: no such region (the caller falls back or
+// the slot's fields once and returns where the bytes [addr, addr+n) of the
+// region start in the mapping, checked against it; write says the region
+// must be open to remote write, and its pages there (resident). ok false:
+// no such region, or one with pages missing (the caller falls back or
 // refuses); the slot is not held then. pa.mu is held for reading.
-func (pa *peerArena) take(handle uint32, addr uint64, n int, write bool) (b []byte, slot int, ok bool) {
+//
+// The listener touches no page of the mapping that is not there: a page
+// the dialer never populated, or punched out (fallocate), would be
+// allocated by the listener's fault and charged to the listener's memory
+// cgroup (docs/security.md).
+func (pa *peerArena) take(handle uint32, addr uint64, n int, write bool) (start uint64, slot int, ok bool) {
 	mem := pa.mem
 	slot = int(handle & (shmSlots - 1))
-	if mem == nil || slot == 0 || n < 0 {
-		return nil, 0, false
+	if mem == nil || slot == 0 || n < 0 || !resident(mem, uint64(slot*shmSlotSize), shmSlotSize) {
+		return 0, 0, false
 	}
 	w := stateWord(mem, slot)
 	taken := false
 	for range shmTakeTries {
 		old := atomic.LoadUint32(w)
 		if old&shmValid == 0 || old&shmCountMask == shmCountMask {
-			return nil, 0, false
+			return 0, 0, false
 		}
 		if atomic.CompareAndSwapUint32(w, old, old+1) {
 			taken = true
@@ -191,7 +205,7 @@ func (pa *peerArena) take(handle uint32, addr uint64, n int, write bool) (b []by
 		}
 	}
 	if !taken {
-		return nil, 0, false
+		return 0, 0, false
 	}
 	base := slot * shmSlotSize
 	h := atomic.LoadUint32(word32(mem, base+4))
@@ -204,10 +218,37 @@ func (pa *peerArena) take(handle uint32, addr uint64, n int, write bool) (b []by
 		off < shmTableSize || off > size || ln > size-off ||
 		addr < raddr || addr-raddr > ln || uint64(n) > ln-(addr-raddr) {
 		release(mem, slot)
-		return nil, 0, false
+		return 0, 0, false
 	}
-	start := off + (addr - raddr)
-	return mem[start : start+uint64(n) : start+uint64(n)], slot, true
+	start = off + (addr - raddr)
+	if write && !resident(mem, start, uint64(n)) {
+		release(mem, slot)
+		return 0, 0, false
+	}
+	return start, slot, true
+}
+
+// resident reports whether every page of the n bytes at off in mem is in
+// memory (mincore). A page the dialer punches out after the look is
+// allocated by the copy all the same: the residual risk docs/security.md
+// states.
+func resident(mem []byte, off, n uint64) bool {
+	var vec [256]byte
+	s, e := off&^(pageSize-1), min((off+n+pageSize-1)&^(pageSize-1), uint64(len(mem)))
+	for s < e {
+		k := min(e-s, uint64(len(vec))*pageSize)
+		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[s])), uintptr(k), uintptr(unsafe.Pointer(&vec[0])))
+		if errno != 0 {
+			return false
+		}
+		for _, v := range vec[:k/pageSize] {
+			if v&1 == 0 {
+				return false
+			}
+		}
+		s += k
+	}
+	return true
 }
 
 // release lowers slot's active count.
@@ -219,10 +260,11 @@ func release(mem []byte, slot int) { atomic.AddUint32(stateWord(mem, slot), ^uin
 func (pa *peerArena) copyTo(handle uint32, addr uint64, n int, src [][]byte) bool {
 	pa.mu.RLock()
 	defer pa.mu.RUnlock()
-	dst, slot, ok := pa.take(handle, addr, n, true)
+	start, slot, ok := pa.take(handle, addr, n, true)
 	if !ok {
 		return false
 	}
+	dst := pa.mem[start : start+uint64(n)]
 	if pa.hook != nil {
 		pa.hook()
 	}
@@ -234,16 +276,26 @@ func (pa *peerArena) copyTo(handle uint32, addr uint64, n int, src [][]byte) boo
 }
 
 // copyFrom copies n bytes at addr of the dialer's region handle into dst
-// (a SEND's reference).
+// (a SEND's reference). It reads the memfd rather than the mapping: a
+// hole reads as zeros without a page being allocated.
 func (pa *peerArena) copyFrom(dst []byte, handle uint32, addr uint64) bool {
 	pa.mu.RLock()
 	defer pa.mu.RUnlock()
-	src, slot, ok := pa.take(handle, addr, len(dst), false)
+	start, slot, ok := pa.take(handle, addr, len(dst), false)
 	if !ok {
 		return false
 	}
-	copy(dst, src)
-	release(pa.mem, slot)
+	defer release(pa.mem, slot)
+	for len(dst) > 0 {
+		k, err := unix.Pread(pa.fd, dst, int64(start))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || k == 0 {
+			return false
+		}
+		dst, start = dst[k:], start+uint64(k)
+	}
 	return true
 }
 

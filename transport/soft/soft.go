@@ -73,8 +73,9 @@ type Options struct {
 	// shares none, a listener maps none; every byte crosses the socket.
 	NoSharedMemory bool
 	// ArenaSize is the size of a dialer's shared-memory arena (address
-	// space; pages are allocated as used). Zero means 4 GiB. Regions that
-	// do not fit are Go memory and cross the socket.
+	// space; pages are allocated as regions are registered). Zero means
+	// 4 GiB, the most a listener maps. Regions that do not fit are Go
+	// memory and cross the socket.
 	ArenaSize int64
 	// NoPipes keeps a same-host connection's frames on the unix socket;
 	// by default they move on to two pipes when the peer's do too
@@ -118,6 +119,9 @@ type Provider struct {
 	// shmCopyHook, in tests, runs in each copy into a peer's arena
 	// between taking the slot and copying.
 	shmCopyHook func()
+	// shmLocalToo, in tests, puts local-only regions in the arena too, so
+	// that a suite's SENDs from them go by reference.
+	shmLocalToo bool
 }
 
 var _ transport.Provider = (*Provider)(nil)
