@@ -103,8 +103,8 @@ func TestStat(t *testing.T) {
 		if c.Provider != "softrdma" || c.Remote != s.Soft || !c.Alive || c.Credits <= 0 || !strings.HasPrefix(c.Completion, "auto/") {
 			t.Errorf("connection %+v: want softrdma to %s, alive, with credits, completion auto/…", c, s.Soft)
 		}
-		if c.Carrier != "unix+shm" { // the server is on this host
-			t.Errorf("connection %+v: want it on the same-host unix socket with shared memory", c)
+		if c.Carrier != "pipe+shm" { // the server is on this host
+			t.Errorf("connection %+v: want it on the same-host pipes with shared memory", c)
 		}
 	}
 
@@ -222,7 +222,7 @@ func TestSameHostFallbackTCP(t *testing.T) {
 
 // TestSameHostSharedMemory: a mount on the server's host shares its
 // registered memory with the server (softrdma's same-host shared memory):
-// the connections say unix+shm, and 1 MiB O_DIRECT writes and reads, which
+// the connections say pipe+shm (unix+shm without pipes), and 1 MiB O_DIRECT writes and reads, which
 // go by copy through it, read back what was written and reach the
 // export. A server that does not offer it (LWIO_SOFT_NOSHM=1, as one from
 // before it) keeps every byte on the unix socket.
@@ -231,8 +231,9 @@ func TestSameHostSharedMemory(t *testing.T) {
 	for _, tc := range []struct {
 		name, env, carrier string
 	}{
-		{"shared", "", "unix+shm"},
-		{"server without", "LWIO_SOFT_NOSHM=1", "unix"},
+		{"shared", "", "pipe+shm"},
+		{"server without", "LWIO_SOFT_NOSHM=1", "pipe"},
+		{"server without pipes", "LWIO_SOFT_NOPIPES=1", "unix+shm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var env []string

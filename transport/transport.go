@@ -237,7 +237,8 @@ type Conn interface {
 // Carrier is implemented by a connection a provider runs over an
 // operating-system socket (softrdma): Carrier names the socket's kind,
 // "tcp" or, to a peer on the same host, "unix" ("unix+shm" when the
-// dialer's registered memory is shared with the listener as well).
+// dialer's registered memory is shared with the listener as well; "pipe"
+// and "pipe+shm" when the frames go on two pipes, as by default).
 type Carrier interface {
 	Carrier() string
 }

@@ -2,8 +2,8 @@
 // is made of, each on its own, so `make bench` can set them beside the
 // mount's own p50 (docs/bench.md, "Where a 4K read's time goes"):
 //
-//	latency serve -net soft|tcp [-listen 127.0.0.1:0]   # the echoing peer; prints "listening ADDR"
-//	latency ping  -net soft|tcp -addr ADDR [-n 20000]  # round trips from another process
+//	latency serve -net soft|tcp|unix|pipe [-listen ADDR] # the echoing peer; prints "listening ADDR"
+//	latency ping  -net soft|tcp|unix|pipe -addr ADDR [-n 20000] # round trips from another process
 //	latency pread -file F [-n 20000]                    # 4 KiB preads at random offsets
 //
 // A round trip has the shape of a READ: a 64-byte request one way, 4 KiB
@@ -14,6 +14,14 @@
 // completions by blocking (CQ.Wait, a blocking read), as the engines do in
 // interrupt mode. Each command prints one JSON line: n, p50_us, p99_us,
 // mean_us.
+//
+// -net unix and -net pipe are the plain-socket round trip of -net tcp over
+// the carriers a same-host connection could use: an AF_UNIX stream socket
+// (what softrdma moves to on one host) and two FIFOs, one per direction
+// (ADDR is a directory serve makes). They differ in who the kernel wakes:
+// a unix socket wakes the writer's poller whenever the reader consumes
+// (unix_write_space), a pipe only when it was full (docs/bench.md, "4 KiB
+// at qd1 over the unix socket").
 package main
 
 import (
@@ -39,9 +47,10 @@ import (
 )
 
 const (
-	reqSize  = 64
-	respSize = 4096
-	warmup   = 500
+	defaultListen = "127.0.0.1:0"
+	reqSize       = 64
+	respSize      = 4096
+	warmup        = 500
 )
 
 func main() {
@@ -49,8 +58,8 @@ func main() {
 		usage()
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	network := fs.String("net", "soft", "soft (softrdma) or tcp")
-	listen := fs.String("listen", "127.0.0.1:0", "serve: address to listen on")
+	network := fs.String("net", "soft", "soft (softrdma), tcp, unix or pipe")
+	listen := fs.String("listen", defaultListen, "serve: address to listen on (-net unix: a path or @abstract name)")
 	addr := fs.String("addr", "", "ping: the server's address")
 	n := fs.Int("n", 20000, "ping, pread: timed operations (after warm-up)")
 	file := fs.String("file", "", "pread: the file to read")
@@ -165,8 +174,11 @@ func preads(file string, n int) ([]time.Duration, error) {
 // it listens.
 func serve(ctx context.Context, network, addr string, ready func(addr string)) error {
 	switch network {
-	case "tcp":
-		ln, err := net.Listen("tcp", addr)
+	case "tcp", "unix":
+		if network == "unix" && addr == defaultListen {
+			addr = fmt.Sprintf("@lwiofs-latency-%d", os.Getpid())
+		}
+		ln, err := net.Listen(network, addr)
 		if err != nil {
 			return err
 		}
@@ -177,10 +189,12 @@ func serve(ctx context.Context, network, addr string, ready func(addr string)) e
 			if err != nil {
 				return ctx.Err()
 			}
-			go echoTCP(c)
+			go func() { defer c.Close(); echoStream(c, c) }()
 		}
+	case "pipe":
+		return servePipe(ctx, ready)
 	case "soft":
-		ln, err := soft.New(soft.Options{}).Listen(addr, transport.Config{})
+		ln, err := soft.New(soft.Options{NoPipes: soft.NoPipesFromEnv()}).Listen(addr, transport.Config{})
 		if err != nil {
 			return err
 		}
@@ -195,17 +209,18 @@ func serve(ctx context.Context, network, addr string, ready func(addr string)) e
 			go func() { _ = echoSoft(ctx, c) }()
 		}
 	}
-	return fmt.Errorf("-net %q: want soft or tcp", network)
+	return fmt.Errorf("-net %q: want soft, tcp, unix or pipe", network)
 }
 
-func echoTCP(c net.Conn) {
-	defer c.Close()
+// echoStream answers a tcp, unix or pipe pinger: reads requests from r,
+// writes answers to w.
+func echoStream(r io.Reader, w io.Writer) {
 	req, resp := make([]byte, reqSize), make([]byte, respSize)
 	for {
-		if _, err := io.ReadFull(c, req); err != nil {
+		if _, err := io.ReadFull(r, req); err != nil {
 			return
 		}
-		if _, err := c.Write(resp); err != nil {
+		if _, err := w.Write(resp); err != nil {
 			return
 		}
 	}
@@ -260,9 +275,9 @@ func echoSoft(ctx context.Context, c transport.Conn) error {
 
 func ping(ctx context.Context, network, addr string, n int) ([]time.Duration, error) {
 	switch network {
-	case "tcp":
+	case "tcp", "unix":
 		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
+		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -270,23 +285,37 @@ func ping(ctx context.Context, network, addr string, n int) ([]time.Duration, er
 		if dl, ok := ctx.Deadline(); ok {
 			_ = c.SetDeadline(dl)
 		}
-		req, resp := make([]byte, reqSize), make([]byte, respSize)
-		return timed(n, func() error {
-			if _, err := c.Write(req); err != nil {
-				return err
-			}
-			_, err := io.ReadFull(c, resp)
-			return err
-		})
+		return pingStream(c, c, n)
+	case "pipe":
+		r, w, err := dialPipe(addr)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		defer w.Close()
+		return pingStream(r, w, n)
 	case "soft":
-		c, err := soft.New(soft.Options{}).Dial(ctx, addr, transport.Config{})
+		c, err := soft.New(soft.Options{NoPipes: soft.NoPipesFromEnv()}).Dial(ctx, addr, transport.Config{})
 		if err != nil {
 			return nil, err
 		}
 		defer c.Close()
 		return pingSoft(ctx, c, n)
 	}
-	return nil, fmt.Errorf("-net %q: want soft or tcp", network)
+	return nil, fmt.Errorf("-net %q: want soft, tcp, unix or pipe", network)
+}
+
+// pingStream times round trips over a byte stream: the request written to
+// w, the answer read from r.
+func pingStream(r io.Reader, w io.Writer, n int) ([]time.Duration, error) {
+	req, resp := make([]byte, reqSize), make([]byte, respSize)
+	return timed(n, func() error {
+		if _, err := w.Write(req); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(r, resp)
+		return err
+	})
 }
 
 func pingSoft(ctx context.Context, c transport.Conn, n int) ([]time.Duration, error) {

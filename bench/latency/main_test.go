@@ -11,7 +11,7 @@ import (
 // TestPingPong runs the echoing peer and the pinger of each network and
 // checks every round trip was timed and took a plausible time.
 func TestPingPong(t *testing.T) {
-	for _, network := range []string{"tcp", "soft"} {
+	for _, network := range []string{"tcp", "soft", "unix", "pipe"} {
 		t.Run(network, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

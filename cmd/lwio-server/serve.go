@@ -166,7 +166,7 @@ func serverConfig(c *Config, log *logrus.Logger) (fileserver.Config, error) {
 		if faults != nil {
 			log.WithField("faults", faults.String()).Warn("softrdma fault injection on (" + soft.EnvFaults + ")")
 		}
-		p := soft.New(soft.Options{Logger: log.WithField("provider", soft.Name), Faults: faults, TCPOnly: soft.TCPOnlyFromEnv(), NoSharedMemory: soft.NoSharedMemoryFromEnv()})
+		p := soft.New(soft.Options{Logger: log.WithField("provider", soft.Name), Faults: faults, TCPOnly: soft.TCPOnlyFromEnv(), NoSharedMemory: soft.NoSharedMemoryFromEnv(), NoPipes: soft.NoPipesFromEnv()})
 		adv, _ := c.softrdmaAdvertise() // validated
 		for _, a := range softAddrs {
 			fc.Listeners = append(fc.Listeners, fileserver.Listener{Provider: p, Addr: a, Advertise: adv})

@@ -113,8 +113,8 @@ func (c *conn) count(op protocol.Opcode, polling bool, payload int, r result, er
 // ConnInfo describes one connection, for logs and status commands.
 type ConnInfo struct {
 	Provider string
-	// Carrier is the socket under a softrdma connection, "tcp", "unix" or
-	// "unix+shm" (transport.Carrier); "" for verbs.
+	// Carrier is the socket under a softrdma connection, "tcp", "unix",
+	// "unix+shm", "pipe" or "pipe+shm" (transport.Carrier); "" for verbs.
 	Carrier    string
 	LocalAddr  string
 	RemoteAddr string

@@ -176,11 +176,18 @@ func newConn(p *Provider, nc sock, tc *net.TCPConn, cfg transport.Config, peer h
 		recvCQ:   qs.recv,
 		srq:      qs.srq,
 	}
-	if _, ok := nc.(*net.UnixConn); ok {
+	switch nc.(type) {
+	case *net.UnixConn:
 		c.carrier = CarrierUnix
 		c.shmOut, c.peer = shm.out, shm.peer
 		if c.shmOut || c.peer != nil {
 			c.carrier = CarrierShm
+		}
+	case *pipeSock:
+		c.carrier = CarrierPipe
+		c.shmOut, c.peer = shm.out, shm.peer
+		if c.shmOut || c.peer != nil {
+			c.carrier = CarrierPipeShm
 		}
 	}
 	if faults != nil {

@@ -51,13 +51,22 @@ const EnvTCPOnly = "LWIO_SOFT_TCP"
 // TCPOnlyFromEnv reports whether EnvTCPOnly is "1".
 func TCPOnlyFromEnv() bool { return os.Getenv(EnvTCPOnly) == "1" }
 
+// EnvNoPipes, set to 1, gives both binaries' softrdma providers NoPipes
+// (NoPipesFromEnv): for a comparison.
+const EnvNoPipes = "LWIO_SOFT_NOPIPES"
+
+// NoPipesFromEnv reports whether EnvNoPipes is "1".
+func NoPipesFromEnv() bool { return os.Getenv(EnvNoPipes) == "1" }
+
 // Carrier names the kind of socket a connection runs over: TCP, a unix
 // socket, or a unix socket with the dialer's registered memory shared
 // (shm.go).
 const (
-	CarrierTCP  = "tcp"
-	CarrierUnix = "unix"
-	CarrierShm  = "unix+shm"
+	CarrierTCP     = "tcp"
+	CarrierUnix    = "unix"
+	CarrierShm     = "unix+shm"
+	CarrierPipe    = "pipe"     // two pipes, passed over the unix socket (local_pipe.go)
+	CarrierPipeShm = "pipe+shm" // pipes, and shared memory (shm.go)
 )
 
 const (

@@ -72,7 +72,7 @@ func TestSameHostClaimWithdraw(t *testing.T) {
 	}
 }
 
-// TestSameHostTCPClosed: once a connection moved to the unix socket,
+// TestSameHostTCPClosed: once a connection moved to the same-host path,
 // neither end keeps its TCP connection open (an fd per connection, and a
 // loopback connection the kernel keeps alive for nothing).
 func TestSameHostTCPClosed(t *testing.T) {
@@ -85,8 +85,8 @@ func TestSameHostTCPClosed(t *testing.T) {
 	}
 	defer ln.Close()
 	cli, srv := conformance.Connect(t, New(Options{}), ln, ln.Addr(), transport.Config{}, 10*time.Second)
-	if carrierOf(cli) != CarrierShm || carrierOf(srv) != CarrierShm {
-		t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierShm)
+	if carrierOf(cli) != CarrierPipeShm || carrierOf(srv) != CarrierPipeShm {
+		t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierPipeShm)
 	}
 	port := ln.(*listener).ln.Addr().(*net.TCPAddr).Port
 	var open []string

@@ -51,6 +51,13 @@ func moveLocal(t *testing.T, nc net.Conn) net.Conn {
 
 func carrierOf(c transport.Conn) string { return c.(*conn).Carrier() }
 
+// TestConformanceUnix runs the suite with the frames on the same-host unix
+// socket (TestConformance runs it on pipes).
+func TestConformanceUnix(t *testing.T) {
+	opts := Options{RNRTimeout: testRNR, NoPipes: true}
+	conformance.Run(t, conformance.Env{Client: New(opts), Server: New(opts), RNRTimeout: testRNR})
+}
+
 // TestConformanceTCP runs the suite with the same-host path off, as
 // between two hosts (TestConformance runs it on the unix socket).
 func TestConformanceTCP(t *testing.T) {
@@ -59,28 +66,35 @@ func TestConformanceTCP(t *testing.T) {
 }
 
 // TestSameHostCarrier: two providers on one host move to the unix socket
-// (so TestConformance covers it) unless either end is TCPOnly, as a peer
-// from before the same-host path is; the connection carries data and is
-// named by its TCP addresses either way.
+// (TestConformanceUnix), with shared memory unless either end has
+// NoSharedMemory, on to pipes passed over it unless either end has NoPipes
+// (TestConformance), and stay on TCP if either end is TCPOnly, as a
+// peer from before the same-host path is; the connection carries data and
+// is named by its TCP addresses either way.
 func TestSameHostCarrier(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		cli, srv       bool // TCPOnly
 		cliNoM, srvNoM bool // NoSharedMemory
+		cliNoP, srvNoP bool // NoPipes
 		wantCarier     string
 	}{
-		{"both", false, false, false, false, CarrierShm},
-		{"client TCPOnly", true, false, false, false, CarrierTCP},
-		{"server TCPOnly", false, true, false, false, CarrierTCP},
+		{"both", false, false, false, false, false, false, CarrierPipeShm},
+		{"client TCPOnly", true, false, false, false, false, false, CarrierTCP},
+		{"server TCPOnly", false, true, false, false, false, false, CarrierTCP},
 		// A listener that does not offer shared memory (as one from
-		// before it) or a dialer that does not ask: the unix socket
-		// carries every byte.
-		{"server NoSharedMemory", false, false, false, true, CarrierUnix},
-		{"client NoSharedMemory", false, false, true, false, CarrierUnix},
+		// before it) or a dialer that does not ask: the pipes carry
+		// every byte.
+		{"server NoSharedMemory", false, false, false, true, false, false, CarrierPipe},
+		{"client NoSharedMemory", false, false, true, false, false, false, CarrierPipe},
+		// Pipes only when both ends have them; with shared memory or not.
+		{"server NoPipes", false, false, false, false, false, true, CarrierShm},
+		{"client NoPipes", false, false, false, false, true, false, CarrierShm},
+		{"NoPipes, NoSharedMemory", false, false, true, true, true, true, CarrierUnix},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cp := New(Options{TCPOnly: tc.cli, NoSharedMemory: tc.cliNoM})
-			sp := New(Options{TCPOnly: tc.srv, NoSharedMemory: tc.srvNoM})
+			cp := New(Options{TCPOnly: tc.cli, NoSharedMemory: tc.cliNoM, NoPipes: tc.cliNoP})
+			sp := New(Options{TCPOnly: tc.srv, NoSharedMemory: tc.srvNoM, NoPipes: tc.srvNoP})
 			cli, srv := pair(t, cp, sp, transport.Config{})
 			if a, b := carrierOf(cli), carrierOf(srv); a != tc.wantCarier || b != tc.wantCarier {
 				t.Fatalf("carriers %s/%s, want %s", a, b, tc.wantCarier)
@@ -90,7 +104,7 @@ func TestSameHostCarrier(t *testing.T) {
 			}
 			sendOne(t, cli, srv)
 			writeOne(t, srv, cli)
-			if got, want := sp.shmRefs.Load() > 0 && sp.shmCopies.Load() > 0, tc.wantCarier == CarrierShm; got != want {
+			if got, want := sp.shmRefs.Load() > 0 && sp.shmCopies.Load() > 0, tc.wantCarier == CarrierShm || tc.wantCarier == CarrierPipeShm; got != want {
 				t.Errorf("shared memory used: %v (%d references, %d copies), want %v", got, sp.shmRefs.Load(), sp.shmCopies.Load(), want)
 			}
 		})
@@ -220,7 +234,7 @@ func TestSameHostHostile(t *testing.T) {
 	})
 	// The listener still serves a real client, on the unix socket.
 	cli, srv := conformance.Connect(t, New(Options{}), ln, ln.Addr(), transport.Config{}, 10*time.Second)
-	if carrierOf(cli) != CarrierShm || carrierOf(srv) != CarrierShm {
+	if carrierOf(cli) != CarrierPipeShm || carrierOf(srv) != CarrierPipeShm {
 		t.Fatalf("carriers %s/%s", carrierOf(cli), carrierOf(srv))
 	}
 }
@@ -307,7 +321,7 @@ func TestSameHostImpostor(t *testing.T) {
 // send buffer (up to net.core.wmem_max), so a 1 MiB frame goes in one
 // write rather than five fills and wake-ups.
 func TestSameHostBuffer(t *testing.T) {
-	cli, srv := pair(t, New(Options{}), New(Options{}), transport.Config{})
+	cli, srv := pair(t, New(Options{NoPipes: true}), New(Options{NoPipes: true}), transport.Config{})
 	want := localBuffer
 	if b, err := os.ReadFile("/proc/sys/net/core/wmem_max"); err == nil {
 		if m, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && m < want {

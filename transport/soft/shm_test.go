@@ -46,8 +46,8 @@ func shmPair(t *testing.T, cp, sp *Provider) (cli, srv transport.Conn) {
 	t.Helper()
 	cp.shmMinCopy, cp.shmMinRef, sp.shmMinCopy, sp.shmMinRef = 1, 1, 1, 1
 	cli, srv = pair(t, cp, sp, transport.Config{})
-	if carrierOf(cli) != CarrierShm || carrierOf(srv) != CarrierShm {
-		t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierShm)
+	if carrierOf(cli) != CarrierPipeShm || carrierOf(srv) != CarrierPipeShm {
+		t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierPipeShm)
 	}
 	return cli, srv
 }
@@ -63,8 +63,8 @@ func TestConformanceShm(t *testing.T) {
 	cp.shmLocalToo = true // the suite SENDs from local-only regions
 	conformance.Run(t, conformance.Env{Client: cp, Server: sp, RNRTimeout: testRNR, Reverse: true,
 		Connected: func(t *testing.T, cli, srv transport.Conn) {
-			if carrierOf(cli) != CarrierShm || carrierOf(srv) != CarrierShm {
-				t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierShm)
+			if carrierOf(cli) != CarrierPipeShm || carrierOf(srv) != CarrierPipeShm {
+				t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierPipeShm)
 			}
 		}})
 	if sp.shmCopies.Load() == 0 || sp.shmRefs.Load() == 0 {
@@ -124,8 +124,8 @@ func TestShmHostileArena(t *testing.T) {
 			cp, sp := New(Options{ArenaSize: size}), New(Options{})
 			cp.arenaHook = func(a *arena) (int, int64) { return tc.hook(t, a) }
 			cli, srv := pair(t, cp, sp, transport.Config{})
-			if carrierOf(cli) != CarrierUnix || carrierOf(srv) != CarrierUnix {
-				t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierUnix)
+			if carrierOf(cli) != CarrierPipe || carrierOf(srv) != CarrierPipe {
+				t.Fatalf("carriers %s/%s, want %s", carrierOf(cli), carrierOf(srv), CarrierPipe)
 			}
 			if srv.(*conn).peer != nil {
 				t.Fatal("the listener mapped the memfd")

@@ -169,8 +169,8 @@ func TestShmConnectionsLeakNothing(t *testing.T) {
 	defer ln.Close()
 	cycle := func() {
 		cli, srv := conformance.Connect(t, cp, ln, ln.Addr(), transport.Config{}, 10*time.Second)
-		if carrierOf(srv) != CarrierShm {
-			t.Fatalf("carrier %s, want %s", carrierOf(srv), CarrierShm)
+		if carrierOf(srv) != CarrierPipeShm {
+			t.Fatalf("carrier %s, want %s", carrierOf(srv), CarrierPipeShm)
 		}
 		writeOne(t, srv, cli)
 		closeBoth(t, cli, srv)

@@ -77,6 +77,10 @@ type Options struct {
 	// 4 GiB, the most a listener maps. Regions that do not fit are Go
 	// memory and cross the socket.
 	ArenaSize int64
+	// NoPipes keeps a same-host connection's frames on the unix socket;
+	// by default they move on to two pipes when the peer's do too
+	// (local_pipe.go): half the round trip of a small message.
+	NoPipes bool
 }
 
 func (o Options) withDefaults() Options {
@@ -165,6 +169,12 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 	if uc, ok := s.(*net.UnixConn); ok && err == nil && a != nil && peer.Flags&helloShm != 0 {
 		shm, err = p.offerArena(ctx, uc, a)
 	}
+	if uc, ok := s.(*net.UnixConn); ok && err == nil && p.pipesWith(peer) {
+		var ps sock
+		if ps, err = takePipes(uc, time.Now().Add(p.opts.HandshakeTimeout)); err == nil {
+			s = ps
+		}
+	}
 	if !stop() {
 		err = errors.Join(err, ctx.Err())
 	}
@@ -230,6 +240,9 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm b
 		if shm {
 			h.Flags |= helloShm
 		}
+		if !p.opts.NoPipes {
+			h.Flags |= helloPipe
+		}
 	}
 	h.encode(b[:])
 	if _, err := tc.Write(b[:]); err != nil {
@@ -244,6 +257,10 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm b
 	}
 	return peer, nil
 }
+
+// pipesWith reports whether the same-host path with peer goes on pipes:
+// both hellos carry helloPipe.
+func (p *Provider) pipesWith(peer hello) bool { return !p.opts.NoPipes && peer.Flags&helloPipe != 0 }
 
 // newConn starts a connection on s, which is tc or the unix socket the
 // same-host step moved to; tc's addresses name it either way.
@@ -433,6 +450,12 @@ func (l *listener) admit(tc *net.TCPConn) {
 	var pa *peerArena
 	if uc, ok := s.(*net.UnixConn); ok && err == nil && shmOK && peer.Flags&helloShm != 0 {
 		pa, err = l.acceptArena(uc)
+	}
+	if uc, ok := s.(*net.UnixConn); ok && err == nil && l.p.pipesWith(peer) {
+		var ps sock
+		if ps, err = servePipes(uc); err == nil {
+			s = ps
+		}
 	}
 	stop()
 	if !l.hellos.remove(tc) && err == nil {

@@ -122,7 +122,7 @@ func (h *frameHeader) decode(b []byte) error {
 //
 //	0  Magic          [4]byte "SRDM"
 //	4  Version        u16     1
-//	6  Flags          u16     helloLocal: offers (listener) or asks for (dialer) the same-host path (local.go); helloShm: shared memory too (shm.go)
+//	6  Flags          u16     helloLocal: offers (listener) or asks for (dialer) the same-host path (local.go); helloShm: shared memory too (shm.go); helloPipe: pipes (local_pipe.go)
 //	8  RNRTimeout     u32     microseconds the sender lets a SEND wait for a receive
 //	12 MaxMessageSize u32     largest request payload the sender accepts
 //	16 -              u64     zero

@@ -13,11 +13,12 @@ import (
 // writev does not either): the application may reuse a buffer as soon as
 // its completion arrives, which may be before this call returns.
 type sysWriter struct {
-	rc  syscall.RawConn
-	vec []syscall.Iovec
-	n   int
-	err error
-	fn  func(fd uintptr) bool
+	rc   syscall.RawConn
+	peer syscall.RawConn // peerClosed's socket: rc's, or a pipeSock's unix socket
+	vec  []syscall.Iovec
+	n    int
+	err  error
+	fn   func(fd uintptr) bool
 }
 
 // maxIOV is the kernel's IOV_MAX.
@@ -29,7 +30,12 @@ func (s *sysWriter) init(tc sock) {
 		s.err = err
 		return
 	}
-	s.rc = rc
+	s.rc, s.peer = rc, rc
+	if ps, ok := tc.(*pipeSock); ok {
+		// A pipe cannot be peeked: the unix socket tells (nil if it is
+		// closed already: peerClosed then says no, as with no socket).
+		s.peer, _ = ps.peer()
+	}
 	s.fn = func(fd uintptr) bool {
 		s.n, s.err = 0, nil
 		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.vec[0])), uintptr(len(s.vec)))
@@ -79,12 +85,12 @@ func errWouldBlock(err error) bool {
 // The reader uses it while a SEND waits for a receive (RNR), since it is
 // not reading the socket then.
 func (s *sysWriter) peerClosed() bool {
-	if s.rc == nil {
+	if s.peer == nil {
 		return false
 	}
 	closed := false
 	var b [1]byte
-	_ = s.rc.Read(func(fd uintptr) bool {
+	_ = s.peer.Read(func(fd uintptr) bool {
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		closed = (n == 0 && err == nil) || (err != nil && !errWouldBlock(err))
 		return true

@@ -64,7 +64,7 @@ func localProviders(want string, log logrus.FieldLogger) []transport.Provider {
 		// LWIO_SOFT_FAULTS injects faults for end-to-end tests; a bad
 		// specification was already refused at start-up (checkFaultsEnv).
 		faults, _ := soft.FaultsFromEnv()
-		ps = append(ps, soft.New(soft.Options{Logger: log, Faults: faults, TCPOnly: soft.TCPOnlyFromEnv(), NoSharedMemory: soft.NoSharedMemoryFromEnv()}))
+		ps = append(ps, soft.New(soft.Options{Logger: log, Faults: faults, TCPOnly: soft.TCPOnlyFromEnv(), NoSharedMemory: soft.NoSharedMemoryFromEnv(), NoPipes: soft.NoPipesFromEnv()}))
 	}
 	return ps
 }

@@ -56,7 +56,8 @@ type ConnReport struct {
 	Port   int    `json:"port,omitempty"`
 	// Carrier is the socket under a softrdma connection: "tcp", or "unix"
 	// to a server on the same host ("unix+shm" when the mount's registered
-	// memory is shared with it).
+	// memory is shared with it; "pipe", "pipe+shm" when the frames go on
+	// pipes, as unless LWIO_SOFT_NOPIPES=1).
 	Carrier     string `json:"carrier,omitempty"`
 	Local       string `json:"local"`
 	Remote      string `json:"remote"`
