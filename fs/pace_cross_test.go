@@ -1,0 +1,98 @@
+package fs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// rewriteClose opens the existing file p for writing, writes data over its
+// start and closes it.
+func rewriteClose(t *testing.T, p string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenAfterCrossRecall: two mounts each closed a file whose changes
+// wait for that mount's next OPEN, and each then opens the file the other
+// closed, both OPENs on their way at once. Each OPEN recalls the other
+// mount's Write lease; a recall must not wait for the OPEN of the other
+// mount that waits for this one's recall — or both wait for the server's
+// lease-break timeout (5 s). It fails if either open takes that long.
+func TestOpenAfterCrossRecall(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
+	a, sa, fa, _ := asyncMount(t, srv.SessionAddr(), 0, Options{releasePace: time.Hour})
+	b, sb, fb, _ := asyncMount(t, srv.SessionAddr(), 0, Options{releasePace: time.Hour})
+	for _, name := range []string{"fa", "fb"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("old data"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both kernels know both names: the opens below need no lookup.
+	for _, m := range []string{a, b} {
+		for _, name := range []string{"fa", "fb"} {
+			if _, err := os.Stat(filepath.Join(m, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rewriteClose(t, filepath.Join(a, "fa"), []byte("A"))
+	rewriteClose(t, filepath.Join(b, "fb"), []byte("B"))
+	for _, f := range []*Server{fa, fb} {
+		soon(t, "the release waiting for the next open", 5*time.Second, func() bool {
+			return f.fs.pacer.waiting.Load() == 1
+		})
+	}
+	// An OPEN with its mount's changes goes once the other is ready (or 3 s
+	// passed).
+	ready := make(chan struct{}, 2)
+	meet := func(string) {
+		ready <- struct{}{}
+		for end := time.Now().Add(3 * time.Second); len(ready) < 2 && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	sa.beforeOpen.Store(&meet)
+	sb.beforeOpen.Store(&meet)
+	type res struct {
+		took time.Duration
+		err  error
+	}
+	done := make(chan res, 2)
+	open := func(p string) {
+		start := time.Now()
+		f, err := os.Open(p)
+		if err == nil {
+			f.Close()
+		}
+		done <- res{time.Since(start), err}
+	}
+	go open(filepath.Join(a, "fb"))
+	go open(filepath.Join(b, "fa"))
+	for range 2 {
+		r := <-done
+		if r.err != nil {
+			t.Error(r.err)
+		} else if r.took > 2500*time.Millisecond {
+			t.Errorf("an open took %v: the recalls waited for each other's OPEN", r.took)
+		}
+	}
+	if got := content(filepath.Join(a, "fb")); got != "Bld data" {
+		t.Errorf("a reads fb as %q", got)
+	}
+	if got := content(filepath.Join(b, "fa")); got != "Ald data" {
+		t.Errorf("b reads fa as %q", got)
+	}
+}
