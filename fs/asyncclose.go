@@ -223,9 +223,9 @@ func (o *openNodes) locked(n *Node) bool {
 // next file's create — or until releasePace passed, when it sends them
 // alone. Only an exclusive create carries them (carries, lease_node.go):
 // another OPEN may wait for another mount's recall, which may wait for
-// that mount's own compound. Meanwhile its node holds the changes back like any other, which
-// every barrier above (settle, the lease recall, statfs, forgetLater)
-// sends itself, the release then finding nothing left to send; unmounting
+// that mount's own compound. Meanwhile its node holds the changes back
+// like any other, which every barrier above (settle, the lease recall,
+// statfs, forgetLater) sends itself, the release then finding nothing left to send; unmounting
 // sends the waiting releases at once (stopPacing).
 
 // releasePace bounds how long a release waits for the next OPEN.
