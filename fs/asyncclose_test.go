@@ -38,6 +38,7 @@ type slowBatch struct {
 	openAfters atomic.Int64                  // BATCHes of held-back changes and an OPEN
 	opens      atomic.Int64                  // OPENs alone
 	beforeOpen atomic.Pointer[func(path string)]
+	failAfter  atomic.Pointer[error] // set: a BATCH with an OPEN fails as a whole, unsent
 }
 
 func (s *slowBatch) Batch(ctx context.Context, ops []session.BatchOp) ([]session.BatchResult, error) {
@@ -68,6 +69,9 @@ func (s *slowBatch) OpenLeaseAfter(ctx context.Context, ops []session.BatchOp, p
 	}
 	time.Sleep(s.delay)
 	s.openAfters.Add(1)
+	if err := s.failAfter.Load(); err != nil {
+		return nil, 0, session.Attr{}, 0, false, *err
+	}
 	return s.Reconnector.OpenLeaseAfter(ctx, ops, p, flags, mode, want)
 }
 

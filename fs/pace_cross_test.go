@@ -3,6 +3,7 @@ package fs
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -94,5 +95,56 @@ func TestOpenAfterCrossRecall(t *testing.T) {
 	}
 	if got := content(filepath.Join(b, "fa")); got != "Ald data" {
 		t.Errorf("b reads fa as %q", got)
+	}
+}
+
+// TestOpenAfterWholeFailure: when the BATCH carrying two closed files'
+// changes fails as a whole before the server ran anything (one file's
+// handle could not be reclaimed after a reconnect, say), neither file's
+// changes are lost nor charged with a failure that may be another's:
+// they go back to their nodes and each release sends its own BATCH. It
+// fails if the changes are dropped with the compound's failure.
+func TestOpenAfterWholeFailure(t *testing.T) {
+	dir, mnt, sb, fsrv, _ := pacedMount(t, 0)
+	// Both created before either is closed: neither create carries the other.
+	var fs []*os.File
+	for _, name := range []string{"a1", "a2"} {
+		f, err := os.OpenFile(filepath.Join(mnt, name), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f)
+	}
+	for i, data := range []string{"first", "second"} {
+		if _, err := fs[i].Write([]byte(data)); err != nil {
+			t.Fatal(err)
+		}
+		if err := fs[i].Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	soon(t, "both releases waiting for the next open", 5*time.Second, func() bool {
+		return fsrv.fs.pacer.waiting.Load() == 2
+	})
+	var stale error = syscall.ESTALE
+	sb.failAfter.Store(&stale)
+	f, err := os.OpenFile(filepath.Join(mnt, "b"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatalf("the create after its compound failed: %v", err)
+	}
+	f.Close()
+	if n := sb.openAfters.Load(); n != 1 {
+		t.Fatalf("%d compounds, want 1", n)
+	}
+	for name, want := range map[string]string{"a1": "first", "a2": "second"} {
+		soon(t, name+" on the server", 5*time.Second, func() bool { return content(filepath.Join(dir, name)) == want })
+		g, err := os.OpenFile(filepath.Join(mnt, name), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Sync(); err != nil {
+			t.Errorf("%s's fsync reports %v: a failure that was not its own", name, err)
+		}
+		g.Close()
 	}
 }
