@@ -431,3 +431,44 @@ func TestAbandonedBatchOpenIsClosed(t *testing.T) {
 		t.Errorf("the abandoned BATCH's OPEN did not run: %v", err)
 	}
 }
+
+// TestBatchHostileAnswer: a server's BATCH answer that stops short of the
+// requests without a failure — the OPEN at its end then looks not run
+// while the server may have run it — or whose OPEN result does not
+// decode is refused as a whole (StatusInvalidNetworkResp), never applied
+// in part.
+func TestBatchHostileAnswer(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	ok := func(m message) batchResult { return batchResult{Status: uint32(protocol.StatusSuccess), Body: marshal(m)} }
+	for _, tc := range []struct {
+		name    string
+		results []batchResult
+	}{
+		{"short, no failure", []batchResult{ok(&writeResp{Count: 1})}},
+		{"bogus OPEN body", []batchResult{ok(&writeResp{Count: 1}), {Status: uint32(protocol.StatusSuccess), Body: []byte{1}}}},
+		{"one too many", []batchResult{ok(&writeResp{Count: 1}), ok(&openResp{Handle: 7}), ok(&empty{})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, srv, ids := pipeServer(t, key)
+			tr := &Tree{c: c, id: 1}
+			done := make(chan error, 1)
+			go func() {
+				_, err := tr.Batch(ctxT(t), []BatchOp{
+					{Command: CmdWrite, Handle: 3, Data: []byte("x")},
+					{Command: CmdOpen, Path: "b", Flags: syscall.O_CREAT | syscall.O_EXCL | syscall.O_WRONLY},
+				})
+				done <- err
+			}()
+			id := <-ids
+			raw := AppendFrame(nil, Header{MessageID: id, Command: CmdBatch, Flags: FlagResponse, TreeID: 1},
+				marshal(&batchResp{Results: tc.results}))
+			signFrame(key, raw)
+			if _, err := srv.Write(raw); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != protocol.StatusInvalidNetworkResp {
+				t.Errorf("Batch = %v, want %v", err, protocol.StatusInvalidNetworkResp)
+			}
+		})
+	}
+}
