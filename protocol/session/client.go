@@ -80,10 +80,10 @@ type Client struct {
 
 	mu      sync.Mutex
 	pending map[uint64]chan Frame // nil channel: the caller gave up
+	err     error                 // why the connection died
 	// openBatches: the abandoned BATCHes (pending nil) whose last
 	// request is an OPEN, by id: how many requests each has.
 	openBatches map[uint64]int
-	err     error                 // why the connection died
 	// breakTo handles each tree's LEASE_BREAKs; lastBreak is the last
 	// break's sequence number (lease.go).
 	breakTo   map[uint32]func(LeaseBreak) LeaseState

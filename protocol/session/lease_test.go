@@ -439,7 +439,9 @@ func TestAbandonedBatchOpenIsClosed(t *testing.T) {
 // in part.
 func TestBatchHostileAnswer(t *testing.T) {
 	key := []byte("0123456789abcdef")
-	ok := func(m message) batchResult { return batchResult{Status: uint32(protocol.StatusSuccess), Body: marshal(m)} }
+	ok := func(m message) batchResult {
+		return batchResult{Status: uint32(protocol.StatusSuccess), Body: marshal(m)}
+	}
 	for _, tc := range []struct {
 		name    string
 		results []batchResult
