@@ -439,7 +439,8 @@ func TestAsyncCloseReadOtherHandle(t *testing.T) {
 // file on the same mount, one that cannot hold back (its data path is
 // attached), lands after the BATCH a close sent before it — not under it.
 func TestAsyncCloseWriteOtherHandle(t *testing.T) {
-	dir, mnt, _, _ := slowMount(t, 300*time.Millisecond)
+	dir, mnt, sb, _ := slowMount(t, 0)
+	open := sb.hold(t)
 	p := oldFile(t, dir, mnt)
 	c, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
@@ -459,14 +460,21 @@ func TestAsyncCloseWriteOtherHandle(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // the RELEASE's BATCH is in flight
-	if _, err := c.WriteAt([]byte("CCC"), 0); err != nil {
+	soon(t, "the RELEASE's BATCH at the gate", 10*time.Second, func() bool { return sb.waiting.Load() == 1 })
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.WriteAt([]byte("CCC"), 0)
+		if err == nil {
+			err = c.Sync()
+		}
+		wrote <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // time for the write to overtake the BATCH, if it would
+	open()
+	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(400 * time.Millisecond) // a BATCH overtaken would land now
+	soon(t, "the BATCH answered", 10*time.Second, func() bool { return sb.landed.Load() == 1 })
 	if got := content(filepath.Join(dir, "f")); got != "CCC data" {
 		t.Errorf("the server has %q after the later write, want %q", got, "CCC data")
 	}
