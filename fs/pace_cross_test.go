@@ -148,3 +148,45 @@ func TestOpenAfterWholeFailure(t *testing.T) {
 		g.Close()
 	}
 }
+
+// TestPaceReopenSame: a file closed and opened again at once — while its
+// release waits for the next create — reads what the close left, and an
+// O_TRUNC reopen's write is what the server keeps: the held changes land
+// before the reopen, never after it, and nothing waits for the bound (an
+// hour here).
+func TestPaceReopenSame(t *testing.T) {
+	dir, mnt, _, fsrv, _ := pacedMount(t, 0)
+	p := filepath.Join(mnt, "f")
+	writeClose(t, p, []byte("the first content"), 0o640)
+	waitPaced(t, fsrv)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if got := content(p); got != "the first content" {
+			t.Errorf("the reopen reads %q", got)
+		}
+		if got := content(filepath.Join(dir, "f")); got != "the first content" {
+			t.Errorf("after the reopen the server has %q", got)
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		f.Write([]byte("second"))
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := fsrv.Unmount(); err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the reopens hang")
+	}
+	if got, m := content(filepath.Join(dir, "f")), mode(filepath.Join(dir, "f")); got != "second" || m != 0o640 {
+		t.Errorf("the server has %q, mode %v; want %q, 0640", got, m, "second")
+	}
+}
