@@ -217,13 +217,15 @@ func (o *openNodes) locked(n *Node) bool {
 // next CREATE (tar -x), and each session message costs both processes
 // their wake-ups, reads, checks and signatures. So a release with changes
 // to send first waits, before it sends or locks anything, until this
-// mount's next OPEN or CREATE is about to go — which then carries them:
+// mount's next exclusive create is about to go — which then carries them:
 // one BATCH of [the waiting releases' changes…, the OPEN] (openAfter,
 // writebehind.go), SMB2's compound of the previous file's close with the
 // next file's create — or until releasePace passed, when it sends them
-// alone. Meanwhile its node holds the changes back like any other, which
-// every barrier above (settle, the lease recall, statfs, forgetLater)
-// sends itself, the release then finding nothing left to send; unmounting
+// alone. Only an exclusive create carries them (carries, lease_node.go):
+// another OPEN may wait for another mount's recall, which may wait for
+// that mount's own compound. Meanwhile its node holds the changes back
+// like any other, which every barrier above (settle, the lease recall,
+// statfs, forgetLater) sends itself, the release then finding nothing left to send; unmounting
 // sends the waiting releases at once (stopPacing).
 
 // releasePace bounds how long a release waits for the next OPEN.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -23,22 +24,43 @@ import (
 )
 
 // slowBatch is a mount's Reconnector whose BATCH (what a Write lease held
-// back, alone or with an OPEN) reaches the server only after delay, and
-// is counted, as are the OPENs sent alone; beforeOpen, when set, runs
-// before an OPEN that carries held-back changes is sent.
+// back, alone or with an OPEN) reaches the server only after delay — or,
+// when gate is set, once it is closed — and is counted, as are the OPENs
+// sent alone; beforeOpen, when set, runs before an OPEN that carries
+// held-back changes is sent.
 type slowBatch struct {
 	*Reconnector
 	delay      time.Duration
-	batches    atomic.Int64 // BATCHes of held-back changes alone
-	openAfters atomic.Int64 // BATCHes of held-back changes and an OPEN
-	opens      atomic.Int64 // OPENs alone
+	gate       atomic.Pointer[chan struct{}] // set: a BATCH alone waits until it is closed
+	waiting    atomic.Int64                  // BATCHes alone that reached the gate
+	batches    atomic.Int64                  // BATCHes of held-back changes alone
+	landed     atomic.Int64                  // of them, answered
+	openAfters atomic.Int64                  // BATCHes of held-back changes and an OPEN
+	opens      atomic.Int64                  // OPENs alone
 	beforeOpen atomic.Pointer[func(path string)]
+	failAfter  atomic.Pointer[error] // set: a BATCH with an OPEN fails as a whole, unsent
 }
 
 func (s *slowBatch) Batch(ctx context.Context, ops []session.BatchOp) ([]session.BatchResult, error) {
-	time.Sleep(s.delay)
+	if g := s.gate.Load(); g != nil {
+		s.waiting.Add(1)
+		<-*g
+	} else {
+		time.Sleep(s.delay)
+	}
 	s.batches.Add(1)
+	defer s.landed.Add(1)
 	return s.Reconnector.Batch(ctx, ops)
+}
+
+// hold makes s's BATCHes wait until the returned function is called.
+func (s *slowBatch) hold(t *testing.T) (open func()) {
+	g := make(chan struct{})
+	s.gate.Store(&g)
+	var once sync.Once
+	open = func() { once.Do(func() { close(g) }) }
+	t.Cleanup(open)
+	return open
 }
 
 func (s *slowBatch) OpenLeaseAfter(ctx context.Context, ops []session.BatchOp, p string, flags int, mode uint32, want LeaseState) ([]session.BatchResult, session.Handle, session.Attr, LeaseState, bool, error) {
@@ -47,6 +69,9 @@ func (s *slowBatch) OpenLeaseAfter(ctx context.Context, ops []session.BatchOp, p
 	}
 	time.Sleep(s.delay)
 	s.openAfters.Add(1)
+	if err := s.failAfter.Load(); err != nil {
+		return nil, 0, session.Attr{}, 0, false, *err
+	}
 	return s.Reconnector.OpenLeaseAfter(ctx, ops, p, flags, mode, want)
 }
 
@@ -134,31 +159,47 @@ func oldFile(t *testing.T, dir, mnt string) string {
 }
 
 // TestAsyncCloseDoesNotWait: close(2) of a file whose writes a Write lease
-// held back returns before the BATCH carrying them is on the server, which
-// gets it right after; with SyncClose it waits, as before.
+// held back returns before the BATCH carrying them is on the server — the
+// BATCH is held at a gate until close(2) returned — which gets it right
+// after; with SyncClose close(2) waits for it, as before.
 func TestAsyncCloseDoesNotWait(t *testing.T) {
 	needFUSE(t)
 	dir := t.TempDir()
 	srv := serve(t, dir, "127.0.0.1:0", "127.0.0.1:0", nil)
-	const delay = 400 * time.Millisecond
 	for _, sync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync_close=%v", sync), func(t *testing.T) {
-			mnt, sb, _, _ := asyncMount(t, srv.SessionAddr(), delay, Options{SyncClose: sync})
+			mnt, sb, _, _ := asyncMount(t, srv.SessionAddr(), 0, Options{SyncClose: sync})
+			open := sb.hold(t)
 			name := fmt.Sprintf("f%v", sync)
-			took := writeClose(t, filepath.Join(mnt, name), []byte("hello"), 0o751)
-			onServer := content(filepath.Join(dir, name))
+			closed := make(chan struct{})
+			go func() {
+				defer close(closed)
+				writeClose(t, filepath.Join(mnt, name), []byte("hello"), 0o751)
+			}()
 			if sync {
-				if took < delay || onServer != "hello" || sb.batches.Load() != 1 {
-					t.Errorf("sync_close: close took %v (BATCH %v), server has %q", took, delay, onServer)
+				soon(t, "the BATCH at the gate", 10*time.Second, func() bool { return sb.waiting.Load() == 1 })
+				select {
+				case <-closed:
+					t.Fatal("sync_close: close(2) returned before its BATCH was sent")
+				case <-time.After(50 * time.Millisecond):
+				}
+				open()
+				<-closed
+				if got := content(filepath.Join(dir, name)); got != "hello" || sb.batches.Load() != 1 {
+					t.Errorf("sync_close: after close(2) the server has %q (%d BATCHes)", got, sb.batches.Load())
 				}
 				return
 			}
-			if took >= delay/2 {
-				t.Errorf("close(2) took %v: it waited for the BATCH (%v)", took, delay)
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				open()
+				t.Fatal("close(2) waited for the BATCH")
 			}
-			if sb.batches.Load() != 0 {
-				t.Errorf("%d BATCHes done before close returned", sb.batches.Load())
+			if n := sb.batches.Load(); n != 0 {
+				t.Errorf("%d BATCHes sent before close returned", n)
 			}
+			open()
 			soon(t, "the BATCH after close", 5*time.Second, func() bool {
 				return content(filepath.Join(dir, name)) == "hello" && mode(filepath.Join(dir, name)) == 0o751
 			})
@@ -398,7 +439,8 @@ func TestAsyncCloseReadOtherHandle(t *testing.T) {
 // file on the same mount, one that cannot hold back (its data path is
 // attached), lands after the BATCH a close sent before it — not under it.
 func TestAsyncCloseWriteOtherHandle(t *testing.T) {
-	dir, mnt, _, _ := slowMount(t, 300*time.Millisecond)
+	dir, mnt, sb, _ := slowMount(t, 0)
+	open := sb.hold(t)
 	p := oldFile(t, dir, mnt)
 	c, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
@@ -418,14 +460,21 @@ func TestAsyncCloseWriteOtherHandle(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // the RELEASE's BATCH is in flight
-	if _, err := c.WriteAt([]byte("CCC"), 0); err != nil {
+	soon(t, "the RELEASE's BATCH at the gate", 10*time.Second, func() bool { return sb.waiting.Load() == 1 })
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.WriteAt([]byte("CCC"), 0)
+		if err == nil {
+			err = c.Sync()
+		}
+		wrote <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // time for the write to overtake the BATCH, if it would
+	open()
+	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(400 * time.Millisecond) // a BATCH overtaken would land now
+	soon(t, "the BATCH answered", 10*time.Second, func() bool { return sb.landed.Load() == 1 })
 	if got := content(filepath.Join(dir, "f")); got != "CCC data" {
 		t.Errorf("the server has %q after the later write, want %q", got, "CCC data")
 	}
@@ -439,14 +488,17 @@ func TestAsyncCloseServerRestart(t *testing.T) {
 	needFUSE(t)
 	dir := t.TempDir()
 	srv := serve(t, dir, testutil.LoopbackAddr(t), testutil.LoopbackAddr(t), nil)
-	mnt, sb, _, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{})
+	mnt, sb, _, _ := asyncMount(t, srv.SessionAddr(), 0, Options{})
+	open := sb.hold(t)
 	data := []byte("written before the restart")
 	writeClose(t, filepath.Join(mnt, "f"), data, 0o640)
-	srv.Close() // the BATCH is still in slowBatch's sleep
+	soon(t, "the BATCH at the gate", 10*time.Second, func() bool { return sb.waiting.Load() == 1 })
+	srv.Close()
 	if content(filepath.Join(dir, "f")) == string(data) {
 		t.Fatal("the BATCH landed before the restart: the test proves nothing")
 	}
-	time.Sleep(600 * time.Millisecond) // it is sent, and waits for the next session
+	open()
+	time.Sleep(300 * time.Millisecond) // it is sent, and waits for the next session (or goes to it)
 	serve(t, dir, srv.SessionAddr(), srv.Listeners()[0].Addr, nil)
 	soon(t, "the BATCH replayed", 10*time.Second, func() bool { return sb.batches.Load() > 0 })
 	soon(t, "the server has the file as close(2) left it", 10*time.Second, func() bool {
@@ -520,14 +572,14 @@ func TestAsyncCloseForgottenTwoMounts(t *testing.T) {
 // under the same name while the first one's BATCH is slow: that BATCH
 // goes by the first file's handle and lands on it, not on the new file.
 func TestAsyncCloseUnlinkRecreate(t *testing.T) {
-	dir, mnt, _, _ := slowMount(t, 300*time.Millisecond)
+	dir, mnt, sb, _ := slowMount(t, 300*time.Millisecond)
 	p := filepath.Join(mnt, "f")
 	writeClose(t, p, []byte("the first file, longer"), 0o600)
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
 	writeClose(t, p, []byte("second"), 0o644)
-	time.Sleep(800 * time.Millisecond) // both BATCHes landed
+	soon(t, "both BATCHes answered", 10*time.Second, func() bool { return sb.landed.Load() == 2 })
 	if got, m := content(filepath.Join(dir, "f")), mode(filepath.Join(dir, "f")); got != "second" || m != 0o644 {
 		t.Errorf("the server has %q, %v; want the second file's %q, 0644", got, m, "second")
 	}

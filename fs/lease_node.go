@@ -218,6 +218,20 @@ func openWant(flags int) LeaseState {
 	return want
 }
 
+// carries reports whether an OPEN with session flags sflags may carry the
+// waiting releases' changes: only an exclusive create, which makes a new
+// file or fails at once. Any other OPEN may recall another mount's Write
+// lease and wait for its answer, while that mount's recall of a file
+// whose changes ride in this OPEN waits for this OPEN's BATCH (its
+// flushMu): two mounts opening each other's just-closed files would wait
+// for each other until the server's lease-break timeout. An exclusive
+// create recalls no file's lease (an O_TRUNC one may: the server recalls
+// the path before it opens), only directory leases, whose recall sends
+// nothing held back. The others leave the releases waiting.
+func carries(sflags int) bool {
+	return sflags&(syscall.O_CREAT|syscall.O_EXCL|syscall.O_TRUNC) == syscall.O_CREAT|syscall.O_EXCL
+}
+
 // openTree opens (or creates) p on the server, asking for a lease on a
 // mount with leases; the caller installs it on the node.
 func (n *Node) openTree(ctx context.Context, p string, flags, sflags int, mode uint32) (session.Handle, session.Attr, LeaseState, error) {
@@ -225,10 +239,12 @@ func (n *Node) openTree(ctx context.Context, p string, flags, sflags int, mode u
 		h, a, err := n.fs.tree.Open(ctx, p, sflags, mode)
 		return h, a, 0, err
 	}
-	if w := n.fs.takePaced(); len(w) > 0 {
-		// The releases waiting for this OPEN: their changes go with it
-		// (asyncclose.go, "Pacing").
-		return n.fs.openAfter(ctx, w, p, sflags, mode, openWant(flags))
+	if carries(sflags) {
+		if w := n.fs.takePaced(); len(w) > 0 {
+			// The releases waiting for this OPEN: their changes go with
+			// it (asyncclose.go, "Pacing").
+			return n.fs.openAfter(ctx, w, p, sflags, mode, openWant(flags))
+		}
 	}
 	return n.fs.lease.tr.OpenLease(ctx, p, sflags, mode, openWant(flags))
 }

@@ -406,6 +406,8 @@ func (n *Node) putBack(ops []session.BatchOp) {
 // there and never runs the OPEN: the failure is the node's as when its
 // own BATCH fails (kept, logged, close(2) synchronous for a while), the
 // changes after it go back to their nodes, and the OPEN is sent alone.
+// A BATCH that fails as a whole gives every node its changes back: each
+// release then sends its own, whose failure is its file's.
 func (fs *filesystem) openAfter(ctx context.Context, w []pacedRelease, p string, flags int, mode uint32, want LeaseState) (session.Handle, session.Attr, LeaseState, error) {
 	lc := fs.lease
 	notify := map[*Node]bool{}
@@ -450,9 +452,12 @@ func (fs *filesystem) openAfter(ctx context.Context, w []pacedRelease, p string,
 	for _, s := range sends {
 		end := s.from + len(s.ops)
 		switch {
-		case err != nil && !ran: // the BATCH as a whole failed
-			notify[s.n] = s.n.landed(nil, err, true)
-		case len(res) <= s.from: // not run: a change before failed
+		case err != nil && !ran, len(res) <= s.from:
+			// Not run: the BATCH failed as a whole (one file's handle
+			// not reclaimed after a reconnect is not the others'
+			// failure), or a change before failed. The release sends
+			// them in a BATCH of their own, which tells whose failure
+			// it is.
 			s.n.putBack(s.ops)
 			continue
 		case len(res) < end || res[end-1].Status != protocol.StatusSuccess:

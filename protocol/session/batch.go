@@ -148,6 +148,11 @@ func (t *Tree) Batch(ctx context.Context, ops []BatchOp) ([]BatchResult, error) 
 	if len(r.Results) > len(ops) || len(r.Results) == 0 {
 		return nil, protocol.StatusInvalidNetworkResp
 	}
+	if last := r.Results[len(r.Results)-1]; len(r.Results) < len(ops) && protocol.Status(last.Status) == protocol.StatusSuccess {
+		// The server stops only at a failure: a short answer without
+		// one is not an answer (an OPEN after it would look not run).
+		return nil, protocol.StatusInvalidNetworkResp
+	}
 	out := make([]BatchResult, len(r.Results))
 	for i, res := range r.Results {
 		out[i].Status = protocol.Status(res.Status)

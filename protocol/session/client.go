@@ -81,6 +81,9 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[uint64]chan Frame // nil channel: the caller gave up
 	err     error                 // why the connection died
+	// openBatches: the abandoned BATCHes (pending nil) whose last
+	// request is an OPEN, by id: how many requests each has.
+	openBatches map[uint64]int
 	// breakTo handles each tree's LEASE_BREAKs; lastBreak is the last
 	// break's sequence number (lease.go).
 	breakTo   map[uint32]func(LeaseBreak) LeaseState
@@ -312,6 +315,8 @@ func (c *Client) accept(f Frame, raw []byte) (woke bool, err error) {
 	c.mu.Lock()
 	ch, ok := c.pending[f.MessageID]
 	delete(c.pending, f.MessageID)
+	ops := c.openBatches[f.MessageID]
+	delete(c.openBatches, f.MessageID)
 	c.mu.Unlock()
 	if !ok {
 		// Not a request in flight: a replay or a forgery.
@@ -328,28 +333,49 @@ func (c *Client) accept(f Frame, raw []byte) (woke bool, err error) {
 		ch <- f
 		return true, nil
 	}
-	c.abandoned(f)
+	c.abandoned(f, ops)
 	return false, nil
 }
 
 // abandoned takes an answer whose caller gave up (an interrupted FUSE
 // request): when the server opened something, it is closed rather than
-// left open for the session's life.
-func (c *Client) abandoned(f Frame) {
-	if f.Status == protocol.StatusSuccess && (f.Command == CmdOpen || f.Command == CmdPipeOpen) {
+// left open for the session's life — also by the OPEN that ends a BATCH
+// of ops requests (openOps; 0: none ends with one).
+func (c *Client) abandoned(f Frame, ops int) {
+	if f.Status != protocol.StatusSuccess {
+		return
+	}
+	switch {
+	case f.Command == CmdOpen || f.Command == CmdPipeOpen:
+		go c.closeAbandoned(f)
+	case f.Command == CmdBatch && ops > 0:
+		var r batchResp
+		if unmarshal(f.Body, &r) != nil || len(r.Results) != ops || r.Results[ops-1].Status != uint32(protocol.StatusSuccess) {
+			return // the OPEN did not run, or failed
+		}
+		f.Command, f.Body = CmdOpen, r.Results[ops-1].Body
 		go c.closeAbandoned(f)
 	}
+}
+
+// openOps is how many requests req has when it is a BATCH ending with an
+// OPEN, else 0.
+func openOps(req message) int {
+	if b, ok := req.(*batchReq); ok && len(b.Ops) > 0 && Command(b.Ops[len(b.Ops)-1].Command) == CmdOpen {
+		return len(b.Ops)
+	}
+	return 0
 }
 
 // abandonDelivered: the caller gave up after accept took its answer off
 // pending, so the answer is in ch or about to be (accept sends right
 // after), unless the connection failed in between. It is an abandoned
 // answer all the same.
-func (c *Client) abandonDelivered(ch chan Frame) {
+func (c *Client) abandonDelivered(ch chan Frame, ops int) {
 	select {
 	case f := <-ch:
 		answerPool.Put(ch)
-		c.abandoned(f)
+		c.abandoned(f, ops)
 	case <-c.done:
 		// Nothing can be closed any more; ch may still be sent to, so it
 		// does not go back to the pool.
@@ -462,13 +488,20 @@ func (c *Client) exchange(ctx context.Context, cmd Command, tree uint32, req, re
 		if !ok {
 			c.mu.Lock()
 			_, still := c.pending[id]
+			ops := openOps(req)
 			if still {
 				c.pending[id] = nil // the response, when it comes, is abandoned
+				if ops > 0 {
+					if c.openBatches == nil {
+						c.openBatches = map[uint64]int{}
+					}
+					c.openBatches[id] = ops
+				}
 			}
 			c.mu.Unlock()
 			if !still {
 				// Too late: the answer came meanwhile (or is coming).
-				c.abandonDelivered(ch)
+				c.abandonDelivered(ch, ops)
 			}
 			return Header{}, ctx.Err()
 		}

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"net"
@@ -367,5 +368,109 @@ func TestLeaseBreakSealed(t *testing.T) {
 	}
 	if _, s2c := p.seen([]byte(marker)); s2c {
 		t.Error("the break's names crossed the wire in the clear")
+	}
+}
+
+// TestAbandonedBatchOpenIsClosed: when the caller of a BATCH ending with
+// an OPEN gives up before the answer (the mount's timeout), the handle
+// the server opened anyway is closed, as for an OPEN alone; one whose
+// OPEN did not run leaves nothing to close. Before the fix the handle
+// stayed open until the session ended.
+func TestAbandonedBatchOpenIsClosed(t *testing.T) {
+	e := newEnv(t)
+	tr := e.tree("data")
+	c := tr.c
+	ctx := ctxT(t)
+	h, _, err := tr.Open(ctx, "a", syscall.O_CREAT|syscall.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv.mu.Lock()
+	ss := e.srv.sessions[c.SessionID()]
+	e.srv.mu.Unlock()
+	handles := func() int {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return len(ss.handles)
+	}
+	excl := syscall.O_CREAT | syscall.O_EXCL | syscall.O_WRONLY
+	for _, tc := range []struct {
+		name string
+		ops  []BatchOp
+	}{
+		{"ran", []BatchOp{{Command: CmdWrite, Handle: h, Data: []byte("x")}, {Command: CmdOpen, Path: "b", Flags: excl, Mode: 0o644}}},
+		{"not run", []BatchOp{{Command: CmdWrite, Handle: 999, Data: []byte("x")}, {Command: CmdOpen, Path: "c", Flags: excl, Mode: 0o644}}},
+	} {
+		// The server cannot answer until the caller has given up.
+		ss.mu.Lock()
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := tr.Batch(cctx, tc.ops)
+			done <- err
+		}()
+		eventually(t, "the BATCH sent", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.pending) > 0
+		})
+		cancel()
+		err := <-done
+		ss.mu.Unlock()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: Batch = %v, want the caller's cancellation", tc.name, err)
+		}
+		eventually(t, tc.name+": only a's handle left open", func() bool {
+			c.mu.Lock()
+			n := len(c.pending)
+			c.mu.Unlock()
+			return n == 0 && handles() == 1
+		})
+	}
+	if _, err := os.Stat(filepath.Join(e.share, "b")); err != nil {
+		t.Errorf("the abandoned BATCH's OPEN did not run: %v", err)
+	}
+}
+
+// TestBatchHostileAnswer: a server's BATCH answer that stops short of the
+// requests without a failure — the OPEN at its end then looks not run
+// while the server may have run it — or whose OPEN result does not
+// decode is refused as a whole (StatusInvalidNetworkResp), never applied
+// in part.
+func TestBatchHostileAnswer(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	ok := func(m message) batchResult {
+		return batchResult{Status: uint32(protocol.StatusSuccess), Body: marshal(m)}
+	}
+	for _, tc := range []struct {
+		name    string
+		results []batchResult
+	}{
+		{"short, no failure", []batchResult{ok(&writeResp{Count: 1})}},
+		{"bogus OPEN body", []batchResult{ok(&writeResp{Count: 1}), {Status: uint32(protocol.StatusSuccess), Body: []byte{1}}}},
+		{"one too many", []batchResult{ok(&writeResp{Count: 1}), ok(&openResp{Handle: 7}), ok(&empty{})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, srv, ids := pipeServer(t, key)
+			tr := &Tree{c: c, id: 1}
+			done := make(chan error, 1)
+			go func() {
+				_, err := tr.Batch(ctxT(t), []BatchOp{
+					{Command: CmdWrite, Handle: 3, Data: []byte("x")},
+					{Command: CmdOpen, Path: "b", Flags: syscall.O_CREAT | syscall.O_EXCL | syscall.O_WRONLY},
+				})
+				done <- err
+			}()
+			id := <-ids
+			raw := AppendFrame(nil, Header{MessageID: id, Command: CmdBatch, Flags: FlagResponse, TreeID: 1},
+				marshal(&batchResp{Results: tc.results}))
+			signFrame(key, raw)
+			if _, err := srv.Write(raw); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != protocol.StatusInvalidNetworkResp {
+				t.Errorf("Batch = %v, want %v", err, protocol.StatusInvalidNetworkResp)
+			}
+		})
 	}
 }
