@@ -79,11 +79,6 @@ func newPipeSock(uc *net.UnixConn, rfd, wfd int) (*pipeSock, error) {
 			closeFDs(rfd, wfd)
 			return nil, err
 		}
-		// Best effort, as the socket's buffer: a larger pipe takes a
-		// large frame in fewer fills.
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, pipeSize); err != nil {
-			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, pipeMaxSize())
-		}
 	}
 	s := &pipeSock{uc: uc, r: os.NewFile(uintptr(rfd), "softrdma-pipe-r"), w: os.NewFile(uintptr(wfd), "softrdma-pipe-w")}
 	rr, err := s.r.SyscallConn()
@@ -240,6 +235,14 @@ func servePipes(uc *net.UnixConn, slots *pipeSlots, log logrus.FieldLogger) (soc
 		closeFDs(up[0], up[1])
 		release()
 		return refuse(err)
+	}
+	for _, fd := range []int{up[0], down[1]} {
+		// As the socket's buffer: a larger pipe takes a large frame in
+		// fewer fills. The server sizes them, its user pays (the
+		// client does not touch the size: it would charge that user).
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, pipeSize); err != nil {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, pipeMaxSize())
+		}
 	}
 	ps, err := newPipeSock(uc, up[0], down[1])
 	if err != nil {

@@ -33,6 +33,11 @@ func TestSameHostPipes(t *testing.T) {
 			if n, err := unix.FcntlInt(f.Fd(), unix.F_GETPIPE_SZ, 0); err != nil || n < want {
 				t.Errorf("%s: pipe of %d bytes (%v), want ≥ %d", side, n, err, want)
 			}
+			// A child that inherited an end would keep the pipe open
+			// after its parent died: the peer would never see it go.
+			if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFD, 0); err != nil || fl&unix.FD_CLOEXEC == 0 {
+				t.Errorf("%s: a pipe end without FD_CLOEXEC (%v)", side, err)
+			}
 		}
 	}
 	sendOne(t, cli, srv)
@@ -95,6 +100,9 @@ func TestTakePipesChecks(t *testing.T) {
 		{"swapped", []int{b[0], a[1]}, false},
 		{"a file", []int{int(file.Fd()), b[0]}, false},
 		{"one", []int{a[1]}, false},
+		// The kernel installs no more than the two the client has room
+		// for: the third is never its to close.
+		{"three", []int{a[1], b[0], b[1]}, true},
 		{"none", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
