@@ -289,11 +289,19 @@ func takePipes(uc *net.UnixConn, deadline time.Time) (sock, error) {
 	if n == 1 && b[0] == noPipeByte && len(fds) == 0 {
 		return uc, nil // the server keeps the unix socket
 	}
-	if n != 1 || b[0] != pipeByte || len(fds) != 2 || !isPipeEnd(fds[0], unix.O_WRONLY) || !isPipeEnd(fds[1], unix.O_RDONLY) {
+	if n != 1 || b[0] != pipeByte || len(fds) != 2 || !isPipeEnd(fds[0], unix.O_WRONLY) || !isPipeEnd(fds[1], unix.O_RDONLY) ||
+		samePipe(fds[0], fds[1]) {
 		closeFDs(fds...)
-		return nil, errors.New("softrdma: the server sent no pipes, or not two pipe ends")
+		return nil, errors.New("softrdma: the server sent no pipes, or not two pipes' ends")
 	}
 	return newPipeSock(uc, fds[1], fds[0])
+}
+
+// samePipe reports whether a and b are ends of one pipe: the client would
+// read back what it writes, its own requests as if they were answers.
+func samePipe(a, b int) bool {
+	var sa, sb unix.Stat_t
+	return unix.Fstat(a, &sa) != nil || unix.Fstat(b, &sb) != nil || sa.Dev == sb.Dev && sa.Ino == sb.Ino
 }
 
 // isPipeEnd reports whether fd is a pipe opened for mode alone.

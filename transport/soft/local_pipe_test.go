@@ -75,8 +75,8 @@ func TestPipePeerClosed(t *testing.T) {
 	}
 }
 
-// TestTakePipesChecks: the client takes only a pipe's write end and then a
-// pipe's read end from the server, and closes whatever else it was sent.
+// TestTakePipesChecks: the client takes only a pipe's write end and then
+// another pipe's read end from the server, and closes whatever else it was sent.
 func TestTakePipesChecks(t *testing.T) {
 	var a, b [2]int
 	if err := unix.Pipe2(a[:], unix.O_CLOEXEC); err != nil {
@@ -98,6 +98,7 @@ func TestTakePipesChecks(t *testing.T) {
 	}{
 		{"a write end, a read end", []int{a[1], b[0]}, true},
 		{"swapped", []int{b[0], a[1]}, false},
+		{"one pipe's two ends", []int{a[1], a[0]}, false},
 		{"a file", []int{int(file.Fd()), b[0]}, false},
 		{"one", []int{a[1]}, false},
 		// The kernel installs no more than the two the client has room
