@@ -20,6 +20,7 @@
 package soft
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -122,6 +123,12 @@ type Provider struct {
 	// shmLocalToo, in tests, puts local-only regions in the arena too, so
 	// that a suite's SENDs from them go by reference.
 	shmLocalToo bool
+	// pipeConns bounds a listener's connections on pipes (0:
+	// maxPipeConns), and pipeWant, if set, replaces the pipe size a
+	// listener needs (pipeSlots, local_pipe.go): tests lower the one and
+	// raise the other.
+	pipeConns int
+	pipeWant  func() int
 }
 
 var _ transport.Provider = (*Provider)(nil)
@@ -208,6 +215,11 @@ func (p *Provider) Listen(addr string, cfg transport.Config) (transport.Listener
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &listener{p: p, ln: ln.(*net.TCPListener), cfg: cfg,
 		ready: make(chan *conn), ctx: ctx, cancel: cancel, closed: ctx.Done()}
+	l.pipes.max = int32(cmp.Or(p.pipeConns, maxPipeConns))
+	l.pipes.want = pipeWant
+	if p.pipeWant != nil {
+		l.pipes.want = p.pipeWant
+	}
 	if !p.opts.TCPOnly {
 		l.local = l.listenLocal()
 	}
@@ -240,7 +252,7 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm b
 		if shm {
 			h.Flags |= helloShm
 		}
-		if !p.opts.NoPipes {
+		if p.pipes() {
 			h.Flags |= helloPipe
 		}
 	}
@@ -260,7 +272,11 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm b
 
 // pipesWith reports whether the same-host path with peer goes on pipes:
 // both hellos carry helloPipe.
-func (p *Provider) pipesWith(peer hello) bool { return !p.opts.NoPipes && peer.Flags&helloPipe != 0 }
+func (p *Provider) pipesWith(peer hello) bool { return p.pipes() && peer.Flags&helloPipe != 0 }
+
+// pipes reports whether p offers or accepts pipes: not with NoPipes, nor
+// on a kernel whose pipes take no RWF_NOWAIT (local_pipe.go).
+func (p *Provider) pipes() bool { return !p.opts.NoPipes && pipesNoWait() }
 
 // newConn starts a connection on s, which is tc or the unix socket the
 // same-host step moved to; tc's addresses name it either way.
@@ -343,6 +359,8 @@ type listener struct {
 	// local is the same-host unix socket; nil with TCPOnly or when it
 	// could not be bound.
 	local *localListener
+	// pipes counts the connections on pipes (local_pipe.go).
+	pipes pipeSlots
 }
 
 // maxHandshakes bounds hellos in progress at once. When the table is full
@@ -453,7 +471,7 @@ func (l *listener) admit(tc *net.TCPConn) {
 	}
 	if uc, ok := s.(*net.UnixConn); ok && err == nil && l.p.pipesWith(peer) {
 		var ps sock
-		if ps, err = servePipes(uc); err == nil {
+		if ps, err = servePipes(uc, &l.pipes, l.p.log); err == nil {
 			s = ps
 		}
 	}

@@ -31,14 +31,23 @@ func (s *sysWriter) init(tc sock) {
 		return
 	}
 	s.rc, s.peer = rc, rc
-	if ps, ok := tc.(*pipeSock); ok {
+	ps, pipe := tc.(*pipeSock)
+	if pipe {
 		// A pipe cannot be peeked: the unix socket tells (nil if it is
 		// closed already: peerClosed then says no, as with no socket).
 		s.peer, _ = ps.peer()
 	}
 	s.fn = func(fd uintptr) bool {
 		s.n, s.err = 0, nil
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.vec[0])), uintptr(len(s.vec)))
+		var r uintptr
+		var e syscall.Errno
+		if pipe { // never waits, whatever the pipe's O_NONBLOCK (local_pipe.go)
+			var n int
+			n, e = nowaitWritev(fd, s.vec)
+			r = uintptr(n)
+		} else {
+			r, _, e = syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.vec[0])), uintptr(len(s.vec)))
+		}
 		if e != 0 {
 			s.err = e
 		} else {
@@ -118,12 +127,16 @@ func (s *sysReader) init(tc sock) {
 		return
 	}
 	s.rc = rc
+	read := rawRead
+	if _, ok := tc.(*pipeSock); ok {
+		read = nowaitRead // never waits, whatever the pipe's O_NONBLOCK (local_pipe.go)
+	}
 	s.tryFn = func(fd uintptr) bool {
-		s.n, s.err = rawRead(fd, s.p)
+		s.n, s.err = read(fd, s.p)
 		return true
 	}
 	s.blockFn = func(fd uintptr) bool {
-		s.n, s.err = rawRead(fd, s.p)
+		s.n, s.err = read(fd, s.p)
 		return !errors.Is(s.err, syscall.EAGAIN)
 	}
 }
