@@ -28,6 +28,9 @@
 //     unreachable server, non-empty mountpoint, mountpoint not a directory);
 //     TestPOSIXAt, the suite on a mount made elsewhere ($LWIOFS_POSIX_DIR:
 //     the verbs mount in the Soft-RoCE guest, test/vm/e2e-guest.sh).
+//   - restart_test.go: why a restarted server is exec'ed in a spare process
+//     started with the server (the test's own fork would wait, in execve,
+//     for its files on the mount), and the check that it holds none.
 //   - reference_test.go: the same checks on a plain directory and on
 //     bench/nullfs (go-fuse loopback), where they must pass by definition.
 //   - mutation_test.go: the data checks on a FUSE filesystem that flips a

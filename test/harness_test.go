@@ -242,8 +242,17 @@ func startProc(t testing.TB, name string, env []string, bin string, args ...stri
 // startProcAs is startProc as the user cred names (nil: the test's own).
 func startProcAs(t testing.TB, name string, cred *syscall.Credential, env []string, bin string, args ...string) *proc {
 	t.Helper()
+	return startProcIn(t, name, cred, nil, env, bin, args...)
+}
+
+// startProcIn is startProcAs reading stdin (nil: /dev/null).
+func startProcIn(t testing.TB, name string, cred *syscall.Credential, stdin *os.File, env []string, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, out: &logBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
+	if stdin != nil {
+		p.cmd.Stdin = stdin
+	}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out
@@ -294,6 +303,9 @@ type Server struct {
 	Shares map[string]string
 	p      *proc
 	args   []string
+	// spare is the process the next restart execs the server in,
+	// started while the test held no files on its mounts (restart_test.go).
+	spare *spare
 }
 
 // ServerConfig is what a test asks of a server. A share path ending in
@@ -339,6 +351,7 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 		s.args = args
 		s.p = startProcAs(t, "lwio-server", cfg.Cred, append([]string{"LWIO_PASSWORD=" + testPassword}, cfg.Env...), binaries.server, args...)
 		if waitListening(s.Addr, s.p) {
+			s.spare = startSpare(t, s.args)
 			t.Cleanup(func() {
 				if err := s.p.stop(); err != nil {
 					t.Errorf("lwio-server on SIGTERM: %v (want exit 0)\n%s", err, s.p.out)
@@ -384,13 +397,17 @@ func (s *Server) crashAndRestart(t testing.TB) {
 	s.restart(t)
 }
 
-// restart starts the server again, with the same arguments, after it died.
+// restart starts the server again, with the same arguments, after it died:
+// in the spare, not in a process forked now (restart_test.go says why).
 func (s *Server) restart(t testing.TB) {
 	t.Helper()
-	s.p = startProc(t, "lwio-server (restarted)", []string{"LWIO_PASSWORD=" + testPassword}, binaries.server, s.args...)
+	s.p = s.spare.exec(t)
 	if !waitListening(s.Addr, s.p) {
 		t.Fatalf("the restarted lwio-server is not listening on %s:\n%s", s.Addr, s.p.out)
 	}
+	// The next restart's spare. Forked now, it may close the test's
+	// files on a mount as it execs sh — with the server up, that returns.
+	s.spare = startSpare(t, s.args)
 }
 
 // kill ends the mount's process with SIGKILL — its session dies with no
