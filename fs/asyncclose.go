@@ -228,10 +228,11 @@ func (o *openNodes) locked(n *Node) bool {
 // statfs, forgetLater) sends itself, the release then finding nothing left to send; unmounting
 // sends the waiting releases at once (stopPacing).
 
-// releasePace bounds how long a release waits for the next OPEN.
+// releasePace bounds how long a release waits for the next exclusive
+// create.
 const releasePace = time.Millisecond
 
-// pacer holds the releases that wait for the next OPEN.
+// pacer holds the releases that wait for the next exclusive create.
 type pacer struct {
 	mu      sync.Mutex
 	q       []pacedRelease // counted in filesystem.releases
@@ -240,15 +241,16 @@ type pacer struct {
 	waiting atomic.Int64   // len(q): takePaced's fast path
 }
 
-// pacedRelease is a release waiting for the next OPEN: its node's held
-// changes may go with that OPEN, and run (the release) goes on after.
+// pacedRelease is a release waiting for the next exclusive create: its
+// node's held changes may go with that OPEN, and run (the release) goes
+// on after.
 type pacedRelease struct {
 	n   *Node
 	run func()
 }
 
 // paced runs release (of a handle of n) in the background once the
-// mount's next OPEN or CREATE is sent, or releasePace passed.
+// mount's next exclusive create is sent (carries), or releasePace passed.
 func (fs *filesystem) paced(n *Node, release func()) {
 	d := setting(fs.opts.releasePace, releasePace)
 	p := &fs.pacer
@@ -271,7 +273,8 @@ func (fs *filesystem) paced(n *Node, release func()) {
 	p.mu.Unlock()
 }
 
-// takePaced takes the waiting releases: an OPEN is about to be sent. The
+// takePaced takes the waiting releases: an exclusive create is about to be
+// sent. The
 // caller hands each to dispatch.
 func (fs *filesystem) takePaced() []pacedRelease {
 	p := &fs.pacer

@@ -446,7 +446,8 @@ func (f *fileHandle) Release(context.Context) syscall.Errno {
 		return 0
 	}
 	if f.node.holding() {
-		// Changes to send: they wait for the next OPEN (asyncclose.go).
+		// Changes to send: they wait for the next exclusive create
+		// (asyncclose.go).
 		f.node.fs.paced(f.node, f.release)
 		return 0
 	}

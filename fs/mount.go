@@ -84,7 +84,7 @@ type Options struct {
 	Logger logrus.FieldLogger
 
 	// releasePace bounds how long a release with changes to send waits
-	// for the next OPEN to carry them (asyncclose.go); 0 means
+	// for the next exclusive create to carry them (asyncclose.go); 0 means
 	// releasePace, negative none. Tests set it.
 	releasePace time.Duration
 }

@@ -36,7 +36,8 @@ type filesystem struct {
 	// held-back changes again after a failure (asyncclose.go); idle
 	// (unbuffered) hands a release to a background worker waiting for
 	// one: a send that finds none goes to a new worker (background);
-	// pacer holds releases until the next OPEN carries their changes.
+	// pacer holds releases until the next exclusive create carries their
+	// changes.
 	releases       sync.WaitGroup
 	idle           chan func()
 	pacer          pacer

@@ -14,8 +14,9 @@ import (
 // session and softrdma listeners, sshd's) are keyed "local peer" and
 // counted on the server's side by ss(8) (iproute2), which reads the
 // kernel's tcp_info. An lwiofs mount's RDMA connections that ss cannot see
-// (softrdma over a unix socket to a server on the same host, verbs) are
-// keyed "rdma …" and counted by the mount itself (lwioStatSample).
+// (softrdma over pipes or a unix socket to a server on the same host,
+// verbs) are keyed "rdma …" and counted by the mount itself
+// (lwioStatSample).
 type wireSample map[string]int64
 
 // sampleWire is what t's connections have carried so far: its server's TCP
@@ -90,9 +91,9 @@ func parseSS(out string) wireSample {
 // lwioStatSample reads `lwio stat MOUNTPOINT -json` (docs/usage.md,
 // cmd/internal/mountcmd.StatReport): the file data each LWIO connection of
 // the mount has moved, for the connections that do not run over TCP — a
-// softrdma connection over a unix socket (carrier "unix") or verbs (no
-// carrier). A softrdma connection over TCP is left out: ss counts it,
-// headers included; so is one with no carrier, from a mount older than the
+// softrdma connection over a unix socket or pipes (carrier "unix",
+// "unix+shm", "pipe", "pipe+shm") or verbs (no carrier). A softrdma
+// connection over TCP is left out: ss counts it, headers included; so is one with no carrier, from a mount older than the
 // unix socket (always TCP). The session channel is TCP, always counted by ss.
 // What is counted here is file data only: the LWIO headers and control
 // messages on those connections are not (a few hundred bytes per request).

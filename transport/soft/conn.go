@@ -65,7 +65,8 @@ type failure struct {
 }
 
 // conn is a softrdma queue pair over one stream socket (TCP, or the
-// same-host unix socket its handshake moved it to: local.go). A reader
+// same-host unix socket its handshake moved it to: local.go) or two pipes
+// passed over that socket (local_pipe.go). A reader
 // goroutine places incoming data and generates every completion. Post (and
 // the reader, for acknowledgements) transmit from the calling goroutine
 // with one non-blocking writev; a writer goroutine finishes what the socket

@@ -58,9 +58,9 @@ const EnvNoPipes = "LWIO_SOFT_NOPIPES"
 // NoPipesFromEnv reports whether EnvNoPipes is "1".
 func NoPipesFromEnv() bool { return os.Getenv(EnvNoPipes) == "1" }
 
-// Carrier names the kind of socket a connection runs over: TCP, a unix
-// socket, or a unix socket with the dialer's registered memory shared
-// (shm.go).
+// Carrier names what a connection runs over: TCP, a unix socket, or two
+// pipes passed over one (local_pipe.go); "+shm" when the dialer's
+// registered memory is shared too (shm.go).
 const (
 	CarrierTCP     = "tcp"
 	CarrierUnix    = "unix"

@@ -188,7 +188,8 @@ const noPipeByte = 'N'
 // the pipes before the peer authenticated itself (the transport knows no
 // LWIO), and pays for them: each pipe's pages count against its user's
 // fs.pipe-user-pages-soft (16384 pages, 64 MiB, by default: 32 connections
-// of 1 MiB pipes; root is exempt and gets 4 MiB pipes), and a peer may fill
+// of 1 MiB pipes; CAP_SYS_RESOURCE or CAP_SYS_ADMIN exempts, and
+// CAP_SYS_RESOURCE gets 4 MiB pipes), and a peer may fill
 // the pipe it writes and leave it full (for up to the server's AUTH
 // timeout). 128 connections is eight 16-CPU mounts; beyond, a connection
 // stays on the unix socket, as with NoPipes.

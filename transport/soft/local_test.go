@@ -59,7 +59,7 @@ func TestConformanceUnix(t *testing.T) {
 }
 
 // TestConformanceTCP runs the suite with the same-host path off, as
-// between two hosts (TestConformance runs it on the unix socket).
+// between two hosts (TestConformance runs it on pipes).
 func TestConformanceTCP(t *testing.T) {
 	opts := Options{RNRTimeout: testRNR, TCPOnly: true}
 	conformance.Run(t, conformance.Env{Client: New(opts), Server: New(opts), RNRTimeout: testRNR})

@@ -16,13 +16,16 @@ import (
 
 // Shared memory on the same-host path (docs/transport.md, "Shared memory").
 //
-// A dialing provider keeps its registered memory in an arena: one memfd,
+// A dialing provider keeps its registered memory open to remote write
+// (not its local-only regions: receive buffers, send areas) in an arena:
+// one memfd,
 // sealed against shrinking and growing (F_SEAL_SHRINK|F_SEAL_GROW|
 // F_SEAL_SEAL), mapped once. A connection that moved to a unix socket
 // passes the memfd to the listener (SCM_RIGHTS, shmpeer.go), which checks
 // the seals and the size and maps it too. From then on the listener's RDMA
 // WRITE into one of the dialer's regions is a memcpy into that mapping
-// followed by a header-only frame on the socket, and the dialer's large
+// followed by a header-only frame on the carrier (the socket, or the pipes
+// after it: local_pipe.go), and the dialer's large
 // SENDs carry references to its regions that the listener copies out. The
 // listener's memory is never shared.
 //
@@ -67,7 +70,7 @@ const (
 
 // EnvNoShm, set to 1, keeps both binaries' softrdma connections off shared
 // memory (NoSharedMemoryFromEnv): the same-host path then carries every
-// byte on its unix socket.
+// byte on its pipes or unix socket.
 const EnvNoShm = "LWIO_SOFT_NOSHM"
 
 // NoSharedMemoryFromEnv reports whether EnvNoShm is "1".
@@ -85,8 +88,9 @@ type arena struct {
 	slots []int           // free slot numbers
 	// stuck: a retire gave up once. A listener whose copy outlives
 	// shmDrain hangs or lies, and can write the whole arena anyway; later
-	// retires quarantine a busy slot at once rather than make each
-	// Deregister wait shmDrain (a mount closing hundreds of regions).
+	// retires give a busy slot a millisecond (shmDrain/1000), not
+	// shmDrain, before quarantining it (a mount closing hundreds of
+	// regions).
 	stuck atomic.Bool
 	// localToo: Provider.shmLocalToo.
 	localToo bool

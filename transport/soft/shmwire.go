@@ -15,7 +15,7 @@ import (
 // goroutine, outside c.mu, just before the batch is written; its frame
 // then goes as a header with flagShm and no payload. A copy that cannot be
 // made (no such region, out of bounds, not open to remote write,
-// deregistered) leaves the frame as it was: its payload crosses the socket
+// deregistered) leaves the frame as it was: its payload crosses the carrier
 // and the dialer's own checks refuse it, so protection errors come out as
 // before.
 //

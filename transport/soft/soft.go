@@ -278,8 +278,9 @@ func (p *Provider) pipesWith(peer hello) bool { return p.pipes() && peer.Flags&h
 // on a kernel whose pipes take no RWF_NOWAIT (local_pipe.go).
 func (p *Provider) pipes() bool { return !p.opts.NoPipes && pipesNoWait() }
 
-// newConn starts a connection on s, which is tc or the unix socket the
-// same-host step moved to; tc's addresses name it either way.
+// newConn starts a connection on s, which is tc, the unix socket the
+// same-host step moved to, or the pipes passed over it; tc's addresses
+// name it either way.
 func (p *Provider) newConn(s sock, tc *net.TCPConn, cfg transport.Config, peer hello, shm shmEnds) (*conn, error) {
 	qs, err := p.chooseQueues(cfg)
 	if err != nil {

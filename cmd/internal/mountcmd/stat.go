@@ -246,7 +246,7 @@ func printStat(w io.Writer, r *StatReport) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  by session    %10s %s  (TCP: read %s, written %s)\n", size(r.Bytes.Session), pct(r.Bytes.Session, total),
 		size(r.Bytes.SessionRead), size(r.Bytes.SessionWritten))
-	fmt.Fprintf(w, "  => over TCP   %10s %s  (the session channel, and softrdma: RDMA emulated over TCP, or a unix socket to a server on this host)\n", size(tcp), pct(tcp, total))
+	fmt.Fprintf(w, "  => over TCP   %10s %s  (the session channel, and softrdma: RDMA emulated over TCP, or over pipes, a unix socket or shared memory to a server on this host)\n", size(tcp), pct(tcp, total))
 
 	fmt.Fprintf(w, "\nconnections\n")
 	if len(r.Connections) == 0 {
