@@ -137,5 +137,5 @@ func wireBetween(a, b wireSample) int64 {
 // each kind of target.
 const wireWhat = "both directions, counted once. sshfs: every byte on sshd's TCP sockets (`ss`). " +
 	"lwiofs: every byte on lwio-server's TCP sockets (`ss`: the session channel, and softrdma when it runs over TCP) " +
-	"plus the file data of the RDMA connections no TCP socket carries (softrdma over the same-host unix socket, verbs), " +
+	"plus the file data of the RDMA connections no TCP socket carries (softrdma to a server on the same host: pipes, a unix socket, shared memory; verbs), " +
 	"from the mount's counters (`lwio stat -json`; their LWIO headers are not counted). dir and nullfs have no connections"
