@@ -2,6 +2,7 @@ package soft
 
 import (
 	"bytes"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -235,5 +236,49 @@ func TestFillRemoteToken(t *testing.T) {
 		if err := wr.c.Post(wr.wr); err == nil {
 			t.Errorf("%s: posted", name)
 		}
+	}
+}
+
+// TestFillRemoteThenSealed: a peer that turns sealing on between a fill
+// and its WRITE's turn to go fails the connection (the bytes are in its
+// memory; a sealed frame cannot say so): the WRITE does not complete
+// successfully, and nothing goes in clear.
+func TestFillRemoteThenSealed(t *testing.T) {
+	cp, sp := New(Options{}), New(Options{})
+	cli, srv := pair(t, cp, sp, transport.Config{})
+	dst := mustAlloc(t, cli, 1<<20, transport.AccessLocal|transport.AccessRemoteWrite)
+	f := &fillWith{b: 3}
+	placed, ok, _ := srv.(transport.RemoteFiller).FillRemote(dst.Handle(), dst.Addr(), 1<<20, f.fill)
+	if !ok {
+		t.Fatal("refused")
+	}
+	rbuf := mustAlloc(t, srv, 64, transport.AccessLocal)
+	if err := srv.PostRecv(transport.RecvWR{ID: 1, Buf: transport.Whole(rbuf)}); err != nil {
+		t.Fatal(err)
+	}
+	sealPair(t, cli, srv, false)
+	msg := mustAlloc(t, cli, 16, transport.AccessLocal)
+	if err := cli.Post(transport.SendWR{ID: 2, Op: transport.OpSend, SGL: []transport.Segment{transport.Whole(msg)}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitOne(t, srv, 5*time.Second); c.Op != transport.OpRecv || c.Status != transport.StatusSuccess {
+		t.Fatalf("the sealed SEND: %+v", c)
+	}
+	if !srv.(*conn).sealOut.Load() {
+		t.Fatal("the listener does not seal yet: the test proves nothing")
+	}
+	if err := srv.Post(transport.SendWR{ID: 3, Op: transport.OpWrite, SGL: []transport.Segment{placed},
+		RemoteAddr: dst.Addr(), RKey: dst.Handle()}); err != nil {
+		return // refused at once: as good
+	}
+	if c := waitOne(t, srv, 5*time.Second); c.ID != 3 || c.Status == transport.StatusSuccess {
+		t.Fatalf("the filled WRITE on a sealed connection: %+v, want a failure", c)
+	}
+	sc := srv.(*conn)
+	sc.mu.Lock()
+	why := sc.fail1.err
+	sc.mu.Unlock()
+	if !errors.Is(why, errPlacedSealed) {
+		t.Fatalf("the listener failed for %v, want %v (its WRITE's header went in clear)", why, errPlacedSealed)
 	}
 }
