@@ -3,7 +3,6 @@ package soft
 import (
 	"bytes"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -170,14 +169,7 @@ func TestFillRemoteRefused(t *testing.T) {
 // for a region that is gone, and changes nothing.
 func TestFillRemoteRetiredMidFill(t *testing.T) {
 	cp, sp := New(Options{}), New(Options{})
-	inFill := make(chan struct{})
-	var once sync.Once
-	sp.shmCopyHook = func() {
-		once.Do(func() {
-			close(inFill)
-			time.Sleep(100 * time.Millisecond)
-		})
-	}
+	inFill := holdFirstCopy(sp)
 	cli, srv := pair(t, cp, sp, transport.Config{})
 	const n = 64 << 10
 	dst := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
@@ -210,19 +202,25 @@ func TestFillRemoteRetiredMidFill(t *testing.T) {
 	}
 }
 
-// TestFillRemoteToken: the token a fill returns is accepted only alone,
-// in a WRITE, on the connection that filled.
-func TestFillRemoteToken(t *testing.T) {
-	cp, sp := New(Options{}), New(Options{})
-	cli, srv := pair(t, cp, sp, transport.Config{})
-	cli2, srv2 := pair(t, New(Options{}), New(Options{}), transport.Config{})
-	_ = cli2
-	dst := mustAlloc(t, cli, 1<<20, transport.AccessLocal|transport.AccessRemoteWrite)
+// filledPair is a same-host pair whose listener filled 1 MiB of dst, a
+// region of the dialer's, in place; placed is the fill's token.
+func filledPair(t *testing.T) (cli, srv transport.Conn, dst transport.Region, placed transport.Segment) {
+	t.Helper()
+	cli, srv = pair(t, New(Options{}), New(Options{}), transport.Config{})
+	dst = mustAlloc(t, cli, 1<<20, transport.AccessLocal|transport.AccessRemoteWrite)
 	f := &fillWith{b: 2}
 	placed, ok, _ := srv.(transport.RemoteFiller).FillRemote(dst.Handle(), dst.Addr(), 1<<20, f.fill)
 	if !ok {
 		t.Fatal("refused")
 	}
+	return cli, srv, dst, placed
+}
+
+// TestFillRemoteToken: the token a fill returns is accepted only alone,
+// in a WRITE, on the connection that filled.
+func TestFillRemoteToken(t *testing.T) {
+	_, srv, dst, placed := filledPair(t)
+	_, srv2 := pair(t, New(Options{}), New(Options{}), transport.Config{})
 	other := mustAlloc(t, srv, 4096, transport.AccessLocal)
 	for name, wr := range map[string]struct {
 		c  transport.Conn
@@ -244,14 +242,7 @@ func TestFillRemoteToken(t *testing.T) {
 // memory; a sealed frame cannot say so): the WRITE does not complete
 // successfully, and nothing goes in clear.
 func TestFillRemoteThenSealed(t *testing.T) {
-	cp, sp := New(Options{}), New(Options{})
-	cli, srv := pair(t, cp, sp, transport.Config{})
-	dst := mustAlloc(t, cli, 1<<20, transport.AccessLocal|transport.AccessRemoteWrite)
-	f := &fillWith{b: 3}
-	placed, ok, _ := srv.(transport.RemoteFiller).FillRemote(dst.Handle(), dst.Addr(), 1<<20, f.fill)
-	if !ok {
-		t.Fatal("refused")
-	}
+	cli, srv, dst, placed := filledPair(t)
 	rbuf := mustAlloc(t, srv, 64, transport.AccessLocal)
 	if err := srv.PostRecv(transport.RecvWR{ID: 1, Buf: transport.Whole(rbuf)}); err != nil {
 		t.Fatal(err)
