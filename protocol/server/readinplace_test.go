@@ -69,3 +69,30 @@ func TestReadInPlaceFallback(t *testing.T) {
 		t.Fatalf("%d READs read in place over a connection sharing no memory", n)
 	}
 }
+
+// TestReadInPlaceBadTarget: a READ naming memory the client does not
+// have open to remote write (a forged key, a range past its region) is
+// not read in place; it goes as an ordinary RDMA WRITE, which the
+// client's own provider refuses, and the connection ends as before.
+func TestReadInPlaceBadTarget(t *testing.T) {
+	for name, target := range map[string]func(p *peer) (uint64, uint32){
+		"forged key":      func(p *peer) (uint64, uint32) { return p.Data.Addr(), p.Data.Handle() ^ 1<<20 },
+		"past the region": func(p *peer) (uint64, uint32) { return p.Data.Addr() + peerDataSize - 4096, p.Data.Handle() },
+		"the send area":   func(p *peer) (uint64, uint32) { return p.Send.Addr(), p.Send.Handle() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, Config{})
+			key, signing := e.session(5)
+			rk, _ := e.file(5, "f", testutil.RandBytes(2<<20))
+			p := e.dial()
+			p.auth(key, signing, 8)
+			fid := uint16(p.register(rk, 5, 0).Ios.Information)
+			va, mh := target(p)
+			p.sendHeader(protocol.NewReadRequest(fid, 0, 1<<20, va, mh, 1, protocol.InterruptMode(1, 5)))
+			p.WantClosed("READ into memory the client did not open")
+			if n := e.srv.Stats().ReadsInPlace; n != 0 {
+				t.Fatalf("%d READs read in place", n)
+			}
+		})
+	}
+}
