@@ -114,13 +114,14 @@ var (
 	descInUse      = prometheus.NewDesc("lwio_credits_in_use", "Credits held by requests not yet completed.", nil, nil)
 	descBudget     = prometheus.NewDesc("lwio_credit_budget", "The server-wide credit budget.", nil, nil)
 	descAuthRefuse = prometheus.NewDesc("lwio_auth_refused_total", "LWIO AUTH requests refused.", nil, nil)
+	descInPlace    = prometheus.NewDesc("lwio_reads_in_place_total", "LWIO READs read straight into the client's memory (same-host shared memory).", nil, nil)
 	descBufMemory  = prometheus.NewDesc("lwio_buffer_memory_bytes", "The receive-memory budget credits are granted against (max_buffer_memory).", nil, nil)
 	descRecvBytes  = prometheus.NewDesc("lwio_recv_buffer_bytes", "Receive buffers registered now, posted or spare.", nil, nil)
 )
 
 func (e *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descRDMASess, descRequests, descErrors, descBytes, descLatency,
-		descRDMABytes, descComplete, descGranted, descInUse, descBudget, descAuthRefuse, descBufMemory, descRecvBytes} {
+		descRDMABytes, descComplete, descGranted, descInUse, descBudget, descAuthRefuse, descInPlace, descBufMemory, descRecvBytes} {
 		ch <- d
 	}
 }
@@ -166,6 +167,7 @@ func (e *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descInUse, float64(st.CreditsInUse))
 	gauge(descBudget, float64(st.CreditBudget))
 	counter(descAuthRefuse, st.AuthRefused)
+	counter(descInPlace, st.ReadsInPlace)
 	gauge(descBufMemory, float64(st.BufferMemory))
 	gauge(descRecvBytes, float64(st.RecvBufferBytes))
 }

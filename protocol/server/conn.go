@@ -36,6 +36,7 @@ func (s connState) String() string { return enum.Name(connStateNames[:], s, "con
 type conn struct {
 	s      *Server
 	tc     transport.Conn
+	fill   transport.RemoteFiller // tc, when it can fill the client's memory in place
 	id     uint64
 	log    logrus.FieldLogger
 	ctx    context.Context // ends at teardown
@@ -114,6 +115,7 @@ func newConn(s *Server, tc transport.Conn, q *listenQueues) *conn {
 		data: transport.NewBufferPool(tc.Domain(), transport.AccessLocal, s.cfg.MaxRdmaWindowSize),
 		pool: s.poolFor(tc, q),
 	}
+	c.fill, _ = tc.(transport.RemoteFiller)
 	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
 	c.born = time.Now()

@@ -76,6 +76,9 @@ func (c *conn) read(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Status
 		return nil, protocol.StatusSuccess, 0
 	}
 	c.releaseRecv(sl) // everything needed is in the header
+	if wrs, st, info, ok := c.readInPlace(sl, fe, n); ok {
+		return wrs, st, info
+	}
 	buf, got, st := c.readFile(sl, fe, n)
 	if got == 0 {
 		return nil, st, 0
@@ -112,12 +115,62 @@ func (c *conn) readFile(sl *slot, fe *fidEntry, n int) (transport.Region, int, p
 	sl.data = buf
 	got, err := fe.file.ReadAt(buf.Bytes()[:n], int64(sl.req.Header.Offset))
 	if got == 0 {
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, 0, ntstatus.FromError(err)
-		}
-		return nil, 0, protocol.StatusEndOfFile
+		return nil, 0, readStatus(err)
 	}
 	return buf, got, protocol.StatusSuccess
+}
+
+// readStatus is the status of a read that read nothing: END_OF_FILE at
+// or past the end, else the error's.
+func readStatus(err error) protocol.Status {
+	if err != nil && !errors.Is(err, io.EOF) {
+		return ntstatus.FromError(err)
+	}
+	return protocol.StatusEndOfFile
+}
+
+// readInPlace serves a READ by reading the file straight into the
+// client's buffer when the connection can offer it
+// (transport.RemoteFiller: softrdma to a mount on this host, whose
+// registered memory the server maps): the RDMA WRITE then moves no bytes,
+// and the data is copied once, by pread, where readFile and the WRITE copy
+// it twice. ok false: the connection cannot, or would not for this target
+// (verbs, TCP, sealed, too small, a region the client does not have or
+// whose pages are not there), and nothing was read; the caller reads into
+// a buffer of its own as before.
+//
+// The pread runs as the server, as ReadAt always does (it checks no
+// permission), so the in-place read is the same for every account.
+func (c *conn) readInPlace(sl *slot, fe *fidEntry, n int) ([]transport.SendWR, protocol.Status, uint32, bool) {
+	if c.fill == nil {
+		return nil, 0, 0, false
+	}
+	h := &sl.req.Header
+	sl.fillFile, sl.fillOff = fe.file, int64(h.Offset)
+	placed, ok, err := c.fill.FillRemote(h.DataMh, h.DataVa, n, sl.fillFn)
+	sl.fillFile = nil
+	if !ok {
+		return nil, 0, 0, false
+	}
+	c.s.ctr.readsInPlace.Add(1)
+	if placed.Length == 0 {
+		return nil, readStatus(err), 0, true
+	}
+	wr := transport.SendWR{
+		Op:         transport.OpWrite,
+		SGL:        sl.sgl(0, placed),
+		RemoteAddr: h.DataVa,
+		RKey:       h.DataMh,
+	}
+	c.withImmediate(sl, &wr, placed.Length)
+	return append(sl.wrs[:0], wr), protocol.StatusSuccess, uint32(placed.Length), true
+}
+
+// fillRead is a slot's fill for readInPlace (bound once, as sl.fillFn,
+// so a READ allocates no closure): the file's bytes at sl.fillOff into
+// dst, the client's memory.
+func (sl *slot) fillRead(dst []byte) (int, error) {
+	return sl.fillFile.ReadAt(dst, sl.fillOff)
 }
 
 // vecRead serves VEC_READ (FIG. 16A–D): the contiguous file range is read

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/share"
 	"github.com/lwiofs/lwiofs/transport"
 )
 
@@ -41,6 +42,11 @@ type slot struct {
 	fragData [][]byte
 	msgs     int
 	start    time.Time // arrival, for the latency count
+	// A READ read in place (readInPlace): the file and offset fillFn,
+	// bound to fillRead once, reads from.
+	fillFile share.File
+	fillOff  int64
+	fillFn   func([]byte) (int, error)
 }
 
 // sgl returns a one-entry gather list backed by the slot (no allocation).
@@ -91,6 +97,7 @@ func (t *slotTable) get() (*slot, error) {
 			return nil, err
 		}
 		sl = &slot{c: t.c, idx: len(t.all), resp: r}
+		sl.fillFn = sl.fillRead
 		t.all = append(t.all, sl)
 	}
 	t.used++

@@ -25,6 +25,7 @@ type counters struct {
 	immediate, status, polling atomic.Uint64
 	rdma                       stats.ByName
 	authRefused                atomic.Uint64
+	readsInPlace               atomic.Uint64
 }
 
 // count records a request as complete finishes it: wrs is its chain (its
@@ -92,6 +93,9 @@ type Stats struct {
 	// AuthRefused counts AUTH requests refused (bad key, signature,
 	// session or budget).
 	AuthRefused uint64
+	// ReadsInPlace counts READs the server read straight into the
+	// client's memory (transport.RemoteFiller), not through a buffer.
+	ReadsInPlace uint64
 }
 
 // Stats returns the engine's counters and its live connections' state.
@@ -111,6 +115,7 @@ func (s *Server) Stats() Stats {
 		BufferMemory:    bi.MaxBufferMemory,
 		RecvBufferBytes: bi.RecvBytes,
 		AuthRefused:     s.ctr.authRefused.Load(),
+		ReadsInPlace:    s.ctr.readsInPlace.Load(),
 	}
 	s.mu.Lock()
 	st.Sessions = len(s.sessions)

@@ -87,6 +87,8 @@ type conn struct {
 	// WRITEs arrive as notices); peer, on a listener, is that mapping.
 	shmOut bool
 	peer   *peerArena
+	// fillTok is the token of this connection's filled WRITEs (shmfill.go).
+	fillTok placedRegion
 
 	// Where completions go and receives come from (Config.Queues): own is
 	// the connection's own completion queue, nil when both of its queues
@@ -352,6 +354,9 @@ func (c *conn) check(wr *transport.SendWR) error {
 		return fmt.Errorf("softrdma: %d segments, the connection allows %d", len(wr.SGL), c.limits.MaxSGE)
 	}
 	n := 0
+	if placed, err := c.checkPlaced(wr); placed || err != nil {
+		return err
+	}
 	for _, s := range wr.SGL {
 		if _, err := c.p.pd.local(s); err != nil {
 			return err

@@ -229,20 +229,27 @@ func writeRegions(t *testing.T, srv, cli transport.Conn, n int, fill byte) (src,
 	return src, mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
 }
 
+// holdFirstCopy makes sp's first copy into (or fill of) a peer's arena
+// stop for 100 ms once it holds the slot; the channel closes when it does.
+func holdFirstCopy(sp *Provider) <-chan struct{} {
+	held := make(chan struct{})
+	var once sync.Once
+	sp.shmCopyHook = func() {
+		once.Do(func() {
+			close(held)
+			time.Sleep(100 * time.Millisecond)
+		})
+	}
+	return held
+}
+
 // TestShmDeregisterRacesCopy: a Deregister that comes while the listener
 // is copying into the region waits for the copy, so the block, reused at
 // once by the next Alloc, is never written by it. The hook holds the copy
 // between taking the slot and copying.
 func TestShmDeregisterRacesCopy(t *testing.T) {
 	cp, sp := New(Options{}), New(Options{})
-	inCopy := make(chan struct{})
-	var once sync.Once
-	sp.shmCopyHook = func() {
-		once.Do(func() {
-			close(inCopy)
-			time.Sleep(100 * time.Millisecond)
-		})
-	}
+	inCopy := holdFirstCopy(sp)
 	cli, srv := shmPair(t, cp, sp)
 	const n = 64 << 10
 	src, dst := writeRegions(t, srv, cli, n, 0xA5)

@@ -117,6 +117,8 @@ type Provider struct {
 	// and SEND references copied out of one.
 	shmMinCopy, shmMinRef int
 	shmCopies, shmRefs    atomic.Int64
+	// shmFills counts fills of a peer's arena in place (shmfill.go).
+	shmFills atomic.Int64
 	// shmCopyHook, in tests, runs in each copy into a peer's arena
 	// between taking the slot and copying.
 	shmCopyHook func()

@@ -231,6 +231,10 @@ func (c *conn) gather() (work, reset, open bool) {
 		}
 		bytes += e.length
 		n++
+		if e.isPlaced() {
+			c.placedFrame(keys != nil, &h, w.hdrs[(n-1)*frameHeaderSize:n*frameHeaderSize])
+			continue
+		}
 		if keys != nil {
 			w.iov = append(w.iov, w.seal.reserve(keys.send, &h, e.segs, e.length))
 			continue

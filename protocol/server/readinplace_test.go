@@ -1,0 +1,98 @@
+package server
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
+	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/server/servertest"
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/soft"
+)
+
+// readsInPlace runs large READs on a peer dialled through prov: a full
+// one in interrupt mode (the immediate data completes it), a short one
+// at the end of the file (a STATUS_RESPONSE with the count), one past the
+// end, and a small one; it checks the data and returns how many READs the
+// server read in place.
+func readsInPlace(t *testing.T, prov transport.Provider) uint64 {
+	e := newEnv(t, Config{})
+	key, signing := e.session(5)
+	content := testutil.RandBytes(3<<20 + 5000)
+	rk, _ := e.file(5, "f", content)
+	p := &peer{servertest.DialPeer(t, prov, e.addr, servertest.PeerShape{Recvs: peerRecvs, RecvSize: peerRecvSize, SendSize: 64 << 10, DataSize: peerDataSize})}
+	p.auth(key, signing, 8)
+	fid := uint16(p.register(rk, 5, 0).Ios.Information)
+	dst := p.Data.Bytes()
+
+	p.sendHeader(protocol.NewReadRequest(fid, 4096, 1<<20, p.Data.Addr()+8192, p.Data.Handle(), 1, protocol.InterruptMode(0xBEEF, 5)))
+	if imm := p.WantImm("1 MiB READ"); imm != 0xBEEF {
+		t.Fatalf("immediate data %#x", imm)
+	}
+	if !bytes.Equal(dst[8192:8192+1<<20], content[4096:4096+1<<20]) {
+		t.Fatal("1 MiB READ: data differs")
+	}
+	p.sendHeader(protocol.NewReadRequest(fid, 3<<20, 1<<20, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(1, 6)))
+	if r := p.wantResponse("short READ"); r.Ios.Status != protocol.StatusSuccess || r.Ios.Information != 5000 {
+		t.Fatalf("short READ: %+v", r)
+	}
+	if !bytes.Equal(dst[:5000], content[3<<20:]) {
+		t.Fatal("short READ: data differs")
+	}
+	p.sendHeader(protocol.NewReadRequest(fid, 4<<20, 1<<20, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(1, 7)))
+	if r := p.wantResponse("READ past EOF"); r.Ios.Status != protocol.StatusEndOfFile {
+		t.Fatalf("READ past EOF: %+v", r)
+	}
+	p.sendHeader(protocol.NewReadRequest(fid, 100, 4096, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(0xAB, 8)))
+	p.WantImm("4 KiB READ")
+	if !bytes.Equal(dst[:4096], content[100:4196]) {
+		t.Fatal("4 KiB READ: data differs")
+	}
+	return e.srv.Stats().ReadsInPlace
+}
+
+// TestReadInPlace: to a client on this host sharing its memory, a large
+// READ is read straight into the client's buffer (the three large READs
+// above; the 4 KiB one is below the transport's threshold and goes as
+// before), with the same answers as through a buffer.
+func TestReadInPlace(t *testing.T) {
+	if n := readsInPlace(t, soft.New(soft.Options{})); n != 3 {
+		t.Fatalf("%d READs read in place, want 3", n)
+	}
+}
+
+// TestReadInPlaceFallback: a client that shares no memory (its provider
+// refuses it) gets the same data through the server's buffer.
+func TestReadInPlaceFallback(t *testing.T) {
+	if n := readsInPlace(t, soft.New(soft.Options{NoSharedMemory: true})); n != 0 {
+		t.Fatalf("%d READs read in place over a connection sharing no memory", n)
+	}
+}
+
+// TestReadInPlaceBadTarget: a READ naming memory the client does not
+// have open to remote write (a forged key, a range past its region) is
+// not read in place; it goes as an ordinary RDMA WRITE, which the
+// client's own provider refuses, and the connection ends as before.
+func TestReadInPlaceBadTarget(t *testing.T) {
+	for name, target := range map[string]func(p *peer) (uint64, uint32){
+		"forged key":      func(p *peer) (uint64, uint32) { return p.Data.Addr(), p.Data.Handle() ^ 1<<20 },
+		"past the region": func(p *peer) (uint64, uint32) { return p.Data.Addr() + peerDataSize - 4096, p.Data.Handle() },
+		"the send area":   func(p *peer) (uint64, uint32) { return p.Send.Addr(), p.Send.Handle() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, Config{})
+			key, signing := e.session(5)
+			rk, _ := e.file(5, "f", testutil.RandBytes(2<<20))
+			p := e.dial()
+			p.auth(key, signing, 8)
+			fid := uint16(p.register(rk, 5, 0).Ios.Information)
+			va, mh := target(p)
+			p.sendHeader(protocol.NewReadRequest(fid, 0, 1<<20, va, mh, 1, protocol.InterruptMode(1, 5)))
+			p.WantClosed("READ into memory the client did not open")
+			if n := e.srv.Stats().ReadsInPlace; n != 0 {
+				t.Fatalf("%d READs read in place", n)
+			}
+		})
+	}
+}
