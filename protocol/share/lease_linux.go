@@ -663,8 +663,9 @@ func (lt *leaseTable) suspend(t *Tree, id uint64) {
 
 // local handles the watcher's events: changes made on the server host by
 // other processes. Nobody waits for these breaks; a process on the server
-// host is not held up by clients.
-func (lt *leaseTable) local(evs []watchEvent) {
+// host is not held up by clients. It reports whether any lease was broken
+// or revoked.
+func (lt *leaseTable) local(evs []watchEvent) bool {
 	var ps []pending
 	lt.mu.Lock()
 	for _, ev := range evs {
@@ -709,6 +710,7 @@ func (lt *leaseTable) local(evs []watchEvent) {
 	}
 	lt.mu.Unlock()
 	lt.deliver(ps)
+	return len(ps) > 0
 }
 
 // revokeAll drops every lease of every tree (events were lost); lt.mu

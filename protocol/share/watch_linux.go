@@ -29,7 +29,9 @@ import (
 type watcher struct {
 	f    *os.File // the fanotify descriptor, non-blocking, read through Go's poller
 	self int32
-	on   func([]watchEvent)
+	// on handles a read's events (other processes' only) and reports
+	// whether they broke or revoked any lease.
+	on   func([]watchEvent) bool
 	done chan struct{}
 	// failed is set when reading events failed: local changes may go
 	// unseen, so every lease was revoked and none is granted any more.
@@ -56,7 +58,7 @@ const watchDirMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | u
 // goroutine, in the order the kernel queued them. It fails where fanotify
 // cannot report file identifiers (kernels before 5.17, or an unprivileged
 // server before 5.13): the share then grants no leases.
-func newWatcher(on func([]watchEvent)) (*watcher, error) {
+func newWatcher(on func([]watchEvent) bool) (*watcher, error) {
 	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|
 		unix.FAN_REPORT_FID|unix.FAN_REPORT_DFID_NAME|unix.FAN_REPORT_TARGET_FID, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
@@ -150,24 +152,29 @@ func (w *watcher) run() {
 			w.on([]watchEvent{{overflow: true}})
 			return
 		}
-		if evs := w.decode(buf[:n]); len(evs) > 0 {
-			w.on(evs)
-		} else {
-			// Only this server's own events (a FAN_MODIFY per write
-			// to a file in a watched directory): read again after a
-			// pause, so that a stream of the server's own writes
-			// wakes this goroutine once per watchQuiet rather than
-			// once per write — the kernel merges the events that
-			// queue meanwhile (same object, same pid) into one. A
-			// local change is noticed up to watchQuiet later.
-			time.Sleep(watchQuiet)
+		if evs := w.decode(buf[:n]); len(evs) == 0 || !w.on(evs) {
+			// Nothing that broke a lease: the server's own events (a
+			// FAN_MODIFY per write to a file in a watched directory),
+			// or another process's changes to what nobody holds (a
+			// second server's or a local program's writes to a file
+			// beside a leased one). Read again after a pause, so that
+			// a stream of such writes wakes this goroutine once per
+			// watchQuiet rather than once per write — the kernel
+			// merges the events that queue meanwhile (same object,
+			// same pid) into one. A local change is noticed up to
+			// watchQuiet later.
+			watchPause()
 		}
 	}
 }
 
-// watchQuiet is how long the watcher waits after a read that brought only
-// the server's own events.
+// watchQuiet is how long the watcher waits after a read that broke no
+// lease.
 const watchQuiet = 5 * time.Millisecond
+
+// watchPause is the watcher's pause after a read that broke no lease (a
+// variable for tests, which count the pauses).
+var watchPause = func() { time.Sleep(watchQuiet) }
 
 // Layout of fanotify's records (fanotify(7)).
 const (
