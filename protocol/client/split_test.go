@@ -98,6 +98,7 @@ func TestSplitReadSpreadsOverIdleConnections(t *testing.T) {
 			before := connRequests(cl)
 			splits := cl.Stats().SplitReads
 			pf.reads()
+			waitIdle(t, cl) // a background CREDIT would keep a connection busy
 			b, err := f.ReadBuf(ctx, make([]byte, 1<<20), off)
 			if err != nil {
 				t.Fatal(err)
@@ -183,6 +184,7 @@ func TestSplitReadOnlyWhenWorthIt(t *testing.T) {
 		cfg.SplitRead = 256 << 10
 		cl := s.client(t, cfg)
 		f, pf := s.splitFile(t, cl, "f", content)
+		waitIdle(t, cl)
 		b, err := f.ReadBuf(ctxT(t), make([]byte, 512<<10), 0)
 		if err != nil {
 			t.Fatal(err)
@@ -218,6 +220,7 @@ func TestSplitReadEndOfFile(t *testing.T) {
 			content := randomBytes(tc.size)
 			f, _ := s.splitFile(t, cl, tc.name, content)
 			splits := cl.Stats().SplitReads
+			waitIdle(t, cl)
 			b, err := f.ReadBuf(ctx, make([]byte, 1<<20), tc.off)
 			if cl.Stats().SplitReads == splits {
 				t.Errorf("%s: not split", tc.name)
@@ -252,7 +255,12 @@ func TestSplitReadErrorOnAPiece(t *testing.T) {
 			pf.mu.Lock()
 			pf.failAt = at
 			pf.mu.Unlock()
+			waitIdle(t, cl)
+			splits := cl.Stats().SplitReads
 			b, err := f.ReadBuf(ctx, make([]byte, 1<<20), 0)
+			if cl.Stats().SplitReads == splits {
+				t.Errorf("piece at %d: not split", at)
+			}
 			if err == nil {
 				b.Release()
 				t.Fatalf("piece at %d failed on the server: the read succeeded", at)
@@ -284,6 +292,7 @@ func TestSplitReadCancelled(t *testing.T) {
 	f := s.register(t, cl, key, 0)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan error, 1)
+	waitIdle(t, cl)
 	splits := cl.Stats().SplitReads
 	go func() {
 		b, err := f.ReadBuf(ctx, make([]byte, 1<<20), 0)
