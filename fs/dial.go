@@ -40,6 +40,10 @@ type DialConfig struct {
 	// PoolMemory bounds the LWIO client's idle registered buffers
 	// (client.Config.PoolMemory; 0 its default).
 	PoolMemory int
+	// SplitRead is the size from which a read goes in pieces over idle
+	// connections (client.Config.SplitRead; 0 its default, negative
+	// never).
+	SplitRead int
 	// Logger receives the data path's events; nil is quiet.
 	Logger logrus.FieldLogger
 	// Stats, when not nil, receive the LWIO client's counters and the
@@ -149,6 +153,7 @@ func dialLWIO(ctx context.Context, cfg DialConfig, c *session.Client, tree *sess
 		Completion:  cfg.Completion,
 		Connections: cfg.Conns,
 		PoolMemory:  cfg.PoolMemory,
+		SplitRead:   cfg.SplitRead,
 		Logger:      log.WithField("component", "lwio"),
 	})
 	if err != nil {

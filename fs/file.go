@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/client"
 	"github.com/lwiofs/lwiofs/protocol/session"
 )
 
@@ -230,7 +231,15 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	if b == nil {
 		return fuse.ReadResultData(nil), 0
 	}
-	f.node.fs.open.keepTwins(f.node, b.Bytes(), off) // twin.go
+	if s, ok := b.(*client.SplitBuf); ok {
+		at := off
+		for _, p := range s.Slices() {
+			f.node.fs.open.keepTwins(f.node, p, at) // twin.go
+			at += int64(len(p))
+		}
+	} else {
+		f.node.fs.open.keepTwins(f.node, b.Bytes(), off)
+	}
 	return &bufResult{b}, 0
 }
 
@@ -500,10 +509,26 @@ func (f *fileHandle) errno(op string, err error) syscall.Errno {
 // and gives the buffer back once go-fuse has written it to /dev/fuse.
 // Slices makes go-fuse write it with one writev, after which it calls
 // Done; without it go-fuse would try splicing first, or (splice disabled)
-// call Done before writing the bytes out.
+// call Done before writing the bytes out. A split read's pieces
+// (client.SplitBuf, one registered buffer per connection) go in the same
+// writev, uncopied.
 type bufResult struct{ b Buffer }
 
 func (r *bufResult) Bytes(buf []byte) ([]byte, fuse.Status) { return r.b.Bytes(), fuse.OK }
-func (r *bufResult) Slices() ([][]byte, fuse.Status)        { return [][]byte{r.b.Bytes()}, fuse.OK }
-func (r *bufResult) Size() int                              { return len(r.b.Bytes()) }
+func (r *bufResult) Slices() ([][]byte, fuse.Status)        { return bufSlices(r.b), fuse.OK }
 func (r *bufResult) Done()                                  { r.b.Release() }
+
+func (r *bufResult) Size() int {
+	if s, ok := r.b.(*client.SplitBuf); ok {
+		return s.Len()
+	}
+	return len(r.b.Bytes())
+}
+
+// bufSlices are b's bytes: a split read's pieces, or its one slice.
+func bufSlices(b Buffer) [][]byte {
+	if s, ok := b.(*client.SplitBuf); ok {
+		return s.Slices()
+	}
+	return [][]byte{b.Bytes()}
+}

@@ -90,4 +90,10 @@ func TestNoAllocationPerRequest(t *testing.T) {
 			t.Errorf("%s: %.2f allocations per request, want 0", c.name, allocs)
 		}
 	}
+	// With the client's default connections (two or more) and nothing
+	// else in flight, the 1 MiB ReadBuf went split (split.go): its
+	// pieces and their SplitBuf were measured too.
+	if cl.Stats().SplitReads == 0 {
+		t.Error("the 1 MiB ReadBuf was never split: the split path was not measured")
+	}
 }

@@ -104,6 +104,11 @@ type Config struct {
 	// DefaultPoolMemory, negative: unbounded). Buffers of requests in
 	// flight are not counted: the credits bound those.
 	PoolMemory int
+	// SplitRead: a read of at least this many bytes, when at least two
+	// connections have nothing in flight, goes as pieces of at least
+	// SplitRead/2 bytes on those connections at once (split.go; 0 =
+	// DefaultSplitRead, negative: never split).
+	SplitRead int
 	// MaxIO is the largest read this client accepts in one RDMA transfer,
 	// announced as its MaxRdmaWindowSize (0 = DefaultMaxIO).
 	MaxIO int
@@ -135,6 +140,9 @@ func (c Config) withDefaults() Config {
 	c.Credits = min(c.Credits, c.MaxCredits)
 	defaults.Set(&c.BounceThreshold, DefaultBounceThreshold)
 	c.BounceThreshold = min(c.BounceThreshold, bounceSize)
+	if c.SplitRead == 0 {
+		c.SplitRead = DefaultSplitRead
+	}
 	defaults.Set(&c.MaxIO, DefaultMaxIO)
 	defaults.Set(&c.PageSize, DefaultPageSize)
 	defaults.Set(&c.SpinTime, DefaultSpinTime)

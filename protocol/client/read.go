@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/transport"
@@ -78,10 +79,29 @@ func (c *conn) readBuffer(sl *slot, n int) (transport.Segment, error) {
 // read posts a READ of len(dst) bytes at off into dst and waits for it. On
 // a nil error the caller holds sl (and so dst's memory) until sl.unref.
 func (c *conn) read(ctx context.Context, sl *slot, fid uint16, off int64, dst transport.Segment) (int, error) {
+	start := time.Now()
+	if err := c.postRead(sl, fid, off, dst); err != nil {
+		return 0, err
+	}
+	return c.readDone(ctx, sl, dst.Length, start)
+}
+
+// postRead posts a READ of len(dst) bytes at off into dst (read's first
+// half; a split read posts its pieces so before it waits for any).
+func (c *conn) postRead(sl *slot, fid uint16, off int64, dst transport.Segment) error {
 	n := dst.Length
 	h := protocol.NewReadRequest(fid, uint64(off), uint32(n), dst.Region.Addr()+uint64(dst.Offset), dst.Region.Handle(), c.hint(), c.prepare(sl, kindIO, n))
 	sl.reqLen = uint32(n)
-	r, err := c.roundTrip(ctx, sl, &h, protocol.HeaderSize, nil)
+	return c.post(sl, &h, protocol.HeaderSize, nil)
+}
+
+// readDone waits for the READ of n bytes postRead posted at start and
+// counts it (roundTrip's second half). On a nil error the caller holds sl
+// until sl.unref.
+func (c *conn) readDone(ctx context.Context, sl *slot, n int, start time.Time) (int, error) {
+	polling := sl.polling
+	r, err := c.wait(ctx, sl)
+	c.count(protocol.OpRead, polling, 0, r, err, start)
 	if err != nil {
 		return 0, err
 	}
@@ -130,7 +150,9 @@ func (c *conn) abort(sl *slot) {
 // registered buffer, handed over as it is (the FUSE reply is written from
 // it); a longer one is split into READs landing in dest, and one of at
 // most BounceThreshold bytes lands in the slot's bounce buffer and is
-// copied to dest (cheaper than a pooled buffer for so few bytes). Reply
+// copied to dest (cheaper than a pooled buffer for so few bytes); one of
+// at least Config.SplitRead bytes, while other connections idle, goes as
+// pieces on them at once and comes back as a *SplitBuf (split.go). Reply
 // from Bytes, then Release. Bytes is shorter than dest at end of file; at
 // or past end of file ReadBuf returns nil and io.EOF.
 func (f *File) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error) {
@@ -144,6 +166,10 @@ func (f *File) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, err
 			err = nil
 		}
 		return newBuf(dest[:got], nil, nil), err
+	}
+	var cs [maxPieces]*conn
+	if k := f.cl.splitPieces(n, &cs); k > 0 {
+		return f.splitRead(ctx, dest, off, &cs, k)
 	}
 	c, sl, err := f.begin(ctx)
 	if err != nil {

@@ -21,6 +21,7 @@ type Counters struct {
 	modes      stats.ByName // I/O completions by mode
 	interrupts atomic.Int64
 	collapsed  atomic.Int64
+	splitReads atomic.Int64
 	registered atomic.Int64
 	attached   atomic.Int64
 }
@@ -38,6 +39,9 @@ type Stats struct {
 	Completions map[string]uint64
 	// Collapsed is the number of VEC_WRITEs sent collapsed (FIG. 17B).
 	Collapsed int64
+	// SplitReads is the number of reads sent as pieces on several idle
+	// connections at once (split.go).
+	SplitReads int64
 	// Interrupts is the number of INTERRUPT requests sent by polling waits
 	// that outlasted SpinTime (FIG. 9A).
 	Interrupts int64
@@ -50,7 +54,7 @@ type Stats struct {
 func (ctr *Counters) Snapshot() Stats {
 	return Stats{
 		Ops: ctr.ops.Snapshot(), RDMABytes: ctr.rdma.Snapshot(), Completions: ctr.modes.Snapshot(),
-		Collapsed: ctr.collapsed.Load(), Interrupts: ctr.interrupts.Load(),
+		Collapsed: ctr.collapsed.Load(), SplitReads: ctr.splitReads.Load(), Interrupts: ctr.interrupts.Load(),
 		Registered: ctr.registered.Load(), Attached: ctr.attached.Load(),
 	}
 }

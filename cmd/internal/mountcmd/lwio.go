@@ -48,6 +48,7 @@ func dialConfig(o *Options, log *logrus.Logger) fs.DialConfig {
 		Completion:  mode,
 		Conns:       o.Conns,
 		PoolMemory:  o.PoolMiB << 20,
+		SplitRead:   o.SplitReadKB << 10,
 		Logger:      log,
 		Stats:       o.stats,
 	}

@@ -156,6 +156,7 @@ options (comma separated, mount(8) style):
   writebehind=N      buffered writes of a file in flight (default 8; 0 writes through)
   sync_close         close(2) waits until the file's held-back writes are on the server
   pool_memory=MIB    registered data buffers kept between requests (default 32; 0: unbounded)
+  split_read=KIB     reads this large go in pieces over idle connections (default 1024; 0: never)
   reconnect_timeout=SEC  how long file operations wait for a lost server (default 30)
   debug              log every FUSE request
   bg | fg            return once mounted | stay in the foreground (default: fg,

@@ -52,6 +52,7 @@ type Options struct {
 	ReadAheadKB  int // readahead window in KiB; 0 = fs default (1 MiB), -1 = the kernel's
 	WriteBehind  int // writes of a file in flight; 0 = fs default, -1 = write through
 	PoolMiB      int // idle registered buffers kept, MiB; 0 = engine default, -1 = unbounded
+	SplitReadKB  int // reads split over idle connections from this size, KiB; 0 = engine default, -1 = never
 	// Background: true returns once mounted (mount helper behaviour),
 	// false stays in the foreground; nil decides by how we were started.
 	Background *bool
@@ -210,6 +211,8 @@ func (o *Options) applyOption(opt string) error {
 		o.WriteBehind, err = zeroIsOff(64, "0 (write through) to 64")
 	case "pool_memory":
 		o.PoolMiB, err = zeroIsOff(4096, "0 (unbounded) to 4096 MiB")
+	case "split_read":
+		o.SplitReadKB, err = zeroIsOff(fs.MaxWrite/1024, fmt.Sprintf("0 (never split) to %d KiB", fs.MaxWrite/1024))
 	case "bg", "background":
 		t := true
 		o.Background = &t

@@ -53,13 +53,13 @@ func TestParseSource(t *testing.T) {
 }
 
 func TestParseArgs(t *testing.T) {
-	o, err := parseArgs([]string{"//h:1234/s", "/mnt", "-o", "ro,username=bob,provider=softrdma,completion=polling,attr_timeout=2.5,entry_timeout=0,allow_other,debug,conns=4,readahead=256,writebehind=0,pool_memory=8,dev,suid,_netdev,x-systemd.automount"})
+	o, err := parseArgs([]string{"//h:1234/s", "/mnt", "-o", "ro,username=bob,provider=softrdma,completion=polling,attr_timeout=2.5,entry_timeout=0,allow_other,debug,conns=4,readahead=256,writebehind=0,pool_memory=8,split_read=0,dev,suid,_netdev,x-systemd.automount"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &Options{Host: "h", Port: 1234, Share: "s", Mountpoint: "/mnt", Username: "bob", ReadOnly: true,
 		Provider: "softrdma", Completion: "polling", AttrTimeout: 2500 * time.Millisecond, EntryTimeout: 0,
-		AllowOther: true, Debug: true, Conns: 4, ReadAheadKB: 256, WriteBehind: -1, PoolMiB: 8}
+		AllowOther: true, Debug: true, Conns: 4, ReadAheadKB: 256, WriteBehind: -1, PoolMiB: 8, SplitReadKB: -1}
 	if summary(o) != summary(want) {
 		t.Errorf("parseArgs:\n got %s\nwant %s", summary(o), summary(want))
 	}
@@ -206,9 +206,9 @@ func TestConnectError(t *testing.T) {
 // summary prints the exported options (Options holds a sync.Once, so it is
 // not copied into fmt).
 func summary(o *Options) string {
-	return fmt.Sprintf("%s %d %s %s %s %s %v %s %s %v %v %v %v %d %d %d %d %v %s %s %s %v",
+	return fmt.Sprintf("%s %d %s %s %s %s %v %s %s %v %v %v %v %d %d %d %d %d %v %s %s %s %v",
 		o.Host, o.Port, o.Share, o.Mountpoint, o.Username, o.Domain, o.ReadOnly, o.Provider, o.Completion,
-		o.AttrTimeout, o.EntryTimeout, o.AllowOther, o.Debug, o.Conns, o.ReadAheadKB, o.WriteBehind, o.PoolMiB, o.Background, o.LogFile, o.LogLevel,
+		o.AttrTimeout, o.EntryTimeout, o.AllowOther, o.Debug, o.Conns, o.ReadAheadKB, o.WriteBehind, o.PoolMiB, o.SplitReadKB, o.Background, o.LogFile, o.LogLevel,
 		o.LogFormat, o.ReconnectWait)
 }
 

@@ -42,6 +42,8 @@ type StatReport struct {
 	Interrupts int64 `json:"interrupts"`
 	// CollapsedWrites are VEC_WRITEs sent as one page (FIG. 17B).
 	CollapsedWrites int64 `json:"collapsed_writes"`
+	// SplitReads are reads sent as pieces over idle connections at once.
+	SplitReads int64 `json:"split_reads"`
 	// Ports are the RDMA ports of the verbs connections with their
 	// device-wide counters, read by `lwio stat` from sysfs.
 	Ports []PortReport `json:"ports,omitempty"`
@@ -102,7 +104,7 @@ func statReport(o *Options, r *fs.Reconnector, st *fs.Stats) StatReport {
 	rep := StatReport{
 		Mountpoint: o.Mountpoint, Source: o.Source(), DataPath: r.Name(), Completion: o.Completion,
 		Connections: []ConnReport{}, Ops: snap.Ops, Completions: snap.Completions,
-		Reconnects: st.Reconnects(), Interrupts: snap.Interrupts, CollapsedWrites: snap.Collapsed,
+		Reconnects: st.Reconnects(), Interrupts: snap.Interrupts, CollapsedWrites: snap.Collapsed, SplitReads: snap.SplitReads,
 		Bytes: BytesReport{Providers: snap.RDMABytes},
 	}
 	for _, n := range snap.RDMABytes {
@@ -274,8 +276,8 @@ func printStat(w io.Writer, r *StatReport) {
 		op := r.Ops[name]
 		fmt.Fprintf(w, "  %-10s %9d %10s %7d %9.1f %9.1f\n", name, op.Count, size(op.Bytes), op.Errors, op.P50us, op.P99us)
 	}
-	fmt.Fprintf(w, "\ncompletions: interrupt %d, polling %d; INTERRUPT requests %d; reconnects %d; collapsed writes %d\n",
-		r.Completions["interrupt"], r.Completions["polling"], r.Interrupts, r.Reconnects, r.CollapsedWrites)
+	fmt.Fprintf(w, "\ncompletions: interrupt %d, polling %d; INTERRUPT requests %d; reconnects %d; collapsed writes %d; split reads %d\n",
+		r.Completions["interrupt"], r.Completions["polling"], r.Interrupts, r.Reconnects, r.CollapsedWrites, r.SplitReads)
 
 	for _, p := range r.Ports {
 		fmt.Fprintf(w, "\nRDMA port %s/%d (device counters: every user of the port, not this mount alone)\n", p.Device, p.Port)
