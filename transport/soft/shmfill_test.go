@@ -3,6 +3,7 @@ package soft
 import (
 	"bytes"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,5 +272,70 @@ func TestFillRemoteThenSealed(t *testing.T) {
 	sc.mu.Unlock()
 	if !errors.Is(why, errPlacedSealed) {
 		t.Fatalf("the listener failed for %v, want %v (its WRITE's header went in clear)", why, errPlacedSealed)
+	}
+}
+
+// TestFillRemoteHungFillClose: a fill that does not return (the pread of a
+// hung export) holds its region, but neither the connection's end nor the
+// fills after it: Close returns at once, a fill on the closed connection
+// is refused without waiting for the hung one (it would hold a disk
+// worker of the caller's), and the mapping goes once the hung fill
+// returns. The hook holds the first fill with the slot taken.
+func TestFillRemoteHungFillClose(t *testing.T) {
+	cp, sp := New(Options{}), New(Options{})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, unblock sync.Once
+	sp.shmCopyHook = func() { once.Do(func() { close(entered); <-release }) }
+	cli, srv := pair(t, cp, sp, transport.Config{})
+	const n = 64 << 10
+	a := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
+	b := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
+	open := func() { unblock.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the Deregisters, which wait for the fill
+	hung := make(chan bool, 1)
+	go func() {
+		f := &fillWith{b: 1}
+		_, ok, _ := srv.(transport.RemoteFiller).FillRemote(a.Handle(), a.Addr(), n, f.fill)
+		hung <- ok
+	}()
+	<-entered
+
+	closed := make(chan struct{})
+	go func() { _ = srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Second):
+		t.Error("Close waits for a fill that does not return")
+	}
+	later := make(chan bool, 1)
+	f2 := &fillWith{b: 2}
+	go func() {
+		_, ok, _ := srv.(transport.RemoteFiller).FillRemote(b.Handle(), b.Addr(), n, f2.fill)
+		later <- ok
+	}()
+	select {
+	case ok := <-later:
+		if ok || f2.calls != 0 {
+			t.Errorf("a fill on the closed connection ran (ok %v, %d calls)", ok, f2.calls)
+		}
+	case <-time.After(time.Second):
+		t.Error("a fill on the closed connection waits for the hung one")
+	}
+
+	open()
+	if !<-hung {
+		t.Fatal("the hung fill was refused: the test proves nothing")
+	}
+	pa := srv.(*conn).peer
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		pa.mu.RLock()
+		gone := pa.mem == nil
+		pa.mu.RUnlock()
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mapping is still there after the hung fill returned")
+		}
 	}
 }
