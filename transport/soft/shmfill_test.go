@@ -51,6 +51,17 @@ func fillPost(t *testing.T, srv transport.Conn, dst transport.Region, n int, f *
 	return true
 }
 
+// fillAsync fills n bytes of dst from srv on a goroutine; the channel
+// says whether the fill ran.
+func fillAsync(srv transport.Conn, dst transport.Region, n int, f *fillWith) <-chan bool {
+	done := make(chan bool, 1)
+	go func() {
+		_, ok, _ := srv.(transport.RemoteFiller).FillRemote(dst.Handle(), dst.Addr(), n, f.fill)
+		done <- ok
+	}()
+	return done
+}
+
 // TestFillRemote: a listener fills a dialer's region in place and posts
 // the WRITE as a notice; the dialer completes it (with immediate data, a
 // receive) and its region holds the bytes. Nothing is copied.
@@ -174,12 +185,7 @@ func TestFillRemoteRetiredMidFill(t *testing.T) {
 	cli, srv := pair(t, cp, sp, transport.Config{})
 	const n = 64 << 10
 	dst := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
-	done := make(chan bool, 1)
-	go func() {
-		f := &fillWith{b: 0xA5}
-		_, ok, _ := srv.(transport.RemoteFiller).FillRemote(dst.Handle(), dst.Addr(), n, f.fill)
-		done <- ok
-	}()
+	done := fillAsync(srv, dst, n, &fillWith{b: 0xA5})
 	<-inFill
 	if err := dst.Deregister(); err != nil {
 		t.Fatal(err)
@@ -292,12 +298,7 @@ func TestFillRemoteHungFillClose(t *testing.T) {
 	b := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
 	open := func() { unblock.Do(func() { close(release) }) }
 	t.Cleanup(open) // before the Deregisters, which wait for the fill
-	hung := make(chan bool, 1)
-	go func() {
-		f := &fillWith{b: 1}
-		_, ok, _ := srv.(transport.RemoteFiller).FillRemote(a.Handle(), a.Addr(), n, f.fill)
-		hung <- ok
-	}()
+	hung := fillAsync(srv, a, n, &fillWith{b: 1})
 	<-entered
 
 	closed := make(chan struct{})
@@ -307,12 +308,8 @@ func TestFillRemoteHungFillClose(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Error("Close waits for a fill that does not return")
 	}
-	later := make(chan bool, 1)
 	f2 := &fillWith{b: 2}
-	go func() {
-		_, ok, _ := srv.(transport.RemoteFiller).FillRemote(b.Handle(), b.Addr(), n, f2.fill)
-		later <- ok
-	}()
+	later := fillAsync(srv, b, n, f2)
 	select {
 	case ok := <-later:
 		if ok || f2.calls != 0 {
