@@ -2,8 +2,8 @@ package transport
 
 // RemoteFiller is implemented by a connection that can let its user write
 // straight into the peer's registered memory: softrdma's listener to a
-// same-host dialer whose memory it maps (docs/transport.md, "Filling the
-// peer's memory in place"). An RDMA WRITE of data the caller would first
+// same-host dialer whose memory it maps (docs/transport.md, "WRITE filled
+// in place"). An RDMA WRITE of data the caller would first
 // read into a local buffer (a file's bytes) then costs no copy: the
 // caller reads them into the target itself, and posts a WRITE that only
 // tells the peer they are there.

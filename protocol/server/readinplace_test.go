@@ -2,10 +2,12 @@ package server
 
 import (
 	"bytes"
+	"syscall"
 	"testing"
 
 	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol"
+	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/protocol/server/servertest"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
@@ -91,6 +93,65 @@ func TestReadInPlaceBadTarget(t *testing.T) {
 			p.sendHeader(protocol.NewReadRequest(fid, 0, 1<<20, va, mh, 1, protocol.InterruptMode(1, 5)))
 			p.WantClosed("READ into memory the client did not open")
 			if n := e.srv.Stats().ReadsInPlace; n != 0 {
+				t.Fatalf("%d READs read in place", n)
+			}
+		})
+	}
+}
+
+// failingFile reads at most k bytes of its file, then fails with EIO: a
+// disk error part-way through a READ (k > 0) or at once (k 0).
+type failingFile struct {
+	osFile
+	k int
+}
+
+func (f failingFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.osFile.ReadAt(p[:min(len(p), f.k)], off)
+	if err == nil {
+		err = syscall.EIO
+	}
+	return n, err
+}
+
+// TestReadInPlacePartial: a READ whose pread fails part-way answers the
+// bytes it read and leaves the rest of the client's buffer as it was; one
+// that fails at once answers the error: the same read in place as
+// through the server's buffer.
+func TestReadInPlacePartial(t *testing.T) {
+	for name, opts := range map[string]soft.Options{"in place": {}, "through the buffer": {NoSharedMemory: true}} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, Config{})
+			key, signing := e.session(5)
+			content := testutil.RandBytes(1 << 20)
+			_, f := e.file(5, "f", content)
+			part := e.auth.AddFile(5, failingFile{osFile{f}, 20000})
+			none := e.auth.AddFile(5, failingFile{osFile{f}, 0})
+			p := &peer{servertest.DialPeer(t, soft.New(opts), e.addr, servertest.PeerShape{Recvs: peerRecvs, RecvSize: peerRecvSize, SendSize: 64 << 10, DataSize: peerDataSize})}
+			p.auth(key, signing, 8)
+			dst := p.Data.Bytes()[:1<<20]
+			for i, rk := range []protocol.ResumeKey{part, none} {
+				fid := uint16(p.register(rk, 5, 0).Ios.Information)
+				for j := range dst {
+					dst[j] = 0xEE
+				}
+				p.sendHeader(protocol.NewReadRequest(fid, 0, 1<<20, p.Data.Addr(), p.Data.Handle(), 1, protocol.InterruptMode(9, uint64(10+i))))
+				r := p.wantResponse("READ failing part-way")
+				want, got := 20000, int(r.Ios.Information)
+				if i == 1 {
+					want = 0
+				}
+				if wst := ntstatus.FromError(syscall.EIO); i == 1 && r.Ios.Status != wst || i == 0 && r.Ios.Status != protocol.StatusSuccess || got != want {
+					t.Fatalf("READ %d: %v, %d bytes; want %d bytes", i, r.Ios.Status, got, want)
+				}
+				if !bytes.Equal(dst[:got], content[:got]) {
+					t.Fatalf("READ %d: data differs", i)
+				}
+				if bytes.Count(dst[got:], []byte{0xEE}) != len(dst)-got {
+					t.Fatalf("READ %d: the client's buffer changed past the %d bytes read", i, got)
+				}
+			}
+			if n := e.srv.Stats().ReadsInPlace; (n == 2) != (opts == soft.Options{}) {
 				t.Fatalf("%d READs read in place", n)
 			}
 		})

@@ -490,7 +490,7 @@ func (c *conn) finish() {
 		c.own.close()
 	}
 	c.detach()
-	c.peer.unmap()
+	c.peer.unmapSoon()
 	c.log.WithField("flushed", len(out)).Debug("disconnected")
 	close(c.finished)
 }

@@ -36,12 +36,24 @@ var _ transport.RemoteFiller = (*conn)(nil)
 // least shmMinCopy bytes, not sealed: a sealed connection carries its data
 // on the carrier, encrypted) and the target resolves (take). A connection
 // with faults refuses too: a WRITE its faults drop must not land.
+//
+// So does a connection that has left stateOpen, and one whose mapping is
+// being unmapped (finish, waiting for a fill in progress: a pread can take
+// as long as its file does): the fill never queues behind the unmap, which
+// would hold the caller (a disk worker) for as long.
 func (c *conn) FillRemote(rkey uint32, addr uint64, n int, fill func([]byte) (int, error)) (transport.Segment, bool, error) {
 	pa := c.peer
 	if pa == nil || n < c.p.shmMinCopy || n > c.limits.MaxMessageSize || c.faults != nil || c.sealk.Load() != nil {
 		return transport.Segment{}, false, nil
 	}
-	pa.mu.RLock()
+	select {
+	case <-c.closing:
+		return transport.Segment{}, false, nil
+	default:
+	}
+	if !pa.mu.TryRLock() {
+		return transport.Segment{}, false, nil
+	}
 	defer pa.mu.RUnlock()
 	start, slot, ok := pa.take(rkey, addr, n, true)
 	if !ok {

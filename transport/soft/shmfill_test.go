@@ -3,6 +3,7 @@ package soft
 import (
 	"bytes"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +49,17 @@ func fillPost(t *testing.T, srv transport.Conn, dst transport.Region, n int, f *
 		t.Fatalf("filled write: %+v", c)
 	}
 	return true
+}
+
+// fillAsync fills n bytes of dst from srv on a goroutine; the channel
+// says whether the fill ran.
+func fillAsync(srv transport.Conn, dst transport.Region, n int, f *fillWith) <-chan bool {
+	done := make(chan bool, 1)
+	go func() {
+		_, ok, _ := srv.(transport.RemoteFiller).FillRemote(dst.Handle(), dst.Addr(), n, f.fill)
+		done <- ok
+	}()
+	return done
 }
 
 // TestFillRemote: a listener fills a dialer's region in place and posts
@@ -173,12 +185,7 @@ func TestFillRemoteRetiredMidFill(t *testing.T) {
 	cli, srv := pair(t, cp, sp, transport.Config{})
 	const n = 64 << 10
 	dst := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
-	done := make(chan bool, 1)
-	go func() {
-		f := &fillWith{b: 0xA5}
-		_, ok, _ := srv.(transport.RemoteFiller).FillRemote(dst.Handle(), dst.Addr(), n, f.fill)
-		done <- ok
-	}()
+	done := fillAsync(srv, dst, n, &fillWith{b: 0xA5})
 	<-inFill
 	if err := dst.Deregister(); err != nil {
 		t.Fatal(err)
@@ -271,5 +278,61 @@ func TestFillRemoteThenSealed(t *testing.T) {
 	sc.mu.Unlock()
 	if !errors.Is(why, errPlacedSealed) {
 		t.Fatalf("the listener failed for %v, want %v (its WRITE's header went in clear)", why, errPlacedSealed)
+	}
+}
+
+// TestFillRemoteHungFillClose: a fill that does not return (the pread of a
+// hung export) holds its region, but neither the connection's end nor the
+// fills after it: Close returns at once, a fill on the closed connection
+// is refused without waiting for the hung one (it would hold a disk
+// worker of the caller's), and the mapping goes once the hung fill
+// returns. The hook holds the first fill with the slot taken.
+func TestFillRemoteHungFillClose(t *testing.T) {
+	cp, sp := New(Options{}), New(Options{})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, unblock sync.Once
+	sp.shmCopyHook = func() { once.Do(func() { close(entered); <-release }) }
+	cli, srv := pair(t, cp, sp, transport.Config{})
+	const n = 64 << 10
+	a := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
+	b := mustAlloc(t, cli, n, transport.AccessLocal|transport.AccessRemoteWrite)
+	open := func() { unblock.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the Deregisters, which wait for the fill
+	hung := fillAsync(srv, a, n, &fillWith{b: 1})
+	<-entered
+
+	closed := make(chan struct{})
+	go func() { _ = srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Second):
+		t.Error("Close waits for a fill that does not return")
+	}
+	f2 := &fillWith{b: 2}
+	later := fillAsync(srv, b, n, f2)
+	select {
+	case ok := <-later:
+		if ok || f2.calls != 0 {
+			t.Errorf("a fill on the closed connection ran (ok %v, %d calls)", ok, f2.calls)
+		}
+	case <-time.After(time.Second):
+		t.Error("a fill on the closed connection waits for the hung one")
+	}
+
+	open()
+	if !<-hung {
+		t.Fatal("the hung fill was refused: the test proves nothing")
+	}
+	pa := srv.(*conn).peer
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		pa.mu.RLock()
+		gone := pa.mem == nil
+		pa.mu.RUnlock()
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mapping is still there after the hung fill returned")
+		}
 	}
 }

@@ -162,12 +162,33 @@ func (pa *peerArena) unmap() {
 		return
 	}
 	pa.mu.Lock()
+	pa.unmapLocked()
+	pa.mu.Unlock()
+}
+
+// unmapSoon is unmap for a connection's end: at once when nothing holds
+// the mapping, else (a fill in progress, whose pread may not return for as
+// long as a hung file) by a goroutine once it lets go, so that the end,
+// and Close waiting for it, do not wait for a file. Fills that come
+// meanwhile are refused (FillRemote).
+func (pa *peerArena) unmapSoon() {
+	if pa == nil {
+		return
+	}
+	if !pa.mu.TryLock() {
+		go pa.unmap()
+		return
+	}
+	pa.unmapLocked()
+	pa.mu.Unlock()
+}
+
+func (pa *peerArena) unmapLocked() {
 	if pa.mem != nil {
 		_ = unix.Munmap(pa.mem)
 		_ = unix.Close(pa.fd)
 		pa.mem = nil
 	}
-	pa.mu.Unlock()
 }
 
 // shmTakeTries bounds the CAS attempts on a state word the dialer keeps
