@@ -29,6 +29,7 @@ func TestLeaseKeptHandleNeverKeepsLocks(t *testing.T) {
 	if content(filepath.Join(a, "f")) != "data" {
 		t.Fatal("first read")
 	}
+	pin(t, filepath.Join(a, "f"))
 	soon(t, "a read handle kept", 2*time.Second, func() bool {
 		ra.fs.lease.mu.Lock()
 		defer ra.fs.lease.mu.Unlock()

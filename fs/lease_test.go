@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/internal/testutil"
 	"github.com/lwiofs/lwiofs/protocol/client"
@@ -115,6 +116,24 @@ func leaseRoots(t *testing.T, opts Options) (dir string, a, b string, ca, cb *co
 func soon(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	testutil.Eventually(t, what, d, cond)
+}
+
+// pin holds an O_PATH descriptor on each path until the test ends, so the
+// kernel keeps its dentry and inode: unused ones it may drop at any moment
+// (memory pressure, or the "echo 3 > /proc/sys/vm/drop_caches" every
+// benchmark runs), and a mount then rightly gives up the node's lease and
+// kept handle and asks the server again when the name is next used. Tests
+// that count requests or wait for a kept handle pin what they count on.
+// O_PATH sends no OPEN, so a pin costs no request the tests count.
+func pin(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatalf("pin %s: %v", p, err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+	}
 }
 
 func mode(p string) os.FileMode {
@@ -263,6 +282,7 @@ func TestLeaseSavesRoundTrips(t *testing.T) {
 					t.Fatal("absent exists")
 				}
 			}
+			pin(t, filepath.Join(b, "d"), filepath.Join(b, "d", "x"), filepath.Join(b, "d", "y"), filepath.Join(b, "d", "z"))
 			work()
 			// Releases run in the background: let them finish, as an
 			// application's next open would find them done.
@@ -368,6 +388,7 @@ func TestLeaseHandleReuse(t *testing.T) {
 	if content(filepath.Join(a, "f")) != "cached" {
 		t.Fatal("first read")
 	}
+	pin(t, filepath.Join(a, "f"))
 	kept()
 	before := ca.n.Load()
 	for range 10 {

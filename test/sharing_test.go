@@ -133,6 +133,14 @@ func TestLocksTwoMounts(t *testing.T) {
 	b := mountShare(t, s, MountConfig{})
 	mustWrite(t, filepath.Join(a.Backing, "db"), []byte("0123456789"))
 	fa, fb := filepath.Join(a.Dir, "db"), filepath.Join(b.Dir, "db")
+	// A flockTry through B that got the lock lets go of it as the kernel's
+	// RELEASE of its last close reaches the server, after flock(1) has
+	// exited (the kernel sends it asynchronously): before the next step
+	// takes the lock, wait until the server host sees it free.
+	probeGone := func() {
+		t.Helper()
+		testutil.Eventually(t, "B's probe letting go of the lock", 10*time.Second, func() bool { return flockTry(filepath.Join(a.Backing, "db")) })
+	}
 
 	// Held through A, by a process that then exits.
 	holder := holdFlock(t, fa)
@@ -143,10 +151,11 @@ func TestLocksTwoMounts(t *testing.T) {
 	holder.Process.Kill()
 	holder.Wait()
 	testutil.Eventually(t, "the lock going with its holder's exit", 10*time.Second, func() bool { return flockTry(fb) })
+	probeGone()
 
 	// Held by a local process: B's blocking flock waits until it lets go.
 	local := holdFlock(t, filepath.Join(a.Backing, "db"))
-	time.Sleep(100 * time.Millisecond)
+	testutil.Eventually(t, "the local holder taking the lock", 10*time.Second, func() bool { return !flockTry(fb) })
 	start := time.Now()
 	waiter := exec.Command("flock", "-w", "30", "-x", fb, "true")
 	if err := waiter.Start(); err != nil {
@@ -164,6 +173,7 @@ func TestLocksTwoMounts(t *testing.T) {
 
 	// Ctrl-C of a blocked waiter: it ends at once, and the lock is not
 	// taken behind its back when the holder lets go.
+	probeGone() // B's waiter's lock
 	holder = holdFlock(t, fa)
 	testutil.Eventually(t, "A's holder taking the lock", 10*time.Second, func() bool { return !flockTry(fb) })
 	blocked := exec.Command("flock", "-x", fb, "sleep", "600")
@@ -176,6 +186,7 @@ func TestLocksTwoMounts(t *testing.T) {
 	holder.Process.Kill()
 	holder.Wait()
 	testutil.Eventually(t, "the lock free after its holder left and the waiter was interrupted", 10*time.Second, func() bool { return flockTry(fb) })
+	probeGone()
 
 	// The holder's mount dies (SIGKILL): the server keeps its open and
 	// lock for the durable timeout (2 s here), then lets go.
