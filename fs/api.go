@@ -73,7 +73,9 @@ type DataFile interface {
 	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
 	// ReadBuf reads len(dest) bytes at off and returns them in a Buffer:
 	// for LWIO the pooled registered buffer the server's RDMA WRITE landed
-	// in, handed on without a copy; otherwise dest itself. Fewer bytes at
+	// in, handed on without a copy (a split read's pieces, one buffer per
+	// connection: a *client.SplitBuf, replied from its Slices); otherwise
+	// dest itself. Fewer bytes at
 	// end of file; (nil, io.EOF) at or past it. Release the Buffer once
 	// the bytes are used.
 	ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, error)

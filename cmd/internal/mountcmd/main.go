@@ -136,13 +136,16 @@ options (comma separated, mount(8) style):
   username=NAME      user name (password from LWIO_PASSWORD or the credentials file)
   domain=NAME        NTLM domain
   ro                 read-only mount
-  noexec             nothing on the mount may be executed (always nosuid,nodev)
+  noexec             nothing on the mount may be executed (always nosuid,nodev);
+                     exec (the default) undoes it
   seal               require sealing (AES-GCM encryption) of the session channel;
                      without it, sealed when the server or share asks
   provider=P         auto (default), verbs, softrdma, or none (session channel only)
   completion=M       auto (default: by each connection's load), interrupt or polling
   attr_timeout=SEC   attribute cache timeout (default 1)
   entry_timeout=SEC  name cache timeout (default 1)
+  actimeo=SEC        both timeouts
+  noleases           no leases: cache for the timeouts only, check at open, write through
   allow_other        let other users use the mount
   default_permissions  the kernel checks the mode bits of the owners shown
   uid=ID, gid=ID     local owner shown for the account's files (default: yours)
