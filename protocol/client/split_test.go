@@ -341,3 +341,40 @@ func waitIdle(t *testing.T, cl *Client) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A read whose size is not a multiple of the pieces' count is read to its
+// last byte: the pieces cover it whole. Sizes a FUSE direct-I/O read can
+// have (any byte count up to max_read), on 2 to 4 idle connections with
+// split_read low enough that each takes a piece; with n/k a whole number
+// of pages and a remainder, the k pieces of n/k pages left the remainder
+// out.
+func TestSplitReadCoversOddSizes(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	content := randomBytes(2 << 20)
+	for _, conns := range []int{2, 3, 4} {
+		s := e.session()
+		cfg := s.config(Interrupt)
+		cfg.Connections, cfg.SplitRead = conns, 8192
+		cl := s.client(t, cfg)
+		f, _ := s.splitFile(t, cl, "f", content)
+		for _, n := range []int{conns*10*4096 + 1, conns*85*4096 + conns - 1, 1<<20 - 1, 12289, 1 << 20} {
+			if n > cl.MaxRead() {
+				continue
+			}
+			waitIdle(t, cl)
+			splits := cl.Stats().SplitReads
+			b, err := f.ReadBuf(ctxT(t), make([]byte, n), 4096)
+			if err != nil {
+				t.Fatalf("%d connections, %d bytes: %v", conns, n, err)
+			}
+			if cl.Stats().SplitReads == splits {
+				t.Errorf("%d connections, %d bytes: not split", conns, n)
+			}
+			got := joined(t, b)
+			b.Release()
+			if !bytes.Equal(got, content[4096:4096+n]) {
+				t.Errorf("%d connections: a %d-byte read returned %d bytes", conns, n, len(got))
+			}
+		}
+	}
+}
