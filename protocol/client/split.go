@@ -105,7 +105,9 @@ func (f *File) splitRead(ctx context.Context, dest []byte, off int64, cs *[maxPi
 		p := &ps[i]
 		p.got, p.err = p.c.readDone(ctx, p.sl, p.dst.Length, p.start)
 	}
-	f.cl.ctr.splitReads.Add(1)
+	if posted > 1 { // lwio stat's "split reads": reads that went as pieces
+		f.cl.ctr.splitReads.Add(1)
+	}
 	// The answer of one request: up to the first short piece, or the
 	// first error before it.
 	use, total := 0, 0

@@ -378,3 +378,26 @@ func TestSplitReadCoversOddSizes(t *testing.T) {
 		}
 	}
 }
+
+// SplitReads (lwio stat's "split reads") counts reads that went as pieces:
+// not one refused before any piece was sent (a closed file), nor one whose
+// second piece could not be sent.
+func TestSplitReadCountsOnlySentPieces(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	s, cl := e.newClient(t, Interrupt)
+	f, _ := s.splitFile(t, cl, "f", randomBytes(2<<20))
+	waitIdle(t, cl)
+	if err := f.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, cl)
+	if b, err := f.ReadBuf(ctxT(t), make([]byte, 1<<20), 0); !errors.Is(err, ErrClosed) {
+		if err == nil {
+			b.Release()
+		}
+		t.Fatalf("read of a closed file: %v, want ErrClosed", err)
+	}
+	if n := cl.Stats().SplitReads; n != 0 {
+		t.Errorf("a read refused before any piece was sent counted as %d split reads", n)
+	}
+}
