@@ -401,3 +401,57 @@ func TestSplitReadCountsOnlySentPieces(t *testing.T) {
 		t.Errorf("a read refused before any piece was sent counted as %d split reads", n)
 	}
 }
+
+// movingFile answers the read at short with only its first keep bytes, as
+// a file cut there would, and the one at failAt with EIO, whatever the
+// file holds: the file changed between the pieces' preads.
+type movingFile struct {
+	osFile
+	short  int64
+	keep   int
+	failAt int64
+}
+
+func (f *movingFile) ReadAt(p []byte, off int64) (int, error) {
+	switch off {
+	case f.short:
+		n, _ := f.osFile.ReadAt(p[:f.keep], off)
+		return n, io.EOF
+	case f.failAt:
+		return 0, syscall.EIO
+	}
+	return f.osFile.ReadAt(p, off)
+}
+
+// A piece that comes back short ends the read there even when a later
+// piece found bytes (the file grew, or was cut and grew, between the
+// preads) or failed: the read returns the short piece's bytes and
+// nothing of the pieces after it, as one READ at one moment would.
+func TestSplitReadShortPieceEndsIt(t *testing.T) {
+	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
+		content := randomBytes(2 << 20)
+		for _, tc := range []struct {
+			name   string
+			failAt int64
+		}{{"later piece full", -1}, {"later piece failed", 512 << 10}} {
+			f, _ := e.create(t, tc.name, content)
+			mf := &movingFile{osFile: osFile{File: f}, short: 0, keep: 5000, failAt: tc.failAt}
+			rf := s.register(t, cl, e.auth.AddFile(s.id, mf), 0)
+			waitIdle(t, cl)
+			splits := cl.Stats().SplitReads
+			b, err := rf.ReadBuf(ctxT(t), make([]byte, 1<<20), 0)
+			if cl.Stats().SplitReads == splits {
+				t.Errorf("%s: not split", tc.name)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v, want the short piece's bytes", tc.name, err)
+			}
+			got := joined(t, b)
+			b.Release()
+			if !bytes.Equal(got, content[:5000]) {
+				t.Errorf("%s: %d bytes, want the short piece's 5000", tc.name, len(got))
+			}
+		}
+		waitIdle(t, cl)
+	})
+}
