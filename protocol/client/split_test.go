@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	mrand "math/rand"
 	"sync"
 	"syscall"
@@ -454,4 +456,36 @@ func TestSplitReadShortPieceEndsIt(t *testing.T) {
 		}
 		waitIdle(t, cl)
 	})
+}
+
+// Near the largest offset a split read answers as one READ does: a read
+// ending past 2^63-1 (which the kernel never sends: it stops reads at the
+// largest file size) is not split, so no piece goes out at an offset that
+// wrapped, and a piece at end of file does not turn the one READ's
+// invalid parameter into end of file.
+func TestSplitReadNearTheLargestOffset(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	answers := func(split int) []string {
+		s := e.session()
+		cfg := s.config(Interrupt)
+		cfg.SplitRead = split
+		cl := s.client(t, cfg)
+		f, _ := s.splitFile(t, cl, "f", randomBytes(1<<20))
+		var out []string
+		for _, back := range []int64{1 << 20, 1<<20 - 1, 600 << 10, 100, 0} {
+			waitIdle(t, cl)
+			b, err := f.ReadBuf(ctxT(t), make([]byte, 1<<20), math.MaxInt64-back)
+			if b != nil {
+				b.Release()
+			}
+			out = append(out, fmt.Sprintf("MaxInt64-%d: %v", back, err))
+		}
+		return out
+	}
+	split, one := answers(0), answers(-1)
+	for i := range one {
+		if split[i] != one[i] {
+			t.Errorf("split: %s; one READ: %s", split[i], one[i])
+		}
+	}
 }
