@@ -328,17 +328,26 @@ func TestSplitReadCancelled(t *testing.T) {
 // waitIdle waits until no connection of cl has a request in flight.
 func waitIdle(t *testing.T, cl *Client) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitNone(t, "requests still in flight", func() int {
 		busy := 0
 		for _, c := range cl.conns {
 			busy += c.credits.Pending()
 		}
-		if busy == 0 {
+		return busy
+	})
+}
+
+// waitNone waits up to 5 s until count says 0, else fails with what.
+func waitNone(t *testing.T, what string, count func() int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := count()
+		if n == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d requests still in flight", busy)
+			t.Fatalf("%d %s", n, what)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
@@ -103,22 +102,15 @@ func (c *lyingConn) tamper(out []transport.Completion, n int) int {
 // (its data buffer back in the pool with it).
 func slotsBack(t *testing.T, cl *Client) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitNone(t, "slots still taken", func() int {
 		out := 0
 		for _, c := range cl.conns {
 			if c.alive() {
 				out += int(c.nslots.Load()) - len(c.free)
 			}
 		}
-		if out == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d slots still taken", out)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return out
+	})
 }
 
 // A server answering a split read's piece with more bytes than asked
