@@ -446,8 +446,17 @@ func (c *conn) onRecv(wc *transport.Completion) {
 }
 
 // complete hands a completion to its request. The credit goes back first:
-// the server already counts it free.
+// the server already counts it free. A second answer to one request (a
+// hostile or broken server) ends the connection before it touches the
+// credits: giving them back twice would panic (more back than charged) or
+// let the client send beyond what the server granted. Only complete, in
+// the reaper role, moves a slot on from Waiting or Abandoned (the
+// requester's move from Waiting to Abandoned keeps it answerable).
 func (c *conn) complete(sl *slot, res result) {
+	if s := sl.state.Load(); s != slotWaiting && s != slotAbandoned {
+		c.die(fmt.Errorf("protocol violation: second completion for cookie %#x (slot %v)", sl.cookie.Load(), s))
+		return
+	}
 	if sl.kind == kindRetire && res.st == protocol.NotifyCredit {
 		c.credits.Retire()
 		c.recvMu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/lwiofs/lwiofs/protocol"
@@ -168,7 +169,9 @@ func (f *File) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, err
 		return newBuf(dest[:got], nil, nil), err
 	}
 	var cs [maxPieces]*conn
-	if k := f.cl.splitPieces(n, &cs); k > 0 {
+	// Not a read ending past the largest offset: a piece there would go
+	// out at a wrapped offset, and answer otherwise than one READ.
+	if k := f.cl.splitPieces(n, &cs); k > 0 && off <= math.MaxInt64-int64(n) {
 		return f.splitRead(ctx, dest, off, &cs, k)
 	}
 	c, sl, err := f.begin(ctx)

@@ -87,7 +87,9 @@ func (cl *Client) splitPieces(n int, cs *[maxPieces]*conn) int {
 // connections cs (splitPieces).
 func (f *File) splitRead(ctx context.Context, dest []byte, off int64, cs *[maxPieces]*conn, k int) (Buffer, error) {
 	n := len(dest)
-	size := (n/k + splitAlign - 1) &^ (splitAlign - 1)
+	// Each piece a whole number of pages, the last what is left: the k
+	// pieces of a size not a multiple of k cover it to its last byte.
+	size := ((n+k-1)/k + splitAlign - 1) &^ (splitAlign - 1)
 	var ps [maxPieces]piece
 	posted := 0
 	var err error
@@ -103,7 +105,9 @@ func (f *File) splitRead(ctx context.Context, dest []byte, off int64, cs *[maxPi
 		p := &ps[i]
 		p.got, p.err = p.c.readDone(ctx, p.sl, p.dst.Length, p.start)
 	}
-	f.cl.ctr.splitReads.Add(1)
+	if posted > 1 { // lwio stat's "split reads": reads that went as pieces
+		f.cl.ctr.splitReads.Add(1)
+	}
 	// The answer of one request: up to the first short piece, or the
 	// first error before it.
 	use, total := 0, 0

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	mrand "math/rand"
 	"sync"
 	"syscall"
@@ -326,18 +328,173 @@ func TestSplitReadCancelled(t *testing.T) {
 // waitIdle waits until no connection of cl has a request in flight.
 func waitIdle(t *testing.T, cl *Client) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitNone(t, "requests still in flight", func() int {
 		busy := 0
 		for _, c := range cl.conns {
 			busy += c.credits.Pending()
 		}
-		if busy == 0 {
+		return busy
+	})
+}
+
+// waitNone waits up to 5 s until count says 0, else fails with what.
+func waitNone(t *testing.T, what string, count func() int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := count()
+		if n == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d requests still in flight", busy)
+			t.Fatalf("%d %s", n, what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A read whose size is not a multiple of the pieces' count is read to its
+// last byte: the pieces cover it whole. Sizes a FUSE direct-I/O read can
+// have (any byte count up to max_read), on 2 to 4 idle connections with
+// split_read low enough that each takes a piece; with n/k a whole number
+// of pages and a remainder, the k pieces of n/k pages left the remainder
+// out.
+func TestSplitReadCoversOddSizes(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	content := randomBytes(2 << 20)
+	for _, conns := range []int{2, 3, 4} {
+		s := e.session()
+		cfg := s.config(Interrupt)
+		cfg.Connections, cfg.SplitRead = conns, 8192
+		cl := s.client(t, cfg)
+		f, _ := s.splitFile(t, cl, "f", content)
+		for _, n := range []int{conns*10*4096 + 1, conns*85*4096 + conns - 1, 1<<20 - 1, 12289, 1 << 20} {
+			if n > cl.MaxRead() {
+				continue
+			}
+			waitIdle(t, cl)
+			splits := cl.Stats().SplitReads
+			b, err := f.ReadBuf(ctxT(t), make([]byte, n), 4096)
+			if err != nil {
+				t.Fatalf("%d connections, %d bytes: %v", conns, n, err)
+			}
+			if cl.Stats().SplitReads == splits {
+				t.Errorf("%d connections, %d bytes: not split", conns, n)
+			}
+			got := joined(t, b)
+			b.Release()
+			if !bytes.Equal(got, content[4096:4096+n]) {
+				t.Errorf("%d connections: a %d-byte read returned %d bytes", conns, n, len(got))
+			}
+		}
+	}
+}
+
+// SplitReads (lwio stat's "split reads") counts reads that went as pieces:
+// not one refused before any piece was sent (a closed file), nor one whose
+// second piece could not be sent.
+func TestSplitReadCountsOnlySentPieces(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	s, cl := e.newClient(t, Interrupt)
+	f, _ := s.splitFile(t, cl, "f", randomBytes(2<<20))
+	waitIdle(t, cl)
+	if err := f.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, cl)
+	if b, err := f.ReadBuf(ctxT(t), make([]byte, 1<<20), 0); !errors.Is(err, ErrClosed) {
+		if err == nil {
+			b.Release()
+		}
+		t.Fatalf("read of a closed file: %v, want ErrClosed", err)
+	}
+	if n := cl.Stats().SplitReads; n != 0 {
+		t.Errorf("a read refused before any piece was sent counted as %d split reads", n)
+	}
+}
+
+// movingFile answers the read at short with only its first keep bytes, as
+// a file cut there would, and the one at failAt with EIO, whatever the
+// file holds: the file changed between the pieces' preads.
+type movingFile struct {
+	osFile
+	short  int64
+	keep   int
+	failAt int64
+}
+
+func (f *movingFile) ReadAt(p []byte, off int64) (int, error) {
+	switch off {
+	case f.short:
+		n, _ := f.osFile.ReadAt(p[:f.keep], off)
+		return n, io.EOF
+	case f.failAt:
+		return 0, syscall.EIO
+	}
+	return f.osFile.ReadAt(p, off)
+}
+
+// A piece that comes back short ends the read there even when a later
+// piece found bytes (the file grew, or was cut and grew, between the
+// preads) or failed: the read returns the short piece's bytes and
+// nothing of the pieces after it, as one READ at one moment would.
+func TestSplitReadShortPieceEndsIt(t *testing.T) {
+	inEachMode(t, server.Config{}, func(t *testing.T, e *env, s *session, cl *Client) {
+		content := randomBytes(2 << 20)
+		for _, tc := range []struct {
+			name   string
+			failAt int64
+		}{{"later piece full", -1}, {"later piece failed", 512 << 10}} {
+			f, _ := e.create(t, tc.name, content)
+			mf := &movingFile{osFile: osFile{File: f}, short: 0, keep: 5000, failAt: tc.failAt}
+			rf := s.register(t, cl, e.auth.AddFile(s.id, mf), 0)
+			waitIdle(t, cl)
+			splits := cl.Stats().SplitReads
+			b, err := rf.ReadBuf(ctxT(t), make([]byte, 1<<20), 0)
+			if cl.Stats().SplitReads == splits {
+				t.Errorf("%s: not split", tc.name)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v, want the short piece's bytes", tc.name, err)
+			}
+			got := joined(t, b)
+			b.Release()
+			if !bytes.Equal(got, content[:5000]) {
+				t.Errorf("%s: %d bytes, want the short piece's 5000", tc.name, len(got))
+			}
+		}
+		waitIdle(t, cl)
+	})
+}
+
+// Near the largest offset a split read answers as one READ does: a read
+// ending past 2^63-1 (which the kernel never sends: it stops reads at the
+// largest file size) is not split, so no piece goes out at an offset that
+// wrapped, and a piece at end of file does not turn the one READ's
+// invalid parameter into end of file.
+func TestSplitReadNearTheLargestOffset(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	answers := func(split int) []string {
+		s := e.session()
+		cfg := s.config(Interrupt)
+		cfg.SplitRead = split
+		cl := s.client(t, cfg)
+		f, _ := s.splitFile(t, cl, "f", randomBytes(1<<20))
+		var out []string
+		for _, back := range []int64{1 << 20, 1<<20 - 1, 600 << 10, 100, 0} {
+			waitIdle(t, cl)
+			b, err := f.ReadBuf(ctxT(t), make([]byte, 1<<20), math.MaxInt64-back)
+			if b != nil {
+				b.Release()
+			}
+			out = append(out, fmt.Sprintf("MaxInt64-%d: %v", back, err))
+		}
+		return out
+	}
+	split, one := answers(0), answers(-1)
+	for i := range one {
+		if split[i] != one[i] {
+			t.Errorf("split: %s; one READ: %s", split[i], one[i])
+		}
 	}
 }
