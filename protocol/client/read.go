@@ -172,7 +172,9 @@ func (f *File) ReadBuf(ctx context.Context, dest []byte, off int64) (Buffer, err
 	// Not a read ending past the largest offset: a piece there would go
 	// out at a wrapped offset, and answer otherwise than one READ.
 	if k := f.cl.splitPieces(n, &cs); k > 0 && off <= math.MaxInt64-int64(n) {
-		return f.splitRead(ctx, dest, off, &cs, k)
+		if b, ok, err := f.splitRead(ctx, dest, off, &cs, k); ok {
+			return b, err
+		}
 	}
 	c, sl, err := f.begin(ctx)
 	if err != nil {

@@ -26,10 +26,12 @@ import (
 //
 // The pieces answer as one request would: the read ends at the first
 // piece that comes back short (end of file), and fails with the first
-// error of a piece before that; bytes of later pieces are dropped. A
-// cancelled context abandons every piece still out, as it abandons one
-// request; LWIO CANCEL is per Fid on the server, so it reaches the pieces
-// queued on every connection.
+// error of a piece before that; bytes of later pieces are dropped, and so
+// is the error of a later piece that could not be posted (a read no piece
+// ended fails with it). A first piece that cannot be posted leaves the
+// read unsplit: it goes as one READ. A cancelled context abandons every
+// piece still out, as it abandons one request; LWIO CANCEL is per Fid on
+// the server, so it reaches the pieces queued on every connection.
 
 // maxPieces caps the pieces of one split read; splitAlign is what their
 // sizes are a multiple of (pages of the server's pread).
@@ -84,15 +86,17 @@ func (cl *Client) splitPieces(n int, cs *[maxPieces]*conn) int {
 }
 
 // splitRead is ReadBuf's read of dest at off as k pieces on the
-// connections cs (splitPieces).
-func (f *File) splitRead(ctx context.Context, dest []byte, off int64, cs *[maxPieces]*conn, k int) (Buffer, error) {
+// connections cs (splitPieces). When the first piece cannot be posted
+// nothing went out and ok is false: the read is not split, and goes as
+// one READ (ReadBuf's, which picks a live connection or fails as it
+// would have).
+func (f *File) splitRead(ctx context.Context, dest []byte, off int64, cs *[maxPieces]*conn, k int) (b Buffer, ok bool, err error) {
 	n := len(dest)
 	// Each piece a whole number of pages, the last what is left: the k
 	// pieces of a size not a multiple of k cover it to its last byte.
 	size := ((n+k-1)/k + splitAlign - 1) &^ (splitAlign - 1)
 	var ps [maxPieces]piece
 	posted := 0
-	var err error
 	for i := 0; i < k && i*size < n; i++ {
 		p := &ps[i]
 		p.c, p.off = cs[i], off+int64(i*size)
@@ -101,6 +105,9 @@ func (f *File) splitRead(ctx context.Context, dest []byte, off int64, cs *[maxPi
 		}
 		posted++
 	}
+	if posted == 0 {
+		return nil, false, nil
+	}
 	for i := 0; i < posted; i++ {
 		p := &ps[i]
 		p.got, p.err = p.c.readDone(ctx, p.sl, p.dst.Length, p.start)
@@ -108,12 +115,15 @@ func (f *File) splitRead(ctx context.Context, dest []byte, off int64, cs *[maxPi
 	if posted > 1 { // lwio stat's "split reads": reads that went as pieces
 		f.cl.ctr.splitReads.Add(1)
 	}
-	// The answer of one request: up to the first short piece, or the
+	// The answer of one request: up to the first piece that ends the
+	// read (short, or at end of file: what the pieces after it did, or
+	// the error that kept one from being posted, does not count), or the
 	// first error before it.
 	use, total := 0, 0
 	for ; use < posted; use++ {
 		p := &ps[use]
 		if p.err == io.EOF {
+			err = nil
 			break
 		}
 		if p.err != nil {
@@ -136,14 +146,15 @@ func (f *File) splitRead(ctx context.Context, dest []byte, off int64, cs *[maxPi
 		if err == nil {
 			err = io.EOF
 		}
-		return nil, err
+		return nil, true, err
 	}
 	for i := use; i < posted; i++ {
 		if ps[i].err == nil {
 			ps[i].sl.unref()
 		}
 	}
-	return f.joinPieces(ps[:use], dest, total)
+	b, err = f.joinPieces(ps[:use], dest, total)
+	return b, true, err
 }
 
 // postPiece takes a slot and a pooled buffer of n bytes on p.c and posts
