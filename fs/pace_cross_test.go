@@ -47,6 +47,7 @@ func TestOpenAfterCrossRecall(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(m, name)); err != nil {
 				t.Fatal(err)
 			}
+			pin(t, filepath.Join(m, name)) // no FORGET flushes a release early
 		}
 	}
 	rewriteClose(t, filepath.Join(a, "fa"), []byte("A"))
@@ -114,6 +115,7 @@ func TestOpenAfterWholeFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		fs = append(fs, f)
+		pin(t, filepath.Join(mnt, name)) // no FORGET flushes a release early (writeClosePinned)
 	}
 	for i, data := range []string{"first", "second"} {
 		if _, err := fs[i].Write([]byte(data)); err != nil {
@@ -157,7 +159,7 @@ func TestOpenAfterWholeFailure(t *testing.T) {
 func TestPaceReopenSame(t *testing.T) {
 	dir, mnt, _, fsrv, _ := pacedMount(t, 0)
 	p := filepath.Join(mnt, "f")
-	writeClose(t, p, []byte("the first content"), 0o640)
+	unpin := writeClosePinned(t, p, []byte("the first content"), 0o640)
 	waitPaced(t, fsrv)
 	done := make(chan struct{})
 	go func() {
@@ -177,6 +179,7 @@ func TestPaceReopenSame(t *testing.T) {
 		if err := f.Close(); err != nil {
 			t.Error(err)
 		}
+		unpin()
 		if err := fsrv.Unmount(); err != nil {
 			t.Error(err)
 		}

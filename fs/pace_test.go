@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/internal/testutil"
 )
@@ -35,13 +37,43 @@ func waitPaced(t *testing.T, fsrv *Server) {
 	})
 }
 
+// writeClosePinned is writeClose with the new file's inode held in the
+// kernel's cache (pin: an O_PATH descriptor, which sends no OPEN) until
+// unpin or the test's end. A dentry the kernel drops meanwhile (memory
+// pressure, drop_caches) FORGETs the node, and a FORGET sends the node's
+// held-back changes at once, not with the next OPEN these tests count on.
+// Call unpin before unmounting: the descriptor keeps the mount busy.
+func writeClosePinned(t *testing.T, p string, data []byte, mode os.FileMode) (unpin func()) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("pin %s: %v", p, err)
+	}
+	unpin = sync.OnceFunc(func() { unix.Close(fd) })
+	t.Cleanup(unpin)
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Chmod(mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close %s: %v", p, err)
+	}
+	return unpin
+}
+
 // TestOpenCarriesRelease: the changes a closed file held back (its
 // writes, its chmod) and the next file's CREATE go to the server as one
 // message, and are there when the create returns; the release sends
 // nothing more after. It fails if the release sends its own BATCH.
 func TestOpenCarriesRelease(t *testing.T) {
 	dir, mnt, sb, fsrv, _ := pacedMount(t, 0)
-	writeClose(t, filepath.Join(mnt, "a"), []byte("first"), 0o640)
+	unpin := writeClosePinned(t, filepath.Join(mnt, "a"), []byte("first"), 0o640)
 	waitPaced(t, fsrv)
 	m0 := sb.messages()
 	f, err := os.OpenFile(filepath.Join(mnt, "b"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
@@ -57,6 +89,7 @@ func TestOpenCarriesRelease(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+	unpin()
 	if err := fsrv.Unmount(); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +108,7 @@ func TestOpenAfterFailedRelease(t *testing.T) {
 	mnt, sb, fsrv, hook := asyncMount(t, srv.SessionAddr(), 0, Options{releasePace: time.Hour})
 	fillDisk(t, dir)
 	data := bytes.Repeat([]byte("x"), 8192)
-	writeClose(t, filepath.Join(mnt, "a"), data, 0o644) // answered at once: nil
+	writeClosePinned(t, filepath.Join(mnt, "a"), data, 0o644) // answered at once: nil
 	waitPaced(t, fsrv)
 	o0 := sb.opens.Load()
 	f, err := os.OpenFile(filepath.Join(mnt, "b"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
@@ -108,7 +141,7 @@ func TestOpenAfterRecall(t *testing.T) {
 	_, a, sb, _, addr := pacedMount(t, 300*time.Millisecond)
 	b, _, _, _ := asyncMount(t, addr, 0, Options{})
 	data := []byte("written on a")
-	writeClose(t, filepath.Join(a, "f"), data, 0o640)
+	writeClosePinned(t, filepath.Join(a, "f"), data, 0o640)
 	inFlight := make(chan struct{}, 1)
 	hook := func(string) { inFlight <- struct{}{} }
 	sb.beforeOpen.Store(&hook)
@@ -143,7 +176,7 @@ func TestPaceRecall(t *testing.T) {
 	_, a, sb, fsrv, addr := pacedMount(t, 0)
 	b, _, _, _ := asyncMount(t, addr, 0, Options{})
 	data := []byte("written on a")
-	writeClose(t, filepath.Join(a, "f"), data, 0o640)
+	unpin := writeClosePinned(t, filepath.Join(a, "f"), data, 0o640)
 	waitPaced(t, fsrv)
 	if got := content(filepath.Join(b, "f")); got != string(data) {
 		t.Fatalf("b reads %q right after a's close, want %q", got, data)
@@ -151,6 +184,7 @@ func TestPaceRecall(t *testing.T) {
 	if w, n := fsrv.fs.pacer.waiting.Load(), sb.batches.Load(); w != 1 || n != 1 {
 		t.Fatalf("after b's open: %d releases waiting, %d BATCHes; want the recall's BATCH and the release still waiting", w, n)
 	}
+	unpin()
 	if err := fsrv.Unmount(); err != nil {
 		t.Fatal(err)
 	}
@@ -165,10 +199,11 @@ func TestPaceRecall(t *testing.T) {
 func TestPaceUnmount(t *testing.T) {
 	for _, waited := range []bool{false, true} {
 		dir, mnt, _, fsrv, _ := pacedMount(t, 0)
-		writeClose(t, filepath.Join(mnt, "f"), []byte("kept"), 0o640)
+		unpin := writeClosePinned(t, filepath.Join(mnt, "f"), []byte("kept"), 0o640)
 		if waited {
 			waitPaced(t, fsrv)
 		}
+		unpin()
 		if err := fsrv.Unmount(); err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +225,7 @@ func TestOpenAfterExclExisting(t *testing.T) {
 		}
 	}
 	sb.beforeOpen.Store(&hook)
-	writeClose(t, filepath.Join(mnt, "a"), []byte("first"), 0o640)
+	unpin := writeClosePinned(t, filepath.Join(mnt, "a"), []byte("first"), 0o640)
 	waitPaced(t, fsrv)
 	f, err := os.OpenFile(filepath.Join(mnt, "c"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
 	if err == nil {
@@ -208,6 +243,7 @@ func TestOpenAfterExclExisting(t *testing.T) {
 	if got, m := content(filepath.Join(dir, "a")), mode(filepath.Join(dir, "a")); got != "first" || m != 0o640 {
 		t.Errorf("a on the server: %q, mode %v", got, m)
 	}
+	unpin()
 	if err := fsrv.Unmount(); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +264,7 @@ func TestOpenAfterServerRestart(t *testing.T) {
 	srv := serve(t, dir, testutil.LoopbackAddr(t), testutil.LoopbackAddr(t), nil)
 	mnt, sb, fsrv, _ := asyncMount(t, srv.SessionAddr(), 300*time.Millisecond, Options{releasePace: time.Hour})
 	data := []byte("written before the restart")
-	writeClose(t, filepath.Join(mnt, "a"), data, 0o640)
+	writeClosePinned(t, filepath.Join(mnt, "a"), data, 0o640)
 	waitPaced(t, fsrv)
 	hook := func(string) { srv.Close() } // the OPEN waits in slowBatch's sleep
 	sb.beforeOpen.Store(&hook)
