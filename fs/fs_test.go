@@ -290,17 +290,33 @@ func TestMountPOSIX(t *testing.T) {
 	// The first 100 entries are stat'ed as soon as they are read, not
 	// after the whole listing: under a loaded machine the 2000-entry
 	// listing can outlast the attribute timeout of its first entries.
-	before := tree.callCount("getattr")
-	dir, err := os.Open(p("many"))
-	must(err)
-	ents, err := dir.ReadDir(100)
-	must(err)
-	for _, e := range ents {
-		if _, err := e.Info(); err != nil {
-			t.Fatal(err)
+	// The tree counts a LOOKUP's stat as a GETATTR: an entry whose dentry
+	// the kernel dropped in between (memory pressure, drop_caches) is
+	// looked up again. So a measure is taken again, up to three times, on
+	// a fresh listing; without the listing's attributes every one costs
+	// about 100.
+	var dir *os.File
+	var ents []os.DirEntry
+	var d int
+	for range 3 {
+		before := tree.callCount("getattr")
+		if dir != nil {
+			must(dir.Close())
+		}
+		dir, err = os.Open(p("many"))
+		must(err)
+		ents, err = dir.ReadDir(100)
+		must(err)
+		for _, e := range ents {
+			if _, err := e.Info(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d = tree.callCount("getattr") - before; d <= 50 {
+			break
 		}
 	}
-	if d := tree.callCount("getattr") - before; d > 50 {
+	if d > 50 {
 		t.Errorf("readdir + stat of 100 entries cost %d GETATTRs; want the listing's attributes used", d)
 	}
 	rest, err := dir.ReadDir(-1)
@@ -312,7 +328,7 @@ func TestMountPOSIX(t *testing.T) {
 
 	// An open that moves no data attaches no data path (no REGISTER).
 	time.Sleep(100 * time.Millisecond)
-	before, _, _, _, _ = data.stats()
+	before, _, _, _, _ := data.stats()
 	for i := range 20 {
 		g, err := os.Create(p(fmt.Sprintf("touched%d", i)))
 		must(err)
