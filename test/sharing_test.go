@@ -176,7 +176,7 @@ func TestLocksTwoMounts(t *testing.T) {
 	probeGone() // B's waiter's lock
 	holder = holdFlock(t, fa)
 	testutil.Eventually(t, "A's holder taking the lock", 10*time.Second, func() bool { return !flockTry(fb) })
-	blocked := exec.Command("flock", "-x", fb, "sleep", "600")
+	blocked := testutil.Interruptible("flock", "-x", fb, "sleep", "600")
 	if err := blocked.Start(); err != nil {
 		t.Fatal(err)
 	}
