@@ -186,7 +186,7 @@ func TestCpInterrupted(t *testing.T) {
 	mnt := r.mount(t)
 	const size = 64 << 20
 	writeRandom(t, filepath.Join(r.dir, "big"), size)
-	cp := exec.Command("cp", filepath.Join(mnt, "big"), filepath.Join(mnt, "copy"))
+	cp := testutil.Interruptible("cp", filepath.Join(mnt, "big"), filepath.Join(mnt, "copy"))
 	if err := cp.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lwiofs/lwiofs/internal/testutil"
 )
 
 // Why a restarted server is exec'ed in a spare process, not forked by the
@@ -65,7 +69,13 @@ func startSpare(t testing.TB, args []string) *spare {
 // exec turns the spare into the server: its process is the server's.
 func (sp *spare) exec(t testing.TB) *proc {
 	t.Helper()
-	if held := heldFiles(t, sp.p.cmd.Process.Pid); len(held) > 0 {
+	// Until its shell waits at `read -r go`, the spare may still be
+	// starting: the dynamic loader holds libc open for a moment (seen
+	// under a drop_caches loop). The files it holds then are the ones its
+	// execve would close.
+	pid := sp.p.cmd.Process.Pid
+	testutil.Eventually(t, "the spare waiting on its stdin", 10*time.Second, func() bool { return sp.p.exited() || readingStdin(pid) })
+	if held := heldFiles(t, pid); len(held) > 0 {
 		t.Fatalf("the spare that execs the restarted server holds files, whose close its execve may wait for: %q", held)
 	}
 	_, err := sp.w.Write([]byte("go\n"))
@@ -74,6 +84,14 @@ func (sp *spare) exec(t testing.TB) *proc {
 		t.Fatalf("telling the spare to exec lwio-server: %v\n%s", err, sp.p.out)
 	}
 	return sp.p
+}
+
+// readingStdin reports whether pid is blocked in a read(2) of its
+// descriptor 0 (/proc/PID/syscall: the call's number, then its arguments).
+func readingStdin(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "syscall"))
+	f := strings.Fields(string(b))
+	return err == nil && len(f) > 1 && f[0] == strconv.Itoa(unix.SYS_READ) && f[1] == "0x0"
 }
 
 // heldFiles is what pid's descriptors name, pipes, sockets, anonymous

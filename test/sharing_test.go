@@ -109,10 +109,14 @@ func TestAppendsTwoMounts(t *testing.T) {
 func holdFlock(t *testing.T, file string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("flock", "-o", "-x", file, "sleep", "600")
+	// A group of its own: killing flock lets go of the lock (-o: sleep
+	// does not hold it), and the cleanup ends sleep too, which would
+	// otherwise outlive the test by ten minutes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Process.Kill(); cmd.Wait() })
 	return cmd
 }
 
@@ -176,7 +180,7 @@ func TestLocksTwoMounts(t *testing.T) {
 	probeGone() // B's waiter's lock
 	holder = holdFlock(t, fa)
 	testutil.Eventually(t, "A's holder taking the lock", 10*time.Second, func() bool { return !flockTry(fb) })
-	blocked := exec.Command("flock", "-x", fb, "sleep", "600")
+	blocked := testutil.Interruptible("flock", "-x", fb, "sleep", "600")
 	if err := blocked.Start(); err != nil {
 		t.Fatal(err)
 	}

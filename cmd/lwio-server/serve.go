@@ -28,6 +28,11 @@ func serve(c *Config, log *logrus.Logger) error {
 		return err
 	}
 	fitDescriptors(&fc.Session, log)
+	// SIGTERM is taken before the server listens: one sent as soon as it
+	// answers (a service manager stopping it right after its start) finds
+	// the handler, not the default action that ends the process unclean.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	srv, err := fileserver.Start(fc)
 	if err != nil {
 		return err
@@ -36,8 +41,6 @@ func serve(c *Config, log *logrus.Logger) error {
 	defer keepSysmonQuiet().Stop()
 	logStart(c, log, srv)
 
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s := <-sig
 	log.WithField("signal", s.String()).Info("shutting down: no new connections, finishing requests in flight")
 	stopWithin(srv, shutdownBudget, sig, log)

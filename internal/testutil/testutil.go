@@ -2,7 +2,8 @@
 // packages need alike: stat that fails the test, polling for a condition,
 // a directory every local user can reach, random bytes, a context bounded
 // by the test, a TCP relay for tests that watch, change or cut a
-// connection's bytes, and the logger LWIO_TEST_LOG turns on. It is for tests only: _test.go files and the test rigs
+// connection's bytes, a command a test stops with SIGINT (Interruptible),
+// and the logger LWIO_TEST_LOG turns on. It is for tests only: _test.go files and the test rigs
 // (test/hostile/rig).
 package testutil
 
