@@ -131,9 +131,19 @@ func twoAsyncMounts(t *testing.T, delay time.Duration) (a, b string) {
 // closes it, returning how long close(2) took.
 func writeClose(t *testing.T, p string, data []byte, mode os.FileMode) time.Duration {
 	t.Helper()
+	return writeCloseAfter(t, p, data, mode, nil)
+}
+
+// writeCloseAfter is writeClose that calls created, if not nil, once the
+// file exists and before anything is written to it.
+func writeCloseAfter(t *testing.T, p string, data []byte, mode os.FileMode, created func()) time.Duration {
+	t.Helper()
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if created != nil {
+		created()
 	}
 	if _, err := f.Write(data); err != nil {
 		t.Fatal(err)

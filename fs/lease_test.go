@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -125,15 +126,25 @@ func soon(t *testing.T, what string, d time.Duration, cond func() bool) {
 // kept handle and asks the server again when the name is next used. Tests
 // that count requests or wait for a kept handle pin what they count on.
 // O_PATH sends no OPEN, so a pin costs no request the tests count.
-func pin(t *testing.T, paths ...string) {
+// unpin lets go earlier (before an unmount: a descriptor keeps the mount
+// busy).
+func pin(t *testing.T, paths ...string) (unpin func()) {
 	t.Helper()
+	var fds []int
+	unpin = sync.OnceFunc(func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	})
+	t.Cleanup(unpin)
 	for _, p := range paths {
 		fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			t.Fatalf("pin %s: %v", p, err)
 		}
-		t.Cleanup(func() { unix.Close(fd) })
+		fds = append(fds, fd)
 	}
+	return unpin
 }
 
 func mode(p string) os.FileMode {

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 
 	"github.com/lwiofs/lwiofs/internal/testutil"
 )
@@ -45,25 +43,7 @@ func waitPaced(t *testing.T, fsrv *Server) {
 // Call unpin before unmounting: the descriptor keeps the mount busy.
 func writeClosePinned(t *testing.T, p string, data []byte, mode os.FileMode) (unpin func()) {
 	t.Helper()
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("pin %s: %v", p, err)
-	}
-	unpin = sync.OnceFunc(func() { unix.Close(fd) })
-	t.Cleanup(unpin)
-	if _, err := f.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatalf("close %s: %v", p, err)
-	}
+	writeCloseAfter(t, p, data, mode, func() { unpin = pin(t, p) })
 	return unpin
 }
 
