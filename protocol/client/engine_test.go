@@ -271,8 +271,12 @@ func TestCancelAndCloseInFlight(t *testing.T) {
 			go read()
 		}
 		// The three are queued on the server (a credit taken on the
-		// client is not yet a request there).
-		testutil.Eventually(t, "4 credits in use on the server", 10*time.Second, func() bool { return e.srv.Stats().CreditsInUse >= 4 })
+		// client is not yet a request there). A polling read's INTERRUPT
+		// holds a credit there too until the next completion: counted,
+		// the last read could come after the Cancel and wait for the gate.
+		testutil.Eventually(t, "4 READs holding credits on the server", 10*time.Second, func() bool {
+			return e.srv.Stats().CreditsInUse-interruptsOut(cl) >= 4
+		})
 		if err := f.Cancel(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -292,6 +296,20 @@ func TestCancelAndCloseInFlight(t *testing.T) {
 			t.Fatalf("write after Close: %v", err)
 		}
 	})
+}
+
+// interruptsOut counts cl's connections with an INTERRUPT sent and not
+// yet answered: each holds a credit on the server.
+func interruptsOut(cl *Client) int {
+	n := 0
+	for _, c := range cl.conns {
+		c.intrMu.Lock()
+		if c.intrOut {
+			n++
+		}
+		c.intrMu.Unlock()
+	}
+	return n
 }
 
 // The server dies mid-I/O: every outstanding and later call fails promptly
