@@ -136,7 +136,7 @@ func TestStat(t *testing.T) {
 	}
 
 	table := runCmd(t, "", nil, binaries.lwio, "stat", m.Dir)
-	for _, want := range []string{"by RDMA", "by session", "over TCP", "softrdma", "READ", "p99"} {
+	for _, want := range []string{"by RDMA", "by session", "no NIC", "softrdma", "READ", "p99"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("lwio stat table has no %q:\n%s", want, table)
 		}

@@ -68,13 +68,29 @@ func (f *File) readChunk(ctx context.Context, p []byte, off int64) (int, error) 
 // goes back to the pool with the slot). On error the slot and credit are
 // given back.
 func (c *conn) readBuffer(sl *slot, n int) (transport.Segment, error) {
+	buf, err := c.slotBuffer(sl, n)
+	if err != nil {
+		return transport.Segment{}, err
+	}
+	return transport.Segment{Region: buf, Length: n}, nil
+}
+
+// slotBuffer takes a pooled registered buffer of n bytes as sl's buffer
+// (it goes back to the pool with the slot). On error the slot and credit
+// are given back; a connection that died meanwhile (the reaper dropped
+// its pool) fails as a lost connection, which the caller's reconnect
+// replays, not as the pool's transport.ErrClosed (EIO at the mount).
+func (c *conn) slotBuffer(sl *slot, n int) (transport.Region, error) {
 	buf, err := c.pool.Get(n)
 	if err != nil {
 		c.abort(sl)
-		return transport.Segment{}, err
+		if !c.alive() {
+			return nil, c.connErr()
+		}
+		return nil, err
 	}
 	sl.buf = buf
-	return transport.Segment{Region: buf, Length: n}, nil
+	return buf, nil
 }
 
 // read posts a READ of len(dst) bytes at off into dst and waits for it. On

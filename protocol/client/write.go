@@ -95,12 +95,10 @@ func (c *conn) writeArea(sl *slot, n int) (dst []byte, seg *transport.Segment, e
 	if n <= inlineWrite && sl.ncred <= 1 {
 		return sl.send.Bytes()[protocol.HeaderSize : protocol.HeaderSize+n], nil, nil
 	}
-	buf, err := c.pool.Get(n)
+	buf, err := c.slotBuffer(sl, n)
 	if err != nil {
-		c.abort(sl)
 		return nil, nil, err
 	}
-	sl.buf = buf
 	sl.data = transport.Segment{Region: buf, Length: n}
 	return buf.Bytes()[:n], &sl.data, nil
 }

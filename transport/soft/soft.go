@@ -448,6 +448,9 @@ func (l *listener) acceptLoop() {
 			}
 		}
 		tc := nc.(*net.TCPConn)
+		// The deadline before the table: an eviction (a past deadline)
+		// must not be undone by a hello goroutine that starts after it.
+		_ = tc.SetDeadline(time.Now().Add(l.p.opts.HandshakeTimeout))
 		l.hellos.add(tc)
 		l.wg.Add(1)
 		go func() {
@@ -459,7 +462,6 @@ func (l *listener) acceptLoop() {
 }
 
 func (l *listener) admit(tc *net.TCPConn) {
-	_ = tc.SetDeadline(time.Now().Add(l.p.opts.HandshakeTimeout))
 	stop := context.AfterFunc(l.ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
 	var s sock = tc
 	local := l.local != nil && l.p.sameHost(tc)

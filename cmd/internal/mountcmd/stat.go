@@ -239,7 +239,10 @@ func printStat(w io.Writer, r *StatReport) {
 	fmt.Fprintf(w, "%s  %s  data path %s  completion=%s\n", r.Mountpoint, r.Source, r.DataPath, r.Completion)
 
 	total := r.Bytes.RDMA + r.Bytes.Session
-	tcp := r.Bytes.Session + r.Bytes.Providers[soft.Name]
+	// What no RDMA NIC carried: the session channel, and softrdma
+	// whatever its carrier (TCP, or pipes, a unix socket and shared
+	// memory to a server on this host: the device column says which).
+	noNIC := r.Bytes.Session + r.Bytes.Providers[soft.Name]
 	fmt.Fprintf(w, "\nfile data       %10s\n", size(total))
 	fmt.Fprintf(w, "  by RDMA       %10s %s", size(r.Bytes.RDMA), pct(r.Bytes.RDMA, total))
 	for _, p := range slices.Sorted(maps.Keys(r.Bytes.Providers)) {
@@ -248,7 +251,7 @@ func printStat(w io.Writer, r *StatReport) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  by session    %10s %s  (TCP: read %s, written %s)\n", size(r.Bytes.Session), pct(r.Bytes.Session, total),
 		size(r.Bytes.SessionRead), size(r.Bytes.SessionWritten))
-	fmt.Fprintf(w, "  => over TCP   %10s %s  (the session channel, and softrdma: RDMA emulated over TCP, or over pipes, a unix socket or shared memory to a server on this host)\n", size(tcp), pct(tcp, total))
+	fmt.Fprintf(w, "  => no NIC     %10s %s  (the session channel, and softrdma: RDMA emulated in software, over TCP or, to a server on this host, pipes and shared memory)\n", size(noNIC), pct(noNIC, total))
 
 	fmt.Fprintf(w, "\nconnections\n")
 	if len(r.Connections) == 0 {
