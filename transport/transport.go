@@ -107,6 +107,11 @@ type SendWR struct {
 	// Imm is sent with the message when HasImm is set.
 	Imm    uint32
 	HasImm bool
+	// Lend (OpSend) says the sender keeps the SGL's bytes unchanged and
+	// registered after the send completes, until its own protocol says
+	// the receiver is done with them: a provider that shares memory with
+	// the peer may leave them there for the receiver to read (lend.go).
+	Lend bool
 }
 
 // RecvWR is a work request on the receive queue (ibv_recv_wr).
@@ -167,6 +172,10 @@ type Completion struct {
 	// Imm is the immediate data when HasImm is set.
 	Imm    uint32
 	HasImm bool
+	// Lent (OpRecv of a SEND marked Lend) is the message's tail left in
+	// the sender's memory; Len counts only the bytes before it, placed in
+	// the buffer (lend.go, LentReader).
+	Lent Lent
 }
 
 // Err returns nil for a successful completion, else a *CompletionError.

@@ -90,6 +90,9 @@ type recvBuf struct {
 	// compare-and-swap, without the pool's mu: a buffer is taken once and
 	// given back once.
 	owner atomic.Pointer[conn]
+	// lent is the tail of the message in it left in the client's memory
+	// (lent.go), until placed; set by each receive.
+	lent transport.Lent
 }
 
 // Markers for recvBuf.owner.

@@ -49,6 +49,7 @@ type sendEntry struct {
 	rkey   uint32
 	imm    uint32
 	hasImm bool
+	lend   bool // SendWR.Lend, on a connection without faults
 }
 
 // failure describes why a connection goes to error.
@@ -306,6 +307,7 @@ func (c *conn) Post(wrs ...transport.SendWR) error {
 		wr := &wrs[i]
 		e := &c.sq[c.sqTail%uint64(len(c.sq))]
 		e.id, e.op, e.raddr, e.rkey, e.imm, e.hasImm = wr.ID, wr.Op, wr.RemoteAddr, wr.RKey, wr.Imm, wr.HasImm
+		e.lend = wr.Lend && wr.Op == transport.OpSend && c.faults == nil
 		e.segs = append(e.segs[:0], wr.SGL...)
 		e.length = 0
 		for _, s := range wr.SGL {

@@ -119,6 +119,9 @@ type Provider struct {
 	shmCopies, shmRefs    atomic.Int64
 	// shmFills counts fills of a peer's arena in place (shmfill.go).
 	shmFills atomic.Int64
+	// shmLent counts SEND tails left lent in a peer's arena, shmPins
+	// those read where they are (shmlend.go).
+	shmLent, shmPins atomic.Int64
 	// shmCopyHook, in tests, runs in each copy into a peer's arena
 	// between taking the slot and copying.
 	shmCopyHook func()
