@@ -16,10 +16,7 @@ import (
 // same bytes through the receive buffers and nothing in place.
 func TestWriteInPlace(t *testing.T) {
 	needFUSE(t)
-	inPlace := func(t *testing.T, metrics string) float64 {
-		t.Helper()
-		return scrapeMetrics(t, metrics)["lwio_writes_in_place_total"]
-	}
+	const counter = "lwio_writes_in_place_total"
 	// writes puts two files through the mount with O_DIRECT, 1 MiB and
 	// 64 KiB writes, and checks them on the export.
 	writes := func(t *testing.T, mnt, export string) {
@@ -58,27 +55,17 @@ func TestWriteInPlace(t *testing.T) {
 		s := startServer(t, ServerConfig{Shares: map[string]string{"share": share}, Args: []string{"-metrics", metrics}})
 		m := mountShare(t, s, MountConfig{Options: []string{"noleases"}})
 		writes(t, m.Dir, share)
-		if n := inPlace(t, metrics); n < 8+16 {
+		if n := scrapeMetrics(t, metrics)[counter]; n < 8+16 {
 			t.Fatalf("%v WRITEs written in place, want the 8 MiB file's 8 and the 64 KiB writes' 16", n)
 		}
 	})
 	t.Run("ordinary account", func(t *testing.T) {
-		needAccounts(t)
-		acct := newLocalUser(t)
-		metrics := freeAddr(t)
-		share := t.TempDir()
-		if err := os.Chown(share, int(acct.uid), int(acct.gid)); err != nil {
-			t.Fatal(err)
-		}
-		s := startServer(t, ServerConfig{Shares: map[string]string{"share": share},
-			Args: append(serverConfig(t, acct), "-metrics", metrics)})
-		m := mountShare(t, s, MountConfig{User: acct.name, Password: acct.password, Options: []string{"allow_other", "noleases"}})
-		reachable(t, m.Dir)
+		acct, m, share, metrics := accountMount(t)
 		writes(t, m.Dir, share)
 		if uid, _ := ownerOnDisk(t, filepath.Join(share, "big")); uid != acct.uid {
 			t.Fatalf("the file is owned by %d, want the account's %d: the test proves nothing", uid, acct.uid)
 		}
-		if n := inPlace(t, metrics); n < 8+16 {
+		if n := scrapeMetrics(t, metrics)[counter]; n < 8+16 {
 			t.Fatalf("%v WRITEs written in place, want 24", n)
 		}
 	})
@@ -96,9 +83,27 @@ func TestWriteInPlace(t *testing.T) {
 			s := startServer(t, ServerConfig{Shares: map[string]string{"share": share}, Env: c.env, Args: []string{"-metrics", metrics}})
 			m := mountShare(t, s, MountConfig{Options: c.opts})
 			writes(t, m.Dir, share)
-			if n := inPlace(t, metrics); n != 0 {
+			if n := scrapeMetrics(t, metrics)[counter]; n != 0 {
 				t.Fatalf("%v WRITEs written in place", n)
 			}
 		})
 	}
+}
+
+// accountMount starts a server (its /metrics at a free address) whose
+// share belongs to a new local account, and mounts it as that account.
+func accountMount(t *testing.T) (acct *localUser, m *Mount, share, metrics string) {
+	t.Helper()
+	needAccounts(t)
+	acct = newLocalUser(t)
+	metrics = freeAddr(t)
+	share = t.TempDir()
+	if err := os.Chown(share, int(acct.uid), int(acct.gid)); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, ServerConfig{Shares: map[string]string{"share": share},
+		Args: append(serverConfig(t, acct), "-metrics", metrics)})
+	m = mountShare(t, s, MountConfig{User: acct.name, Password: acct.password, Options: []string{"allow_other", "noleases"}})
+	reachable(t, m.Dir)
+	return acct, m, share, metrics
 }

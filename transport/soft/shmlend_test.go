@@ -85,19 +85,23 @@ func TestLendSend(t *testing.T) {
 
 // TestLendNot: a connection that carries no SEND by reference lends
 // nothing: TCP, shared memory off, sealed, with faults, the listener's
-// end (it shares no memory); the data is placed as before.
+// end (it shares no memory); nor one to a listener whose hello did not
+// say it takes lent SENDs (an older server would refuse the entry); the
+// data is placed as before.
 func TestLendNot(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		cOpts      Options
 		sOpts      Options
 		seal, back bool
+		old        bool // a listener from before lending: no helloLend
 	}{
-		{"TCP", Options{TCPOnly: true}, Options{TCPOnly: true}, false, false},
-		{"no shared memory", Options{}, Options{NoSharedMemory: true}, false, false},
-		{"sealed", Options{}, Options{}, true, false},
-		{"faults", Options{Faults: &Faults{DelayCompletions: time.Microsecond}}, Options{}, false, false},
-		{"the listener's SEND", Options{}, Options{}, false, true},
+		{"TCP", Options{TCPOnly: true}, Options{TCPOnly: true}, false, false, false},
+		{"no shared memory", Options{}, Options{NoSharedMemory: true}, false, false, false},
+		{"sealed", Options{}, Options{}, true, false, false},
+		{"faults", Options{Faults: &Faults{DelayCompletions: time.Microsecond}}, Options{}, false, false, false},
+		{"the listener's SEND", Options{}, Options{}, false, true, false},
+		{"a listener that takes no lent SEND", Options{}, Options{}, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cp, sp := New(tc.cOpts), New(tc.sOpts)
@@ -107,6 +111,12 @@ func TestLendNot(t *testing.T) {
 			}
 			if tc.back {
 				cli, srv = srv, cli
+			}
+			if !cli.(*conn).shmLend && !tc.back && tc.cOpts == (Options{}) && tc.sOpts == (Options{}) && !tc.seal {
+				t.Fatal("the listener did not say it takes lent SENDs")
+			}
+			if tc.old {
+				cli.(*conn).shmLend = false // what an older listener's hello (no helloLend) leaves
 			}
 			c, buf, data := lendOne(t, cli, srv, 64<<10, 0x3C, true)
 			if c.Lent.Length != 0 || c.Len != 64+64<<10 || !bytes.Equal(buf[64:], data.Bytes()) {
@@ -225,15 +235,5 @@ func TestLendPinHeld(t *testing.T) {
 	if err := <-retired; err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		pa.mu.RLock()
-		gone := pa.mem == nil
-		pa.mu.RUnlock()
-		if gone {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the mapping is still there after the pin was let go")
-		}
-	}
+	waitUnmapped(t, pa, "the pin was let go")
 }

@@ -372,5 +372,6 @@ func (l *listener) acceptArena(uc *net.UnixConn) (*peerArena, error) {
 // mapping.
 type shmEnds struct {
 	out  bool
+	lend bool // out, and the listener takes lent SENDs (helloLend)
 	peer *peerArena
 }

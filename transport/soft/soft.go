@@ -200,7 +200,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 		_ = tc.Close()
 		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
 	}
-	c, err := p.newConn(s, tc, cfg, peer, shmEnds{out: shm})
+	c, err := p.newConn(s, tc, cfg, peer, shmEnds{out: shm, lend: shm && peer.Flags&helloLend != 0})
 	if err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
@@ -255,7 +255,7 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm b
 	if local {
 		h.Flags = helloLocal
 		if shm {
-			h.Flags |= helloShm
+			h.Flags |= helloShm | helloLend
 		}
 		if p.pipes() {
 			h.Flags |= helloPipe
