@@ -3,6 +3,7 @@ package soft
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,29 +176,37 @@ func TestLendRefused(t *testing.T) {
 }
 
 // TestLendForgedBounds: a lent entry naming memory the dialer's table
-// does not resolve (a hostile dialer's bounds) is refused when its frame
-// is read, as a copied reference is: the SEND fails and so does the
-// connection.
+// does not resolve (a hostile dialer's bounds, or a handle its table does
+// not hold) is refused when its frame is read, as a copied reference is:
+// the SEND fails and so does the connection.
 func TestLendForgedBounds(t *testing.T) {
-	cp, sp := New(Options{}), New(Options{})
-	cli, srv := pair(t, cp, sp, transport.Config{})
-	a := cp.pd.arena.Load()
-	hdr := mustAlloc(t, cli, 64, transport.AccessLocal)
-	data := mustAlloc(t, cli, 64<<10, transport.AccessLocal|transport.AccessRemoteWrite)
-	corruptSlot(a, data, uint64(a.size), 1<<20)
-	rbuf := mustAlloc(t, srv, 1<<20, transport.AccessLocal)
-	if err := srv.PostRecv(transport.RecvWR{ID: 2, Buf: transport.Whole(rbuf)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.Post(transport.SendWR{ID: 3, Op: transport.OpSend, Lend: true,
-		SGL: []transport.Segment{transport.Whole(hdr), transport.Whole(data)}}); err != nil {
-		t.Fatal(err)
-	}
-	if c := waitOne(t, cli, 5*time.Second); c.Status != transport.StatusRemoteInvalidRequest {
-		t.Fatalf("a lent SEND with forged bounds: %+v, want %v", c, transport.StatusRemoteInvalidRequest)
-	}
-	if sp.shmLent.Load() != 0 {
-		t.Fatal("the forged entry was taken as lent")
+	for name, forge := range map[string]func(a *arena, r transport.Region){
+		"bounds": func(a *arena, r transport.Region) { corruptSlot(a, r, uint64(a.size), 1<<20) },
+		"handle": func(a *arena, r transport.Region) {
+			atomic.StoreUint32(word32(a.mem, r.(*region).slot*shmSlotSize+4), r.Handle()^1<<20)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cp, sp := New(Options{}), New(Options{})
+			cli, srv := pair(t, cp, sp, transport.Config{})
+			hdr := mustAlloc(t, cli, 64, transport.AccessLocal)
+			data := mustAlloc(t, cli, 64<<10, transport.AccessLocal|transport.AccessRemoteWrite)
+			forge(cp.pd.arena.Load(), data)
+			rbuf := mustAlloc(t, srv, 1<<20, transport.AccessLocal)
+			if err := srv.PostRecv(transport.RecvWR{ID: 2, Buf: transport.Whole(rbuf)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cli.Post(transport.SendWR{ID: 3, Op: transport.OpSend, Lend: true,
+				SGL: []transport.Segment{transport.Whole(hdr), transport.Whole(data)}}); err != nil {
+				t.Fatal(err)
+			}
+			if c := waitOne(t, cli, 5*time.Second); c.Status != transport.StatusRemoteInvalidRequest {
+				t.Fatalf("a lent SEND with a forged %s: %+v, want %v", name, c, transport.StatusRemoteInvalidRequest)
+			}
+			if sp.shmLent.Load() != 0 {
+				t.Fatal("the forged entry was taken as lent")
+			}
+		})
 	}
 }
 
