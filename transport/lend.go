@@ -10,7 +10,9 @@ package transport
 // placed (Completion.Len) and a descriptor of the tail (Completion.Lent).
 // The receiver reads the tail where it is (PinLent), or has it placed
 // behind the rest in the receive buffer (PlaceLent), as an ordinary SEND
-// would have been. Providers that do not share memory ignore the mark.
+// would have been. Providers that do not share memory ignore the mark,
+// and a receiver whose user did not ask for lent tails (Config.TakeLent)
+// gets every SEND placed whole.
 //
 // It is about memory, not messages: the capability knows nothing of what
 // the bytes are.
@@ -25,7 +27,8 @@ type Lent struct {
 }
 
 // LentReader is implemented by a connection whose receives may complete
-// with a lent tail. A completion carrying one has placed only Len bytes:
+// with a lent tail (the completion's Conn: a wrapper of the connection
+// need not forward it). A completion carrying one has placed only Len bytes:
 // the receive buffer past them holds whatever it held before (on a shared
 // receive queue, another connection's message) and must not be read as
 // this message's until PlaceLent has put the tail there.

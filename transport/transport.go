@@ -281,6 +281,11 @@ type Config struct {
 	// QueueChooser). Nil: every connection has its own completion queue
 	// and receive queue.
 	Queues QueueChooser
+	// TakeLent says the user reads a receive's lent tail (Completion.Lent,
+	// LentReader on Completion.Conn): a provider may then leave a lent
+	// SEND's data in the sender's memory. Without it every SEND is placed
+	// whole (lend.go).
+	TakeLent bool
 }
 
 // WithDefaults returns c with zero fields replaced by the defaults.

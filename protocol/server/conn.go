@@ -37,7 +37,7 @@ type conn struct {
 	s      *Server
 	tc     transport.Conn
 	fill   transport.RemoteFiller // tc, when it can fill the client's memory in place
-	lend   transport.LentReader   // tc, when a WRITE's data may stay in the client's memory (lent.go)
+	lend   transport.LentReader   // tc, when it reads lent WRITE data (lent.go; else the completion's Conn)
 	id     uint64
 	log    logrus.FieldLogger
 	ctx    context.Context // ends at teardown

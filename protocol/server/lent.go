@@ -32,19 +32,23 @@ import (
 func (c *conn) received(rb *recvBuf, wc *transport.Completion) ([]byte, error) {
 	b := rb.seg.Bytes()
 	l := wc.Lent
-	rb.lent = transport.Lent{}
+	rb.lent, rb.lender = transport.Lent{}, nil
 	if l.Length == 0 {
 		return b[:wc.Len], nil
 	}
-	if c.lend == nil || l.Length < 0 || wc.Len+l.Length > len(b) {
+	lr := c.lend
+	if r, ok := wc.Conn.(transport.LentReader); ok {
+		lr = r // the provider's own connection, under any wrapper of tc
+	}
+	if lr == nil || l.Length < 0 || wc.Len+l.Length > len(b) {
 		return nil, errors.New("protocol violation: a lent message the connection cannot read")
 	}
 	full := b[:wc.Len+l.Length]
 	if lendable(b[:wc.Len]) {
-		rb.lent = l
+		rb.lent, rb.lender = l, lr
 		return full, nil
 	}
-	if err := c.lend.PlaceLent(l, full[wc.Len:]); err != nil {
+	if err := lr.PlaceLent(l, full[wc.Len:]); err != nil {
 		return nil, err
 	}
 	return full, nil
@@ -123,11 +127,11 @@ func (c *conn) placeOne(rb *recvBuf, data []byte) ([]byte, error) {
 	b := rb.seg.Bytes()
 	end := protocol.HeaderSize + len(data)
 	full := b[protocol.HeaderSize : end+rb.lent.Length]
-	if err := c.lend.PlaceLent(rb.lent, full[len(data):]); err != nil {
+	if err := rb.lender.PlaceLent(rb.lent, full[len(data):]); err != nil {
 		c.fail(err)
 		return nil, err
 	}
-	rb.lent = transport.Lent{}
+	rb.lent, rb.lender = transport.Lent{}, nil
 	return full, nil
 }
 
@@ -148,11 +152,11 @@ func (c *conn) writeLent(sl *slot, fe *fidEntry, off int64) (got int, err error,
 		if rb.lent.Length == 0 {
 			return true
 		}
-		src, ok := c.lend.PinLent(rb.lent)
+		src, ok := rb.lender.PinLent(rb.lent)
 		if !ok {
 			return false
 		}
-		pins = append(pins, rb.lent)
+		pins = append(pins, rb)
 		pieces = append(pieces, src)
 		return true
 	}
@@ -166,10 +170,11 @@ func (c *conn) writeLent(sl *slot, fe *fidEntry, off int64) (got int, err error,
 		got, err = writeFragments(fe.file, pieces, off)
 		c.s.ctr.writesInPlace.Add(1)
 	}
-	for _, l := range pins {
-		c.lend.UnpinLent(l)
+	for _, rb := range pins {
+		rb.lender.UnpinLent(rb.lent)
 	}
 	clear(pieces)
+	clear(pins)
 	sl.lentPieces, sl.pins = pieces[:0], pins[:0]
 	return got, err, ok
 }

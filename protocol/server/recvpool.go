@@ -92,7 +92,8 @@ type recvBuf struct {
 	owner atomic.Pointer[conn]
 	// lent is the tail of the message in it left in the client's memory
 	// (lent.go), until placed; set by each receive.
-	lent transport.Lent
+	lent   transport.Lent
+	lender transport.LentReader // whose lent is it (the completion's Conn)
 }
 
 // Markers for recvBuf.owner.

@@ -50,7 +50,7 @@ type slot struct {
 	// A WRITE written from the mount's memory (lent.go): the pieces
 	// and the pins, kept for the next.
 	lentPieces [][]byte
-	pins       []transport.Lent
+	pins       []*recvBuf
 }
 
 // sgl returns a one-entry gather list backed by the slot (no allocation).

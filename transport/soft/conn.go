@@ -87,9 +87,10 @@ type conn struct {
 	// mapped its arena (its large SENDs go by reference, the listener's
 	// WRITEs arrive as notices); peer, on a listener, is that mapping.
 	shmOut bool
-	// shmLend: shmOut, and the listener takes lent SENDs (shmlend.go)
-	shmLend bool
-	peer    *peerArena
+	// shmLend: shmOut, and the listener takes lent SENDs (shmlend.go);
+	// takeLent: a listener whose user takes them (Config.TakeLent).
+	shmLend, takeLent bool
+	peer              *peerArena
 	// fillTok is the token of this connection's filled WRITEs (shmfill.go).
 	fillTok placedRegion
 
@@ -186,12 +187,14 @@ func newConn(p *Provider, nc sock, tc *net.TCPConn, cfg transport.Config, peer h
 	case *net.UnixConn:
 		c.carrier = CarrierUnix
 		c.shmOut, c.shmLend, c.peer = shm.out, shm.lend, shm.peer
+		c.takeLent = shm.peer != nil && cfg.TakeLent
 		if c.shmOut || c.peer != nil {
 			c.carrier = CarrierShm
 		}
 	case *pipeSock:
 		c.carrier = CarrierPipe
 		c.shmOut, c.shmLend, c.peer = shm.out, shm.lend, shm.peer
+		c.takeLent = shm.peer != nil && cfg.TakeLent
 		if c.shmOut || c.peer != nil {
 			c.carrier = CarrierPipeShm
 		}

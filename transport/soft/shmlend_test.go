@@ -52,7 +52,7 @@ func lendOne(t *testing.T, cli, srv transport.Conn, n int, b byte, lend bool) (t
 // same SEND is placed whole, as before.
 func TestLendSend(t *testing.T) {
 	cp, sp := New(Options{}), New(Options{})
-	cli, srv := pair(t, cp, sp, transport.Config{})
+	cli, srv := pair(t, cp, sp, transport.Config{TakeLent: true})
 	const n = 128 << 10
 	c, buf, data := lendOne(t, cli, srv, n, 0x5A, true)
 	if c.Len != 64 || c.Lent.Length != n || c.Lent.Handle != data.Handle() || c.Lent.Addr != data.Addr() {
@@ -86,38 +86,41 @@ func TestLendSend(t *testing.T) {
 
 // TestLendNot: a connection that carries no SEND by reference lends
 // nothing: TCP, shared memory off, sealed, with faults, the listener's
-// end (it shares no memory); nor one to a listener whose hello did not
-// say it takes lent SENDs (an older server would refuse the entry); the
-// data is placed as before.
+// end (it shares no memory); nor one to a listener whose user did not
+// ask for lent data (Config.TakeLent: its hello does not offer it, and an
+// older server would refuse the entry), which places a lent entry sent
+// anyway as a reference; the data is placed as before.
 func TestLendNot(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		cOpts      Options
 		sOpts      Options
 		seal, back bool
-		old        bool // a listener from before lending: no helloLend
+		old        bool // a listener whose user takes no lent data (no TakeLent: no helloLend)
 	}{
 		{"TCP", Options{TCPOnly: true}, Options{TCPOnly: true}, false, false, false},
 		{"no shared memory", Options{}, Options{NoSharedMemory: true}, false, false, false},
 		{"sealed", Options{}, Options{}, true, false, false},
 		{"faults", Options{Faults: &Faults{DelayCompletions: time.Microsecond}}, Options{}, false, false, false},
 		{"the listener's SEND", Options{}, Options{}, false, true, false},
-		{"a listener that takes no lent SEND", Options{}, Options{}, false, false, true},
+		{"a listener whose user takes no lent data", Options{}, Options{}, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cp, sp := New(tc.cOpts), New(tc.sOpts)
-			cli, srv := pair(t, cp, sp, transport.Config{})
+			cli, srv := pair(t, cp, sp, transport.Config{TakeLent: !tc.old})
 			if tc.seal {
 				sealPair(t, cli, srv, false)
 			}
 			if tc.back {
 				cli, srv = srv, cli
 			}
-			if !cli.(*conn).shmLend && !tc.back && tc.cOpts == (Options{}) && tc.sOpts == (Options{}) && !tc.seal {
-				t.Fatal("the listener did not say it takes lent SENDs")
+			if want := !tc.back && !tc.old && !tc.cOpts.TCPOnly && !tc.sOpts.NoSharedMemory; cli.(*conn).shmLend != want {
+				t.Fatalf("the dialer lends: %v, want %v (helloLend)", cli.(*conn).shmLend, want)
 			}
 			if tc.old {
-				cli.(*conn).shmLend = false // what an older listener's hello (no helloLend) leaves
+				// A dialer that lends all the same (hostile, or a bug):
+				// the listener places the data whole.
+				cli.(*conn).shmLend = true
 			}
 			c, buf, data := lendOne(t, cli, srv, 64<<10, 0x3C, true)
 			if c.Lent.Length != 0 || c.Len != 64+64<<10 || !bytes.Equal(buf[64:], data.Bytes()) {
@@ -135,7 +138,7 @@ func TestLendRefused(t *testing.T) {
 	const n = 64 << 10
 	t.Run("punched page", func(t *testing.T) {
 		cp, sp := New(Options{}), New(Options{})
-		cli, srv := pair(t, cp, sp, transport.Config{})
+		cli, srv := pair(t, cp, sp, transport.Config{TakeLent: true})
 		c, buf, data := lendOne(t, cli, srv, n, 0x44, true)
 		punch(t, cp.pd.arena.Load(), data, n-pageSize, pageSize)
 		lr := srv.(transport.LentReader)
@@ -151,7 +154,7 @@ func TestLendRefused(t *testing.T) {
 	})
 	t.Run("retired region", func(t *testing.T) {
 		cp, sp := New(Options{}), New(Options{})
-		cli, srv := pair(t, cp, sp, transport.Config{})
+		cli, srv := pair(t, cp, sp, transport.Config{TakeLent: true})
 		c, buf, data := lendOne(t, cli, srv, n, 0x45, true)
 		if err := data.Deregister(); err != nil {
 			t.Fatal(err)
@@ -166,7 +169,7 @@ func TestLendRefused(t *testing.T) {
 	})
 	t.Run("closed", func(t *testing.T) {
 		cp, sp := New(Options{}), New(Options{})
-		cli, srv := pair(t, cp, sp, transport.Config{})
+		cli, srv := pair(t, cp, sp, transport.Config{TakeLent: true})
 		c, _, _ := lendOne(t, cli, srv, n, 0x46, true)
 		_ = srv.Close()
 		if _, ok := srv.(transport.LentReader).PinLent(c.Lent); ok {
@@ -188,7 +191,7 @@ func TestLendForgedBounds(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			cp, sp := New(Options{}), New(Options{})
-			cli, srv := pair(t, cp, sp, transport.Config{})
+			cli, srv := pair(t, cp, sp, transport.Config{TakeLent: true})
 			hdr := mustAlloc(t, cli, 64, transport.AccessLocal)
 			data := mustAlloc(t, cli, 64<<10, transport.AccessLocal|transport.AccessRemoteWrite)
 			forge(cp.pd.arena.Load(), data)
@@ -216,7 +219,7 @@ func TestLendForgedBounds(t *testing.T) {
 // to a hung export holds a pin for as long).
 func TestLendPinHeld(t *testing.T) {
 	cp, sp := New(Options{}), New(Options{})
-	cli, srv := pair(t, cp, sp, transport.Config{})
+	cli, srv := pair(t, cp, sp, transport.Config{TakeLent: true})
 	c, _, data := lendOne(t, cli, srv, 64<<10, 0x47, true)
 	lr := srv.(transport.LentReader)
 	if _, ok := lr.PinLent(c.Lent); !ok {

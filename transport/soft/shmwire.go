@@ -176,6 +176,15 @@ func (c *conn) readRefs(h *frameHeader, dst []byte) (lent transport.Lent, err er
 			}
 			c.p.shmRefs.Add(1)
 		case shmLent:
+			if !c.takeLent {
+				// The user takes no lent tails (Config.TakeLent), so
+				// the hello did not offer it: placed as a reference.
+				if !c.peer.copyFrom(dst[pos:pos+ln], handle, addr) {
+					return lent, shmRefError{fmt.Sprintf("%d bytes at %#x of region %#x are not in the shared memory", ln, addr, handle)}
+				}
+				c.p.shmRefs.Add(1)
+				break
+			}
 			if wire != 0 || pos+ln != len(dst) || ln == 0 {
 				return lent, shmRefError{"a lent entry that is not the message's tail"}
 			}

@@ -255,7 +255,10 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm b
 	if local {
 		h.Flags = helloLocal
 		if shm {
-			h.Flags |= helloShm | helloLend
+			h.Flags |= helloShm
+			if cfg.TakeLent {
+				h.Flags |= helloLend
+			}
 		}
 		if p.pipes() {
 			h.Flags |= helloPipe
