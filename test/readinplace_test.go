@@ -1,7 +1,6 @@
 package test
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -27,17 +26,7 @@ func TestReadInPlace(t *testing.T) {
 		}
 	})
 	t.Run("ordinary account", func(t *testing.T) {
-		needAccounts(t)
-		acct := newLocalUser(t)
-		metrics := freeAddr(t)
-		share := t.TempDir()
-		if err := os.Chown(share, int(acct.uid), int(acct.gid)); err != nil {
-			t.Fatal(err)
-		}
-		s := startServer(t, ServerConfig{Shares: map[string]string{"share": share},
-			Args: append(serverConfig(t, acct), "-metrics", metrics)})
-		m := mountShare(t, s, MountConfig{User: acct.name, Password: acct.password, Options: []string{"allow_other", "noleases"}})
-		reachable(t, m.Dir)
+		acct, m, share, metrics := accountMount(t)
 		directIO(t, filepath.Join(m.Dir, "big"), 8<<20)
 		if uid, _ := ownerOnDisk(t, filepath.Join(share, "big")); uid != acct.uid {
 			t.Fatalf("the file is owned by %d, want the account's %d: the test proves nothing", uid, acct.uid)

@@ -107,6 +107,11 @@ type SendWR struct {
 	// Imm is sent with the message when HasImm is set.
 	Imm    uint32
 	HasImm bool
+	// Lend (OpSend) says the sender keeps the SGL's bytes unchanged and
+	// registered after the send completes, until its own protocol says
+	// the receiver is done with them: a provider that shares memory with
+	// the peer may leave them there for the receiver to read (lend.go).
+	Lend bool
 }
 
 // RecvWR is a work request on the receive queue (ibv_recv_wr).
@@ -167,6 +172,10 @@ type Completion struct {
 	// Imm is the immediate data when HasImm is set.
 	Imm    uint32
 	HasImm bool
+	// Lent (OpRecv of a SEND marked Lend) is the message's tail left in
+	// the sender's memory; Len counts only the bytes before it, placed in
+	// the buffer (lend.go, LentReader).
+	Lent Lent
 }
 
 // Err returns nil for a successful completion, else a *CompletionError.
@@ -272,6 +281,11 @@ type Config struct {
 	// QueueChooser). Nil: every connection has its own completion queue
 	// and receive queue.
 	Queues QueueChooser
+	// TakeLent says the user reads a receive's lent tail (Completion.Lent,
+	// LentReader on Completion.Conn): a provider may then leave a lent
+	// SEND's data in the sender's memory. Without it every SEND is placed
+	// whole (lend.go).
+	TakeLent bool
 }
 
 // WithDefaults returns c with zero fields replaced by the defaults.

@@ -568,6 +568,9 @@ func (c *conn) roundTrip(ctx context.Context, sl *slot, h *protocol.Header, hdrL
 	return r, err
 }
 
+// post sends sl's request: hdrLen bytes of its send area, then data. data
+// is a write's (writeArea: the slot's pooled buffer, kept until the
+// answer), so the SEND is lent (write.go, lendWrite).
 func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Segment) error {
 	h.Put(sl.send.Bytes())
 	sl.segs[0] = transport.Segment{Region: sl.send, Length: hdrLen}
@@ -576,7 +579,7 @@ func (c *conn) post(sl *slot, h *protocol.Header, hdrLen int, data *transport.Se
 		sl.segs[1] = *data
 		sgl = sl.segs[:2]
 	}
-	sl.wr[0] = transport.SendWR{ID: uint64(sl.idx), Op: transport.OpSend, SGL: sgl}
+	sl.wr[0] = transport.SendWR{ID: uint64(sl.idx), Op: transport.OpSend, SGL: sgl, Lend: data != nil}
 	return c.postChain(sl, sl.wr[:])
 }
 

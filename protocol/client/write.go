@@ -131,6 +131,19 @@ func writePayload(req *protocol.WriteRequest, seg *transport.Segment) int {
 // postWrite posts a WRITE or VEC_WRITE: one SEND (header, then the data
 // behind it or as a second segment), or, when sl took a credit per
 // message, the fragmented write's messages in one chain.
+//
+// lendWrite: a SEND whose data is in the slot's pooled buffer is lent
+// (transport.SendWR.Lend): the server may read the data from it after the
+// SEND completes. That holds because the buffer goes back to the pool
+// only when the slot is free, and the slot holds a reference for the
+// request's completion, which is the server's answer, sent after its
+// write returned (protocol/server/lent.go unpins first): a requester that
+// leaves (context, cancel) leaves the slot Abandoned until the answer; a
+// WriteAsync's poster lets go at once but the answer's reference stays;
+// a connection that dies completes nothing more, so its slots and their
+// buffers are never freed and never reused (a failed post of one SEND
+// lent nothing; of a chain, the connection dies). Small data behind the
+// header in the send area is never a reference and is not lent.
 func (c *conn) postWrite(sl *slot, req *protocol.WriteRequest, seg *transport.Segment) error {
 	if sl.ncred > 1 {
 		return c.postFragmented(sl, req, *seg)
@@ -167,7 +180,7 @@ func (c *conn) postFragmented(sl *slot, req *protocol.WriteRequest, data transpo
 		sgl := sl.fsegs[2*i : 2*i+2 : 2*i+2]
 		sgl[0] = transport.Segment{Region: sl.send, Offset: i * protocol.HeaderSize, Length: protocol.HeaderSize}
 		sgl[1] = transport.Segment{Region: data.Region, Offset: data.Offset + done, Length: n}
-		wrs[i] = transport.SendWR{ID: fragID | uint64(sl.idx), Op: transport.OpSend, SGL: sgl}
+		wrs[i] = transport.SendWR{ID: fragID | uint64(sl.idx), Op: transport.OpSend, SGL: sgl, Lend: true}
 		done += n
 	}
 	wrs[k-1].ID = uint64(sl.idx)

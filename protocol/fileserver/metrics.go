@@ -115,13 +115,14 @@ var (
 	descBudget     = prometheus.NewDesc("lwio_credit_budget", "The server-wide credit budget.", nil, nil)
 	descAuthRefuse = prometheus.NewDesc("lwio_auth_refused_total", "LWIO AUTH requests refused.", nil, nil)
 	descInPlace    = prometheus.NewDesc("lwio_reads_in_place_total", "LWIO READs read straight into the client's memory (same-host shared memory).", nil, nil)
+	descWrInPlace  = prometheus.NewDesc("lwio_writes_in_place_total", "LWIO WRITEs written straight from the client's memory (same-host shared memory).", nil, nil)
 	descBufMemory  = prometheus.NewDesc("lwio_buffer_memory_bytes", "The receive-memory budget credits are granted against (max_buffer_memory).", nil, nil)
 	descRecvBytes  = prometheus.NewDesc("lwio_recv_buffer_bytes", "Receive buffers registered now, posted or spare.", nil, nil)
 )
 
 func (e *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descRDMASess, descRequests, descErrors, descBytes, descLatency,
-		descRDMABytes, descComplete, descGranted, descInUse, descBudget, descAuthRefuse, descInPlace, descBufMemory, descRecvBytes} {
+		descRDMABytes, descComplete, descGranted, descInUse, descBudget, descAuthRefuse, descInPlace, descWrInPlace, descBufMemory, descRecvBytes} {
 		ch <- d
 	}
 }
@@ -168,6 +169,7 @@ func (e *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descBudget, float64(st.CreditBudget))
 	counter(descAuthRefuse, st.AuthRefused)
 	counter(descInPlace, st.ReadsInPlace)
+	counter(descWrInPlace, st.WritesInPlace)
 	gauge(descBufMemory, float64(st.BufferMemory))
 	gauge(descRecvBytes, float64(st.RecvBufferBytes))
 }

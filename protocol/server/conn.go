@@ -37,6 +37,7 @@ type conn struct {
 	s      *Server
 	tc     transport.Conn
 	fill   transport.RemoteFiller // tc, when it can fill the client's memory in place
+	lend   transport.LentReader   // tc, when it reads lent WRITE data (lent.go; else the completion's Conn)
 	id     uint64
 	log    logrus.FieldLogger
 	ctx    context.Context // ends at teardown
@@ -116,6 +117,7 @@ func newConn(s *Server, tc transport.Conn, q *listenQueues) *conn {
 		pool: s.poolFor(tc, q),
 	}
 	c.fill, _ = tc.(transport.RemoteFiller)
+	c.lend, _ = tc.(transport.LentReader)
 	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
 	c.born = time.Now()
@@ -406,7 +408,12 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 	}
 	state := c.state
 	c.mu.Unlock()
-	msg := rb.seg.Bytes()[:wc.Len]
+	msg, err := c.received(rb, wc)
+	if err != nil {
+		c.pool.give(c, rb)
+		c.fail(err)
+		return
+	}
 	if wc.HasImm {
 		c.pool.give(c, rb)
 		c.fail(errors.New("protocol violation: RDMA WRITE WITH IMMEDIATE from a client"))

@@ -30,7 +30,7 @@ func (c *conn) assemble(req *protocol.Request, rb *recvBuf) (*slot, bool) {
 		}
 		sl := c.asmSlot
 		sl.frags = append(sl.frags, rb)
-		sl.fragData = append(sl.fragData, req.Data)
+		sl.fragData = append(sl.fragData, rb.placed(req.Data))
 		if !done {
 			return nil, false
 		}
@@ -47,6 +47,7 @@ func (c *conn) assemble(req *protocol.Request, rb *recvBuf) (*slot, bool) {
 		return nil, false
 	}
 	sl.req = *req
+	sl.req.Data = rb.placed(req.Data) // never the unplaced bytes (lent.go)
 	sl.recv = rb
 	sl.inline = false
 	sl.start = time.Now() // for the latency count (stats.go)
@@ -59,7 +60,7 @@ func (c *conn) assemble(req *protocol.Request, rb *recvBuf) (*slot, bool) {
 		return nil, false
 	}
 	sl.frags = sl.frags[:0]
-	sl.fragData = append(sl.fragData[:0], req.Data)
+	sl.fragData = append(sl.fragData[:0], sl.req.Data)
 	c.asmSlot = sl
 	return nil, false
 }

@@ -221,6 +221,11 @@ func (c *conn) write(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Statu
 		// count only; the client learns the new size by asking.
 		// A fragmented append is joined first (a copy: appends are one
 		// atomic write, and rare past one receive buffer).
+		if sl.hasLent() {
+			if err := c.placeLent(sl); err != nil {
+				return nil, protocol.StatusInvalidParameter, 0
+			}
+		}
 		data := sl.req.Data
 		if len(sl.fragData) > 0 {
 			data = slices.Concat(sl.fragData...)
@@ -230,6 +235,9 @@ func (c *conn) write(sl *slot, fe *fidEntry) ([]transport.SendWR, protocol.Statu
 	}
 	// A write the share's read-only rule forbids fails in WriteAt.
 	off := int64(sl.req.Header.Offset)
+	if st, got, done := c.writeFromLent(sl, fe, off); done {
+		return nil, st, got
+	}
 	var got int
 	var err error
 	if len(sl.fragData) > 0 {

@@ -90,6 +90,10 @@ type recvBuf struct {
 	// compare-and-swap, without the pool's mu: a buffer is taken once and
 	// given back once.
 	owner atomic.Pointer[conn]
+	// lent is the tail of the message in it left in the client's memory
+	// (lent.go), until placed; set by each receive.
+	lent   transport.Lent
+	lender transport.LentReader // whose lent is it (the completion's Conn)
 }
 
 // Markers for recvBuf.owner.

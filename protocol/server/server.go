@@ -231,14 +231,18 @@ func New(cfg Config) (*Server, error) {
 // TransportConfig is the connection shape listeners should be made with.
 // A listener made with it alone gives each connection its own receive
 // queue; Listen adds the shared ones (recvpool.go).
-func (s *Server) TransportConfig() transport.Config { return s.cfg.Transport }
+func (s *Server) TransportConfig() transport.Config {
+	cfg := s.cfg.Transport
+	cfg.TakeLent = true // the receive path reads lent WRITE data (lent.go)
+	return cfg
+}
 
 // Listen listens on addr with provider p, shaped by TransportConfig, its
 // connections taking their receives from their domain's shared receive
 // queue unless Config.Transport.Queues names a chooser or
 // Config.PrivateReceiveQueues is set. Pass the listener to Serve.
 func (s *Server) Listen(p transport.Provider, addr string) (transport.Listener, error) {
-	cfg := s.cfg.Transport
+	cfg := s.TransportConfig()
 	var q *listenQueues
 	if cfg.Queues == nil && !s.cfg.PrivateReceiveQueues {
 		// Shared receive queues (recvpool.go).

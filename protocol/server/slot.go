@@ -47,6 +47,10 @@ type slot struct {
 	fillFile share.File
 	fillOff  int64
 	fillFn   func([]byte) (int, error)
+	// A WRITE written from the mount's memory (lent.go): the pieces
+	// and the pins, kept for the next.
+	lentPieces [][]byte
+	pins       []*recvBuf
 }
 
 // sgl returns a one-entry gather list backed by the slot (no allocation).

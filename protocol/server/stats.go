@@ -26,6 +26,7 @@ type counters struct {
 	rdma                       stats.ByName
 	authRefused                atomic.Uint64
 	readsInPlace               atomic.Uint64
+	writesInPlace              atomic.Uint64
 }
 
 // count records a request as complete finishes it: wrs is its chain (its
@@ -96,6 +97,10 @@ type Stats struct {
 	// ReadsInPlace counts READs the server read straight into the
 	// client's memory (transport.RemoteFiller), not through a buffer.
 	ReadsInPlace uint64
+	// WritesInPlace counts WRITEs the server wrote straight from the
+	// client's memory (transport.LentReader, lent.go), not from a
+	// receive buffer.
+	WritesInPlace uint64
 }
 
 // Stats returns the engine's counters and its live connections' state.
@@ -116,6 +121,7 @@ func (s *Server) Stats() Stats {
 		RecvBufferBytes: bi.RecvBytes,
 		AuthRefused:     s.ctr.authRefused.Load(),
 		ReadsInPlace:    s.ctr.readsInPlace.Load(),
+		WritesInPlace:   s.ctr.writesInPlace.Load(),
 	}
 	s.mu.Lock()
 	st.Sessions = len(s.sessions)

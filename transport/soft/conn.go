@@ -49,6 +49,7 @@ type sendEntry struct {
 	rkey   uint32
 	imm    uint32
 	hasImm bool
+	lend   bool // SendWR.Lend, on a connection without faults
 }
 
 // failure describes why a connection goes to error.
@@ -86,7 +87,10 @@ type conn struct {
 	// mapped its arena (its large SENDs go by reference, the listener's
 	// WRITEs arrive as notices); peer, on a listener, is that mapping.
 	shmOut bool
-	peer   *peerArena
+	// shmLend: shmOut, and the listener takes lent SENDs (shmlend.go);
+	// takeLent: a listener whose user takes them (Config.TakeLent).
+	shmLend, takeLent bool
+	peer              *peerArena
 	// fillTok is the token of this connection's filled WRITEs (shmfill.go).
 	fillTok placedRegion
 
@@ -182,13 +186,15 @@ func newConn(p *Provider, nc sock, tc *net.TCPConn, cfg transport.Config, peer h
 	switch nc.(type) {
 	case *net.UnixConn:
 		c.carrier = CarrierUnix
-		c.shmOut, c.peer = shm.out, shm.peer
+		c.shmOut, c.shmLend, c.peer = shm.out, shm.lend, shm.peer
+		c.takeLent = shm.peer != nil && cfg.TakeLent
 		if c.shmOut || c.peer != nil {
 			c.carrier = CarrierShm
 		}
 	case *pipeSock:
 		c.carrier = CarrierPipe
-		c.shmOut, c.peer = shm.out, shm.peer
+		c.shmOut, c.shmLend, c.peer = shm.out, shm.lend, shm.peer
+		c.takeLent = shm.peer != nil && cfg.TakeLent
 		if c.shmOut || c.peer != nil {
 			c.carrier = CarrierPipeShm
 		}
@@ -306,6 +312,7 @@ func (c *conn) Post(wrs ...transport.SendWR) error {
 		wr := &wrs[i]
 		e := &c.sq[c.sqTail%uint64(len(c.sq))]
 		e.id, e.op, e.raddr, e.rkey, e.imm, e.hasImm = wr.ID, wr.Op, wr.RemoteAddr, wr.RKey, wr.Imm, wr.HasImm
+		e.lend = wr.Lend && wr.Op == transport.OpSend && c.shmLend && c.faults == nil
 		e.segs = append(e.segs[:0], wr.SGL...)
 		e.length = 0
 		for _, s := range wr.SGL {

@@ -391,7 +391,8 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 		}
 		dst, comp.Len = buf[:n], n
 	}
-	if err := c.placeSend(h, dst); err != nil {
+	lent, err := c.placeSend(h, dst)
+	if err != nil {
 		comp.Status = transport.StatusFlushed
 		c.recvCQ.push(c.delay, comp)
 		var bad shmRefError
@@ -402,6 +403,10 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 		}
 		return false, false, false
 	}
+	if lent.Length > 0 {
+		comp.Len -= lent.Length
+		comp.Lent = lent
+	}
 	c.recvCQ.push(c.delay, comp)
 	c.placed.Add(1)
 	return true, true, false
@@ -409,15 +414,16 @@ func (c *conn) onRequest(h *frameHeader, app bool) (ok, completed, handoff bool)
 
 // placeSend places the payload of a SEND or WRITE WITH IMMEDIATE: from
 // the socket, or, for a SEND by reference, from the peer's arena. A WRITE
-// WITH IMMEDIATE the peer copied in itself has nothing to place.
-func (c *conn) placeSend(h *frameHeader, dst []byte) error {
+// WITH IMMEDIATE the peer copied in itself has nothing to place. lent is
+// a SEND's tail left in the peer's arena (shmlend.go).
+func (c *conn) placeSend(h *frameHeader, dst []byte) (lent transport.Lent, err error) {
 	if h.Flags&flagShm == 0 {
-		return c.readPayload(h, dst)
+		return lent, c.readPayload(h, dst)
 	}
 	if h.Type == frameSend {
 		return c.readRefs(h, dst)
 	}
-	return nil
+	return lent, nil
 }
 
 // rnrPeerCheck is how often a reader waiting for a receive checks that the

@@ -323,16 +323,21 @@ func TestFillRemoteHungFillClose(t *testing.T) {
 	if !<-hung {
 		t.Fatal("the hung fill was refused: the test proves nothing")
 	}
-	pa := srv.(*conn).peer
+	waitUnmapped(t, srv.(*conn).peer, "the hung fill returned")
+}
+
+// waitUnmapped waits up to 5s for pa's mapping to go, after what.
+func waitUnmapped(t *testing.T, pa *peerArena, what string) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		pa.mu.RLock()
 		gone := pa.mem == nil
 		pa.mu.RUnlock()
 		if gone {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the mapping is still there after the hung fill returned")
+			t.Fatalf("the mapping is still there after %s", what)
 		}
 	}
 }

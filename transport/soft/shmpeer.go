@@ -208,6 +208,13 @@ const shmTakeTries = 64
 // allocated by the listener's fault and charged to the listener's memory
 // cgroup (docs/security.md).
 func (pa *peerArena) take(handle uint32, addr uint64, n int, write bool) (start uint64, slot int, ok bool) {
+	return pa.takeFor(handle, addr, n, write, write)
+}
+
+// takeFor is take with residency asked for apart: a lent SEND's bytes
+// read where they are (shmlend.go) need their pages there, not write
+// access.
+func (pa *peerArena) takeFor(handle uint32, addr uint64, n int, write, inMemory bool) (start uint64, slot int, ok bool) {
 	mem := pa.mem
 	slot = int(handle & (shmSlots - 1))
 	if mem == nil || slot == 0 || n < 0 || !resident(mem, uint64(slot*shmSlotSize), shmSlotSize) {
@@ -242,7 +249,7 @@ func (pa *peerArena) take(handle uint32, addr uint64, n int, write bool) (start 
 		return 0, 0, false
 	}
 	start = off + (addr - raddr)
-	if write && !resident(mem, start, uint64(n)) {
+	if inMemory && !resident(mem, start, uint64(n)) {
 		release(mem, slot)
 		return 0, 0, false
 	}
@@ -365,5 +372,6 @@ func (l *listener) acceptArena(uc *net.UnixConn) (*peerArena, error) {
 // mapping.
 type shmEnds struct {
 	out  bool
+	lend bool // out, and the listener takes lent SENDs (helloLend)
 	peer *peerArena
 }

@@ -22,9 +22,11 @@ import (
 // A dialer's SEND of at least shmMinCopy bytes on such a connection
 // carries, instead of its payload, one entry per segment: a reference
 // (handle, address, length) for a segment of an arena region of at least
-// shmMinRef bytes, else the segment's bytes inline:
+// shmMinRef bytes, else the segment's bytes inline. A SEND its user lent
+// (SendWR.Lend) marks its last reference shmLent instead: the listener
+// may leave those bytes in the arena (shmlend.go).
 //
-//	0  kind   u32  shmInline | shmRef
+//	0  kind   u32  shmInline | shmRef | shmLent (the last entry only)
 //	4  length u32  the segment's bytes
 //	8  handle u32  shmRef: the region's handle
 //	12 -      u32  zero
@@ -33,6 +35,7 @@ const (
 	shmEntrySize = 24
 	shmInline    = 1
 	shmRef       = 2
+	shmLent      = 3
 	shmMinCopy   = 16 << 10
 	shmMinRef    = 4 << 10
 )
@@ -77,6 +80,7 @@ func (w *frameWriter) appendRefs(e *sendEntry, h *frameHeader, hb []byte, minRef
 	h.Flags |= flagShm
 	h.Wire = 0
 	w.iov = append(w.iov, hb)
+	first := len(d.desc)
 	for _, s := range e.segs {
 		if s.Length == 0 {
 			continue
@@ -96,6 +100,9 @@ func (w *frameWriter) appendRefs(e *sendEntry, h *frameHeader, hb []byte, minRef
 		binary.LittleEndian.PutUint32(ent, shmInline)
 		h.Wire += uint32(s.Length)
 		w.iov = append(w.iov, s.Bytes())
+	}
+	if e.lend {
+		lendLast(d.desc[first:])
 	}
 	h.encode(hb)
 	return true
@@ -134,15 +141,17 @@ func (e shmRefError) Error() string { return "softrdma: shared-memory SEND refus
 
 // readRefs places a SEND carried by reference (flagShm) into dst, which
 // is h.Length bytes: its entries are read from the socket, its references
-// copied out of the dialer's arena (c.peer).
-func (c *conn) readRefs(h *frameHeader, dst []byte) error {
+// copied out of the dialer's arena (c.peer). A lent last entry is checked
+// (it resolves now) and returned rather than copied: dst[:len(dst)-lent.Length]
+// is placed, the rest is not.
+func (c *conn) readRefs(h *frameHeader, dst []byte) (lent transport.Lent, err error) {
 	wire, pos := int(h.Wire), 0
 	for n := 0; wire > 0; n++ {
 		if n == c.limits.MaxSGE || wire < shmEntrySize {
-			return shmRefError{fmt.Sprintf("more than %d entries or a short one", c.limits.MaxSGE)}
+			return lent, shmRefError{fmt.Sprintf("more than %d entries or a short one", c.limits.MaxSGE)}
 		}
 		if err := c.rd.fill(shmEntrySize); err != nil {
-			return err
+			return lent, err
 		}
 		ent := c.rd.buf[c.rd.r : c.rd.r+shmEntrySize]
 		kind, ln := binary.LittleEndian.Uint32(ent), int(binary.LittleEndian.Uint32(ent[4:]))
@@ -150,29 +159,47 @@ func (c *conn) readRefs(h *frameHeader, dst []byte) error {
 		c.rd.r += shmEntrySize
 		wire -= shmEntrySize
 		if ln > len(dst)-pos {
-			return shmRefError{"entries longer than the message"}
+			return lent, shmRefError{"entries longer than the message"}
 		}
 		switch kind {
 		case shmInline:
 			if ln > wire {
-				return shmRefError{"inline bytes past the frame"}
+				return lent, shmRefError{"inline bytes past the frame"}
 			}
 			if err := c.rd.readInto(dst[pos : pos+ln]); err != nil {
-				return err
+				return lent, err
 			}
 			wire -= ln
 		case shmRef:
 			if !c.peer.copyFrom(dst[pos:pos+ln], handle, addr) {
-				return shmRefError{fmt.Sprintf("%d bytes at %#x of region %#x are not in the shared memory", ln, addr, handle)}
+				return lent, shmRefError{fmt.Sprintf("%d bytes at %#x of region %#x are not in the shared memory", ln, addr, handle)}
 			}
 			c.p.shmRefs.Add(1)
+		case shmLent:
+			if !c.takeLent {
+				// The user takes no lent tails (Config.TakeLent), so
+				// the hello did not offer it: placed as a reference.
+				if !c.peer.copyFrom(dst[pos:pos+ln], handle, addr) {
+					return lent, shmRefError{fmt.Sprintf("%d bytes at %#x of region %#x are not in the shared memory", ln, addr, handle)}
+				}
+				c.p.shmRefs.Add(1)
+				break
+			}
+			if wire != 0 || pos+ln != len(dst) || ln == 0 {
+				return lent, shmRefError{"a lent entry that is not the message's tail"}
+			}
+			if !c.peer.check(handle, addr, ln) {
+				return lent, shmRefError{fmt.Sprintf("%d lent bytes at %#x of region %#x are not in the shared memory", ln, addr, handle)}
+			}
+			lent = transport.Lent{Handle: handle, Addr: addr, Length: ln}
+			c.p.shmLent.Add(1)
 		default:
-			return shmRefError{fmt.Sprintf("entry kind %d", kind)}
+			return lent, shmRefError{fmt.Sprintf("entry kind %d", kind)}
 		}
 		pos += ln
 	}
 	if pos != len(dst) {
-		return shmRefError{fmt.Sprintf("entries make %d bytes, the message %d", pos, len(dst))}
+		return lent, shmRefError{fmt.Sprintf("entries make %d bytes, the message %d", pos, len(dst))}
 	}
-	return nil
+	return lent, nil
 }

@@ -119,6 +119,9 @@ type Provider struct {
 	shmCopies, shmRefs    atomic.Int64
 	// shmFills counts fills of a peer's arena in place (shmfill.go).
 	shmFills atomic.Int64
+	// shmLent counts SEND tails left lent in a peer's arena, shmPins
+	// those read where they are (shmlend.go).
+	shmLent, shmPins atomic.Int64
 	// shmCopyHook, in tests, runs in each copy into a peer's arena
 	// between taking the slot and copying.
 	shmCopyHook func()
@@ -197,7 +200,7 @@ func (p *Provider) Dial(ctx context.Context, addr string, cfg transport.Config) 
 		_ = tc.Close()
 		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
 	}
-	c, err := p.newConn(s, tc, cfg, peer, shmEnds{out: shm})
+	c, err := p.newConn(s, tc, cfg, peer, shmEnds{out: shm, lend: shm && peer.Flags&helloLend != 0})
 	if err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("softrdma: dial %s: %w", addr, err)
@@ -253,6 +256,9 @@ func (p *Provider) handshake(tc *net.TCPConn, cfg transport.Config, local, shm b
 		h.Flags = helloLocal
 		if shm {
 			h.Flags |= helloShm
+			if cfg.TakeLent {
+				h.Flags |= helloLend
+			}
 		}
 		if p.pipes() {
 			h.Flags |= helloPipe

@@ -122,7 +122,7 @@ func (h *frameHeader) decode(b []byte) error {
 //
 //	0  Magic          [4]byte "SRDM"
 //	4  Version        u16     1
-//	6  Flags          u16     helloLocal: offers (listener) or asks for (dialer) the same-host path (local.go); helloShm: shared memory too (shm.go); helloPipe: pipes (local_pipe.go)
+//	6  Flags          u16     helloLocal: offers (listener) or asks for (dialer) the same-host path (local.go); helloShm: shared memory too (shm.go); helloPipe: pipes (local_pipe.go); helloLend: takes lent SENDs (listener, shmlend.go)
 //	8  RNRTimeout     u32     microseconds the sender lets a SEND wait for a receive
 //	12 MaxMessageSize u32     largest request payload the sender accepts
 //	16 -              u64     zero
@@ -136,9 +136,13 @@ type hello struct {
 // dialer's asks for it; a peer older than it sends zero and ignores it.
 // helloShm, with it, offers (listener) or asks for (dialer) the
 // shared-memory step after the move to the unix socket (shm.go).
+// helloLend, with helloShm, in a listener's hello says it takes lent
+// SENDs (shmlend.go): a dialer lends only to such a listener, so a new
+// mount does not send an older server entries it would refuse.
 const (
 	helloLocal = 1 << 0
 	helloShm   = 1 << 1
+	helloLend  = 1 << 3
 )
 
 const helloVersion = 1
