@@ -451,6 +451,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		}
 		c.mu.Lock()
 		c.ioInflight++
+		alone := c.ioInflight == 1
 		closing := c.state == stateClosing
 		c.mu.Unlock()
 		c.policy(h.Credits)
@@ -469,11 +470,13 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		// twice (pread, then the RDMA WRITE's copy) outlasted the stall
 		// timer's period when it was 100 µs throughout, and its takeover
 		// (a new goroutine each time) cost more than the hand-off saved.
-		// A READ of any size on a connection that reads in place is the
-		// exception: one pread into the client's memory, and the hand-off
-		// it saves is a thread wake-up per 1 MiB read (issue 16,
-		// docs/bench.md "Split reads on the shared-memory path").
-		small := int(h.Length) <= inlineMax || c.inPlace && h.Opcode == protocol.OpRead
+		// A READ of any size alone on a connection that reads in place
+		// is the exception: one pread into the client's memory, and the
+		// hand-off it saves is a thread wake-up per 1 MiB read (issue 16,
+		// docs/bench.md "Split reads on the shared-memory path"). Alone:
+		// with others in flight (a deep queue) the reaper keeps taking
+		// requests in while the read runs elsewhere.
+		small := int(h.Length) <= inlineMax || c.inPlace && alone && h.Opcode == protocol.OpRead
 		if last && h.Flags&protocol.FlagInterrupt != 0 && small && h.Opcode != protocol.OpVecRead {
 			select {
 			case c.s.workers <- struct{}{}:

@@ -163,15 +163,19 @@ func TestReadInPlacePartial(t *testing.T) {
 // reads in place (shared memory) runs inline on the reaper, as small
 // requests do: no hand-off to a request goroutine, one thread wake-up
 // fewer per read. On a connection that does not (the data goes through
-// the server's buffer) it still goes to a request goroutine.
+// the server's buffer), or behind another request in flight (a deep
+// queue: the reaper must keep taking requests in), it still goes to a
+// request goroutine.
 func TestLargeReadInPlaceRunsInline(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		opts   soft.Options
+		behind bool
 		inline bool
 	}{
-		{"shared memory", soft.Options{}, true},
-		{"no shared memory", soft.Options{NoSharedMemory: true}, false},
+		{"shared memory", soft.Options{}, false, true},
+		{"no shared memory", soft.Options{NoSharedMemory: true}, false, false},
+		{"shared memory, another in flight", soft.Options{}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, Config{})
@@ -191,6 +195,12 @@ func TestLargeReadInPlaceRunsInline(t *testing.T) {
 			p.auth(key, signing, 8)
 			fid := uint16(p.register(e.auth.AddFile(5, g), 5, 0).Ios.Information)
 			c := e.serverConn()
+			if tc.behind {
+				// A polling READ never runs inline: it holds a request
+				// goroutine, gated, while the 1 MiB READ comes in.
+				p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr()+2<<20, p.Data.Handle(), 1, protocol.PollingMode(p.Data.Addr()+3<<20, p.Data.Handle())))
+				<-g.Entered
+			}
 			epoch := c.hand.Load() >> 1
 			p.read(fid, 0, 1<<20, 1, 0x1234)
 			<-g.Entered
