@@ -107,7 +107,9 @@ type Config struct {
 	// SplitRead: a read of at least this many bytes, when at least two
 	// connections have nothing in flight, goes as pieces of at least
 	// SplitRead/2 bytes on those connections at once (split.go; 0 =
-	// DefaultSplitRead, negative: never split).
+	// DefaultSplitRead, except where every connection shares its memory
+	// with a server on this host, which then never splits; negative:
+	// never split).
 	SplitRead int
 	// MaxIO is the largest read this client accepts in one RDMA transfer,
 	// announced as its MaxRdmaWindowSize (0 = DefaultMaxIO).
@@ -140,9 +142,6 @@ func (c Config) withDefaults() Config {
 	c.Credits = min(c.Credits, c.MaxCredits)
 	defaults.Set(&c.BounceThreshold, DefaultBounceThreshold)
 	c.BounceThreshold = min(c.BounceThreshold, bounceSize)
-	if c.SplitRead == 0 {
-		c.SplitRead = DefaultSplitRead
-	}
 	defaults.Set(&c.MaxIO, DefaultMaxIO)
 	defaults.Set(&c.PageSize, DefaultPageSize)
 	defaults.Set(&c.SpinTime, DefaultSpinTime)
@@ -171,6 +170,9 @@ type Client struct {
 	cfg   Config
 	log   logrus.FieldLogger
 	conns []*conn
+	// splitAt is the read size from which ReadBuf splits (split.go's
+	// splitDefault of Config.SplitRead); 0 or negative: never.
+	splitAt int
 
 	closeOnce sync.Once
 	done      chan struct{} // closed when every connection is dead
@@ -273,6 +275,7 @@ conns:
 	if len(cl.conns) == 0 {
 		return nil, firstErr
 	}
+	cl.splitAt = splitDefault(cfg.SplitRead, cl.conns)
 	for _, c := range cl.conns {
 		c.counted.Store(true)
 		if !c.alive() {

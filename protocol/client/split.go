@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +46,31 @@ const (
 // connections. Measured on 2 CPUs with the export on tmpfs (docs/bench.md,
 // "Split reads"): 1 MiB O_DIRECT reads at queue depth 1 gained, 512 KiB
 // reads split in two 256 KiB pieces lost, so they are not split.
+//
+// Not where the server reads in place: once every connection shares its
+// memory with a server on this host ("+shm" carriers, softrdma), the
+// server preads the file straight into the read's buffer (one copy), and
+// the second request, server wake-up and client reaper wake-up a split
+// costs outweigh the halved pread: 1 MiB O_DIRECT reads at queue depth 1
+// were slower split than whole in every round measured (docs/bench.md,
+// "Split reads on the shared-memory path"). An explicit SplitRead still
+// splits there.
 const DefaultSplitRead = 1 << 20
+
+// splitDefault is the split size of a client whose Config.SplitRead is
+// at, over conns: at itself when set, else DefaultSplitRead, or never
+// (0) when every connection shares the client's memory with the server.
+func splitDefault(at int, conns []*conn) int {
+	if at != 0 {
+		return at
+	}
+	for _, c := range conns {
+		if !strings.HasSuffix(transport.CarrierOf(c.tc), "+shm") {
+			return DefaultSplitRead
+		}
+	}
+	return 0
+}
 
 // piece is one READ of a split read.
 type piece struct {
@@ -62,7 +87,7 @@ type piece struct {
 // idle live connections, starting at the caller's CPU's, in cs; 0 when
 // the read is not split.
 func (cl *Client) splitPieces(n int, cs *[maxPieces]*conn) int {
-	at := cl.cfg.SplitRead
+	at := cl.splitAt
 	if at <= 0 || n < at || len(cl.conns) < 2 {
 		return 0
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	mrand "math/rand"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/transport"
+	"github.com/lwiofs/lwiofs/transport/soft"
 )
 
 // pieceFile is a server-side file that records the sizes of the reads the
@@ -496,5 +500,54 @@ func TestSplitReadNearTheLargestOffset(t *testing.T) {
 		if split[i] != one[i] {
 			t.Errorf("split: %s; one READ: %s", split[i], one[i])
 		}
+	}
+}
+
+// With SplitRead left at 0, a client whose connections all share its
+// memory with the server on this host (softrdma's "+shm" carriers, where
+// the server reads in place) sends a lone 1 MiB read whole; over TCP the
+// default splits it as before, and an explicit SplitRead splits it on
+// shared memory too.
+func TestSplitReadDefaultBySharedMemory(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	content := randomBytes(2 << 20)
+	for _, tc := range []struct {
+		name  string
+		tcp   bool
+		split int
+		want  []int
+	}{
+		{"shared memory, default", false, 0, []int{1 << 20}},
+		{"shared memory, split_read=1024", false, 1 << 20, []int{512 << 10, 512 << 10}},
+		{"tcp, default", true, 0, []int{512 << 10, 512 << 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := e.session()
+			cfg := s.config(Interrupt)
+			cfg.SplitRead = tc.split
+			cfg.Providers = []transport.Provider{soft.New(soft.Options{TCPOnly: tc.tcp})}
+			cl := s.client(t, cfg)
+			if len(cl.conns) < 2 {
+				t.Fatalf("%d connections, want at least 2", len(cl.conns))
+			}
+			for _, ci := range cl.Conns() {
+				if shm := strings.HasSuffix(ci.Carrier, "+shm"); shm == tc.tcp {
+					t.Fatalf("carrier %q on a client with TCPOnly %v", ci.Carrier, tc.tcp)
+				}
+			}
+			f, pf := s.splitFile(t, cl, "f", content)
+			waitIdle(t, cl)
+			b, err := f.ReadBuf(ctxT(t), make([]byte, 1<<20), 4096)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := joined(t, b); !bytes.Equal(got, content[4096:4096+1<<20]) {
+				t.Fatal("wrong data")
+			}
+			b.Release()
+			if got := pf.reads(); !slices.Equal(got, tc.want) {
+				t.Errorf("the server read %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,14 +35,18 @@ func (s connState) String() string { return enum.Name(connStateNames[:], s, "con
 
 // conn is one accepted RDMA connection.
 type conn struct {
-	s      *Server
-	tc     transport.Conn
-	fill   transport.RemoteFiller // tc, when it can fill the client's memory in place
-	lend   transport.LentReader   // tc, when it reads lent WRITE data (lent.go; else the completion's Conn)
-	id     uint64
-	log    logrus.FieldLogger
-	ctx    context.Context // ends at teardown
-	cancel context.CancelFunc
+	s    *Server
+	tc   transport.Conn
+	fill transport.RemoteFiller // tc, when it can fill the client's memory in place
+	lend transport.LentReader   // tc, when it reads lent WRITE data (lent.go; else the completion's Conn)
+	// inPlace: tc shares the client's memory ("+shm"), so a READ is
+	// read in place, a memcpy-speed pread: READs of any size may run
+	// inline on the reaper (onRecv).
+	inPlace bool
+	id      uint64
+	log     logrus.FieldLogger
+	ctx     context.Context // ends at teardown
+	cancel  context.CancelFunc
 
 	grant *protocol.CreditGrant
 	sq    sendQueue
@@ -118,6 +123,7 @@ func newConn(s *Server, tc transport.Conn, q *listenQueues) *conn {
 	}
 	c.fill, _ = tc.(transport.RemoteFiller)
 	c.lend, _ = tc.(transport.LentReader)
+	c.inPlace = c.fill != nil && strings.HasSuffix(transport.CarrierOf(tc), "+shm")
 	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
 	c.born = time.Now()
@@ -452,6 +458,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		}
 		c.mu.Lock()
 		c.ioInflight++
+		alone := c.ioInflight == 1
 		closing := c.state == stateClosing
 		c.mu.Unlock()
 		c.policy(h.Credits)
@@ -467,9 +474,17 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		// free at once and it is small. Not in polling mode: measured
 		// slower there (the client spins, and its INTERRUPT must not wait
 		// behind the reaper's disk work). Not a large one: copying 1 MiB
-		// outlasts the stall timer's period, and its takeover (a new
-		// goroutine each time) costs more than the hand-off saved.
-		if last && h.Flags&protocol.FlagInterrupt != 0 && int(h.Length) <= inlineMax && h.Opcode != protocol.OpVecRead {
+		// twice (pread, then the RDMA WRITE's copy) outlasted the stall
+		// timer's period when it was 100 µs throughout, and its takeover
+		// (a new goroutine each time) cost more than the hand-off saved.
+		// A READ of any size alone on a connection that reads in place
+		// is the exception: one pread into the client's memory, and the
+		// hand-off it saves is a thread wake-up per 1 MiB read (issue 16,
+		// docs/bench.md "Split reads on the shared-memory path"). Alone:
+		// with others in flight (a deep queue) the reaper keeps taking
+		// requests in while the read runs elsewhere.
+		small := int(h.Length) <= inlineMax || c.inPlace && alone && h.Opcode == protocol.OpRead
+		if last && h.Flags&protocol.FlagInterrupt != 0 && small && h.Opcode != protocol.OpVecRead {
 			select {
 			case c.s.workers <- struct{}{}:
 				sl.inline = true

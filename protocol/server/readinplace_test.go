@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"os"
 	"syscall"
 	"testing"
 
@@ -153,6 +154,65 @@ func TestReadInPlacePartial(t *testing.T) {
 			}
 			if n := e.srv.Stats().ReadsInPlace; (n == 2) != (opts == soft.Options{}) {
 				t.Fatalf("%d READs read in place", n)
+			}
+		})
+	}
+}
+
+// TestLargeReadInPlaceRunsInline: a lone 1 MiB READ on a connection that
+// reads in place (shared memory) runs inline on the reaper, as small
+// requests do: no hand-off to a request goroutine, one thread wake-up
+// fewer per read. On a connection that does not (the data goes through
+// the server's buffer), or behind another request in flight (a deep
+// queue: the reaper must keep taking requests in), it still goes to a
+// request goroutine.
+func TestLargeReadInPlaceRunsInline(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   soft.Options
+		behind bool
+		inline bool
+	}{
+		{"shared memory", soft.Options{}, false, true},
+		{"no shared memory", soft.Options{NoSharedMemory: true}, false, false},
+		{"shared memory, another in flight", soft.Options{}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Config{})
+			key, signing := e.session(5)
+			content := testutil.RandBytes(1 << 20)
+			f, err := os.CreateTemp(e.dir, "g")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			if _, err := f.Write(content); err != nil {
+				t.Fatal(err)
+			}
+			g := servertest.NewGatedFile(osFile{f})
+			t.Cleanup(g.Open)
+			p := &peer{servertest.DialPeer(t, soft.New(tc.opts), e.addr, servertest.PeerShape{Recvs: peerRecvs, RecvSize: peerRecvSize, SendSize: 64 << 10, DataSize: peerDataSize})}
+			p.auth(key, signing, 8)
+			fid := uint16(p.register(e.auth.AddFile(5, g), 5, 0).Ios.Information)
+			c := e.serverConn()
+			if tc.behind {
+				// A polling READ never runs inline: it holds a request
+				// goroutine, gated, while the 1 MiB READ comes in.
+				p.sendHeader(protocol.NewReadRequest(fid, 0, 4096, p.Data.Addr()+2<<20, p.Data.Handle(), 1, protocol.PollingMode(p.Data.Addr()+3<<20, p.Data.Handle())))
+				<-g.Entered
+			}
+			epoch := c.hand.Load() >> 1
+			p.read(fid, 0, 1<<20, 1, 0x1234)
+			<-g.Entered
+			if inline := c.hand.Load()&1 != 0 || c.hand.Load()>>1 != epoch; inline != tc.inline {
+				t.Errorf("the 1 MiB READ runs inline on the reaper: %v, want %v", inline, tc.inline)
+			}
+			g.Open()
+			if imm := p.WantImm("1 MiB READ"); imm != 0x1234 {
+				t.Fatalf("immediate data %#x", imm)
+			}
+			if !bytes.Equal(p.Data.Bytes()[:1<<20], content) {
+				t.Fatal("1 MiB READ: data differs")
 			}
 		})
 	}
