@@ -208,7 +208,8 @@ const statUsage = `usage: lwio stat MOUNTPOINT [-json]
   what a running lwiofs mount moves and how: its connections (provider,
   RDMA device and port, completion mode, credits), requests by opcode with
   bytes and p50/p99 latency, and the bytes RDMA carried against those the
-  session channel (TCP) carried
+  session channel (TCP) carried, and how many no RDMA NIC carried
+  (softrdma's and the session channel's)
 `
 
 // portReports reads the counters of the RDMA ports the connections use.
