@@ -252,7 +252,7 @@ func printStat(w io.Writer, r *StatReport) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  by session    %10s %s  (TCP: read %s, written %s)\n", size(r.Bytes.Session), pct(r.Bytes.Session, total),
 		size(r.Bytes.SessionRead), size(r.Bytes.SessionWritten))
-	fmt.Fprintf(w, "  => no NIC     %10s %s  (the session channel, and softrdma: RDMA emulated in software, over TCP or, to a server on this host, pipes and shared memory)\n", size(noNIC), pct(noNIC, total))
+	fmt.Fprintf(w, "  => no NIC     %10s %s  (the session channel, and softrdma: RDMA emulated in software, over TCP, or pipes or a unix socket and shared memory to a server on this host)\n", size(noNIC), pct(noNIC, total))
 
 	fmt.Fprintf(w, "\nconnections\n")
 	if len(r.Connections) == 0 {
