@@ -54,7 +54,9 @@ const (
 // costs outweigh the halved pread: 1 MiB O_DIRECT reads at queue depth 1
 // were slower split than whole in every round measured (docs/bench.md,
 // "Split reads on the shared-memory path"). An explicit SplitRead still
-// splits there.
+// splits there. The test is the carrier's name, which a sealed session's
+// connections keep though nothing is read in place on them: a sealed
+// same-host mount does not split by default either (not measured).
 const DefaultSplitRead = 1 << 20
 
 // splitDefault is the split size of a client whose Config.SplitRead is

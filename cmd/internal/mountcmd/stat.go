@@ -208,7 +208,8 @@ const statUsage = `usage: lwio stat MOUNTPOINT [-json]
   what a running lwiofs mount moves and how: its connections (provider,
   RDMA device and port, completion mode, credits), requests by opcode with
   bytes and p50/p99 latency, and the bytes RDMA carried against those the
-  session channel (TCP) carried
+  session channel (TCP) carried, and how many no RDMA NIC carried
+  (softrdma's and the session channel's)
 `
 
 // portReports reads the counters of the RDMA ports the connections use.
@@ -251,7 +252,7 @@ func printStat(w io.Writer, r *StatReport) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  by session    %10s %s  (TCP: read %s, written %s)\n", size(r.Bytes.Session), pct(r.Bytes.Session, total),
 		size(r.Bytes.SessionRead), size(r.Bytes.SessionWritten))
-	fmt.Fprintf(w, "  => no NIC     %10s %s  (the session channel, and softrdma: RDMA emulated in software, over TCP or, to a server on this host, pipes and shared memory)\n", size(noNIC), pct(noNIC, total))
+	fmt.Fprintf(w, "  => no NIC     %10s %s  (the session channel, and softrdma: RDMA emulated in software, over TCP, or pipes or a unix socket and shared memory to a server on this host)\n", size(noNIC), pct(noNIC, total))
 
 	fmt.Fprintf(w, "\nconnections\n")
 	if len(r.Connections) == 0 {
