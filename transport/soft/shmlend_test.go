@@ -249,3 +249,43 @@ func TestLendPinHeld(t *testing.T) {
 	}
 	waitUnmapped(t, pa, "the pin was let go")
 }
+
+// TestLendPlaceNotBehindUnmap: a connection ending while a pin holds its
+// mapping (a pwrite to a hung export) unmaps once the pin is let go; a
+// PlaceLent meanwhile (the server's fallback for a pin refused, on a disk
+// worker) fails at once rather than waiting behind that unmap for as long
+// as the hung file.
+func TestLendPlaceNotBehindUnmap(t *testing.T) {
+	cp, sp := New(Options{}), New(Options{})
+	cli, srv := pair(t, cp, sp, transport.Config{TakeLent: true})
+	c, buf, _ := lendOne(t, cli, srv, 64<<10, 0x48, true)
+	lr := srv.(transport.LentReader)
+	if _, ok := lr.PinLent(c.Lent); !ok {
+		t.Fatal("refused")
+	}
+	var once sync.Once
+	unpin := func() { once.Do(func() { lr.UnpinLent(c.Lent) }) }
+	t.Cleanup(unpin)
+	pa := srv.(*conn).peer
+	_ = srv.Close()
+	// The unmap waits for the pin: wait till it is queued (a reader
+	// would then queue behind it).
+	for deadline := time.Now().Add(5 * time.Second); pa.mu.TryRLock(); time.Sleep(time.Millisecond) {
+		pa.mu.RUnlock()
+		if time.Now().After(deadline) {
+			t.Fatal("no unmap waits for the pin")
+		}
+	}
+	placed := make(chan error, 1)
+	go func() { placed <- lr.PlaceLent(c.Lent, buf[64:]) }()
+	select {
+	case err := <-placed:
+		if err == nil {
+			t.Fatal("placed lent bytes from a mapping being unmapped")
+		}
+	case <-time.After(time.Second):
+		t.Fatal("PlaceLent waits behind the unmap, for the pin")
+	}
+	unpin()
+	waitUnmapped(t, pa, "the pin was let go")
+}
