@@ -78,11 +78,24 @@ func (c *conn) UnpinLent(l transport.Lent) {
 }
 
 // PlaceLent is transport.LentReader's: the copy readRefs would have made.
+// Like PinLent it never queues behind an unmap: on a connection whose end
+// waits for a pin to unmap (a pwrite to a hung export), a read lock
+// asked for would wait as long, holding the caller (a disk worker); the
+// mapping is going, so the bytes are refused.
 func (c *conn) PlaceLent(l transport.Lent, dst []byte) error {
 	if len(dst) != l.Length {
 		return fmt.Errorf("softrdma: %d lent bytes into %d", l.Length, len(dst))
 	}
-	if c.peer == nil || !c.peer.copyFrom(dst, l.Handle, l.Addr) {
+	pa := c.peer
+	if pa == nil {
+		return shmRefError{"lent bytes on a connection that maps no shared memory"}
+	}
+	if !pa.mu.TryRLock() {
+		return fmt.Errorf("softrdma: lent bytes: the shared memory is being unmapped: %w", transport.ErrClosed)
+	}
+	ok := pa.copyFromLocked(dst, l.Handle, l.Addr)
+	pa.mu.RUnlock()
+	if !ok {
 		return shmRefError{fmt.Sprintf("%d lent bytes at %#x of region %#x are not in the shared memory", l.Length, l.Addr, l.Handle)}
 	}
 	return nil

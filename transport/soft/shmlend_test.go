@@ -213,21 +213,30 @@ func TestLendForgedBounds(t *testing.T) {
 	}
 }
 
-// TestLendPinHeld: a pin holds the region (the dialer's Deregister waits
-// for UnpinLent) and the mapping, but not the connection's end: Close
-// returns at once and the mapping goes once the pin is let go (a pwrite
-// to a hung export holds a pin for as long).
-func TestLendPinHeld(t *testing.T) {
+// lendPinned lends a 64 KiB SEND filled with b (lendOne) and pins its
+// tail on the listener's end srv; unpin lets it go (once, and at the
+// test's end).
+func lendPinned(t *testing.T, b byte) (srv transport.Conn, c transport.Completion, buf []byte, data transport.Region, unpin func()) {
+	t.Helper()
 	cp, sp := New(Options{}), New(Options{})
 	cli, srv := pair(t, cp, sp, transport.Config{TakeLent: true})
-	c, _, data := lendOne(t, cli, srv, 64<<10, 0x47, true)
+	c, buf, data = lendOne(t, cli, srv, 64<<10, b, true)
 	lr := srv.(transport.LentReader)
 	if _, ok := lr.PinLent(c.Lent); !ok {
 		t.Fatal("refused")
 	}
 	var once sync.Once
-	unpin := func() { once.Do(func() { lr.UnpinLent(c.Lent) }) }
+	unpin = func() { once.Do(func() { lr.UnpinLent(c.Lent) }) }
 	t.Cleanup(unpin)
+	return srv, c, buf, data, unpin
+}
+
+// TestLendPinHeld: a pin holds the region (the dialer's Deregister waits
+// for UnpinLent) and the mapping, but not the connection's end: Close
+// returns at once and the mapping goes once the pin is let go (a pwrite
+// to a hung export holds a pin for as long).
+func TestLendPinHeld(t *testing.T) {
+	srv, _, _, data, unpin := lendPinned(t, 0x47)
 	retired := make(chan error, 1)
 	go func() { retired <- data.Deregister() }()
 	select {
@@ -247,5 +256,37 @@ func TestLendPinHeld(t *testing.T) {
 	if err := <-retired; err != nil {
 		t.Fatal(err)
 	}
+	waitUnmapped(t, pa, "the pin was let go")
+}
+
+// TestLendPlaceNotBehindUnmap: a connection ending while a pin holds its
+// mapping (a pwrite to a hung export) unmaps once the pin is let go; a
+// PlaceLent meanwhile (the server's fallback for a pin refused, on a disk
+// worker) fails at once rather than waiting behind that unmap for as long
+// as the hung file.
+func TestLendPlaceNotBehindUnmap(t *testing.T) {
+	srv, c, buf, _, unpin := lendPinned(t, 0x48)
+	lr := srv.(transport.LentReader)
+	pa := srv.(*conn).peer
+	_ = srv.Close()
+	// The unmap waits for the pin: wait till it is queued (a reader
+	// would then queue behind it).
+	for deadline := time.Now().Add(5 * time.Second); pa.mu.TryRLock(); time.Sleep(time.Millisecond) {
+		pa.mu.RUnlock()
+		if time.Now().After(deadline) {
+			t.Fatal("no unmap waits for the pin")
+		}
+	}
+	placed := make(chan error, 1)
+	go func() { placed <- lr.PlaceLent(c.Lent, buf[64:]) }()
+	select {
+	case err := <-placed:
+		if err == nil {
+			t.Fatal("placed lent bytes from a mapping being unmapped")
+		}
+	case <-time.After(time.Second):
+		t.Fatal("PlaceLent waits behind the unmap, for the pin")
+	}
+	unpin()
 	waitUnmapped(t, pa, "the pin was let go")
 }

@@ -309,6 +309,11 @@ func (pa *peerArena) copyTo(handle uint32, addr uint64, n int, src [][]byte) boo
 func (pa *peerArena) copyFrom(dst []byte, handle uint32, addr uint64) bool {
 	pa.mu.RLock()
 	defer pa.mu.RUnlock()
+	return pa.copyFromLocked(dst, handle, addr)
+}
+
+// copyFromLocked is copyFrom with pa.mu held for reading.
+func (pa *peerArena) copyFromLocked(dst []byte, handle uint32, addr uint64) bool {
 	start, slot, ok := pa.take(handle, addr, len(dst), false)
 	if !ok {
 		return false
