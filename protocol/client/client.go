@@ -275,7 +275,7 @@ conns:
 	if len(cl.conns) == 0 {
 		return nil, firstErr
 	}
-	cl.splitAt = splitDefault(cfg.SplitRead, cl.conns)
+	cl.splitAt = splitDefault(cfg.SplitRead, cfg.Cipher != smbauth.CipherNone, cl.conns)
 	for _, c := range cl.conns {
 		c.counted.Store(true)
 		if !c.alive() {
