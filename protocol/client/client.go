@@ -108,8 +108,8 @@ type Config struct {
 	// connections have nothing in flight, goes as pieces of at least
 	// SplitRead/2 bytes on those connections at once (split.go; 0 =
 	// DefaultSplitRead, except where every connection shares its memory
-	// with a server on this host, which then never splits; negative:
-	// never split).
+	// with a server on this host and the session is not sealed, which
+	// then never splits; negative: never split).
 	SplitRead int
 	// MaxIO is the largest read this client accepts in one RDMA transfer,
 	// announced as its MaxRdmaWindowSize (0 = DefaultMaxIO).
