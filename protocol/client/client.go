@@ -108,8 +108,8 @@ type Config struct {
 	// connections have nothing in flight, goes as pieces of at least
 	// SplitRead/2 bytes on those connections at once (split.go; 0 =
 	// DefaultSplitRead, except where every connection shares its memory
-	// with a server on this host, which then never splits; negative:
-	// never split).
+	// with a server on this host and the session is not sealed, which
+	// then never splits; negative: never split).
 	SplitRead int
 	// MaxIO is the largest read this client accepts in one RDMA transfer,
 	// announced as its MaxRdmaWindowSize (0 = DefaultMaxIO).
@@ -275,7 +275,7 @@ conns:
 	if len(cl.conns) == 0 {
 		return nil, firstErr
 	}
-	cl.splitAt = splitDefault(cfg.SplitRead, cl.conns)
+	cl.splitAt = splitDefault(cfg.SplitRead, cfg.Cipher != smbauth.CipherNone, cl.conns)
 	for _, c := range cl.conns {
 		c.counted.Store(true)
 		if !c.alive() {

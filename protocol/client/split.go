@@ -54,17 +54,21 @@ const (
 // costs outweigh the halved pread: 1 MiB O_DIRECT reads at queue depth 1
 // were slower split than whole in every round measured (docs/bench.md,
 // "Split reads on the shared-memory path"). An explicit SplitRead still
-// splits there. The test is the carrier's name, which a sealed session's
-// connections keep though nothing is read in place on them: a sealed
-// same-host mount does not split by default either (not measured).
+// splits there. A sealed session's connections keep their carrier's name
+// but read nothing in place (the server reads into its buffer and
+// encrypts, the client decrypts): they split by default, as before.
 const DefaultSplitRead = 1 << 20
 
 // splitDefault is the split size of a client whose Config.SplitRead is
 // at, over conns: at itself when set, else DefaultSplitRead, or never
-// (0) when every connection shares the client's memory with the server.
-func splitDefault(at int, conns []*conn) int {
+// (0) when every connection shares the client's memory with the server
+// and the session is not sealed.
+func splitDefault(at int, sealed bool, conns []*conn) int {
 	if at != 0 {
 		return at
+	}
+	if sealed {
+		return DefaultSplitRead
 	}
 	for _, c := range conns {
 		if !strings.HasSuffix(transport.CarrierOf(c.tc), "+shm") {

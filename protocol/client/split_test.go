@@ -17,6 +17,7 @@ import (
 
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/server"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -549,5 +550,41 @@ func TestSplitReadDefaultBySharedMemory(t *testing.T) {
 				t.Errorf("the server read %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSplitReadDefaultSealed: a sealed session's same-host connections
+// keep their "+shm" carrier name but read nothing in place, so the
+// default splits a lone 1 MiB read there, as it does over TCP.
+func TestSplitReadDefaultSealed(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	e.auth.SealWith(smbauth.CipherAES128GCM)
+	s := e.session()
+	cfg := s.config(Interrupt)
+	cfg.Cipher = smbauth.CipherAES128GCM
+	cfg.SplitRead = 0 // the default (the tests' config asks for splitting)
+	cfg.Providers = []transport.Provider{soft.New(soft.Options{})}
+	cl := s.client(t, cfg)
+	if len(cl.conns) < 2 {
+		t.Fatalf("%d connections, want at least 2", len(cl.conns))
+	}
+	for _, ci := range cl.Conns() {
+		if !strings.HasSuffix(ci.Carrier, "+shm") {
+			t.Fatalf("carrier %q: want a same-host +shm carrier", ci.Carrier)
+		}
+	}
+	content := randomBytes(2 << 20)
+	f, pf := s.splitFile(t, cl, "f", content)
+	waitIdle(t, cl)
+	b, err := f.ReadBuf(ctxT(t), make([]byte, 1<<20), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := joined(t, b); !bytes.Equal(got, content[4096:4096+1<<20]) {
+		t.Fatal("wrong data")
+	}
+	b.Release()
+	if got, want := pf.reads(), []int{512 << 10, 512 << 10}; !slices.Equal(got, want) {
+		t.Errorf("the server read %v, want %v (split)", got, want)
 	}
 }

@@ -41,8 +41,10 @@ type conn struct {
 	lend transport.LentReader   // tc, when it reads lent WRITE data (lent.go; else the completion's Conn)
 	// inPlace: tc shares the client's memory ("+shm"), so a READ is
 	// read in place, a memcpy-speed pread: READs of any size may run
-	// inline on the reaper (onRecv).
-	inPlace bool
+	// inline on the reaper (onRecv). Cleared when the connection seals
+	// (startSeal): a sealed connection reads into the server's buffer
+	// and encrypts, whatever its carrier's name says.
+	inPlace atomic.Bool
 	id      uint64
 	log     logrus.FieldLogger
 	ctx     context.Context // ends at teardown
@@ -123,7 +125,7 @@ func newConn(s *Server, tc transport.Conn, q *listenQueues) *conn {
 	}
 	c.fill, _ = tc.(transport.RemoteFiller)
 	c.lend, _ = tc.(transport.LentReader)
-	c.inPlace = c.fill != nil && strings.HasSuffix(transport.CarrierOf(tc), "+shm")
+	c.inPlace.Store(c.fill != nil && strings.HasSuffix(transport.CarrierOf(tc), "+shm"))
 	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
 	c.born = time.Now()
@@ -483,7 +485,7 @@ func (c *conn) onRecv(wc *transport.Completion, last bool) {
 		// docs/bench.md "Split reads on the shared-memory path"). Alone:
 		// with others in flight (a deep queue) the reaper keeps taking
 		// requests in while the read runs elsewhere.
-		small := int(h.Length) <= inlineMax || c.inPlace && alone && h.Opcode == protocol.OpRead
+		small := int(h.Length) <= inlineMax || c.inPlace.Load() && alone && h.Opcode == protocol.OpRead
 		if last && h.Flags&protocol.FlagInterrupt != 0 && small && h.Opcode != protocol.OpVecRead {
 			select {
 			case c.s.workers <- struct{}{}:

@@ -10,6 +10,7 @@ import (
 	"github.com/lwiofs/lwiofs/protocol"
 	"github.com/lwiofs/lwiofs/protocol/ntstatus"
 	"github.com/lwiofs/lwiofs/protocol/server/servertest"
+	"github.com/lwiofs/lwiofs/smbauth"
 	"github.com/lwiofs/lwiofs/transport"
 	"github.com/lwiofs/lwiofs/transport/soft"
 )
@@ -215,5 +216,26 @@ func TestLargeReadInPlaceRunsInline(t *testing.T) {
 				t.Fatal("1 MiB READ: data differs")
 			}
 		})
+	}
+}
+
+// TestSealedConnNotInPlace: a connection that seals stops counting as one
+// that reads in place, though its carrier keeps its "+shm" name: its READs
+// go through the server's buffer and are encrypted, so a large one must
+// not run inline on the reaper (onRecv).
+func TestSealedConnNotInPlace(t *testing.T) {
+	e := newEnv(t, Config{})
+	key, signing := e.session(5)
+	p := &peer{servertest.DialPeer(t, soft.New(soft.Options{}), e.addr, servertest.PeerShape{Recvs: peerRecvs, RecvSize: peerRecvSize, SendSize: 64 << 10, DataSize: peerDataSize})}
+	p.auth(key, signing, 8)
+	c := e.serverConn()
+	if !c.inPlace.Load() {
+		t.Fatalf("a same-host connection with shared memory (%q) does not read in place", transport.CarrierOf(c.tc))
+	}
+	if err := c.startSeal(dataSeal{cipher: smbauth.CipherAES128GCM}, make([]byte, 16), [16]byte{1}, [16]byte{2}); err != nil {
+		t.Fatal(err)
+	}
+	if c.inPlace.Load() {
+		t.Error("a sealed connection still counts as reading in place")
 	}
 }

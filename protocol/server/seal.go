@@ -57,6 +57,7 @@ func (c *conn) startSeal(ds dataSeal, sessionKey []byte, key, clientNonce [16]by
 	if err := transport.Seal(c.tc, transport.SealConfig{Send: send, Recv: recv}); err != nil {
 		return err
 	}
+	c.inPlace.Store(false)
 	c.log.WithField("cipher", ds.cipher).Info("lwio: connection sealed")
 	return nil
 }
