@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -194,27 +196,74 @@ func TestFIFOThroughMount(t *testing.T) {
 }
 
 // stallNode is a directory whose lookups block until release is closed, or
-// the kernel interrupts them: a disk that does not answer, but that a
-// killed process may leave (a FUSE or NFS filesystem that honours
-// interrupts). A thread in a wait no signal ends — a hard-mounted
-// filesystem that ignores them — holds any process until it returns.
+// the calling thread is being killed: a disk that does not answer, waiting
+// as a hard-mounted NFS share does (TASK_KILLABLE), which a killed process
+// may leave but no other signal ends. The kernel sends a FUSE_INTERRUPT
+// for any signal the blocked thread takes — a SIGTERM to the server lands
+// on the thread when it is the main thread, which takes a process's
+// signals first — and answering it would end the request the test means
+// to be stuck. A killed thread's lookup is answered: the kernel waits out
+// a request the filesystem has read, and the process would never go.
 type stallNode struct {
 	gofs.Inode
-	entered chan struct{}
-	once    sync.Once
-	release chan struct{}
+	entered     chan struct{}
+	once        sync.Once
+	release     chan struct{}
+	tid         atomic.Int32 // the thread of the first lookup
+	interrupted atomic.Int32 // interrupts not from a fatal signal, sat out
 }
 
 var _ = (gofs.NodeLookuper)((*stallNode)(nil))
 
 func (n *stallNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	n.once.Do(func() { close(n.entered) })
+	caller, ok := fuse.FromContext(ctx)
+	n.once.Do(func() {
+		if ok {
+			n.tid.Store(int32(caller.Pid))
+		}
+		close(n.entered)
+	})
 	select {
 	case <-n.release:
 		return nil, syscall.ENOENT
 	case <-ctx.Done(): // FUSE_INTERRUPT
-		return nil, syscall.EINTR
 	}
+	if !ok || caller.Pid == 0 {
+		return nil, syscall.EINTR // a thread it cannot watch: let it go
+	}
+	tid := int(caller.Pid)
+	if !beingKilled(tid) {
+		n.interrupted.Add(1)
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !beingKilled(tid) {
+		select {
+		case <-n.release:
+			return nil, syscall.ENOENT
+		case <-tick.C:
+		}
+	}
+	return nil, syscall.EINTR
+}
+
+// beingKilled reports whether thread tid has a SIGKILL pending (its process
+// exits or was killed), or is gone.
+func beingKilled(tid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
+	if err != nil {
+		return true
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		if k != "SigPnd" && k != "ShdPnd" {
+			continue
+		}
+		if m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && m&(1<<(unix.SIGKILL-1)) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // free lets every stalled lookup go.
@@ -270,6 +319,9 @@ func TestSIGTERMWithStuckDisk(t *testing.T) {
 		}
 		defer c.Close()
 	}
+	if int(node.tid.Load()) == s.p.cmd.Process.Pid {
+		t.Error("the request stuck in the disk blocks the server's main thread, which the kernel gives the process's SIGTERM")
+	}
 	start := time.Now()
 	s.p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -279,6 +331,9 @@ func TestSIGTERMWithStuckDisk(t *testing.T) {
 	}
 	took := time.Since(start)
 	t.Logf("lwio-server exited %v after SIGTERM with a request stuck in the disk", took.Round(time.Millisecond))
+	if k := node.interrupted.Load(); k > 0 {
+		t.Logf("the stuck lookup sat out %d interrupt(s) of its thread", k)
+	}
 	if s.p.err != nil {
 		t.Errorf("lwio-server exit: %v, want 0", s.p.err)
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -155,6 +156,14 @@ func buildConfig(f *flags) (*Config, error) {
 	}
 	return c, c.validate()
 }
+
+// The main goroutine keeps the main thread to itself, so that no request's
+// disk operation ever blocks there: the kernel gives a SIGTERM sent to the
+// process to its main thread first, and one waiting in a disk that lets
+// only a fatal signal end the wait (a hard NFS mount) would keep the
+// signal pending, never handled — the server would not begin its shutdown
+// (docs/usage.md: SIGTERM stops it within 5 s whatever its disks do).
+func init() { runtime.LockOSThread() }
 
 func main() {
 	args := os.Args[1:]

@@ -142,6 +142,11 @@ const readBufferSize = 64 << 10
 
 func (c *serverConn) readLoop() error {
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.SetupTimeout))
+	if c.stopping.Load() {
+		// Close stopped this reader before it started: the deadline
+		// just set would hold the shutdown for the setup timeout.
+		return nil
+	}
 	br := bufio.NewReaderSize(c.nc, readBufferSize)
 	for {
 		limit := uint32(MaxFrameSize)
