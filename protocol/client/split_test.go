@@ -513,18 +513,30 @@ func TestSplitReadDefaultBySharedMemory(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	content := randomBytes(2 << 20)
 	for _, tc := range []struct {
-		name  string
-		tcp   bool
-		split int
-		want  []int
+		name   string
+		tcp    bool
+		sealed bool
+		split  int
+		want   []int
 	}{
-		{"shared memory, default", false, 0, []int{1 << 20}},
-		{"shared memory, split_read=1024", false, 1 << 20, []int{512 << 10, 512 << 10}},
-		{"tcp, default", true, 0, []int{512 << 10, 512 << 10}},
+		{"shared memory, default", false, false, 0, []int{1 << 20}},
+		{"shared memory, split_read=1024", false, false, 1 << 20, []int{512 << 10, 512 << 10}},
+		{"tcp, default", true, false, 0, []int{512 << 10, 512 << 10}},
+		// A sealed session's connections keep their "+shm" carrier
+		// name but read nothing in place: the default splits.
+		{"shared memory, sealed, default", false, true, 0, []int{512 << 10, 512 << 10}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := e.session()
+			if tc.sealed {
+				se := newEnv(t, server.Config{})
+				se.auth.SealWith(smbauth.CipherAES128GCM)
+				s = se.session()
+			}
 			cfg := s.config(Interrupt)
+			if tc.sealed {
+				cfg.Cipher = smbauth.CipherAES128GCM
+			}
 			cfg.SplitRead = tc.split
 			cfg.Providers = []transport.Provider{soft.New(soft.Options{TCPOnly: tc.tcp})}
 			cl := s.client(t, cfg)
@@ -550,41 +562,5 @@ func TestSplitReadDefaultBySharedMemory(t *testing.T) {
 				t.Errorf("the server read %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-// TestSplitReadDefaultSealed: a sealed session's same-host connections
-// keep their "+shm" carrier name but read nothing in place, so the
-// default splits a lone 1 MiB read there, as it does over TCP.
-func TestSplitReadDefaultSealed(t *testing.T) {
-	e := newEnv(t, server.Config{})
-	e.auth.SealWith(smbauth.CipherAES128GCM)
-	s := e.session()
-	cfg := s.config(Interrupt)
-	cfg.Cipher = smbauth.CipherAES128GCM
-	cfg.SplitRead = 0 // the default (the tests' config asks for splitting)
-	cfg.Providers = []transport.Provider{soft.New(soft.Options{})}
-	cl := s.client(t, cfg)
-	if len(cl.conns) < 2 {
-		t.Fatalf("%d connections, want at least 2", len(cl.conns))
-	}
-	for _, ci := range cl.Conns() {
-		if !strings.HasSuffix(ci.Carrier, "+shm") {
-			t.Fatalf("carrier %q: want a same-host +shm carrier", ci.Carrier)
-		}
-	}
-	content := randomBytes(2 << 20)
-	f, pf := s.splitFile(t, cl, "f", content)
-	waitIdle(t, cl)
-	b, err := f.ReadBuf(ctxT(t), make([]byte, 1<<20), 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := joined(t, b); !bytes.Equal(got, content[4096:4096+1<<20]) {
-		t.Fatal("wrong data")
-	}
-	b.Release()
-	if got, want := pf.reads(), []int{512 << 10, 512 << 10}; !slices.Equal(got, want) {
-		t.Errorf("the server read %v, want %v (split)", got, want)
 	}
 }
