@@ -52,24 +52,37 @@ TXT
 	head -c 4194304 /dev/urandom >"$share/random-4MiB.bin"
 fi
 
-server_pid= mount_pid=
+server_pid= mount_pid= interrupted=
+# stop ends one of our programs. After Ctrl-C the terminal sent SIGINT to
+# the whole process group, so the program is already stopping: it gets
+# up to 3 s to finish on its own, since a SIGTERM now would be its second
+# signal, which means "exit at once".
+stop() {
+	local pid=$1
+	[ -n "$pid" ] || return 0
+	if [ -n "$interrupted" ]; then
+		for _ in $(seq 30); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+	fi
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -TERM "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+}
 cleanup() {
 	trap - INT TERM EXIT
-	if [ -n "$mount_pid" ] && kill -0 "$mount_pid" 2>/dev/null; then
-		kill -TERM "$mount_pid" 2>/dev/null || true
-		wait "$mount_pid" 2>/dev/null || true
-	fi
+	stop "$mount_pid"
 	if grep -qs " $mnt fuse" /proc/mounts; then
 		umount "$mnt" 2>/dev/null || umount -l "$mnt" || true
 	fi
-	if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-		kill -TERM "$server_pid" 2>/dev/null || true
-		wait "$server_pid" 2>/dev/null || true
-	fi
+	stop "$server_pid"
 	echo "run.sh: unmounted $mnt and stopped the server" >&2
 }
 trap cleanup EXIT
-trap 'exit 0' INT TERM
+trap 'interrupted=1; exit 0' INT
+trap 'exit 0' TERM
 
 # The demo user acts as root on the demo share (-account root -allow-root);
 # a real server maps each user to its own Unix account (docs/security.md).
