@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/lwiofs/lwiofs/internal/enum"
 )
@@ -259,6 +260,12 @@ func CarrierOf(c Conn) string {
 	}
 	return ""
 }
+
+// SharedMemory reports whether c's carrier shares the dialer's registered
+// memory with the listener ("+shm"). It says nothing of sealing: a sealed
+// connection keeps its carrier's name but moves nothing through the
+// memory.
+func SharedMemory(c Conn) bool { return strings.HasSuffix(CarrierOf(c), "+shm") }
 
 // Listener accepts connections.
 type Listener interface {

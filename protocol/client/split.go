@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -71,7 +70,7 @@ func splitDefault(at int, sealed bool, conns []*conn) int {
 		return DefaultSplitRead
 	}
 	for _, c := range conns {
-		if !strings.HasSuffix(transport.CarrierOf(c.tc), "+shm") {
+		if !transport.SharedMemory(c.tc) {
 			return DefaultSplitRead
 		}
 	}

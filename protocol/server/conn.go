@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,7 +124,7 @@ func newConn(s *Server, tc transport.Conn, q *listenQueues) *conn {
 	}
 	c.fill, _ = tc.(transport.RemoteFiller)
 	c.lend, _ = tc.(transport.LentReader)
-	c.inPlace.Store(c.fill != nil && strings.HasSuffix(transport.CarrierOf(tc), "+shm"))
+	c.inPlace.Store(c.fill != nil && transport.SharedMemory(tc))
 	c.rdma = s.ctr.rdma.Counter(tc.Provider())
 	c.reapEnd = make(chan struct{})
 	c.born = time.Now()
