@@ -11,9 +11,10 @@ import (
 // TestWriteInPlace: a mount on the server's host gets its large O_DIRECT
 // WRITEs written straight from its memory (lwio_writes_in_place_total
 // moves), fragmented (1 MiB: eight messages) and not (64 KiB), for a root
-// mount and an ordinary account's, with the file's bytes right on the
-// export; a sealed mount and a server without shared memory write the
-// same bytes through the receive buffers and nothing in place.
+// mount, an ordinary account's and two mounts writing one file at once,
+// with the file's bytes right on the export; a sealed mount and a server
+// without shared memory write the same bytes through the receive buffers
+// and nothing in place.
 func TestWriteInPlace(t *testing.T) {
 	needFUSE(t)
 	const counter = "lwio_writes_in_place_total"
@@ -67,6 +68,56 @@ func TestWriteInPlace(t *testing.T) {
 		}
 		if n := scrapeMetrics(t, metrics)[counter]; n < 8+16 {
 			t.Fatalf("%v WRITEs written in place, want 24", n)
+		}
+	})
+	t.Run("two mounts, one file", func(t *testing.T) {
+		// Two mounts of one share write the two halves of one file at
+		// once, 1 MiB O_DIRECT writes: their lent messages interleave in
+		// the server's shared receive buffers, and each half must come
+		// out as its own mount wrote it.
+		metrics := freeAddr(t)
+		share := t.TempDir()
+		s := startServer(t, ServerConfig{Shares: map[string]string{"share": share}, Args: []string{"-metrics", metrics}})
+		ms := []*Mount{mountShare(t, s, MountConfig{Options: []string{"noleases"}}), mountShare(t, s, MountConfig{Options: []string{"noleases"}})}
+		const half, per = 8 << 20, 1 << 20
+		want := append(pattern(1, half), pattern(2, half)...)
+		if err := os.WriteFile(filepath.Join(share, "f"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, len(ms))
+		for i, m := range ms {
+			buf := alignedBuf(t, per)
+			go func() {
+				f, err := os.OpenFile(filepath.Join(m.Dir, "f"), os.O_WRONLY|syscall.O_DIRECT, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer f.Close()
+				for off := i * half; off < (i+1)*half; off += per {
+					copy(buf, want[off:off+per])
+					if _, err := f.WriteAt(buf, int64(off)); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- f.Close()
+			}()
+		}
+		for range ms {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(filepath.Join(share, "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("the export's bytes differ from what the two mounts wrote (%d bytes, want %d)", len(got), len(want))
+		}
+		if n := scrapeMetrics(t, metrics)[counter]; n < 16 {
+			t.Fatalf("%v WRITEs written in place, want the two mounts' 16", n)
 		}
 	})
 	for _, c := range []struct {
